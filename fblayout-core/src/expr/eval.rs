@@ -1,0 +1,143 @@
+//! The CPU path for index functions that are only known at run time.
+//!
+//! [`CpuIndexFn`] compiles a [`ValidIndexFn`] into a flat register program: one instruction a
+//! node, operands before users, evaluated in one pass with no allocation. (Layouts known when
+//! the crate is compiled get real Rust functions from the macros instead; see
+//! [`crate::emit::rust`].)
+
+use super::func::ValidIndexFn;
+use super::graph::{BinOp, ExprId, Node};
+
+#[derive(Debug, Clone, Copy)]
+enum Instr {
+    Const(u64),
+    Arg(usize),
+    Bin(BinOp, u32, u32),
+    Select(u32, u32, u32),
+}
+
+/// A compiled index function for the CPU.
+#[derive(Debug, Clone)]
+pub struct CpuIndexFn {
+    code: Vec<Instr>,
+    arity: usize,
+    offset: u32,
+    in_bounds: u32,
+}
+
+/// Evaluates `op` on integers (booleans are 0 and 1), as WGSL does on `u32` for in-range values.
+fn apply(op: BinOp, a: u64, b: u64) -> u64 {
+    match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        // Validation rejects constant zero divisors; run-time extents are checked non-zero
+        // when a layout is bound. A zero here can only come from an unchecked argument.
+        BinOp::Div => a.checked_div(b).unwrap_or(0),
+        BinOp::Rem => a.checked_rem(b).unwrap_or(0),
+        BinOp::Shl => a.wrapping_shl(b as u32),
+        BinOp::Shr => a.wrapping_shr(b as u32),
+        BinOp::BitAnd => a & b,
+        BinOp::Lt => u64::from(a < b),
+        BinOp::And => u64::from(a != 0 && b != 0),
+    }
+}
+
+impl CpuIndexFn {
+    /// Compiles `f`.
+    pub fn new(f: &ValidIndexFn) -> Self {
+        let roots = [f.offset, f.in_bounds];
+        let order = f.graph.reachable(&roots);
+        let slot = |id: ExprId| order.binary_search(&id).map(|i| i as u32).unwrap_or(0);
+        let code = order
+            .iter()
+            .map(|&id| match f.graph.node(id) {
+                Node::Const(c) => Instr::Const(c),
+                Node::Bool(b) => Instr::Const(u64::from(b)),
+                Node::Var(v) => {
+                    Instr::Arg(f.params.iter().position(|&p| p == v).unwrap_or(usize::MAX))
+                }
+                Node::Bin(op, a, b) => Instr::Bin(op, slot(a), slot(b)),
+                Node::Select(c, a, b) => Instr::Select(slot(c), slot(a), slot(b)),
+            })
+            .collect();
+        Self { code, arity: f.params.len(), offset: slot(f.offset), in_bounds: slot(f.in_bounds) }
+    }
+
+    /// How many arguments the function takes (coordinates, then run-time extents).
+    pub fn arity(&self) -> usize {
+        self.arity
+    }
+
+    fn run(&self, args: &[u64], regs: &mut Vec<u64>) {
+        regs.clear();
+        for instr in &self.code {
+            let value = match *instr {
+                Instr::Const(c) => c,
+                Instr::Arg(i) => args[i],
+                Instr::Bin(op, a, b) => apply(op, regs[a as usize], regs[b as usize]),
+                Instr::Select(c, a, b) => {
+                    if regs[c as usize] != 0 { regs[a as usize] } else { regs[b as usize] }
+                }
+            };
+            regs.push(value);
+        }
+    }
+
+    /// The offset of the coordinate in `args`, or `None` when it is out of bounds.
+    ///
+    /// # Panics
+    /// When `args.len()` differs from [`arity`](Self::arity); callers that take arguments from
+    /// users check the length first (the typed APIs do so by construction).
+    pub fn eval(&self, args: &[u64]) -> Option<u64> {
+        assert_eq!(args.len(), self.arity, "index function takes {} arguments", self.arity);
+        let mut regs = Vec::with_capacity(self.code.len());
+        self.run(args, &mut regs);
+        (regs[self.in_bounds as usize] != 0).then(|| regs[self.offset as usize])
+    }
+
+    /// Like [`eval`](Self::eval), reusing `regs` as scratch space (no allocation in loops).
+    pub fn eval_with(&self, args: &[u64], regs: &mut Vec<u64>) -> Option<u64> {
+        assert_eq!(args.len(), self.arity, "index function takes {} arguments", self.arity);
+        self.run(args, regs);
+        (regs[self.in_bounds as usize] != 0).then(|| regs[self.offset as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::graph::{ExprGraph, VarKind};
+    use crate::expr::{Assumptions, IndexFn};
+
+    #[test]
+    fn evaluates_offset_and_mask() {
+        let mut g = ExprGraph::new();
+        let r = g.declare("r", VarKind::Coord);
+        let c = g.declare("c", VarKind::Coord);
+        let n = g.declare("n", VarKind::Extent);
+        let (vr, vc, vn) = (g.var(r), g.var(c), g.var(n));
+        let row = g.mul(vr, vn);
+        let offset = g.add(row, vc);
+        let four = g.constant(4);
+        let r_ok = g.lt(vr, four);
+        let c_ok = g.lt(vc, vn);
+        let in_bounds = g.and(r_ok, c_ok);
+        let f = IndexFn {
+            name: "m".into(),
+            graph: g,
+            params: vec![r, c, n],
+            offset,
+            in_bounds,
+            assume: Assumptions::default(),
+        }
+        .validate()
+        .unwrap();
+        let cpu = CpuIndexFn::new(&f);
+        assert_eq!(cpu.eval(&[2, 3, 10]), Some(23));
+        assert_eq!(cpu.eval(&[4, 0, 10]), None);
+        assert_eq!(cpu.eval(&[0, 10, 10]), None);
+        let simple = CpuIndexFn::new(&f.simplified());
+        assert_eq!(simple.eval(&[3, 9, 10]), Some(39));
+    }
+}

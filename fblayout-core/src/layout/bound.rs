@@ -1,0 +1,204 @@
+//! Layouts with every extent known: the CPU path at run time.
+//!
+//! [`View::bind`] (and [`TensorLayout::bind`]) take the run-time extents, check them (present,
+//! non-zero, divisible where a view splits them, within the u32 index space), and return a
+//! [`BoundView`]: concrete shape, buffer length (padding included), and a compiled offset
+//! function. [`BoundView::pack`] and [`BoundView::unpack`] move data between a dense row-major
+//! array of the view's shape and the tensor's physical buffer; padding is filled with the
+//! default value and never read back.
+
+use super::error::{LayoutError, MAX_ELEMENTS};
+use super::spec::Extent;
+use super::tensor::TensorLayout;
+use super::view::View;
+use crate::expr::CpuIndexFn;
+
+/// A view with every extent known (see the module docs).
+#[derive(Debug, Clone)]
+pub struct BoundView {
+    name: String,
+    shape: Vec<u64>,
+    extent_args: Vec<u64>,
+    len: u64,
+    cpu: CpuIndexFn,
+}
+
+impl TensorLayout {
+    /// Binds the run-time extents (`(axis, extent)` pairs) of the tensor itself.
+    pub fn bind(&self, extents: &[(&str, u32)]) -> Result<BoundView, LayoutError> {
+        self.view().bind(extents)
+    }
+
+    /// The run-time extents in parameter order, checked, and the buffer length.
+    pub(crate) fn bind_extents(&self, extents: &[(&str, u32)]) -> Result<(Vec<u64>, u64), LayoutError> {
+        let fail = |detail: String| LayoutError::Bind { tensor: self.name().to_owned(), detail };
+        for (name, _) in extents {
+            match self.axis_index(name) {
+                None => return Err(fail(format!("it has no axis `{name}`"))),
+                Some(i) if self.axes()[i].extent != Extent::Dynamic => {
+                    return Err(fail(format!("axis `{name}` has a static extent; only run-time extents are bound")));
+                }
+                Some(_) => {}
+            }
+        }
+        let mut args = Vec::new();
+        let mut len: u64 = 1;
+        for axis in self.axes() {
+            let n = match axis.extent {
+                Extent::Static(n) => n,
+                Extent::Dynamic => {
+                    let given: Vec<u32> =
+                        extents.iter().filter(|(a, _)| *a == axis.name).map(|&(_, v)| v).collect();
+                    match given.as_slice() {
+                        [] => return Err(fail(format!("no extent given for run-time axis `{}`", axis.name))),
+                        [0] => return Err(fail(format!("axis `{}` bound to extent 0", axis.name))),
+                        [v] => {
+                            args.push(u64::from(*v));
+                            *v
+                        }
+                        _ => return Err(fail(format!("axis `{}` is bound twice", axis.name))),
+                    }
+                }
+            };
+            len = len.saturating_mul(axis.padded_static(n));
+            if len > MAX_ELEMENTS {
+                return Err(LayoutError::Overflow {
+                    tensor: self.name().to_owned(),
+                    axis: axis.name.clone(),
+                    elements: u128::from(len),
+                });
+            }
+        }
+        Ok((args, len))
+    }
+}
+
+impl View {
+    /// Binds the run-time extents of the viewed tensor (`(axis, extent)` pairs).
+    pub fn bind(&self, extents: &[(&str, u32)]) -> Result<BoundView, LayoutError> {
+        let layout = self.layout();
+        let (args, len) = layout.bind_extents(extents)?;
+        let value_of = |axis: &str| {
+            extents.iter().find(|(a, _)| *a == axis).map_or(0, |&(_, v)| u64::from(v))
+        };
+        let fail = |detail: String| LayoutError::Bind { tensor: layout.name().to_owned(), detail };
+        let mut shape = Vec::with_capacity(self.axes().len());
+        for axis in self.axes() {
+            let n = axis.extent.eval(value_of).ok_or_else(|| {
+                fail(format!(
+                    "view `{}` needs axis `{}` ({}) to divide exactly",
+                    self.name(),
+                    axis.name,
+                    axis.extent
+                ))
+            })?;
+            shape.push(n);
+        }
+        for (what, extent, min) in self.minimums() {
+            let n = extent.eval(value_of).unwrap_or(0);
+            if n < *min {
+                return Err(fail(format!("{what}, but the extent is {n}")));
+            }
+        }
+        let cpu = CpuIndexFn::new(&self.index_fn().simplified());
+        Ok(BoundView { name: self.name().to_owned(), shape, extent_args: args, len, cpu })
+    }
+}
+
+impl BoundView {
+    /// The view's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The extent of each view axis.
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The number of logical elements (the product of the shape).
+    pub fn logical_len(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// The physical buffer length in elements, padding included.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the buffer is empty (never: extents are at least 1).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The run-time extents, in parameter order (what the WGSL functions take after the
+    /// coordinates).
+    pub fn extent_args(&self) -> &[u64] {
+        &self.extent_args
+    }
+
+    /// The physical offset of `coords`, or `None` when it lies outside the view.
+    ///
+    /// # Panics
+    /// When `coords.len()` is not the view's rank.
+    pub fn offset(&self, coords: &[u64]) -> Option<u64> {
+        assert_eq!(coords.len(), self.shape.len(), "view `{}` has rank {}", self.name, self.shape.len());
+        let mut args = coords.to_vec();
+        args.extend_from_slice(&self.extent_args);
+        self.cpu.eval(&args)
+    }
+
+    /// Calls `f(linear_index, coords, offset)` for every coordinate of the view, row-major.
+    pub fn for_each(&self, mut f: impl FnMut(usize, &[u64], u64)) {
+        let rank = self.shape.len();
+        let mut args = vec![0u64; rank];
+        args.extend_from_slice(&self.extent_args);
+        let mut regs = Vec::new();
+        for linear in 0..self.logical_len() as usize {
+            let mut rest = linear as u64;
+            for d in (0..rank).rev() {
+                args[d] = rest % self.shape[d];
+                rest /= self.shape[d];
+            }
+            // Every coordinate of the shape is in bounds.
+            let offset = self.cpu.eval_with(&args, &mut regs).unwrap_or(u64::MAX);
+            f(linear, &args[..rank], offset);
+        }
+    }
+
+    /// Scatters a dense row-major array of the view's shape into a physical buffer.
+    pub fn pack<T: Copy + Default>(&self, logical: &[T]) -> Result<Vec<T>, LayoutError> {
+        self.check_logical(logical.len())?;
+        let mut buffer = vec![T::default(); self.len as usize];
+        self.for_each(|i, _, off| buffer[off as usize] = logical[i]);
+        Ok(buffer)
+    }
+
+    /// Gathers a physical buffer into a dense row-major array of the view's shape.
+    pub fn unpack<T: Copy>(&self, buffer: &[T]) -> Result<Vec<T>, LayoutError> {
+        if buffer.len() as u64 != self.len {
+            return Err(LayoutError::Bind {
+                tensor: self.name.clone(),
+                detail: format!("buffer holds {} elements, the layout needs {}", buffer.len(), self.len),
+            });
+        }
+        let mut out = Vec::with_capacity(self.logical_len() as usize);
+        self.for_each(|_, _, off| out.push(buffer[off as usize]));
+        Ok(out)
+    }
+
+    fn check_logical(&self, n: usize) -> Result<(), LayoutError> {
+        if n as u64 != self.logical_len() {
+            return Err(LayoutError::Bind {
+                tensor: self.name.clone(),
+                detail: format!(
+                    "{n} elements given for view `{}` of shape {:?} ({} elements)",
+                    self.name,
+                    self.shape,
+                    self.logical_len()
+                ),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! Typed GPU buffers.
+//!
+//! A [`GpuBuffer`] is a wgpu buffer that kernels bind as a storage or uniform buffer. It is made
+//! from a slice of `bytemuck::Pod` values ([`GpuBuffer::from_slice`]), zeroed
+//! ([`GpuBuffer::zeroed`]) or from one uniform value ([`GpuBuffer::uniform`]), and read back to
+//! the CPU with [`GpuBuffer::read_back`]. Sizes are checked against the device's limits
+//! ([`GpuError::BufferTooLarge`]). The buffer remembers its logical length in bytes; the wgpu
+//! buffer underneath is padded to a multiple of 4 bytes (and at least 4 bytes, since wgpu cannot
+//! bind an empty buffer).
+
+use std::sync::mpsc;
+
+use super::error::GpuError;
+use super::gpu::{Gpu, scoped};
+
+/// What a [`GpuBuffer`] is bound as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferKind {
+    /// `var<storage, read>` or `var<storage, read_write>`.
+    Storage,
+    /// `var<uniform>`.
+    Uniform,
+}
+
+/// A buffer on the GPU, bindable to a kernel and readable back.
+///
+/// Cloning a `GpuBuffer` clones the handle: both clones refer to the same GPU memory.
+#[derive(Debug, Clone)]
+pub struct GpuBuffer {
+    buffer: wgpu::Buffer,
+    len_bytes: u64,
+    kind: BufferKind,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+}
+
+/// Rounds `bytes` up to wgpu's copy alignment, and to at least one aligned unit.
+fn padded(bytes: u64) -> u64 {
+    bytes.div_ceil(wgpu::COPY_BUFFER_ALIGNMENT).max(1) * wgpu::COPY_BUFFER_ALIGNMENT
+}
+
+fn describe<T>(kind: BufferKind, len: usize) -> String {
+    let kind = match kind {
+        BufferKind::Storage => "storage buffer",
+        BufferKind::Uniform => "uniform buffer",
+    };
+    format!("a {kind} of {len} × {}", std::any::type_name::<T>())
+}
+
+impl GpuBuffer {
+    /// A storage buffer holding a copy of `data`.
+    pub fn from_slice<T: bytemuck::Pod>(gpu: &Gpu, data: &[T]) -> Result<Self, GpuError> {
+        Self::create(gpu, BufferKind::Storage, bytemuck::cast_slice(data), || {
+            describe::<T>(BufferKind::Storage, data.len())
+        })
+    }
+
+    /// A storage buffer of `len` zeroed elements of type `T`.
+    pub fn zeroed<T: bytemuck::Pod>(gpu: &Gpu, len: usize) -> Result<Self, GpuError> {
+        let what = || describe::<T>(BufferKind::Storage, len);
+        let bytes = checked_bytes::<T>(len).ok_or_else(|| GpuError::BufferTooLarge {
+            what: what(),
+            bytes: u64::MAX,
+            limit: storage_limit(gpu),
+        })?;
+        Self::check_size(gpu, BufferKind::Storage, bytes, what)?;
+        let kind = BufferKind::Storage;
+        // wgpu zero-initialises new buffers.
+        let buffer = scoped(gpu.device(), what, || {
+            gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("fblayout zeroed buffer"),
+                size: padded(bytes),
+                usage: usage(kind),
+                mapped_at_creation: false,
+            })
+        })?;
+        Ok(Self::wrap(gpu, buffer, bytes, kind))
+    }
+
+    /// A uniform buffer holding `value`. WGSL's uniform layout rules apply: the struct's size
+    /// must be a multiple of its alignment (16 bytes for vectors), which wgpu checks at dispatch.
+    pub fn uniform<T: bytemuck::Pod>(gpu: &Gpu, value: &T) -> Result<Self, GpuError> {
+        Self::create(gpu, BufferKind::Uniform, bytemuck::bytes_of(value), || {
+            describe::<T>(BufferKind::Uniform, 1)
+        })
+    }
+
+    fn create(
+        gpu: &Gpu,
+        kind: BufferKind,
+        bytes: &[u8],
+        what: impl Fn() -> String,
+    ) -> Result<Self, GpuError> {
+        let len_bytes = bytes.len() as u64;
+        Self::check_size(gpu, kind, len_bytes, &what)?;
+        let size = padded(len_bytes);
+        let buffer = scoped(gpu.device(), &what, || {
+            let buffer = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("fblayout buffer"),
+                size,
+                usage: usage(kind),
+                mapped_at_creation: false,
+            });
+            if !bytes.is_empty() {
+                write_padded(gpu.queue(), &buffer, bytes);
+            }
+            buffer
+        })?;
+        Ok(Self::wrap(gpu, buffer, len_bytes, kind))
+    }
+
+    fn check_size(
+        gpu: &Gpu,
+        kind: BufferKind,
+        bytes: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), GpuError> {
+        let limit = match kind {
+            BufferKind::Storage => storage_limit(gpu),
+            BufferKind::Uniform => gpu
+                .limits()
+                .max_uniform_buffer_binding_size
+                .min(gpu.limits().max_buffer_size),
+        };
+        if padded(bytes) > limit {
+            return Err(GpuError::BufferTooLarge {
+                what: what(),
+                bytes,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    fn wrap(gpu: &Gpu, buffer: wgpu::Buffer, len_bytes: u64, kind: BufferKind) -> Self {
+        Self {
+            buffer,
+            len_bytes,
+            kind,
+            device: gpu.device().clone(),
+            queue: gpu.queue().clone(),
+        }
+    }
+
+    /// The wgpu buffer (possibly padded past [`GpuBuffer::len_bytes`]).
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// The buffer's logical length in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.len_bytes
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len_bytes == 0
+    }
+
+    /// Storage or uniform.
+    pub fn kind(&self) -> BufferKind {
+        self.kind
+    }
+
+    /// Overwrites the whole buffer with `data`, which must be exactly
+    /// [`GpuBuffer::len_bytes`] long. The write is ordered before later dispatches.
+    pub fn write<T: bytemuck::Pod>(&self, data: &[T]) -> Result<(), GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() as u64 != self.len_bytes {
+            return Err(GpuError::bad_input(
+                "GpuBuffer::write",
+                format!(
+                    "the buffer holds {} bytes but {} bytes were given",
+                    self.len_bytes,
+                    bytes.len()
+                ),
+            ));
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        scoped(
+            &self.device,
+            || format!("a write of {} bytes to a buffer", bytes.len()),
+            || write_padded(&self.queue, &self.buffer, bytes),
+        )
+    }
+
+    /// Copies the buffer back to the CPU as elements of `T`, waiting for the GPU work queued so
+    /// far. The buffer's length must be a multiple of `size_of::<T>()`.
+    pub fn read_back<T: bytemuck::Pod>(&self) -> Result<Vec<T>, GpuError> {
+        let size = std::mem::size_of::<T>() as u64;
+        let what = || format!("{} bytes as {}", self.len_bytes, std::any::type_name::<T>());
+        if size == 0 || !self.len_bytes.is_multiple_of(size) {
+            return Err(GpuError::bad_input(
+                "GpuBuffer::read_back",
+                format!(
+                    "the buffer holds {} bytes, not a whole number of {} ({size} bytes)",
+                    self.len_bytes,
+                    std::any::type_name::<T>()
+                ),
+            ));
+        }
+        if self.len_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let copy_size = padded(self.len_bytes);
+        let (sender, receiver) = mpsc::channel();
+        let staging = scoped(&self.device, what, || {
+            let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("fblayout read-back"),
+                size: copy_size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut encoder = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("read-back"),
+                });
+            encoder.copy_buffer_to_buffer(&self.buffer, 0, &staging, 0, copy_size);
+            self.queue.submit([encoder.finish()]);
+            staging.map_async(wgpu::MapMode::Read, .., move |result| {
+                // The receiver only goes away if read_back already returned an error.
+                let _ = sender.send(result);
+            });
+            staging
+        })?;
+        let map_err = |message: String| GpuError::Map {
+            what: what(),
+            message,
+        };
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|err| map_err(err.to_string()))?;
+        receiver
+            .recv()
+            .map_err(|_| map_err("the map callback never ran".to_string()))?
+            .map_err(|err| map_err(err.to_string()))?;
+        let values = {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|err| map_err(err.to_string()))?;
+            bytemuck::pod_collect_to_vec(&view[..self.len_bytes as usize])
+        };
+        staging.unmap();
+        Ok(values)
+    }
+}
+
+fn usage(kind: BufferKind) -> wgpu::BufferUsages {
+    let bind = match kind {
+        BufferKind::Storage => wgpu::BufferUsages::STORAGE,
+        BufferKind::Uniform => wgpu::BufferUsages::UNIFORM,
+    };
+    bind | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST
+}
+
+fn storage_limit(gpu: &Gpu) -> u64 {
+    gpu.limits()
+        .max_storage_buffer_binding_size
+        .min(gpu.limits().max_buffer_size)
+}
+
+fn checked_bytes<T>(len: usize) -> Option<u64> {
+    len.checked_mul(std::mem::size_of::<T>())
+        .and_then(|b| u64::try_from(b).ok())
+}
+
+/// `queue.write_buffer` needs a multiple of 4 bytes; pads a copy when `bytes` is not.
+fn write_padded(queue: &wgpu::Queue, buffer: &wgpu::Buffer, bytes: &[u8]) {
+    if (bytes.len() as u64).is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) {
+        queue.write_buffer(buffer, 0, bytes);
+    } else {
+        let mut copy = bytes.to_vec();
+        copy.resize(padded(bytes.len() as u64) as usize, 0);
+        queue.write_buffer(buffer, 0, &copy);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padding_is_aligned_and_never_empty() {
+        assert_eq!(padded(0), 4);
+        assert_eq!(padded(1), 4);
+        assert_eq!(padded(4), 4);
+        assert_eq!(padded(5), 8);
+        assert_eq!(padded(4096), 4096);
+    }
+
+    #[test]
+    fn byte_counts_do_not_overflow() {
+        assert_eq!(checked_bytes::<u32>(10), Some(40));
+        assert_eq!(checked_bytes::<u64>(usize::MAX), None);
+    }
+}

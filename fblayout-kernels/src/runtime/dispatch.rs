@@ -1,0 +1,340 @@
+//! Compute dispatch and the pipeline cache.
+//!
+//! [`Gpu::dispatch`] runs one entry point of a validated [`WgslModule`] over a grid of workgroups,
+//! with [`Binding`]s that attach [`GpuBuffer`]s to the module's `@group/@binding` slots. The
+//! pipeline (auto layout) is compiled once per [`Gpu`] for each (WGSL source, entry point) pair
+//! and cached. Shader, pipeline, bind group and submission errors are caught with wgpu's error
+//! scopes and returned as [`GpuError::Validation`].
+//!
+//! A dispatch may have at most [`Gpu::max_workgroups_per_dimension`] (65535) workgroups in each
+//! dimension; [`Gpu::dispatch_linear`] folds longer work into a 2-D grid (see [`linear_grid`] for
+//! the index its entry points compute).
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::PoisonError;
+
+use fblayout_core::wgsl::WgslModule;
+use wgpu::naga;
+
+use super::buffer::GpuBuffer;
+use super::error::GpuError;
+use super::gpu::{Gpu, scoped};
+
+/// A buffer attached to a `@group(g) @binding(b)` slot of a kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct Binding<'a> {
+    /// The `@group` index.
+    pub group: u32,
+    /// The `@binding` index within the group.
+    pub binding: u32,
+    /// The buffer; its [`BufferKind`](super::BufferKind) must match the slot's address space.
+    pub buffer: &'a GpuBuffer,
+}
+
+impl<'a> Binding<'a> {
+    /// `buffer` at `@group(0) @binding(binding)`.
+    pub fn new(binding: u32, buffer: &'a GpuBuffer) -> Self {
+        Self {
+            group: 0,
+            binding,
+            buffer,
+        }
+    }
+
+    /// `buffer` at `@group(group) @binding(binding)`.
+    pub fn in_group(group: u32, binding: u32, buffer: &'a GpuBuffer) -> Self {
+        Self {
+            group,
+            binding,
+            buffer,
+        }
+    }
+}
+
+/// Compiled shader modules and pipelines, keyed by WGSL source and entry point.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: HashMap<String, CachedModule>,
+}
+
+struct CachedModule {
+    shader: wgpu::ShaderModule,
+    pipelines: HashMap<String, wgpu::ComputePipeline>,
+}
+
+impl PipelineCache {
+    pub(crate) fn pipeline_count(&self) -> usize {
+        self.modules.values().map(|m| m.pipelines.len()).sum()
+    }
+}
+
+/// Folds `workgroups` into a grid `[x, y, 1]` with `x, y <= max_per_dimension` and
+/// `x * y >= workgroups`: `x = min(workgroups, max)`, `y = ceil(workgroups / x)`, so the grid
+/// overshoots by less than one row of `x`. `None` if even `max_per_dimension²` workgroups are not
+/// enough (or `max_per_dimension` is 0).
+///
+/// Entry points run with [`Gpu::dispatch_linear`] must compute their linear workgroup index as
+/// `wg.x + wg.y * nwg.x` and skip the invocations past their data:
+///
+/// ```wgsl
+/// @compute @workgroup_size(64)
+/// fn main(@builtin(workgroup_id) wg: vec3<u32>,
+///         @builtin(num_workgroups) nwg: vec3<u32>,
+///         @builtin(local_invocation_index) lid: u32) {
+///     let i = (wg.x + wg.y * nwg.x) * 64u + lid;
+///     if (i >= arrayLength(&out)) { return; }
+///     // ...
+/// }
+/// ```
+pub fn linear_grid(workgroups: u32, max_per_dimension: u32) -> Option<[u32; 3]> {
+    if workgroups == 0 {
+        return Some([0, 1, 1]);
+    }
+    if max_per_dimension == 0 {
+        return None;
+    }
+    let x = workgroups.min(max_per_dimension);
+    let y = workgroups.div_ceil(x);
+    (y <= max_per_dimension).then_some([x, y, 1])
+}
+
+impl Gpu {
+    /// Runs `entry` of `module` on a `workgroups` grid with `bindings` attached.
+    ///
+    /// Each dimension of `workgroups` must be at most [`Gpu::max_workgroups_per_dimension`]; use
+    /// [`Gpu::dispatch_linear`] for longer one-dimensional work. The work is submitted to the
+    /// queue and runs before later dispatches and [`GpuBuffer::read_back`]s; this call does not
+    /// wait for it.
+    pub fn dispatch(
+        &self,
+        module: &WgslModule,
+        entry: &str,
+        bindings: &[Binding<'_>],
+        workgroups: [u32; 3],
+    ) -> Result<(), GpuError> {
+        let what = || format!("the dispatch of `{entry}` in `{}`", module.name());
+        check_compute_entry(module, entry)?;
+        let max = self.max_workgroups_per_dimension();
+        if workgroups.iter().any(|&n| n > max) {
+            return Err(GpuError::bad_input(
+                what(),
+                format!(
+                    "the grid {workgroups:?} has more than {max} workgroups in a dimension; \
+                     use Gpu::dispatch_linear or a smaller grid"
+                ),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for b in bindings {
+            if !seen.insert((b.group, b.binding)) {
+                return Err(GpuError::bad_input(
+                    what(),
+                    format!("@group({}) @binding({}) is bound twice", b.group, b.binding),
+                ));
+            }
+        }
+        let pipeline = self.pipeline(module, entry)?;
+        let device = self.device();
+        scoped(device, what, || {
+            let mut groups: BTreeMap<u32, Vec<wgpu::BindGroupEntry<'_>>> = BTreeMap::new();
+            for b in bindings {
+                groups
+                    .entry(b.group)
+                    .or_default()
+                    .push(wgpu::BindGroupEntry {
+                        binding: b.binding,
+                        resource: b.buffer.buffer().as_entire_binding(),
+                    });
+            }
+            let bind_groups: Vec<(u32, wgpu::BindGroup)> = groups
+                .iter()
+                .map(|(&group, entries)| {
+                    let layout = pipeline.get_bind_group_layout(group);
+                    let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some(entry),
+                        layout: &layout,
+                        entries,
+                    });
+                    (group, bind_group)
+                })
+                .collect();
+            let mut encoder = device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(entry) });
+            {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(entry),
+                    timestamp_writes: None,
+                });
+                pass.set_pipeline(&pipeline);
+                for (group, bind_group) in &bind_groups {
+                    pass.set_bind_group(*group, bind_group, &[]);
+                }
+                let [x, y, z] = workgroups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+            self.queue().submit([encoder.finish()]);
+        })
+    }
+
+    /// Runs `entry` of `module` on `workgroups` workgroups folded into a 2-D grid by
+    /// [`linear_grid`], which says what index the entry point must compute.
+    /// Returns the grid used.
+    pub fn dispatch_linear(
+        &self,
+        module: &WgslModule,
+        entry: &str,
+        bindings: &[Binding<'_>],
+        workgroups: u32,
+    ) -> Result<[u32; 3], GpuError> {
+        let max = self.max_workgroups_per_dimension();
+        let grid = linear_grid(workgroups, max).ok_or_else(|| {
+            GpuError::bad_input(
+                format!("the dispatch of `{entry}` in `{}`", module.name()),
+                format!("{workgroups} workgroups do not fit a {max} × {max} grid"),
+            )
+        })?;
+        self.dispatch(module, entry, bindings, grid)?;
+        Ok(grid)
+    }
+
+    /// The compute pipeline for `entry` of `module`, compiled on first use.
+    fn pipeline(
+        &self,
+        module: &WgslModule,
+        entry: &str,
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
+        let mut cache = self
+            .pipelines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let source = module.source();
+        if let Some(pipeline) = cache
+            .modules
+            .get(source)
+            .and_then(|m| m.pipelines.get(entry))
+        {
+            return Ok(pipeline.clone());
+        }
+        let device = self.device();
+        let cached = match cache.modules.entry(source.to_string()) {
+            Entry::Occupied(occupied) => occupied.into_mut(),
+            Entry::Vacant(vacant) => {
+                let shader = scoped(
+                    device,
+                    || format!("the shader module `{}`", module.name()),
+                    || {
+                        device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                            label: Some(module.name()),
+                            source: wgpu::ShaderSource::Wgsl(source.into()),
+                        })
+                    },
+                )?;
+                vacant.insert(CachedModule {
+                    shader,
+                    pipelines: HashMap::new(),
+                })
+            }
+        };
+        let pipeline = scoped(
+            device,
+            || format!("the compute pipeline for `{entry}` in `{}`", module.name()),
+            || {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(entry),
+                    layout: None,
+                    module: &cached.shader,
+                    entry_point: Some(entry),
+                    compilation_options: wgpu::PipelineCompilationOptions::default(),
+                    cache: None,
+                })
+            },
+        )?;
+        cached.pipelines.insert(entry.to_string(), pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
+/// Checks that `module` has a compute entry point named `entry`.
+fn check_compute_entry(module: &WgslModule, entry: &str) -> Result<(), GpuError> {
+    let entry_points = &module.naga_module().entry_points;
+    match entry_points.iter().find(|ep| ep.name == entry) {
+        Some(ep) if ep.stage == naga::ShaderStage::Compute => Ok(()),
+        Some(ep) => Err(GpuError::bad_input(
+            format!("`{}`", module.name()),
+            format!(
+                "entry point `{entry}` is a {:?} entry point, not a compute one",
+                ep.stage
+            ),
+        )),
+        None => {
+            let names: Vec<&str> = entry_points
+                .iter()
+                .filter(|ep| ep.stage == naga::ShaderStage::Compute)
+                .map(|ep| ep.name.as_str())
+                .collect();
+            Err(GpuError::bad_input(
+                format!("`{}`", module.name()),
+                format!(
+                    "no compute entry point named `{entry}` (it has: {})",
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_grid_covers_the_count_without_a_spare_row() {
+        let max = 65_535;
+        for n in [
+            1,
+            2,
+            64,
+            65_534,
+            65_535,
+            65_536,
+            131_070,
+            131_071,
+            1 << 20,
+            4_000_000_000,
+        ] {
+            let [x, y, z] = linear_grid(n, max).unwrap();
+            assert!(x <= max && y <= max && z == 1, "{n}: {x} {y} {z}");
+            let total = u64::from(x) * u64::from(y);
+            assert!(total >= u64::from(n), "{n}: {x} × {y} too small");
+            assert!(
+                total < u64::from(n) + u64::from(x),
+                "{n}: {x} × {y} has a spare row"
+            );
+        }
+        assert_eq!(linear_grid(70_000, max), Some([65_535, 2, 1]));
+        assert_eq!(linear_grid(10, max), Some([10, 1, 1]));
+        assert_eq!(linear_grid(0, max), Some([0, 1, 1]));
+        assert_eq!(linear_grid(17, 4), None);
+        assert_eq!(linear_grid(16, 4), Some([4, 4, 1]));
+        assert_eq!(linear_grid(1, 0), None);
+    }
+
+    #[test]
+    fn missing_and_non_compute_entry_points_are_reported() {
+        let src = "@compute @workgroup_size(1) fn main() {}\n\
+                   @vertex fn vs() -> @builtin(position) vec4<f32> { return vec4<f32>(0.0); }";
+        let module = WgslModule::validate("k", src).unwrap();
+        assert!(check_compute_entry(&module, "main").is_ok());
+        let err = check_compute_entry(&module, "nope")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`nope`") && err.contains("main"), "{err}");
+        let err = check_compute_entry(&module, "vs").unwrap_err().to_string();
+        assert!(err.contains("not a compute"), "{err}");
+    }
+}

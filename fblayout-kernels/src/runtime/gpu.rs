@@ -1,0 +1,354 @@
+//! The GPU handle: a wgpu instance, the chosen adapter, its device and queue.
+//!
+//! [`Gpu::new`] picks an adapter as [`AdapterChoice::from_env`] says and opens a device on it,
+//! blocking on wgpu's futures with `pollster`. The device gets the adapter's own buffer, binding
+//! and compute limits, so big buffers work on real GPUs, and `SHADER_F16` when the adapter has it.
+//! [`GpuInfo`] describes the adapter for logs. Every wgpu call that can fail runs inside error
+//! scopes ([`scoped`]), so failures come back as [`GpuError`] instead of wgpu's default panic.
+
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+
+use fblayout_core::wgsl::WgslFeatures;
+
+use super::choice::AdapterChoice;
+use super::dispatch::PipelineCache;
+use super::error::GpuError;
+
+/// The largest workgroup count per dimension that [`Gpu::dispatch`] uses: WebGPU's guaranteed
+/// minimum. Devices that allow more are still held to it, so kernels see the same grids on every
+/// adapter.
+pub const MAX_WORKGROUPS_PER_DIMENSION: u32 = 65_535;
+
+/// A wgpu device and queue on a chosen adapter, with a compute pipeline cache.
+///
+/// `Gpu` is `Send + Sync`: one can be shared between threads (wgpu's error scopes are
+/// thread-local, so concurrent operations report their own errors).
+pub struct Gpu {
+    /// Kept alive for as long as the device is.
+    _instance: wgpu::Instance,
+    adapter: wgpu::Adapter,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    info: GpuInfo,
+    pub(super) pipelines: Mutex<PipelineCache>,
+}
+
+/// A description of the adapter a [`Gpu`] runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// The adapter's name, e.g. `llvmpipe (LLVM 15.0.6, 256 bits)`.
+    pub name: String,
+    /// The wgpu backend (Vulkan, Metal, DX12, GL).
+    pub backend: wgpu::Backend,
+    /// Discrete, integrated, virtual, CPU or other.
+    pub device_type: wgpu::DeviceType,
+    /// The driver's name, e.g. `llvmpipe`.
+    pub driver: String,
+    /// The driver's version details.
+    pub driver_info: String,
+}
+
+impl GpuInfo {
+    fn from_adapter_info(info: &wgpu::AdapterInfo) -> Self {
+        Self {
+            name: info.name.clone(),
+            backend: info.backend,
+            device_type: info.device_type,
+            driver: info.driver.clone(),
+            driver_info: info.driver_info.clone(),
+        }
+    }
+
+    /// Whether the adapter is a software rasteriser (lavapipe, llvmpipe, WARP, ...).
+    pub fn is_software(&self) -> bool {
+        self.device_type == wgpu::DeviceType::Cpu
+    }
+}
+
+impl fmt::Display for GpuInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({:?}, {:?}",
+            self.name, self.backend, self.device_type
+        )?;
+        match (self.driver.is_empty(), self.driver_info.is_empty()) {
+            (true, true) => {}
+            (false, true) => write!(f, ", driver {}", self.driver)?,
+            (true, false) => write!(f, ", driver {}", self.driver_info)?,
+            (false, false) => write!(f, ", driver {} {}", self.driver, self.driver_info)?,
+        }
+        f.write_str(")")
+    }
+}
+
+impl fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gpu")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// Opens a device on the adapter that `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND` pick (see
+    /// [`AdapterChoice::from_env`]), or on wgpu's preferred adapter when they are unset.
+    pub fn new() -> Result<Self, GpuError> {
+        Self::with_choice(AdapterChoice::from_env()?)
+    }
+
+    /// Opens a device on the adapter that `choice` picks.
+    pub fn with_choice(choice: AdapterChoice) -> Result<Self, GpuError> {
+        pollster::block_on(Self::open(choice))
+    }
+
+    async fn open(choice: AdapterChoice) -> Result<Self, GpuError> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = choice.backends;
+        desc.flags = wgpu::InstanceFlags::from_env_or_default();
+        desc.backend_options = wgpu::BackendOptions::from_env_or_default();
+        let instance = wgpu::Instance::new(desc);
+        let tried = format!(
+            "backends {:?}, power preference {:?}{}",
+            choice.backends,
+            choice.power_preference,
+            match &choice.name_contains {
+                Some(name) => format!(", adapter name containing {name:?}"),
+                None => String::new(),
+            }
+        );
+
+        let adapter = match &choice.name_contains {
+            Some(wanted) => {
+                let adapters = instance.enumerate_adapters(choice.backends).await;
+                if adapters.is_empty() {
+                    return Err(GpuError::NoAdapter { tried });
+                }
+                let describe = |a: &wgpu::Adapter| {
+                    let info = a.get_info();
+                    format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type)
+                };
+                let available = adapters.iter().map(describe).collect();
+                adapters
+                    .into_iter()
+                    .filter(|a| choice.matches_name(&a.get_info().name))
+                    .find(supports_compute)
+                    .ok_or_else(|| GpuError::NoMatchingAdapter {
+                        wanted: wanted.clone(),
+                        available,
+                    })?
+            }
+            None => {
+                let options = wgpu::RequestAdapterOptions {
+                    power_preference: choice.power_preference,
+                    force_fallback_adapter: false,
+                    ..Default::default()
+                };
+                let adapter = instance.request_adapter(&options).await.map_err(|err| {
+                    GpuError::NoAdapter {
+                        tried: format!("{tried}: {err}"),
+                    }
+                })?;
+                if !supports_compute(&adapter) {
+                    let name = adapter.get_info().name;
+                    return Err(GpuError::NoAdapter {
+                        tried: format!("{tried}: the adapter found ({name}) lacks compute shaders"),
+                    });
+                }
+                adapter
+            }
+        };
+
+        let required_limits = required_limits(&adapter.limits());
+        let required_features = adapter.features() & wgpu::Features::SHADER_F16;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("fblayout"),
+                required_features,
+                required_limits,
+                ..Default::default()
+            })
+            .await?;
+        let limits = device.limits();
+        let info = GpuInfo::from_adapter_info(&adapter.get_info());
+        Ok(Self {
+            _instance: instance,
+            adapter,
+            device,
+            queue,
+            limits,
+            info,
+            pipelines: Mutex::new(PipelineCache::default()),
+        })
+    }
+
+    /// The adapter's name, backend, device type and driver.
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    /// The wgpu adapter.
+    pub fn adapter(&self) -> &wgpu::Adapter {
+        &self.adapter
+    }
+
+    /// The wgpu device. Errors of work done on it directly are not caught by this crate; wgpu's
+    /// default handler panics on them.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The wgpu queue.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// The limits the device was created with.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// The optional WGSL features the device supports, for
+    /// [`WgslModule::validate_with`](fblayout_core::wgsl::WgslModule::validate_with).
+    pub fn wgsl_features(&self) -> WgslFeatures {
+        WgslFeatures {
+            f16: self.device.features().contains(wgpu::Features::SHADER_F16),
+        }
+    }
+
+    /// The largest workgroup count per dispatch dimension: the device's limit, capped at
+    /// [`MAX_WORKGROUPS_PER_DIMENSION`].
+    pub fn max_workgroups_per_dimension(&self) -> u32 {
+        self.limits
+            .max_compute_workgroups_per_dimension
+            .min(MAX_WORKGROUPS_PER_DIMENSION)
+    }
+
+    /// The number of compute pipelines compiled so far (one per WGSL source and entry point).
+    pub fn cached_pipelines(&self) -> usize {
+        self.pipelines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pipeline_count()
+    }
+}
+
+fn supports_compute(adapter: &wgpu::Adapter) -> bool {
+    adapter
+        .get_downlevel_capabilities()
+        .flags
+        .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
+}
+
+/// WebGPU's default limits (or the downlevel ones where the adapter lacks them), raised to the
+/// adapter's own values for buffer sizes and compute.
+fn required_limits(supported: &wgpu::Limits) -> wgpu::Limits {
+    let mut limits = if wgpu::Limits::default().check_limits(supported) {
+        wgpu::Limits::default()
+    } else if wgpu::Limits::downlevel_defaults().check_limits(supported) {
+        wgpu::Limits::downlevel_defaults()
+    } else {
+        return supported.clone();
+    };
+    limits.max_buffer_size = supported.max_buffer_size;
+    limits.max_storage_buffer_binding_size = supported.max_storage_buffer_binding_size;
+    limits.max_uniform_buffer_binding_size = supported.max_uniform_buffer_binding_size;
+    limits.max_storage_buffers_per_shader_stage = supported.max_storage_buffers_per_shader_stage;
+    limits.max_compute_workgroup_storage_size = supported.max_compute_workgroup_storage_size;
+    limits.max_compute_invocations_per_workgroup = supported.max_compute_invocations_per_workgroup;
+    limits.max_compute_workgroup_size_x = supported.max_compute_workgroup_size_x;
+    limits.max_compute_workgroup_size_y = supported.max_compute_workgroup_size_y;
+    limits.max_compute_workgroup_size_z = supported.max_compute_workgroup_size_z;
+    limits.max_compute_workgroups_per_dimension = supported.max_compute_workgroups_per_dimension;
+    limits.using_alignment(supported.clone())
+}
+
+/// Runs `f` inside wgpu error scopes for validation, internal and out-of-memory errors, and turns
+/// a caught error into a [`GpuError`] about `what`.
+pub(crate) fn scoped<R>(
+    device: &wgpu::Device,
+    what: impl FnOnce() -> String,
+    f: impl FnOnce() -> R,
+) -> Result<R, GpuError> {
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let result = f();
+    // Scopes are popped innermost first.
+    let validation = pollster::block_on(validation.pop());
+    let internal = pollster::block_on(internal.pop());
+    let oom = pollster::block_on(oom.pop());
+    match validation.or(internal).or(oom) {
+        None => Ok(result),
+        Some(err @ wgpu::Error::OutOfMemory { .. }) => Err(GpuError::OutOfMemory {
+            what: what(),
+            message: err.to_string(),
+        }),
+        Some(err) => Err(GpuError::Validation {
+            what: what(),
+            message: error_report(&err),
+        }),
+    }
+}
+
+/// wgpu's error with its chain of sources.
+fn error_report(err: &wgpu::Error) -> String {
+    let mut report = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !report.contains(&line) {
+            report.push_str("\n  caused by: ");
+            report.push_str(&line);
+        }
+        source = cause.source();
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_take_the_adapter_buffer_sizes() {
+        let adapter = wgpu::Limits {
+            max_buffer_size: 8 << 30,
+            max_storage_buffer_binding_size: 4 << 30,
+            max_compute_workgroups_per_dimension: 1 << 20,
+            ..Default::default()
+        };
+        let limits = required_limits(&adapter);
+        assert_eq!(limits.max_buffer_size, 8 << 30);
+        assert_eq!(limits.max_storage_buffer_binding_size, 4 << 30);
+        assert_eq!(limits.max_compute_workgroups_per_dimension, 1 << 20);
+        assert!(limits.check_limits(&adapter));
+    }
+
+    #[test]
+    fn limits_fall_back_to_downlevel() {
+        let adapter = wgpu::Limits::downlevel_defaults();
+        let limits = required_limits(&adapter);
+        assert!(limits.check_limits(&adapter));
+    }
+
+    #[test]
+    fn info_display_names_the_adapter() {
+        let info = GpuInfo {
+            name: "llvmpipe (LLVM 15.0.6, 256 bits)".into(),
+            backend: wgpu::Backend::Vulkan,
+            device_type: wgpu::DeviceType::Cpu,
+            driver: "llvmpipe".into(),
+            driver_info: "Mesa 22.3.6".into(),
+        };
+        assert!(info.is_software());
+        let shown = info.to_string();
+        assert!(
+            shown.starts_with("llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Cpu"),
+            "{shown}"
+        );
+        assert!(shown.contains("Mesa 22.3.6"), "{shown}");
+    }
+}

@@ -1,0 +1,41 @@
+//! The wgpu runtime that fblayout's kernels run on.
+//!
+//! - [`Gpu`]: a device and queue on an adapter picked by [`AdapterChoice`] (from
+//!   `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND`), with a pipeline cache.
+//! - [`GpuBuffer`]: typed storage and uniform buffers, read back with [`GpuBuffer::read_back`].
+//! - [`Gpu::dispatch`] / [`Gpu::dispatch_linear`]: run an entry point of a validated
+//!   [`WgslModule`](fblayout_core::wgsl::WgslModule) with [`Binding`]s.
+//! - [`GpuError`]: everything that can go wrong, including wgpu validation errors caught in
+//!   error scopes.
+//!
+//! ```no_run
+//! use fblayout_core::wgsl::WgslModule;
+//! use fblayout_kernels::runtime::{Binding, Gpu, GpuBuffer};
+//!
+//! let gpu = Gpu::new()?;
+//! println!("running on {}", gpu.info());
+//! let module = WgslModule::validate(
+//!     "double",
+//!     "@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+//!      @compute @workgroup_size(64)
+//!      fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+//!          if (id.x < arrayLength(&data)) { data[id.x] = data[id.x] * 2u; }
+//!      }",
+//! )?;
+//! let data = GpuBuffer::from_slice(&gpu, &[1u32, 2, 3])?;
+//! gpu.dispatch(&module, "main", &[Binding::new(0, &data)], [1, 1, 1])?;
+//! assert_eq!(data.read_back::<u32>()?, vec![2, 4, 6]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod buffer;
+mod choice;
+mod dispatch;
+mod error;
+mod gpu;
+
+pub use buffer::{BufferKind, GpuBuffer};
+pub use choice::{ADAPTER_ENV, AdapterChoice, BACKEND_ENV};
+pub use dispatch::{Binding, linear_grid};
+pub use error::GpuError;
+pub use gpu::{Gpu, GpuInfo, MAX_WORKGROUPS_PER_DIMENSION};

@@ -1,0 +1,597 @@
+//! GPU tests of the wgpu runtime and the index probe.
+//!
+//! These run on whatever adapter `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND` pick; CI runs them on
+//! Mesa's lavapipe. They fail (never skip) when no adapter is found.
+
+use std::sync::OnceLock;
+
+use fblayout_core::wgsl::WgslModule;
+use fblayout_kernels::probe::{MAX_PROBE_COORDS, PROBE_ENTRY, ProbeRequest, probe_offsets};
+use fblayout_kernels::runtime::{
+    AdapterChoice, Binding, BufferKind, Gpu, GpuBuffer, GpuError, linear_grid,
+};
+
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        // Fail, never skip: CI runs these tests on lavapipe.
+        let gpu = Gpu::new().unwrap_or_else(|err| {
+            panic!(
+                "could not open a GPU for the fblayout-kernels tests; install Mesa's Vulkan drivers \
+                 (`apt-get install mesa-vulkan-drivers`, which includes lavapipe) or set \
+                 FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
+            )
+        });
+        eprintln!("fblayout-kernels tests run on {}", gpu.info());
+        gpu
+    })
+}
+
+fn module(name: &str, source: &str) -> WgslModule {
+    WgslModule::validate(name, source).unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// `out[i] = in[i] * p.mul + p.add`, one invocation per element, over a linear grid.
+const AFFINE: &str = "
+struct Params { mul: u32, add: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(2) var<uniform> p: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wg.x + wg.y * nwg.x) * 64u + lid;
+    if (i >= arrayLength(&dst)) { return; }
+    dst[i] = src[i] * p.mul + p.add;
+}
+";
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    mul: u32,
+    add: u32,
+    pad: [u32; 2],
+}
+
+fn run_affine(gpu: &Gpu, input: &[u32], mul: u32, add: u32) -> (Vec<u32>, [u32; 3]) {
+    let m = module("affine", AFFINE);
+    let src = GpuBuffer::from_slice(gpu, input).unwrap();
+    let dst = GpuBuffer::zeroed::<u32>(gpu, input.len()).unwrap();
+    let params = GpuBuffer::uniform(
+        gpu,
+        &Params {
+            mul,
+            add,
+            pad: [0; 2],
+        },
+    )
+    .unwrap();
+    assert_eq!(params.kind(), BufferKind::Uniform);
+    let bindings = [
+        Binding::new(0, &src),
+        Binding::new(1, &dst),
+        Binding::new(2, &params),
+    ];
+    let workgroups = input.len().div_ceil(64) as u32;
+    let grid = gpu
+        .dispatch_linear(&m, "main", &bindings, workgroups)
+        .unwrap();
+    (dst.read_back::<u32>().unwrap(), grid)
+}
+
+#[test]
+fn u32_buffer_round_trips_through_a_kernel() {
+    let gpu = gpu();
+    let input: Vec<u32> = (0..1000u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    let (out, grid) = run_affine(gpu, &input, 3, 17);
+    assert_eq!(grid, [16, 1, 1]);
+    let expected: Vec<u32> = input
+        .iter()
+        .map(|v| v.wrapping_mul(3).wrapping_add(17))
+        .collect();
+    assert_eq!(out, expected);
+
+    // Plain upload/download, without a kernel, keeps every bit.
+    let buf = GpuBuffer::from_slice(gpu, &input).unwrap();
+    assert_eq!(buf.len_bytes(), 4000);
+    assert_eq!(buf.read_back::<u32>().unwrap(), input);
+    let replaced: Vec<u32> = input.iter().rev().copied().collect();
+    buf.write(&replaced).unwrap();
+    assert_eq!(buf.read_back::<u32>().unwrap(), replaced);
+}
+
+#[test]
+fn dispatch_beyond_65535_workgroups_folds_into_y() {
+    let gpu = gpu();
+    let workgroups = 65_535 + 1_000;
+    let n = workgroups as usize * 64;
+    let input: Vec<u32> = (0..n as u32).collect();
+    let (out, grid) = run_affine(gpu, &input, 5, 1);
+    assert_eq!(grid, [65_535, 2, 1]);
+    assert_eq!(out.len(), n);
+    // Every element, including those only reached through workgroup_id.y, was written once.
+    for (i, v) in out.iter().enumerate() {
+        assert_eq!(
+            *v,
+            (i as u32).wrapping_mul(5).wrapping_add(1),
+            "element {i}"
+        );
+    }
+    assert_eq!(
+        linear_grid(workgroups, gpu.max_workgroups_per_dimension()),
+        Some(grid)
+    );
+
+    // The plain dispatch refuses a grid over the per-dimension limit instead of failing in wgpu.
+    let m = module("affine", AFFINE);
+    let dst = GpuBuffer::zeroed::<u32>(gpu, 64).unwrap();
+    let err = gpu
+        .dispatch(&m, "main", &[Binding::new(1, &dst)], [workgroups, 1, 1])
+        .unwrap_err();
+    assert!(matches!(err, GpuError::BadInput { .. }), "{err:?}");
+    assert!(err.to_string().contains("dispatch_linear"), "{err}");
+}
+
+#[test]
+fn pipelines_are_compiled_once_per_source_and_entry() {
+    // A Gpu of its own, so that other tests do not change its cache.
+    let gpu = Gpu::new()
+        .unwrap_or_else(|err| panic!("no GPU adapter: install mesa-vulkan-drivers\n{err}"));
+    let src = "
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@compute @workgroup_size(64)
+fn inc(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&data)) { data[id.x] = data[id.x] + 1u; }
+}
+@compute @workgroup_size(64)
+fn dec(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&data)) { data[id.x] = data[id.x] - 1u; }
+}
+";
+    let m = module("incdec", src);
+    let data = GpuBuffer::from_slice(&gpu, &[10u32; 100]).unwrap();
+    let b = [Binding::new(0, &data)];
+    assert_eq!(gpu.cached_pipelines(), 0);
+    gpu.dispatch(&m, "inc", &b, [2, 1, 1]).unwrap();
+    gpu.dispatch(&m, "inc", &b, [2, 1, 1]).unwrap();
+    gpu.dispatch(&m, "inc", &b, [2, 1, 1]).unwrap();
+    assert_eq!(gpu.cached_pipelines(), 1);
+    gpu.dispatch(&m, "dec", &b, [2, 1, 1]).unwrap();
+    assert_eq!(gpu.cached_pipelines(), 2);
+    // A module with the same source is the same kernel.
+    let again = module("incdec again", src);
+    gpu.dispatch(&again, "inc", &b, [2, 1, 1]).unwrap();
+    assert_eq!(gpu.cached_pipelines(), 2);
+    // Dispatches run in submission order: 10 + 3 - 1 + 1.
+    assert_eq!(data.read_back::<u32>().unwrap(), vec![13u32; 100]);
+}
+
+#[test]
+fn odd_sized_and_empty_buffers_round_trip() {
+    let gpu = gpu();
+    let bytes = GpuBuffer::from_slice(gpu, &[1u8, 2, 3, 4, 5]).unwrap();
+    assert_eq!(bytes.len_bytes(), 5);
+    assert_eq!(bytes.read_back::<u8>().unwrap(), vec![1, 2, 3, 4, 5]);
+    let err = bytes.read_back::<u32>().unwrap_err();
+    assert!(matches!(err, GpuError::BadInput { .. }), "{err:?}");
+    let err = bytes.write(&[1u8, 2]).unwrap_err();
+    assert!(matches!(err, GpuError::BadInput { .. }), "{err:?}");
+
+    let empty = GpuBuffer::from_slice::<u32>(gpu, &[]).unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(empty.read_back::<u32>().unwrap(), Vec::<u32>::new());
+
+    let zeros = GpuBuffer::zeroed::<u64>(gpu, 33).unwrap();
+    assert_eq!(zeros.read_back::<u64>().unwrap(), vec![0u64; 33]);
+}
+
+#[test]
+fn buffers_beyond_the_device_limits_are_refused() {
+    let gpu = gpu();
+    let limit = gpu
+        .limits()
+        .max_storage_buffer_binding_size
+        .min(gpu.limits().max_buffer_size);
+    let elements = (limit / 4 + 1) as usize;
+    let err = GpuBuffer::zeroed::<u32>(gpu, elements).unwrap_err();
+    match err {
+        GpuError::BufferTooLarge {
+            bytes, limit: l, ..
+        } => {
+            assert_eq!(l, limit);
+            assert!(bytes > limit);
+        }
+        other => panic!("expected BufferTooLarge, got {other:?}"),
+    }
+    let err = GpuBuffer::zeroed::<u64>(gpu, usize::MAX).unwrap_err();
+    assert!(matches!(err, GpuError::BufferTooLarge { .. }), "{err:?}");
+}
+
+#[test]
+fn missing_entry_point_is_an_error() {
+    let gpu = gpu();
+    let m = module("affine", AFFINE);
+    let dst = GpuBuffer::zeroed::<u32>(gpu, 64).unwrap();
+    let err = gpu
+        .dispatch(&m, "mian", &[Binding::new(1, &dst)], [1, 1, 1])
+        .unwrap_err();
+    assert!(matches!(err, GpuError::BadInput { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("`mian`") && msg.contains("main"), "{msg}");
+}
+
+#[test]
+fn wgpu_validation_errors_come_back_as_err() {
+    let gpu = gpu();
+    let m = module("affine", AFFINE);
+    let src = GpuBuffer::from_slice(gpu, &[1u32; 64]).unwrap();
+    let dst = GpuBuffer::zeroed::<u32>(gpu, 64).unwrap();
+    let params = GpuBuffer::uniform(
+        gpu,
+        &Params {
+            mul: 1,
+            add: 1,
+            pad: [0; 2],
+        },
+    )
+    .unwrap();
+
+    // A storage buffer where the shader wants a uniform one.
+    let wrong_kind = [
+        Binding::new(0, &src),
+        Binding::new(1, &dst),
+        Binding::new(2, &src),
+    ];
+    let err = gpu
+        .dispatch(&m, "main", &wrong_kind, [1, 1, 1])
+        .unwrap_err();
+    assert!(matches!(err, GpuError::Validation { .. }), "{err:?}");
+
+    // A binding the shader lacks, and one missing.
+    let missing = [Binding::new(0, &src), Binding::new(1, &dst)];
+    let err = gpu.dispatch(&m, "main", &missing, [1, 1, 1]).unwrap_err();
+    assert!(matches!(err, GpuError::Validation { .. }), "{err:?}");
+    let extra = [
+        Binding::new(0, &src),
+        Binding::new(1, &dst),
+        Binding::new(2, &params),
+        Binding::new(3, &dst),
+    ];
+    let err = gpu.dispatch(&m, "main", &extra, [1, 1, 1]).unwrap_err();
+    assert!(matches!(err, GpuError::Validation { .. }), "{err:?}");
+
+    // The same binding twice is caught before wgpu.
+    let twice = [Binding::new(0, &src), Binding::new(0, &src)];
+    let err = gpu.dispatch(&m, "main", &twice, [1, 1, 1]).unwrap_err();
+    assert!(matches!(err, GpuError::BadInput { .. }), "{err:?}");
+
+    // naga accepts this shader, but no device runs a million invocations per workgroup: the
+    // pipeline fails to build and the dispatch reports it.
+    let huge = module(
+        "huge workgroup",
+        "@group(0) @binding(0) var<storage, read_write> d: array<u32>;
+         @compute @workgroup_size(1024, 1024, 1)
+         fn main(@builtin(local_invocation_index) l: u32) { d[l] = l; }",
+    );
+    let err = gpu
+        .dispatch(&huge, "main", &[Binding::new(0, &dst)], [1, 1, 1])
+        .unwrap_err();
+    assert!(matches!(err, GpuError::Validation { .. }), "{err:?}");
+    assert!(err.to_string().contains("huge workgroup"), "{err}");
+
+    // The failures left the device usable.
+    let ok = [
+        Binding::new(0, &src),
+        Binding::new(1, &dst),
+        Binding::new(2, &params),
+    ];
+    gpu.dispatch(&m, "main", &ok, [1, 1, 1]).unwrap();
+    assert_eq!(dst.read_back::<u32>().unwrap(), vec![2u32; 64]);
+}
+
+#[test]
+fn a_name_that_matches_no_adapter_lists_the_available_ones() {
+    let choice = AdapterChoice {
+        name_contains: Some("no-such-adapter-3f9a".to_string()),
+        ..AdapterChoice::default()
+    };
+    match Gpu::with_choice(choice).unwrap_err() {
+        GpuError::NoMatchingAdapter { wanted, available } => {
+            assert_eq!(wanted, "no-such-adapter-3f9a");
+            assert!(
+                !available.is_empty(),
+                "the shared test adapter should be listed"
+            );
+            let own = &gpu().info().name;
+            assert!(
+                available.iter().any(|a| a.contains(own.as_str())),
+                "{available:?}"
+            );
+        }
+        other => panic!("expected NoMatchingAdapter, got {other:?}"),
+    }
+}
+
+#[test]
+fn no_adapter_message_says_how_to_get_one() {
+    let msg = GpuError::NoAdapter {
+        tried: "backends VULKAN".into(),
+    }
+    .to_string();
+    assert!(msg.contains("no GPU adapter"), "{msg}");
+    assert!(msg.contains("apt-get install mesa-vulkan-drivers"), "{msg}");
+    assert!(
+        msg.contains("FBLAYOUT_ADAPTER") && msg.contains("FBLAYOUT_BACKEND"),
+        "{msg}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The index probe.
+
+/// Hand-written row-major and column-major layouts of a 3-D tensor with dynamic extents.
+const DENSE_3D: &str = "
+fn rm_offset(i: u32, j: u32, k: u32, d0: u32, d1: u32, d2: u32) -> u32 {
+    return (i * d1 + j) * d2 + k;
+}
+fn rm_in_bounds(i: u32, j: u32, k: u32, d0: u32, d1: u32, d2: u32) -> bool {
+    return i < d0 && j < d1 && k < d2;
+}
+fn cm_offset(i: u32, j: u32, k: u32, d0: u32, d1: u32, d2: u32) -> u32 {
+    return i + d0 * (j + d1 * k);
+}
+fn cm_in_bounds(i: u32, j: u32, k: u32, d0: u32, d1: u32, d2: u32) -> bool {
+    return i < d0 && j < d1 && k < d2;
+}
+";
+
+/// All coordinates of `shape` in row-major order.
+fn coords(shape: &[u32]) -> Vec<Vec<u32>> {
+    let mut all = vec![vec![]];
+    for &n in shape {
+        all = all
+            .into_iter()
+            .flat_map(|prefix| {
+                (0..n).map(move |c| {
+                    let mut v = prefix.clone();
+                    v.push(c);
+                    v
+                })
+            })
+            .collect();
+    }
+    all
+}
+
+fn probe(module: &WgslModule, name: &str, shape: &[u32], extents: &[u32]) -> Vec<Option<u32>> {
+    let offset_fn = format!("{name}_offset");
+    let in_bounds_fn = format!("{name}_in_bounds");
+    let req = ProbeRequest {
+        module,
+        offset_fn: &offset_fn,
+        in_bounds_fn: &in_bounds_fn,
+        shape,
+        extent_args: extents,
+    };
+    probe_offsets(gpu(), &req).unwrap_or_else(|err| panic!("{err}"))
+}
+
+#[test]
+fn probe_matches_row_and_column_major_formulas() {
+    let m = module("dense3d", DENSE_3D);
+    let [d0, d1, d2] = [3u32, 4, 5];
+    let shape = [d0, d1, d2];
+    let all = coords(&shape);
+
+    let rm = probe(&m, "rm", &shape, &shape);
+    let cm = probe(&m, "cm", &shape, &shape);
+    assert_eq!(rm.len(), 60);
+    assert_eq!(cm.len(), 60);
+    for (n, c) in all.iter().enumerate() {
+        let (i, j, k) = (c[0], c[1], c[2]);
+        assert_eq!(rm[n], Some((i * d1 + j) * d2 + k), "row-major at {c:?}");
+        assert_eq!(cm[n], Some(i + d0 * (j + d1 * k)), "column-major at {c:?}");
+    }
+    // Row-major enumeration of a row-major layout is the identity; column-major is a permutation.
+    assert_eq!(rm, (0..60).map(Some).collect::<Vec<_>>());
+    let mut sorted: Vec<u32> = cm.iter().map(|o| o.unwrap()).collect();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..60).collect::<Vec<_>>());
+
+    // Enumerating past the extents: the extra coordinates are out of bounds.
+    let wide = [4u32, 4, 6];
+    let rm = probe(&m, "rm", &wide, &shape);
+    for (n, c) in coords(&wide).iter().enumerate() {
+        let inside = c[0] < d0 && c[1] < d1 && c[2] < d2;
+        let expected = inside.then(|| (c[0] * d1 + c[1]) * d2 + c[2]);
+        assert_eq!(rm[n], expected, "at {c:?}");
+    }
+}
+
+#[test]
+fn probe_padded_tiles_reports_out_of_bounds_as_none() {
+    // 4x4 tiles, row-major within a tile and across tiles, over a 6x10 tensor: 2x3 tiles
+    // (8x12 padded), each stored as 16 consecutive elements.
+    let m = module(
+        "tiled",
+        "
+fn tile_offset(i: u32, j: u32, rows: u32, cols: u32) -> u32 {
+    let tiles_per_row = (cols + 3u) / 4u;
+    return ((i / 4u) * tiles_per_row + j / 4u) * 16u + (i % 4u) * 4u + j % 4u;
+}
+fn tile_in_bounds(i: u32, j: u32, rows: u32, cols: u32) -> bool {
+    return i < rows && j < cols;
+}
+",
+    );
+    let (rows, cols) = (6u32, 10u32);
+    let shape = [8u32, 12];
+    let got = probe(&m, "tile", &shape, &[rows, cols]);
+    assert_eq!(got.len(), 96);
+    let mut seen = std::collections::HashSet::new();
+    for (n, c) in coords(&shape).iter().enumerate() {
+        let (i, j) = (c[0], c[1]);
+        if i < rows && j < cols {
+            let expected = ((i / 4) * 3 + j / 4) * 16 + (i % 4) * 4 + j % 4;
+            assert_eq!(got[n], Some(expected), "at ({i}, {j})");
+            assert!(expected < 96, "offset {expected} outside the 2x3 tiles");
+            assert!(seen.insert(expected), "offset {expected} repeated");
+        } else {
+            assert_eq!(got[n], None, "padding at ({i}, {j}) must be out of bounds");
+        }
+    }
+    assert_eq!(seen.len(), 60);
+    assert_eq!(got.iter().filter(|o| o.is_none()).count(), 96 - 60);
+}
+
+#[test]
+fn probe_handles_the_arity_limits_and_empty_shapes() {
+    // Eight coordinates and eight extents: offset = sum of c_k * e_k (e_k as strides).
+    let params: Vec<String> = (0..8)
+        .map(|k| format!("c{k}: u32"))
+        .chain((0..8).map(|k| format!("e{k}: u32")))
+        .collect();
+    let sum: Vec<String> = (0..8).map(|k| format!("c{k} * e{k}")).collect();
+    let src = format!(
+        "fn big_offset({p}) -> u32 {{ return {s}; }}\n\
+         fn big_in_bounds({p}) -> bool {{ return c0 + c7 != 2u; }}\n\
+         fn none_offset() -> u32 {{ return 42u; }}\n\
+         fn none_in_bounds() -> bool {{ return true; }}\n",
+        p = params.join(", "),
+        s = sum.join(" + ")
+    );
+    let m = module("arity", &src);
+    let shape = [2u32, 1, 2, 1, 2, 1, 2, 2];
+    let strides = [1u32, 10, 100, 1000, 10_000, 100_000, 1_000_000, 10_000_000];
+    let got = probe(&m, "big", &shape, &strides);
+    let all = coords(&shape);
+    assert_eq!(got.len(), all.len());
+    assert_eq!(got.len(), 32);
+    for (n, c) in all.iter().enumerate() {
+        let expected =
+            (c[0] + c[7] != 2).then(|| c.iter().zip(&strides).map(|(c, s)| c * s).sum::<u32>());
+        assert_eq!(got[n], expected, "at {c:?}");
+    }
+
+    // No coordinates at all: one point.
+    assert_eq!(probe(&m, "none", &[], &[]), vec![Some(42)]);
+    // A zero extent: nothing to enumerate.
+    let dense = module("dense3d", DENSE_3D);
+    assert_eq!(
+        probe(&dense, "rm", &[3, 0, 5], &[3, 0, 5]),
+        Vec::<Option<u32>>::new()
+    );
+}
+
+fn probe_err(req: ProbeRequest<'_>) -> GpuError {
+    match probe_offsets(gpu(), &req) {
+        Ok(v) => panic!(
+            "probe of {:?} should fail, got {} values",
+            req.offset_fn,
+            v.len()
+        ),
+        Err(err) => err,
+    }
+}
+
+#[test]
+fn probe_rejects_bad_requests() {
+    let m = module("dense3d", DENSE_3D);
+    let ok = ProbeRequest {
+        module: &m,
+        offset_fn: "rm_offset",
+        in_bounds_fn: "rm_in_bounds",
+        shape: &[3, 4, 5],
+        extent_args: &[3, 4, 5],
+    };
+    assert_eq!(probe_offsets(gpu(), &ok).unwrap().len(), 60);
+
+    let bad_input = |err: GpuError, needle: &str| {
+        assert!(matches!(err, GpuError::BadInput { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains(needle), "`{needle}` not in: {msg}");
+    };
+    // A function that does not exist.
+    bad_input(
+        probe_err(ProbeRequest {
+            offset_fn: "xx_offset",
+            ..ok
+        }),
+        "`xx_offset`",
+    );
+    bad_input(
+        probe_err(ProbeRequest {
+            in_bounds_fn: "xx_in_bounds",
+            ..ok
+        }),
+        "`xx_in_bounds`",
+    );
+    // Too few parameters for the functions: the extents left out.
+    bad_input(
+        probe_err(ProbeRequest {
+            extent_args: &[],
+            ..ok
+        }),
+        "takes 6 parameters",
+    );
+    // A shape of the wrong length.
+    bad_input(
+        probe_err(ProbeRequest {
+            shape: &[3, 4, 5, 1],
+            ..ok
+        }),
+        "takes 6 parameters",
+    );
+    bad_input(
+        probe_err(ProbeRequest {
+            shape: &[3, 4],
+            ..ok
+        }),
+        "`rm_offset`",
+    );
+    // The functions swapped: wrong return types.
+    bad_input(
+        probe_err(ProbeRequest {
+            offset_fn: "rm_in_bounds",
+            in_bounds_fn: "rm_offset",
+            ..ok
+        }),
+        "does not return u32",
+    );
+    // Past the arity limits.
+    let nine = [1u32; MAX_PROBE_COORDS + 1];
+    bad_input(probe_err(ProbeRequest { shape: &nine, ..ok }), "at most 8");
+    bad_input(
+        probe_err(ProbeRequest {
+            extent_args: &nine,
+            ..ok
+        }),
+        "at most 8",
+    );
+    // Too many points for one probe.
+    bad_input(
+        probe_err(ProbeRequest {
+            shape: &[65_536, 65_536, 2],
+            ..ok
+        }),
+        "more than 2147483648 points",
+    );
+
+    // A module that already defines the probe's entry point fails naga validation of the
+    // extended module, as a shader error.
+    let clash = module(
+        "clash",
+        &format!("{DENSE_3D}\n@compute @workgroup_size(1) fn {PROBE_ENTRY}() {{}}\n"),
+    );
+    let err = probe_err(ProbeRequest {
+        module: &clash,
+        ..ok
+    });
+    assert!(matches!(err, GpuError::Shader(_)), "{err:?}");
+    assert!(err.to_string().contains("clash+probe"), "{err}");
+}

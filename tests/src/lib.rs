@@ -1,0 +1,292 @@
+//! Shared support for fblayout's cross-crate tests: random layouts and views for property
+//! tests, with an independent oracle that computes what their offsets must be.
+//!
+//! The oracle is written from the definitions (row-major strides, R-Tile's tile-then-element
+//! order, each view step as concrete integer arithmetic), not from the library's expression
+//! code, so agreement between the two is evidence rather than tautology.
+
+use fblayout_core::layout::{Extent, LayoutSpec, Order, TensorLayout, View};
+use proptest::prelude::*;
+
+/// A random tensor with concrete values for its run-time extents.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// The layout.
+    pub layout: TensorLayout,
+    /// The value of every axis extent (run-time ones included).
+    pub extents: Vec<u32>,
+}
+
+impl Case {
+    /// The `(axis, extent)` pairs to bind the run-time extents.
+    pub fn bindings(&self) -> Vec<(&str, u32)> {
+        self.layout
+            .axes()
+            .iter()
+            .zip(&self.extents)
+            .filter(|(a, _)| a.extent == Extent::Dynamic)
+            .map(|(a, &e)| (a.name.as_str(), e))
+            .collect()
+    }
+
+    /// The offset the definitions give for a logical coordinate of the tensor.
+    pub fn oracle_offset(&self, coords: &[u64]) -> Option<u64> {
+        let axes = self.layout.axes();
+        if coords.iter().zip(&self.extents).any(|(&c, &e)| c >= u64::from(e)) {
+            return None;
+        }
+        let ext: Vec<u64> = self.extents.iter().map(|&e| u64::from(e)).collect();
+        let row_major = |c: &[u64], e: &[u64]| c.iter().zip(e).fold(0, |acc, (&c, &e)| acc * e + c);
+        Some(match self.layout.order() {
+            Order::RowMajor => row_major(coords, &ext),
+            Order::ColMajor => {
+                let c: Vec<u64> = coords.iter().rev().copied().collect();
+                let e: Vec<u64> = ext.iter().rev().copied().collect();
+                row_major(&c, &e)
+            }
+            Order::RTile => {
+                let tiles: Vec<u64> = axes.iter().map(|a| u64::from(a.tile)).collect();
+                let grid: Vec<u64> = ext.iter().zip(&tiles).map(|(&e, &t)| e.div_ceil(t)).collect();
+                let tile_coord: Vec<u64> = coords.iter().zip(&tiles).map(|(&c, &t)| c / t).collect();
+                let order: Vec<usize> = self
+                    .layout
+                    .in_tile_order()
+                    .iter()
+                    .map(|n| self.layout.axis_index(n).expect("in-tile axes exist"))
+                    .collect();
+                let inner_c: Vec<u64> = order.iter().map(|&i| coords[i] % tiles[i]).collect();
+                let inner_e: Vec<u64> = order.iter().map(|&i| tiles[i]).collect();
+                let tile_elems: u64 = tiles.iter().product();
+                row_major(&tile_coord, &grid) * tile_elems + row_major(&inner_c, &inner_e)
+            }
+        })
+    }
+}
+
+/// One view step, applied to a view by [`apply_steps`]; inapplicable steps are skipped.
+#[derive(Debug, Clone, Copy)]
+pub enum StepChoice {
+    /// Permute by a seed.
+    Permute(u32),
+    /// Transpose two axes chosen by seeds.
+    Transpose(u32, u32),
+    /// Split a static axis by a divisor chosen by seeds.
+    Split(u32, u32),
+    /// Merge an axis with the next.
+    Merge(u32),
+    /// Slice an axis.
+    Slice(u32, u32, u32),
+    /// Broadcast a new axis of extent 1–3.
+    Broadcast(u32, u32),
+}
+
+/// A view together with the oracle map from its coordinates to the tensor's.
+#[derive(Debug, Clone)]
+pub struct ViewCase {
+    /// The view.
+    pub view: View,
+    /// Concrete extents of the view's axes.
+    pub shape: Vec<u64>,
+    steps: Vec<OracleStep>,
+}
+
+#[derive(Debug, Clone)]
+enum OracleStep {
+    Permute(Vec<usize>),
+    Split { at: usize, parts: Vec<u64> },
+    Merge { at: usize, extents: Vec<u64> },
+    Slice { at: usize, start: u64 },
+    Broadcast { at: usize },
+}
+
+impl ViewCase {
+    /// The tensor coordinate that a view coordinate reads, by the definitions.
+    pub fn oracle_coords(&self, view_coords: &[u64]) -> Vec<u64> {
+        let mut cur = view_coords.to_vec();
+        for step in self.steps.iter().rev() {
+            cur = match step {
+                OracleStep::Permute(perm) => {
+                    let mut before = cur.clone();
+                    for (i, &p) in perm.iter().enumerate() {
+                        before[p] = cur[i];
+                    }
+                    before
+                }
+                OracleStep::Split { at, parts } => {
+                    let joined = parts.iter().enumerate().fold(0, |acc, (j, &e)| acc * e + cur[at + j]);
+                    let mut before = cur[..*at].to_vec();
+                    before.push(joined);
+                    before.extend_from_slice(&cur[at + parts.len()..]);
+                    before
+                }
+                OracleStep::Merge { at, extents } => {
+                    let mut rest = cur[*at];
+                    let mut parts = vec![0; extents.len()];
+                    for j in (0..extents.len()).rev() {
+                        parts[j] = rest % extents[j];
+                        rest /= extents[j];
+                    }
+                    let mut before = cur[..*at].to_vec();
+                    before.extend(parts);
+                    before.extend_from_slice(&cur[at + 1..]);
+                    before
+                }
+                OracleStep::Slice { at, start } => {
+                    let mut before = cur.clone();
+                    before[*at] += start;
+                    before
+                }
+                OracleStep::Broadcast { at } => {
+                    let mut before = cur.clone();
+                    before.remove(*at);
+                    before
+                }
+            };
+        }
+        cur
+    }
+}
+
+/// Applies `choices` to the identity view of `case`, keeping the oracle in step.
+pub fn apply_steps(case: &Case, choices: &[StepChoice]) -> ViewCase {
+    let mut view = case.layout.view().named("v").expect("`v` is a valid name");
+    let mut shape: Vec<u64> = case.extents.iter().map(|&e| u64::from(e)).collect();
+    let mut steps = Vec::new();
+    let mut fresh = 0;
+    let mut new_name = || {
+        fresh += 1;
+        format!("n{fresh}")
+    };
+    for &choice in choices {
+        let names: Vec<String> = view.axes().iter().map(|a| a.name.clone()).collect();
+        let rank = names.len();
+        let pick = |seed: u32| seed as usize % rank;
+        match choice {
+            StepChoice::Permute(seed) => {
+                let mut perm: Vec<usize> = (0..rank).collect();
+                let mut s = seed as usize;
+                for i in (1..rank).rev() {
+                    perm.swap(i, s % (i + 1));
+                    s /= i + 1;
+                }
+                let order: Vec<&str> = perm.iter().map(|&i| names[i].as_str()).collect();
+                view = view.permute(&order).expect("a permutation of the axes");
+                shape = perm.iter().map(|&i| shape[i]).collect();
+                steps.push(OracleStep::Permute(perm));
+            }
+            StepChoice::Transpose(a, b) => {
+                let (i, j) = (pick(a), pick(b));
+                view = view.transpose(&names[i], &names[j]).expect("existing axes");
+                let mut perm: Vec<usize> = (0..rank).collect();
+                perm.swap(i, j);
+                shape.swap(i, j);
+                steps.push(OracleStep::Permute(perm));
+            }
+            StepChoice::Split(a, d) => {
+                let i = pick(a);
+                let e = shape[i];
+                let static_axis = view.axes()[i].extent.as_static().is_some();
+                let divisors: Vec<u64> = (2..e).filter(|k| e % k == 0).collect();
+                if !static_axis || divisors.is_empty() {
+                    continue;
+                }
+                let inner = divisors[d as usize % divisors.len()];
+                let (outer_name, inner_name) = (new_name(), new_name());
+                let parts = [(outer_name.as_str(), None), (inner_name.as_str(), Some(inner as u32))];
+                view = view.split(&names[i], &parts).expect("an exact split");
+                shape.splice(i..=i, [e / inner, inner]);
+                steps.push(OracleStep::Split { at: i, parts: vec![e / inner, inner] });
+            }
+            StepChoice::Merge(a) => {
+                if rank < 2 {
+                    continue;
+                }
+                let i = a as usize % (rank - 1);
+                let merged = new_name();
+                view = view.merge(&[&names[i], &names[i + 1]], &merged).expect("adjacent axes");
+                let extents = vec![shape[i], shape[i + 1]];
+                shape.splice(i..=i + 1, [extents[0] * extents[1]]);
+                steps.push(OracleStep::Merge { at: i, extents });
+            }
+            StepChoice::Slice(a, s, l) => {
+                let i = pick(a);
+                let e = shape[i];
+                if view.axes()[i].extent.as_static().is_none() || e < 2 {
+                    continue;
+                }
+                let start = u64::from(s) % e;
+                let len = 1 + u64::from(l) % (e - start);
+                view = view.slice(&names[i], start as u32, len as u32).expect("inside the axis");
+                shape[i] = len;
+                steps.push(OracleStep::Slice { at: i, start });
+            }
+            StepChoice::Broadcast(at, n) => {
+                let at = at as usize % (rank + 1);
+                let extent = 1 + n % 3;
+                view = view.broadcast(&new_name(), extent, at).expect("a fresh axis");
+                shape.insert(at, u64::from(extent));
+                steps.push(OracleStep::Broadcast { at });
+            }
+        }
+    }
+    ViewCase { view, shape, steps }
+}
+
+/// Random tensors: rank 1–4, extents 1–9 (some run-time), any order, R-Tile with random tiles
+/// (padding allowed) and reduction axes.
+pub fn arb_case() -> impl Strategy<Value = Case> {
+    let axis = (1u32..=9, any::<bool>(), prop_oneof![Just(None), (1u32..=8).prop_map(Some)]);
+    (prop::collection::vec(axis, 1..=4), 0u8..3, any::<u8>(), any::<u8>()).prop_filter_map(
+        "the description must build",
+        |(axes, order, fwd, bwd)| {
+            let order = [Order::RowMajor, Order::ColMajor, Order::RTile][order as usize];
+            let mut spec = LayoutSpec::new("t").order(order);
+            let mut extents = Vec::new();
+            for (i, (extent, dynamic, tile)) in axes.iter().enumerate() {
+                let name = format!("a{i}");
+                spec = if *dynamic { spec.dyn_axis(name) } else { spec.axis(name, *extent) };
+                if order == Order::RTile {
+                    if let Some(t) = tile {
+                        spec = spec.tile((*t).min(*extent), true);
+                    }
+                }
+                extents.push(*extent);
+            }
+            if order == Order::RTile {
+                let rank = axes.len();
+                spec.forward = vec![format!("a{}", fwd as usize % rank)];
+                let b = bwd as usize % (rank + 1);
+                if b < rank {
+                    spec.backward = vec![format!("a{b}")];
+                }
+            }
+            spec.build().ok().map(|layout| Case { layout, extents })
+        },
+    )
+}
+
+/// Random view steps.
+pub fn arb_steps() -> impl Strategy<Value = Vec<StepChoice>> {
+    let step = prop_oneof![
+        any::<u32>().prop_map(StepChoice::Permute),
+        (any::<u32>(), any::<u32>()).prop_map(|(a, b)| StepChoice::Transpose(a, b)),
+        (any::<u32>(), any::<u32>()).prop_map(|(a, b)| StepChoice::Split(a, b)),
+        any::<u32>().prop_map(StepChoice::Merge),
+        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(a, b, c)| StepChoice::Slice(a, b, c)),
+        (any::<u32>(), any::<u32>()).prop_map(|(a, b)| StepChoice::Broadcast(a, b)),
+    ];
+    prop::collection::vec(step, 0..=4)
+}
+
+/// Every coordinate of `shape`, row-major.
+pub fn coords_of(shape: &[u64]) -> impl Iterator<Item = Vec<u64>> + '_ {
+    let total: u64 = shape.iter().product();
+    (0..total).map(move |mut linear| {
+        let mut c = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            c[d] = linear % shape[d];
+            linear /= shape[d];
+        }
+        c
+    })
+}

@@ -1,0 +1,124 @@
+//! Property tests of layouts and views on the CPU: the naive index expressions, their
+//! simplified forms and the bound CPU path all agree with an independent oracle, for random
+//! tensors (row-major, column-major, R-Tile with padding) and random chains of views.
+
+use fblayout_core::expr::CpuIndexFn;
+use fblayout_core::layout::Order;
+use fblayout_tests::{Case, apply_steps, arb_case, arb_steps, coords_of};
+use proptest::prelude::*;
+
+fn args(coords: &[u64], extents: &[u64]) -> Vec<u64> {
+    coords.iter().chain(extents).copied().collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    #[test]
+    fn views_agree_with_the_oracle(case in arb_case(), steps in arb_steps()) {
+        let vc = apply_steps(&case, &steps);
+        let bound = vc.view.bind(&case.bindings()).unwrap();
+        prop_assert_eq!(bound.shape(), vc.shape.as_slice());
+        let naive = vc.view.index_fn();
+        let simple = naive.simplified();
+        prop_assert!(simple.op_count() <= naive.op_count());
+        let (naive, simple) = (CpuIndexFn::new(&naive), CpuIndexFn::new(&simple));
+        for c in coords_of(&vc.shape) {
+            let want = case.oracle_offset(&vc.oracle_coords(&c));
+            prop_assert!(want.is_some(), "view coordinate {:?} left the tensor", c);
+            let a = args(&c, bound.extent_args());
+            prop_assert_eq!(naive.eval(&a), want, "naive, at {:?}", c);
+            prop_assert_eq!(simple.eval(&a), want, "simplified, at {:?}", c);
+            prop_assert_eq!(bound.offset(&c), want, "bound, at {:?}", c);
+        }
+        // One past the end of any axis is masked, by both forms.
+        let beyond: Vec<u64> = vc.shape.iter().map(|e| e + 1).collect();
+        for c in coords_of(&beyond) {
+            if c.iter().zip(&vc.shape).any(|(x, e)| x >= e) {
+                let a = args(&c, bound.extent_args());
+                prop_assert_eq!(naive.eval(&a), None, "naive mask at {:?}", c);
+                prop_assert_eq!(simple.eval(&a), None, "simplified mask at {:?}", c);
+            }
+        }
+    }
+
+    #[test]
+    fn tensors_fill_their_buffer_without_overlap(case in arb_case()) {
+        let bound = case.layout.bind(&case.bindings()).unwrap();
+        let mut used = vec![false; bound.len() as usize];
+        bound.for_each(|_, c, off| {
+            assert!(off < bound.len(), "offset {off} of {c:?} is past the buffer");
+            assert!(!std::mem::replace(&mut used[off as usize], true), "{c:?} overlaps");
+        });
+        let padding = used.iter().filter(|u| !**u).count() as u64;
+        prop_assert_eq!(padding, bound.len() - bound.logical_len());
+        if case.layout.order() != Order::RTile {
+            prop_assert_eq!(padding, 0);
+        }
+    }
+
+    #[test]
+    fn rtile_tiles_are_contiguous_and_forward_rows_are_vectors(case in arb_case()) {
+        prop_assume!(case.layout.order() == Order::RTile);
+        let layout = &case.layout;
+        let bound = layout.bind(&case.bindings()).unwrap();
+        let tiles: Vec<u64> = layout.axes().iter().map(|a| u64::from(a.tile)).collect();
+        let grid: Vec<u64> = case.extents.iter().zip(&tiles).map(|(&e, &t)| u64::from(e).div_ceil(t)).collect();
+        let t_elems = layout.tile_elems();
+        let fwd = layout.axis_index(&layout.forward()[0]).unwrap();
+        let innermost = layout.in_tile_order().last().map(|n| layout.axis_index(n).unwrap());
+        bound.for_each(|_, c, off| {
+            let tile_linear = c.iter().zip(&tiles).zip(&grid).fold(0, |acc, ((&c, &t), &g)| acc * g + c / t);
+            assert_eq!(off / t_elems, tile_linear, "{c:?} lies outside its tile's block");
+            // Inside a tile the forward reduction axis is innermost: stride 1.
+            if innermost == Some(fwd) && c[fwd] % tiles[fwd] + 1 < tiles[fwd] {
+                let mut next = c.to_vec();
+                next[fwd] += 1;
+                if let Some(n) = bound.offset(&next) {
+                    assert_eq!(n, off + 1, "forward axis not contiguous at {c:?}");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn pack_and_unpack_round_trip(case in arb_case(), steps in arb_steps()) {
+        let bound = case.layout.bind(&case.bindings()).unwrap();
+        let data: Vec<u32> = (1..=bound.logical_len() as u32).collect();
+        let buffer = bound.pack(&data).unwrap();
+        prop_assert_eq!(buffer.len() as u64, bound.len());
+        prop_assert_eq!(buffer.iter().filter(|&&x| x == 0).count() as u64, bound.len() - bound.logical_len());
+        prop_assert_eq!(bound.unpack(&buffer).unwrap(), data);
+        // A view reads the packed tensor exactly where the oracle says.
+        let vc = apply_steps(&case, &steps);
+        let view = vc.view.bind(&case.bindings()).unwrap();
+        let read = view.unpack(&buffer).unwrap();
+        for (i, c) in coords_of(&vc.shape).enumerate() {
+            let base = vc.oracle_coords(&c);
+            let linear = base.iter().zip(&case.extents).fold(0, |acc, (&x, &e)| acc * u64::from(e) + x);
+            prop_assert_eq!(u64::from(read[i]), linear + 1);
+        }
+    }
+}
+
+#[test]
+fn oracle_matches_a_hand_worked_rtile() {
+    // 6×10 in 4×4 tiles (padded to 8×12): tiles are 16 elements, 3 tiles per row of tiles.
+    let layout = fblayout_core::layout::LayoutSpec::new("p")
+        .axis("rows", 6)
+        .tile(4, true)
+        .axis("cols", 10)
+        .tile(4, true)
+        .rtile()
+        .reduce_forward(["cols"])
+        .reduce_backward(["rows"])
+        .build()
+        .unwrap();
+    let case = Case { layout, extents: vec![6, 10] };
+    assert_eq!(case.oracle_offset(&[0, 5]), Some(16 + 1));
+    // Tile (1, 2) is the sixth tile: 5 * 16 = 80; inside it, (1, 1) is 1 * 4 + 1.
+    assert_eq!(case.oracle_offset(&[5, 9]), Some(5 * 16 + 4 + 1));
+    assert_eq!(case.oracle_offset(&[6, 0]), None);
+    let bound = case.layout.bind(&[]).unwrap();
+    assert_eq!(bound.offset(&[5, 9]), Some(85));
+}
