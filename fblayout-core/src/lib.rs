@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod emit;
 pub mod expr;
 pub mod layout;
+pub mod typed;
 pub mod print;
 mod ident;
 pub mod wgsl;

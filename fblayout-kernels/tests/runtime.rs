@@ -450,6 +450,19 @@ fn tile_in_bounds(i: u32, j: u32, rows: u32, cols: u32) -> bool {
 }
 
 #[test]
+fn probe_of_one_coordinate_and_no_extents_binds_only_what_it_reads() {
+    // One coordinate needs no decoding and there are no extents: the dims buffer is unused
+    // and must not be bound (an unused binding is dropped from the automatic layout).
+    let m = module(
+        "one",
+        "fn one_offset(i: u32) -> u32 { return i * 3u; }\n\
+         fn one_in_bounds(i: u32) -> bool { return i < 4u; }\n",
+    );
+    let got = probe(&m, "one", &[6], &[]);
+    assert_eq!(got, [Some(0), Some(3), Some(6), Some(9), None, None]);
+}
+
+#[test]
 fn probe_handles_the_arity_limits_and_empty_shapes() {
     // Eight coordinates and eight extents: offset = sum of c_k * e_k (e_k as strides).
     let params: Vec<String> = (0..8)

@@ -290,3 +290,45 @@ pub fn coords_of(shape: &[u64]) -> impl Iterator<Item = Vec<u64>> + '_ {
         c
     })
 }
+
+/// The GPU that the tests of this crate share.
+///
+/// Fails — never skips — when no adapter is found: CI runs these tests on Mesa's lavapipe.
+pub fn test_gpu() -> &'static fblayout_kernels::runtime::Gpu {
+    static GPU: std::sync::OnceLock<fblayout_kernels::runtime::Gpu> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| {
+        let gpu = fblayout_kernels::runtime::Gpu::new().unwrap_or_else(|err| {
+            panic!(
+                "no GPU adapter for fblayout's GPU tests; install Mesa's Vulkan drivers \
+                 (`apt-get install mesa-vulkan-drivers`, which brings lavapipe) or run \
+                 `cargo xtask test`, which does.\n{err}"
+            )
+        });
+        eprintln!("GPU tests run on {}", gpu.info());
+        gpu
+    })
+}
+
+/// Runs the offset and mask of `f` on the GPU for every coordinate of `shape` (row-major).
+pub fn gpu_offsets(
+    f: &fblayout_core::expr::ValidIndexFn,
+    shape: &[u64],
+    extent_args: &[u64],
+) -> Vec<Option<u64>> {
+    let module = fblayout_core::emit::wgsl::emit_module(&f.name, &[f])
+        .unwrap_or_else(|err| panic!("emitted WGSL must validate: {err}"));
+    let shape: Vec<u32> = shape.iter().map(|&e| e as u32).collect();
+    let extent_args: Vec<u32> = extent_args.iter().map(|&e| e as u32).collect();
+    let request = fblayout_kernels::probe::ProbeRequest {
+        module: &module,
+        offset_fn: &f.offset_fn_name(),
+        in_bounds_fn: &f.in_bounds_fn_name(),
+        shape: &shape,
+        extent_args: &extent_args,
+    };
+    fblayout_kernels::probe::probe_offsets(test_gpu(), &request)
+        .unwrap_or_else(|err| panic!("probe of `{}` failed: {err}", f.name))
+        .into_iter()
+        .map(|o| o.map(u64::from))
+        .collect()
+}

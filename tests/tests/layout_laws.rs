@@ -122,3 +122,52 @@ fn oracle_matches_a_hand_worked_rtile() {
     let bound = case.layout.bind(&[]).unwrap();
     assert_eq!(bound.offset(&[5, 9]), Some(85));
 }
+
+mod cute {
+    use super::*;
+    use fblayout_core::algebra::{Int, IntTuple, Layout, blocked_product};
+
+    fn coord(c: &[u64]) -> IntTuple {
+        IntTuple::Tuple(c.iter().map(|&x| IntTuple::Int(Int::Dynamic(x as usize))).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Each tensor layout, as a CuTe layout, is the same function, and its cosize is the
+        /// buffer length.
+        #[test]
+        fn cute_form_is_the_same_function(case in arb_case()) {
+            let bound = case.layout.bind(&case.bindings()).unwrap();
+            let cute = case.layout.to_cute(&case.bindings()).unwrap();
+            prop_assert_eq!(cute.size() as u64, bound.len());
+            prop_assert_eq!(cute.is_static(), case.layout.is_static());
+            bound.for_each(|_, c, off| {
+                assert_eq!(cute.call_coord(&coord(c)).unwrap() as u64, off, "at {c:?} of {cute}");
+            });
+        }
+
+        /// A 2-D R-Tile is CuTe's blocked product of its tile and its grid of tiles.
+        #[test]
+        fn rtile_is_a_blocked_product(rows in 1usize..=12, cols in 1usize..=12, tr in 1u32..=4, tc in 1u32..=4) {
+            let (tr, tc) = (tr.min(rows as u32), tc.min(cols as u32));
+            let layout = fblayout_core::layout::LayoutSpec::new("m")
+                .axis("rows", rows as u32).tile(tr, true)
+                .axis("cols", cols as u32).tile(tc, true)
+                .rtile().reduce_forward(["cols"]).reduce_backward(["rows"])
+                .build().unwrap();
+            let (gr, gc) = (rows.div_ceil(tr as usize), cols.div_ceil(tc as usize));
+            let tile = Layout::compact_row_major(IntTuple::flat([Int::Static(tr as usize), Int::Static(tc as usize)])).unwrap();
+            let grid = Layout::compact_row_major(IntTuple::flat([Int::Static(gr), Int::Static(gc)])).unwrap();
+            let product = blocked_product(&tile, &grid).unwrap();
+            let ours = layout.to_cute(&[]).unwrap();
+            prop_assert_eq!(product.size(), ours.size());
+            for r in 0..tr as usize * gr {
+                for c in 0..tc as usize * gc {
+                    let at = coord(&[r as u64, c as u64]);
+                    prop_assert_eq!(product.call_coord(&at).unwrap(), ours.call_coord(&at).unwrap(), "at ({}, {})", r, c);
+                }
+            }
+        }
+    }
+}

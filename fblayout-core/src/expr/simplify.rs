@@ -277,11 +277,11 @@ impl<'a> Rebuild<'a> {
         }
         // (x * c1) / c -> x * (c1 / c) or x / (c / c1)
         if let Some((x, c1)) = self.with_const(a, BinOp::Mul) {
-            if c1 % c == 0 {
+            if c1.is_multiple_of(c) {
                 let k = self.constant(c1 / c);
                 return Some(self.bin(BinOp::Mul, x, k));
             }
-            if c % c1 == 0 {
+            if c.is_multiple_of(c1) {
                 let k = self.constant(c / c1);
                 return Some(self.bin(BinOp::Div, x, k));
             }
@@ -290,7 +290,7 @@ impl<'a> Rebuild<'a> {
         if let Node::Bin(BinOp::Add, p, q) = self.out.node(a) {
             for (term, rest) in [(p, q), (q, p)] {
                 if let Some((x, c1)) = self.with_const(term, BinOp::Mul) {
-                    if c1 % c == 0 {
+                    if c1.is_multiple_of(c) {
                         let k = self.constant(c1 / c);
                         let hi = self.bin(BinOp::Mul, x, k);
                         let kc = self.constant(c);
@@ -309,13 +309,13 @@ impl<'a> Rebuild<'a> {
         }
         // (x * c1) % c -> 0 when c divides c1
         if let Some((_, c1)) = self.with_const(a, BinOp::Mul) {
-            if c1 % c == 0 {
+            if c1.is_multiple_of(c) {
                 return Some(self.constant(0));
             }
         }
         // (x % c1) % c -> x % c when c divides c1
         if let Some((x, c1)) = self.with_const(a, BinOp::Rem) {
-            if c1 % c == 0 {
+            if c1.is_multiple_of(c) {
                 let kc = self.constant(c);
                 return Some(self.bin(BinOp::Rem, x, kc));
             }
@@ -324,7 +324,7 @@ impl<'a> Rebuild<'a> {
         if let Node::Bin(BinOp::Add, p, q) = self.out.node(a) {
             for (term, rest) in [(p, q), (q, p)] {
                 if let Some((_, c1)) = self.with_const(term, BinOp::Mul) {
-                    if c1 % c == 0 {
+                    if c1.is_multiple_of(c) {
                         let kc = self.constant(c);
                         return Some(self.bin(BinOp::Rem, rest, kc));
                     }

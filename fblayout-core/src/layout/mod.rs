@@ -30,6 +30,7 @@
 //! ```
 
 mod bound;
+mod cute;
 mod elem;
 mod error;
 mod spec;

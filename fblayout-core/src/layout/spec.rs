@@ -264,7 +264,7 @@ impl LayoutSpec {
             if let (Extent::Static(n), Some(t)) = (spec.extent, spec.tile) {
                 if t > n && n > 0 {
                     errors.push(LayoutError::TileTooLarge { tensor: tensor.clone(), axis: name.clone(), tile: t, extent: n });
-                } else if t > 0 && n % t != 0 && !spec.pad {
+                } else if t > 0 && !n.is_multiple_of(t) && !spec.pad {
                     let padded = u64::from(n).div_ceil(u64::from(t)) * u64::from(t);
                     errors.push(LayoutError::TileNeedsPad { tensor: tensor.clone(), axis: name.clone(), tile: t, extent: n, padded });
                 }

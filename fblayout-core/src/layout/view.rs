@@ -88,7 +88,7 @@ impl ViewExtent {
             .dynamic
             .iter()
             .try_fold(self.factor, |acc, a| acc.checked_mul(value_of(a)))?;
-        (n % self.divisor == 0).then(|| n / self.divisor)
+        n.is_multiple_of(self.divisor).then(|| n / self.divisor)
     }
 }
 
@@ -273,7 +273,7 @@ impl View {
                 return Err(mismatch(format!("the parts multiply to {known}, not {e}")));
             }
             (Some(_), 0) => None,
-            (Some(e), _) if e % known != 0 => {
+            (Some(e), _) if !e.is_multiple_of(known) => {
                 return Err(mismatch(format!("{e} is not a multiple of {known}")));
             }
             (Some(e), _) => Some(ViewExtent::fixed(e / known)),

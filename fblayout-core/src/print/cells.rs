@@ -34,12 +34,19 @@ pub(crate) struct Logical<'v> {
 impl<'v> Logical<'v> {
     /// Evaluates every offset of `view`, refusing views of more than [`MAX_CELLS`] cells.
     pub(crate) fn new(view: &'v BoundView) -> Result<Self, PrintError> {
-        let cells = view.shape().iter().fold(1u128, |acc, &n| acc.saturating_mul(u128::from(n)));
+        let cells = view
+            .shape()
+            .iter()
+            .fold(1u128, |acc, &n| acc.saturating_mul(u128::from(n)));
         check_size(view, "logical cells", cells)?;
         let mut offsets = Vec::with_capacity(cells as usize);
         view.for_each(|_, _, offset| offsets.push(offset));
         if let Some(&offset) = offsets.iter().find(|&&o| o >= view.len()) {
-            return Err(PrintError::OutsideBuffer { view: view.name().to_owned(), offset, len: view.len() });
+            return Err(PrintError::OutsideBuffer {
+                view: view.name().to_owned(),
+                offset,
+                len: view.len(),
+            });
         }
         Ok(Self { view, offsets })
     }
@@ -58,7 +65,11 @@ impl<'v> Logical<'v> {
 
     /// The coordinate of the `linear`-th cell, written `a,b,c`.
     pub(crate) fn coord_label(&self, linear: usize) -> String {
-        self.coords(linear).iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+        self.coords(linear)
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -85,7 +96,9 @@ impl Slot {
     pub(crate) fn label(self, logical: &Logical<'_>) -> String {
         match self {
             Self::Read { first, readers: 1 } => logical.coord_label(first),
-            Self::Read { first, readers } => format!("{}+{}", logical.coord_label(first), readers - 1),
+            Self::Read { first, readers } => {
+                format!("{}+{}", logical.coord_label(first), readers - 1)
+            }
             Self::Unread => "·".to_owned(),
             Self::Pad => "pad".to_owned(),
         }
@@ -108,7 +121,10 @@ pub(crate) struct Physical {
 impl Physical {
     /// Inverts `logical`; `layout` (the tensor the view reads) tells padding apart and sets the
     /// row width.
-    pub(crate) fn new(logical: &Logical<'_>, layout: Option<&TensorLayout>) -> Result<Self, PrintError> {
+    pub(crate) fn new(
+        logical: &Logical<'_>,
+        layout: Option<&TensorLayout>,
+    ) -> Result<Self, PrintError> {
         let view = logical.view;
         check_size(view, "physical elements", u128::from(view.len()))?;
         let len = view.len() as usize;
@@ -127,14 +143,22 @@ impl Physical {
         };
         for (linear, &offset) in logical.offsets.iter().enumerate() {
             slots[offset as usize] = match slots[offset as usize] {
-                Slot::Read { first, readers } => Slot::Read { first, readers: readers + 1 },
-                Slot::Unread => Slot::Read { first: linear, readers: 1 },
+                Slot::Read { first, readers } => Slot::Read {
+                    first,
+                    readers: readers + 1,
+                },
+                Slot::Unread => Slot::Read {
+                    first: linear,
+                    readers: 1,
+                },
                 Slot::Pad => {
                     let tensor = layout.map_or_else(String::new, |l| l.name().to_owned());
                     return Err(PrintError::LayoutMismatch {
                         view: view.name().to_owned(),
                         tensor,
-                        detail: format!("the view reads offset {offset}, which is padding in the tensor"),
+                        detail: format!(
+                            "the view reads offset {offset}, which is padding in the tensor"
+                        ),
                     });
                 }
             };
@@ -151,7 +175,12 @@ impl Physical {
             _ => (None, false),
         };
         let row = group.map_or(PLAIN_ROW, row_width).min(view.len()).max(1);
-        Ok(Self { slots, row, group, tiled })
+        Ok(Self {
+            slots,
+            row,
+            group,
+            tiled,
+        })
     }
 
     /// The colour group of `offset`, when groups are known.
@@ -166,7 +195,10 @@ impl Physical {
 
     /// How many slots the view reads.
     pub(crate) fn read(&self) -> usize {
-        self.slots.iter().filter(|s| matches!(s, Slot::Read { .. })).count()
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Read { .. }))
+            .count()
     }
 
     /// A sentence on how the rows are drawn.
@@ -186,13 +218,21 @@ fn row_width(group: u64) -> u64 {
     if group <= MAX_ROW {
         return group.max(1);
     }
-    (MIN_PART..=MAX_ROW).rev().find(|d| group % d == 0).unwrap_or(MAX_ROW)
+    (MIN_PART..=MAX_ROW)
+        .rev()
+        .find(|d| group % d == 0)
+        .unwrap_or(MAX_ROW)
 }
 
 /// Refuses panels of more than [`MAX_CELLS`] cells.
 fn check_size(view: &BoundView, what: &'static str, cells: u128) -> Result<(), PrintError> {
     if cells > u128::from(MAX_CELLS) {
-        return Err(PrintError::TooLarge { view: view.name().to_owned(), what, cells, limit: MAX_CELLS });
+        return Err(PrintError::TooLarge {
+            view: view.name().to_owned(),
+            what,
+            cells,
+            limit: MAX_CELLS,
+        });
     }
     Ok(())
 }
@@ -216,13 +256,17 @@ fn stored(view: &BoundView, layout: &TensorLayout) -> Result<(Vec<u64>, Vec<bool
     }
     let mut pairs = Vec::with_capacity(args.len());
     for (&axis, &value) in dynamic.iter().zip(args) {
-        let value = u32::try_from(value)
-            .map_err(|_| mismatch(format!("run-time extent {value} of `{axis}` does not fit u32")))?;
+        let value = u32::try_from(value).map_err(|_| {
+            mismatch(format!(
+                "run-time extent {value} of `{axis}` does not fit u32"
+            ))
+        })?;
         pairs.push((axis, value));
     }
-    let whole = layout
-        .bind(&pairs)
-        .map_err(|source| PrintError::Bind { tensor: layout.name().to_owned(), source })?;
+    let whole = layout.bind(&pairs).map_err(|source| PrintError::Bind {
+        tensor: layout.name().to_owned(),
+        source,
+    })?;
     if whole.len() != view.len() {
         return Err(mismatch(format!(
             "the tensor's buffer holds {} elements, the view's {}",
@@ -237,7 +281,11 @@ fn stored(view: &BoundView, layout: &TensorLayout) -> Result<(Vec<u64>, Vec<bool
         None => outside = Some(offset),
     });
     if let Some(offset) = outside {
-        return Err(PrintError::OutsideBuffer { view: whole.name().to_owned(), offset, len: whole.len() });
+        return Err(PrintError::OutsideBuffer {
+            view: whole.name().to_owned(),
+            offset,
+            len: whole.len(),
+        });
     }
     let mut values = args.iter();
     let extents = layout

@@ -50,7 +50,9 @@ pub enum PrintError {
         detail: String,
     },
     /// The view maps a coordinate outside its own buffer.
-    #[error("view `{view}` maps a coordinate to offset {offset}, outside its buffer of {len} elements")]
+    #[error(
+        "view `{view}` maps a coordinate to offset {offset}, outside its buffer of {len} elements"
+    )]
     OutsideBuffer {
         /// The view.
         view: String,

@@ -72,15 +72,26 @@ pub fn grid(view: &BoundView) -> Result<String, PrintError> {
                 index[d] = rest % lead[d];
                 rest /= lead[d];
             }
-            let index: Vec<String> = index.iter().map(u64::to_string).chain([":".into(), ":".into()]).collect();
+            let index: Vec<String> = index
+                .iter()
+                .map(u64::to_string)
+                .chain([":".into(), ":".into()])
+                .collect();
             let _ = writeln!(out, "\nslice [{}]", index.join(", "));
         }
         let base = s as usize * per_slice;
         let body: Vec<(String, Vec<String>)> = (0..rows)
             .map(|r| {
-                let label = if rank >= 2 { r.to_string() } else { String::new() };
+                let label = if rank >= 2 {
+                    r.to_string()
+                } else {
+                    String::new()
+                };
                 let start = base + (r * cols) as usize;
-                let cells = logical.offsets[start..start + cols as usize].iter().map(u64::to_string).collect();
+                let cells = logical.offsets[start..start + cols as usize]
+                    .iter()
+                    .map(u64::to_string)
+                    .collect();
                 (label, cells)
             })
             .collect();
@@ -111,7 +122,7 @@ pub fn grid(view: &BoundView) -> Result<String, PrintError> {
 ///
 /// let v = LayoutSpec::new("v").axis("i", 3).tile(2, true).rtile().build()?;
 /// let map = physical_map(&v.bind(&[])?, &v)?;
-/// assert!(map.ends_with("0 (tile 0) | 0   1\n2 (tile 1) | 2 pad\n"));
+/// assert!(map.ends_with("0 (tile 0) |   0   1\n2 (tile 1) |   2 pad\n"), "{map}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn physical_map(view: &BoundView, layout: &TensorLayout) -> Result<String, PrintError> {
@@ -138,7 +149,10 @@ pub fn physical_map(view: &BoundView, layout: &TensorLayout) -> Result<String, P
                 Some(tile) if physical.tiled => format!("{start} (tile {tile})"),
                 _ => start.to_string(),
             };
-            (label, chunk.iter().map(|slot| slot.label(&logical)).collect())
+            (
+                label,
+                chunk.iter().map(|slot| slot.label(&logical)).collect(),
+            )
         })
         .collect();
     table(&mut out, "offset", &headers, &body);
@@ -149,7 +163,12 @@ pub fn physical_map(view: &BoundView, layout: &TensorLayout) -> Result<String, P
 /// right-aligned to its widest entry. Short rows leave their last columns empty.
 fn table(out: &mut String, corner: &str, headers: &[String], body: &[(String, Vec<String>)]) {
     let width = |s: &String| s.chars().count();
-    let label_w = body.iter().map(|(l, _)| width(l)).chain([corner.chars().count()]).max().unwrap_or(0);
+    let label_w = body
+        .iter()
+        .map(|(l, _)| width(l))
+        .chain([corner.chars().count()])
+        .max()
+        .unwrap_or(0);
     let cell_w = body
         .iter()
         .flat_map(|(_, cells)| cells.iter().map(width))
@@ -162,7 +181,12 @@ fn table(out: &mut String, corner: &str, headers: &[String], body: &[(String, Ve
     }
     out.push_str(line.trim_end());
     out.push('\n');
-    let _ = writeln!(out, "{}+{}", "-".repeat(label_w + 1), "-".repeat(headers.len() * (cell_w + 1)));
+    let _ = writeln!(
+        out,
+        "{}+{}",
+        "-".repeat(label_w + 1),
+        "-".repeat(headers.len() * (cell_w + 1))
+    );
     for (label, cells) in body {
         let mut line = format!("{label:>label_w$} |");
         for c in cells {
@@ -197,11 +221,18 @@ mod tests {
         let mut tables = Vec::new();
         let mut i = 0;
         while i < lines.len() {
-            let is_rule = |l: &str| !l.is_empty() && l.chars().all(|c| c == '-' || c == '+') && l.contains('+');
+            let is_rule = |l: &str| {
+                !l.is_empty() && l.chars().all(|c| c == '-' || c == '+') && l.contains('+')
+            };
             if i + 1 < lines.len() && is_rule(lines[i + 1]) {
                 let split = |l: &str| {
                     let (label, rest) = l.split_once('|').expect("a table line has a `|`");
-                    (label.trim().to_owned(), rest.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+                    (
+                        label.trim().to_owned(),
+                        rest.split_whitespace()
+                            .map(str::to_owned)
+                            .collect::<Vec<_>>(),
+                    )
                 };
                 let headers = split(lines[i]).1;
                 let mut rows = Vec::new();
@@ -223,7 +254,10 @@ mod tests {
         let x = rtile();
         let view = x.view().bind(&[]).unwrap();
         let text = grid(&view).unwrap();
-        assert_eq!(text.lines().next().unwrap(), "view `x`: shape [6, 8], 48 cells, buffer of 64 elements");
+        assert_eq!(
+            text.lines().next().unwrap(),
+            "view `x`: shape [6, 8], 48 cells, buffer of 64 elements"
+        );
         let tables = parse_tables(&text);
         assert_eq!(tables.len(), 1);
         let (headers, rows) = &tables[0];
@@ -243,8 +277,15 @@ mod tests {
     #[test]
     fn transposed_grid_is_the_mirror_of_the_original() {
         let x = rtile();
-        let base = parse_tables(&grid(&x.view().bind(&[]).unwrap()).unwrap()).remove(0).1;
-        let xt = x.view().named("xt").unwrap().transpose("rows", "cols").unwrap();
+        let base = parse_tables(&grid(&x.view().bind(&[]).unwrap()).unwrap())
+            .remove(0)
+            .1;
+        let xt = x
+            .view()
+            .named("xt")
+            .unwrap()
+            .transpose("rows", "cols")
+            .unwrap();
         let text = grid(&xt.bind(&[]).unwrap()).unwrap();
         assert!(text.starts_with("view `xt`: shape [8, 6], 48 cells, buffer of 64 elements\n"));
         let flipped = parse_tables(&text).remove(0).1;
@@ -263,17 +304,33 @@ mod tests {
         let text = grid(&view).unwrap();
         let tables = parse_tables(&text);
         assert_eq!(tables.len(), 1);
-        assert_eq!(tables[0].1, vec![(String::new(), vec!["1".to_owned(), "2".to_owned(), "3".to_owned()])]);
+        assert_eq!(
+            tables[0].1,
+            vec![(
+                String::new(),
+                vec!["1".to_owned(), "2".to_owned(), "3".to_owned()]
+            )]
+        );
         assert!(text.contains("shape [3], 3 cells, buffer of 5 elements"));
     }
 
     #[test]
     fn rank3_grid_prints_one_labelled_slice_per_leading_index() {
-        let t = LayoutSpec::new("t").axis("a", 3).axis("b", 2).axis("c", 4).order(Order::ColMajor).build().unwrap();
+        let t = LayoutSpec::new("t")
+            .axis("a", 3)
+            .axis("b", 2)
+            .axis("c", 4)
+            .order(Order::ColMajor)
+            .build()
+            .unwrap();
         let view = t.view().bind(&[]).unwrap();
         let text = grid(&view).unwrap();
         for a in 0..3 {
-            assert_eq!(text.matches(&format!("slice [{a}, :, :]")).count(), 1, "{text}");
+            assert_eq!(
+                text.matches(&format!("slice [{a}, :, :]")).count(),
+                1,
+                "{text}"
+            );
         }
         let tables = parse_tables(&text);
         assert_eq!(tables.len(), 3);
@@ -294,7 +351,12 @@ mod tests {
         let x = rtile();
         let view = x.view().bind(&[]).unwrap();
         let text = physical_map(&view, &x).unwrap();
-        assert!(text.lines().next().unwrap().contains("buffer of 64 elements, 48 read by the view, 16 padding"));
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains("buffer of 64 elements, 48 read by the view, 16 padding")
+        );
         let (headers, rows) = parse_tables(&text).remove(0);
         assert_eq!(headers.len() as u64, x.tile_elems());
         assert_eq!(rows.len(), 4, "one row per tile");
@@ -308,7 +370,11 @@ mod tests {
                     continue;
                 }
                 let coords: Vec<u64> = cell.split(',').map(|n| n.parse().unwrap()).collect();
-                assert_eq!(view.offset(&coords), Some(offset), "cell {cell} at offset {offset}");
+                assert_eq!(
+                    view.offset(&coords),
+                    Some(offset),
+                    "cell {cell} at offset {offset}"
+                );
             }
         }
         assert_eq!(pads, view.len() - view.logical_len());
@@ -322,8 +388,17 @@ mod tests {
     #[test]
     fn transposed_physical_map_holds_the_same_elements_with_swapped_coordinates() {
         let x = rtile();
-        let base = parse_tables(&physical_map(&x.view().bind(&[]).unwrap(), &x).unwrap()).remove(0).1;
-        let xt = x.view().named("xt").unwrap().transpose("rows", "cols").unwrap().bind(&[]).unwrap();
+        let base = parse_tables(&physical_map(&x.view().bind(&[]).unwrap(), &x).unwrap())
+            .remove(0)
+            .1;
+        let xt = x
+            .view()
+            .named("xt")
+            .unwrap()
+            .transpose("rows", "cols")
+            .unwrap()
+            .bind(&[])
+            .unwrap();
         let flipped = parse_tables(&physical_map(&xt, &x).unwrap()).remove(0).1;
         assert_eq!(base.len(), flipped.len());
         for ((_, a), (_, b)) in base.iter().zip(&flipped) {
@@ -343,7 +418,11 @@ mod tests {
         assert_eq!(cells, ["·", "0", "1", "·"]);
         assert!(text.contains("2 read by the view, 0 padding"));
         let wide = v.view().broadcast("b", 3, 0).unwrap().bind(&[]).unwrap();
-        let cells = parse_tables(&physical_map(&wide, &v).unwrap()).remove(0).1.remove(0).1;
+        let cells = parse_tables(&physical_map(&wide, &v).unwrap())
+            .remove(0)
+            .1
+            .remove(0)
+            .1;
         assert_eq!(cells, ["0,0+2", "0,1+2", "0,2+2", "0,3+2"]);
     }
 
@@ -359,7 +438,10 @@ mod tests {
             .unwrap();
         let view = x.bind(&[("tokens", 5)]).unwrap();
         let text = physical_map(&view, &x).unwrap();
-        assert!(text.contains("buffer of 64 elements, 40 read by the view, 24 padding"), "{text}");
+        assert!(
+            text.contains("buffer of 64 elements, 40 read by the view, 24 padding"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -369,28 +451,57 @@ mod tests {
         let dense = LayoutSpec::new("y").axis("i", 64).build().unwrap();
         let err = physical_map(&dense.view().bind(&[]).unwrap(), &x).unwrap_err();
         assert!(matches!(err, PrintError::LayoutMismatch { .. }), "{err}");
-        assert!(err.to_string().contains("which is padding in the tensor"), "{err}");
+        assert!(
+            err.to_string().contains("which is padding in the tensor"),
+            "{err}"
+        );
         let short = LayoutSpec::new("y").axis("i", 10).build().unwrap();
         let err = physical_map(&x.view().bind(&[]).unwrap(), &short).unwrap_err();
-        assert!(err.to_string().contains("holds 10 elements, the view's 64"), "{err}");
+        assert!(
+            err.to_string().contains("holds 10 elements, the view's 64"),
+            "{err}"
+        );
     }
 
     #[test]
     fn too_large_views_are_refused() {
-        let big = LayoutSpec::new("big").axis("rows", 100).axis("cols", 100).build().unwrap();
+        let big = LayoutSpec::new("big")
+            .axis("rows", 100)
+            .axis("cols", 100)
+            .build()
+            .unwrap();
         let view = big.view().bind(&[]).unwrap();
         let err = grid(&view).unwrap_err();
         assert_eq!(
             err,
-            PrintError::TooLarge { view: "big".into(), what: "logical cells", cells: 10_000, limit: MAX_CELLS }
+            PrintError::TooLarge {
+                view: "big".into(),
+                what: "logical cells",
+                cells: 10_000,
+                limit: MAX_CELLS
+            }
         );
-        assert!(matches!(physical_map(&view, &big), Err(PrintError::TooLarge { .. })));
+        assert!(matches!(
+            physical_map(&view, &big),
+            Err(PrintError::TooLarge { .. })
+        ));
         // A window of it prints, though its buffer is still too large to map.
-        let window = big.view().slice("rows", 0, 4).unwrap().slice("cols", 0, 4).unwrap().bind(&[]).unwrap();
+        let window = big
+            .view()
+            .slice("rows", 0, 4)
+            .unwrap()
+            .slice("cols", 0, 4)
+            .unwrap()
+            .bind(&[])
+            .unwrap();
         assert!(grid(&window).is_ok());
         assert!(matches!(
             physical_map(&window, &big),
-            Err(PrintError::TooLarge { what: "physical elements", cells: 10_000, .. })
+            Err(PrintError::TooLarge {
+                what: "physical elements",
+                cells: 10_000,
+                ..
+            })
         ));
     }
 }

@@ -70,7 +70,8 @@ mod tests {
         for k in 0..64 {
             let c = tile_colour(k);
             assert_eq!(c.len(), 7);
-            let channel = |i: usize| f64::from(u8::from_str_radix(&c[i..i + 2], 16).unwrap()) / 255.0;
+            let channel =
+                |i: usize| f64::from(u8::from_str_radix(&c[i..i + 2], 16).unwrap()) / 255.0;
             // Rec. 709 luma; black text needs a light background.
             let luma = 0.2126 * channel(1) + 0.7152 * channel(3) + 0.0722 * channel(5);
             assert!(luma > 0.6, "tile {k}: {c} has luma {luma}");

@@ -135,7 +135,11 @@ struct Picture<'a> {
 }
 
 impl<'a> Picture<'a> {
-    fn new(logical: &'a Logical<'a>, physical: &'a Physical, tiles: Option<TileShading<'_>>) -> Self {
+    fn new(
+        logical: &'a Logical<'a>,
+        physical: &'a Physical,
+        tiles: Option<TileShading<'_>>,
+    ) -> Self {
         let view = logical.view;
         let shape = view.shape();
         let (rows, cols) = match shape {
@@ -145,9 +149,19 @@ impl<'a> Picture<'a> {
         };
         let offset_labels: Vec<String> = logical.offsets.iter().map(u64::to_string).collect();
         let slot_labels: Vec<String> = physical.slots.iter().map(|s| s.label(logical)).collect();
-        let widest = offset_labels.iter().chain(&slot_labels).map(|l| l.chars().count()).max().unwrap_or(1);
+        let widest = offset_labels
+            .iter()
+            .chain(&slot_labels)
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(1);
         let cell_w = MIN_CELL_W.max(12 + 7 * widest as u64);
-        let title = format!("view `{}`: shape {:?} over a buffer of {} elements", view.name(), shape, view.len());
+        let title = format!(
+            "view `{}`: shape {:?} over a buffer of {} elements",
+            view.name(),
+            shape,
+            view.len()
+        );
         let subtitle = match (tiles, physical.group) {
             (Some(t), Some(g)) if physical.tiled => format!(
                 "R-Tile tensor `{}`: tiles of {g} elements; fill = physical tile (offset / {g}), \
@@ -159,7 +173,8 @@ impl<'a> Picture<'a> {
                 "tensor `{}` has no tiles; fill = contiguous run of {g} elements (offset / {g})",
                 t.layout().name()
             ),
-            _ => "no tile shading: pass the tensor's TileShading to colour tiles and mark padding".to_owned(),
+            _ => "no tile shading: pass the tensor's TileShading to colour tiles and mark padding"
+                .to_owned(),
         };
         Self {
             logical,
@@ -202,7 +217,11 @@ impl<'a> Picture<'a> {
         let pad = self.physical.padding() > 0;
         let unread = self.physical.slots.contains(&Slot::Unread);
         let legend_y = py + prows * CELL_H + 28;
-        let height = if pad || unread { legend_y + 12 + MARGIN } else { py + prows * CELL_H + MARGIN };
+        let height = if pad || unread {
+            legend_y + 12 + MARGIN
+        } else {
+            py + prows * CELL_H + MARGIN
+        };
         let text_w = |s: &str, size: u64| s.chars().count() as u64 * size * 62 / 100;
         let width = [
             gx + self.cols * self.cell_w,
@@ -227,24 +246,85 @@ impl<'a> Picture<'a> {
             s,
             r##"<defs><pattern id="{HATCH}" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="8" height="8" fill="#dcdcdc"/><line x1="0" y1="0" x2="0" y2="8" stroke="#a8a8a8" stroke-width="3"/></pattern></defs>"##
         );
-        let _ = writeln!(s, r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##);
-        text(&mut s, MARGIN, title_y, 16, INK, "start", "bold", &self.title);
-        text(&mut s, MARGIN, subtitle_y, 12, MUTED, "start", "normal", &self.subtitle);
+        let _ = writeln!(
+            s,
+            r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##
+        );
+        text(
+            &mut s,
+            MARGIN,
+            title_y,
+            16,
+            INK,
+            "start",
+            "bold",
+            &self.title,
+        );
+        text(
+            &mut s,
+            MARGIN,
+            subtitle_y,
+            12,
+            MUTED,
+            "start",
+            "normal",
+            &self.subtitle,
+        );
 
         // Logical panel.
-        text(&mut s, MARGIN, logical_head_y, 13, INK, "start", "bold", "logical view: the offset of each coordinate");
-        let col_axis = if self.rank >= 2 { "axis 1 →" } else { "axis 0 →" };
+        text(
+            &mut s,
+            MARGIN,
+            logical_head_y,
+            13,
+            INK,
+            "start",
+            "bold",
+            "logical view: the offset of each coordinate",
+        );
+        let col_axis = if self.rank >= 2 {
+            "axis 1 →"
+        } else {
+            "axis 0 →"
+        };
         text(&mut s, gx, axis_y, 12, MUTED, "start", "normal", col_axis);
         if self.rank >= 2 {
-            text(&mut s, MARGIN, index_y, 12, MUTED, "start", "normal", "axis 0 ↓");
+            text(
+                &mut s,
+                MARGIN,
+                index_y,
+                12,
+                MUTED,
+                "start",
+                "normal",
+                "axis 0 ↓",
+            );
             for r in 0..self.rows {
                 let y = gy + r * CELL_H + CELL_H / 2 + 4;
-                text(&mut s, gx - 8, y, CELL_FONT, MUTED, "end", "normal", &r.to_string());
+                text(
+                    &mut s,
+                    gx - 8,
+                    y,
+                    CELL_FONT,
+                    MUTED,
+                    "end",
+                    "normal",
+                    &r.to_string(),
+                );
             }
         }
         for c in 0..self.cols {
             let x = gx + c * self.cell_w + self.cell_w / 2;
-            text(&mut s, x, index_y, CELL_FONT, MUTED, "middle", "normal", &c.to_string());
+            text(
+                &mut s,
+                x,
+                index_y,
+                CELL_FONT,
+                MUTED,
+                "middle",
+                "normal",
+                &c.to_string(),
+            );
         }
         let _ = writeln!(s, r#"<g class="logical">"#);
         for (linear, &offset) in self.logical.offsets.iter().enumerate() {
@@ -255,13 +335,25 @@ impl<'a> Picture<'a> {
                 r#"<g class="cell" data-coord="{}" data-offset="{offset}">"#,
                 escape(&self.logical.coord_label(linear))
             );
-            self.cell(&mut s, x, y, &self.fill(offset), INK, &self.offset_labels[linear]);
+            self.cell(
+                &mut s,
+                x,
+                y,
+                &self.fill(offset),
+                INK,
+                &self.offset_labels[linear],
+            );
             let _ = writeln!(s, "</g>");
         }
         let _ = writeln!(s, "</g>");
-        let logical_group = |r: u64, c: u64| self.physical.group_of(self.logical.offsets[(r * self.cols + c) as usize]);
+        let logical_group = |r: u64, c: u64| {
+            self.physical
+                .group_of(self.logical.offsets[(r * self.cols + c) as usize])
+        };
         outline(&mut s, gx, gy, self.cell_w, self.rows, self.cols, |r, c| {
-            (r < self.rows && c < self.cols).then(|| logical_group(r, c)).flatten()
+            (r < self.rows && c < self.cols)
+                .then(|| logical_group(r, c))
+                .flatten()
         });
 
         // Physical panel.
@@ -269,40 +361,92 @@ impl<'a> Picture<'a> {
             "physical order: {}; each cell shows the coordinate stored there",
             self.physical.rows_note()
         );
-        text(&mut s, MARGIN, physical_head_y, 13, INK, "start", "bold", &heading);
-        text(&mut s, gx - 8, physical_index_y, CELL_FONT, MUTED, "end", "normal", "offset");
+        text(
+            &mut s,
+            MARGIN,
+            physical_head_y,
+            13,
+            INK,
+            "start",
+            "bold",
+            &heading,
+        );
+        text(
+            &mut s,
+            gx - 8,
+            physical_index_y,
+            CELL_FONT,
+            MUTED,
+            "end",
+            "normal",
+            "offset",
+        );
         for k in 0..prow {
             let x = gx + k * self.cell_w + self.cell_w / 2;
-            text(&mut s, x, physical_index_y, CELL_FONT, MUTED, "middle", "normal", &format!("+{k}"));
+            text(
+                &mut s,
+                x,
+                physical_index_y,
+                CELL_FONT,
+                MUTED,
+                "middle",
+                "normal",
+                &format!("+{k}"),
+            );
         }
         for r in 0..prows {
             let y = py + r * CELL_H + CELL_H / 2 + 4;
-            text(&mut s, gx - 8, y, CELL_FONT, MUTED, "end", "normal", &(r * prow).to_string());
+            text(
+                &mut s,
+                gx - 8,
+                y,
+                CELL_FONT,
+                MUTED,
+                "end",
+                "normal",
+                &(r * prow).to_string(),
+            );
         }
         let _ = writeln!(s, r#"<g class="physical">"#);
         for (offset, slot) in self.physical.slots.iter().enumerate() {
             let offset = offset as u64;
-            let (x, y) = (gx + (offset % prow) * self.cell_w, py + (offset / prow) * CELL_H);
+            let (x, y) = (
+                gx + (offset % prow) * self.cell_w,
+                py + (offset / prow) * CELL_H,
+            );
             let (kind, fill, ink) = match slot {
                 Slot::Read { .. } => ("read", self.fill(offset), INK),
                 Slot::Pad => ("pad", format!("url(#{HATCH})"), MUTED),
                 Slot::Unread => ("unread", UNREAD.to_owned(), MUTED),
             };
-            let _ = write!(s, r#"<g class="slot" data-offset="{offset}" data-kind="{kind}">"#);
+            let _ = write!(
+                s,
+                r#"<g class="slot" data-offset="{offset}" data-kind="{kind}">"#
+            );
             self.cell(&mut s, x, y, &fill, ink, &self.slot_labels[offset as usize]);
             let _ = writeln!(s, "</g>");
         }
         let _ = writeln!(s, "</g>");
         outline(&mut s, gx, py, self.cell_w, prows, prow, |r, c| {
             let offset = r * prow + c;
-            (c < prow && offset < len).then(|| self.physical.group_of(offset)).flatten()
+            (c < prow && offset < len)
+                .then(|| self.physical.group_of(offset))
+                .flatten()
         });
 
         // Legend.
         let mut x = MARGIN;
         for (present, fill, label) in [
-            (pad, format!("url(#{HATCH})"), "padding: no element lives here"),
-            (unread, UNREAD.to_owned(), "· an element this view does not read"),
+            (
+                pad,
+                format!("url(#{HATCH})"),
+                "padding: no element lives here",
+            ),
+            (
+                unread,
+                UNREAD.to_owned(),
+                "· an element this view does not read",
+            ),
         ] {
             if present {
                 let _ = writeln!(
@@ -310,7 +454,16 @@ impl<'a> Picture<'a> {
                     r##"<rect x="{x}" y="{}" width="18" height="14" fill="{fill}" stroke="#888888"/>"##,
                     legend_y - 11
                 );
-                text(&mut s, x + 24, legend_y, 12, MUTED, "start", "normal", label);
+                text(
+                    &mut s,
+                    x + 24,
+                    legend_y,
+                    12,
+                    MUTED,
+                    "start",
+                    "normal",
+                    label,
+                );
                 x += 24 + text_w(label, 12) + 24;
             }
         }
@@ -334,7 +487,16 @@ impl<'a> Picture<'a> {
 
 /// Appends a `<text>` element.
 #[allow(clippy::too_many_arguments)]
-fn text(s: &mut String, x: u64, y: u64, size: u64, fill: &str, anchor: &str, weight: &str, content: &str) {
+fn text(
+    s: &mut String,
+    x: u64,
+    y: u64,
+    size: u64,
+    fill: &str,
+    anchor: &str,
+    weight: &str,
+    content: &str,
+) {
     let _ = writeln!(
         s,
         r#"<text x="{x}" y="{y}" font-size="{size}" fill="{fill}" text-anchor="{anchor}" font-weight="{weight}">{}</text>"#,
@@ -405,7 +567,7 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet, HashSet};
 
     use super::*;
-    use crate::layout::LayoutSpec;
+    use crate::layout::{LayoutSpec, Order};
     use crate::print::MAX_CELLS;
 
     /// Checks that `xml` is well formed: one root element, every tag closed in order,
@@ -415,12 +577,15 @@ mod tests {
         fn entities_ok(text: &str) -> Result<(), String> {
             let mut rest = text;
             while let Some(at) = rest.find('&') {
-                let end = rest[at..].find(';').ok_or_else(|| format!("unterminated entity in {text:?}"))?;
+                let end = rest[at..]
+                    .find(';')
+                    .ok_or_else(|| format!("unterminated entity in {text:?}"))?;
                 let name = &rest[at + 1..at + end];
                 let numeric = name.strip_prefix('#').is_some_and(|n| {
-                    n.strip_prefix('x').map_or(!n.is_empty() && n.chars().all(|c| c.is_ascii_digit()), |h| {
-                        !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit())
-                    })
+                    n.strip_prefix('x').map_or(
+                        !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()),
+                        |h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()),
+                    )
                 });
                 if !numeric && !["amp", "lt", "gt", "quot", "apos"].contains(&name) {
                     return Err(format!("unknown entity &{name}; in {text:?}"));
@@ -431,7 +596,8 @@ mod tests {
         }
         let is_name = |n: &str| {
             !n.is_empty()
-                && n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
                 && !n.starts_with(|c: char| c.is_ascii_digit() || c == '-')
         };
         let mut stack: Vec<&str> = Vec::new();
@@ -474,7 +640,9 @@ mod tests {
             }
             // A start tag: name, attributes, then `>` or `/>`.
             let body = &rest[1..];
-            let name_end = body.find(|c: char| c.is_whitespace() || c == '>' || c == '/').ok_or("unterminated tag")?;
+            let name_end = body
+                .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
+                .ok_or("unterminated tag")?;
             let name = &body[..name_end];
             if !is_name(name) {
                 return Err(format!("bad element name {name:?}"));
@@ -498,13 +666,19 @@ mod tests {
                     stack.push(name);
                     break;
                 }
-                let eq = trimmed.find('=').ok_or_else(|| format!("attribute without value in <{name}>"))?;
+                let eq = trimmed
+                    .find('=')
+                    .ok_or_else(|| format!("attribute without value in <{name}>"))?;
                 let attr = &trimmed[..eq];
                 if !is_name(attr) || !seen.insert(attr) {
                     return Err(format!("bad or repeated attribute {attr:?} in <{name}>"));
                 }
-                let value = trimmed[eq + 1..].strip_prefix('"').ok_or_else(|| format!("unquoted {attr} in <{name}>"))?;
-                let close = value.find('"').ok_or_else(|| format!("unterminated {attr} in <{name}>"))?;
+                let value = trimmed[eq + 1..]
+                    .strip_prefix('"')
+                    .ok_or_else(|| format!("unquoted {attr} in <{name}>"))?;
+                let close = value
+                    .find('"')
+                    .ok_or_else(|| format!("unterminated {attr} in <{name}>"))?;
                 let value = &value[..close];
                 if value.contains('<') {
                     return Err(format!("raw `<` in {attr}={value:?}"));
@@ -529,14 +703,19 @@ mod tests {
     /// The value of attribute `name` in the first tag of `tag_text`.
     fn attr<'t>(tag_text: &'t str, name: &str) -> &'t str {
         let key = format!(" {name}=\"");
-        let at = tag_text.find(&key).unwrap_or_else(|| panic!("no {name} in {tag_text}")) + key.len();
+        let at = tag_text
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {name} in {tag_text}"))
+            + key.len();
         &tag_text[at..at + tag_text[at..].find('"').unwrap()]
     }
 
     /// The `<g class="…">` groups of class `class`, as text up to their `</g>`.
     fn groups<'t>(svg: &'t str, class: &str) -> Vec<&'t str> {
         let open = format!("<g class=\"{class}\"");
-        svg.match_indices(&open).map(|(at, _)| &svg[at..at + svg[at..].find("</g>").unwrap()]).collect()
+        svg.match_indices(&open)
+            .map(|(at, _)| &svg[at..at + svg[at..].find("</g>").unwrap()])
+            .collect()
     }
 
     /// Offset → fill of every logical cell.
@@ -545,7 +724,10 @@ mod tests {
             .into_iter()
             .map(|g| {
                 let rect = &g[g.find("<rect").unwrap()..];
-                (attr(g, "data-offset").parse().unwrap(), attr(rect, "fill").to_owned())
+                (
+                    attr(g, "data-offset").parse().unwrap(),
+                    attr(rect, "fill").to_owned(),
+                )
             })
             .collect()
     }
@@ -565,7 +747,10 @@ mod tests {
 
     #[test]
     fn the_checker_rejects_broken_xml() {
-        assert_eq!(check_well_formed(r#"<?xml version="1.0"?><a x="1"><b/>t &amp; u</a>"#), Ok(2));
+        assert_eq!(
+            check_well_formed(r#"<?xml version="1.0"?><a x="1"><b/>t &amp; u</a>"#),
+            Ok(2)
+        );
         for bad in [
             "<a><b></a></b>",
             "<a>",
@@ -584,7 +769,10 @@ mod tests {
 
     #[test]
     fn escape_covers_the_xml_specials() {
-        assert_eq!(escape(r#"<a & 'b' "c">"#), "&lt;a &amp; &apos;b&apos; &quot;c&quot;&gt;");
+        assert_eq!(
+            escape(r#"<a & 'b' "c">"#),
+            "&lt;a &amp; &apos;b&apos; &quot;c&quot;&gt;"
+        );
         assert_eq!(escape("axis 1 →"), "axis 1 →");
         assert!(check_well_formed(&format!("<t>{}</t>", escape("</t><x>&"))).is_ok());
     }
@@ -599,23 +787,35 @@ mod tests {
         let root = &picture[picture.find("<svg").unwrap()..];
         let (w, h) = (attr(root, "width"), attr(root, "height"));
         assert_eq!(attr(root, "viewBox"), format!("0 0 {w} {h}"));
-        assert!(picture.contains(&format!("<title>view `x`: shape [6, 10] over a buffer of {} elements", view.len())));
+        assert!(picture.contains(&format!(
+            "<title>view `x`: shape [6, 10] over a buffer of {} elements",
+            view.len()
+        )));
 
         let cells = groups(&picture, "cell");
         assert_eq!(cells.len() as u64, view.logical_len());
         let coords: BTreeSet<&str> = cells.iter().map(|g| attr(g, "data-coord")).collect();
         assert_eq!(coords.len(), cells.len(), "one cell per coordinate");
         for g in &cells {
-            let c: Vec<u64> = attr(g, "data-coord").split(',').map(|n| n.parse().unwrap()).collect();
+            let c: Vec<u64> = attr(g, "data-coord")
+                .split(',')
+                .map(|n| n.parse().unwrap())
+                .collect();
             let offset = view.offset(&c).unwrap();
             assert_eq!(attr(g, "data-offset"), offset.to_string());
-            assert!(g.contains(&format!(">{offset}</text>")), "the cell shows its offset");
+            assert!(
+                g.contains(&format!(">{offset}</text>")),
+                "the cell shows its offset"
+            );
         }
 
         // 8 × 12 padded buffer: 96 elements, 36 of them padding, hatched and labelled.
         let slots = groups(&picture, "slot");
         assert_eq!(slots.len() as u64, view.len());
-        let pads: Vec<&&str> = slots.iter().filter(|g| attr(g, "data-kind") == "pad").collect();
+        let pads: Vec<&&str> = slots
+            .iter()
+            .filter(|g| attr(g, "data-kind") == "pad")
+            .collect();
         assert_eq!(pads.len() as u64, view.len() - view.logical_len());
         for g in &pads {
             assert!(g.contains(r#"fill="url(#fbl-hatch)""#) && g.contains(">pad</text>"));
@@ -625,7 +825,11 @@ mod tests {
             if attr(g, "data-kind") == "read" {
                 let label = &g[g.rfind("\">").unwrap() + 2..g.rfind("</text>").unwrap()];
                 let c: Vec<u64> = label.split(',').map(|n| n.parse().unwrap()).collect();
-                assert_eq!(view.offset(&c), Some(k as u64), "slot {k} is labelled by its coordinate");
+                assert_eq!(
+                    view.offset(&c),
+                    Some(k as u64),
+                    "slot {k} is labelled by its coordinate"
+                );
             }
         }
         assert!(picture.contains("padding: no element lives here"));
@@ -636,7 +840,14 @@ mod tests {
     fn transposed_picture_has_the_same_colour_at_every_offset() {
         let x = rtile(6, 8);
         let base = svg(&x.view().bind(&[]).unwrap(), Some(TileShading::of(&x))).unwrap();
-        let xt = x.view().named("xt").unwrap().transpose("rows", "cols").unwrap().bind(&[]).unwrap();
+        let xt = x
+            .view()
+            .named("xt")
+            .unwrap()
+            .transpose("rows", "cols")
+            .unwrap()
+            .bind(&[])
+            .unwrap();
         let flipped = svg(&xt, Some(TileShading::of(&x))).unwrap();
         check_well_formed(&flipped).unwrap();
         let (a, b) = (fills(&base), fills(&flipped));
@@ -652,16 +863,64 @@ mod tests {
         assert_eq!(a.values().collect::<BTreeSet<_>>().len(), 4);
         // The physical panel is the same buffer, coordinates swapped.
         let slots = |s: &str| -> Vec<(String, String)> {
-            groups(s, "slot").iter().map(|g| (attr(g, "data-kind").to_owned(), attr(&g[g.find("<rect").unwrap()..], "fill").to_owned())).collect()
+            groups(s, "slot")
+                .iter()
+                .map(|g| {
+                    (
+                        attr(g, "data-kind").to_owned(),
+                        attr(&g[g.find("<rect").unwrap()..], "fill").to_owned(),
+                    )
+                })
+                .collect()
         };
         assert_eq!(slots(&base), slots(&flipped));
+    }
+
+    #[test]
+    fn layouts_without_tiles_are_shaded_by_contiguous_runs() {
+        let m = LayoutSpec::new("m")
+            .axis("rows", 3)
+            .axis("cols", 4)
+            .order(Order::ColMajor)
+            .build()
+            .unwrap();
+        let view = m.view().bind(&[]).unwrap();
+        let picture = svg(&view, Some(TileShading::of(&m))).unwrap();
+        check_well_formed(&picture).unwrap();
+        assert!(picture.contains("fill = contiguous run of 3 elements (offset / 3)"));
+        // Column-major: each column is one run of 3, so colours follow the columns.
+        let by_offset = fills(&picture);
+        for g in groups(&picture, "cell") {
+            let c: Vec<u64> = attr(g, "data-coord")
+                .split(',')
+                .map(|n| n.parse().unwrap())
+                .collect();
+            let column_top = view.offset(&[0, c[1]]).unwrap();
+            assert_eq!(
+                by_offset[&attr(g, "data-offset").parse().unwrap()],
+                by_offset[&column_top]
+            );
+        }
+        assert_eq!(by_offset.values().collect::<BTreeSet<_>>().len(), 4);
+        let slot_rows: BTreeSet<&str> = groups(&picture, "slot")
+            .iter()
+            .map(|g| attr(&g[g.find("<rect").unwrap()..], "y"))
+            .collect();
+        assert_eq!(
+            slot_rows.len(),
+            4,
+            "the physical panel draws one run per row"
+        );
     }
 
     #[test]
     fn pictures_are_deterministic() {
         let x = rtile(6, 10);
         let view = x.view().bind(&[]).unwrap();
-        assert_eq!(svg(&view, Some(TileShading::of(&x))), svg(&view, Some(TileShading::of(&x))));
+        assert_eq!(
+            svg(&view, Some(TileShading::of(&x))),
+            svg(&view, Some(TileShading::of(&x)))
+        );
     }
 
     #[test]
@@ -672,24 +931,47 @@ mod tests {
         check_well_formed(&picture).unwrap();
         let cells = groups(&picture, "cell");
         assert_eq!(cells.len(), 3);
-        let ys: BTreeSet<&str> = cells.iter().map(|g| attr(&g[g.find("<rect").unwrap()..], "y")).collect();
+        let ys: BTreeSet<&str> = cells
+            .iter()
+            .map(|g| attr(&g[g.find("<rect").unwrap()..], "y"))
+            .collect();
         assert_eq!(ys.len(), 1, "one row");
         assert!(fills(&picture).values().all(|f| f == NEUTRAL));
         assert!(!picture.contains("tile-edges"));
-        let kinds: Vec<&str> = groups(&picture, "slot").iter().map(|g| attr(g, "data-kind")).collect();
-        assert_eq!(kinds, ["unread", "unread", "read", "read", "read", "unread"]);
+        let kinds: Vec<&str> = groups(&picture, "slot")
+            .iter()
+            .map(|g| attr(g, "data-kind"))
+            .collect();
+        assert_eq!(
+            kinds,
+            ["unread", "unread", "read", "read", "read", "unread"]
+        );
     }
 
     #[test]
     fn rank3_and_too_large_views_are_refused() {
-        let t = LayoutSpec::new("t").axis("a", 2).axis("b", 2).axis("c", 2).build().unwrap();
+        let t = LayoutSpec::new("t")
+            .axis("a", 2)
+            .axis("b", 2)
+            .axis("c", 2)
+            .build()
+            .unwrap();
         let err = svg(&t.bind(&[]).unwrap(), Some(TileShading::of(&t))).unwrap_err();
         assert!(matches!(err, PrintError::Rank { rank: 3, .. }), "{err}");
-        let big = LayoutSpec::new("big").axis("rows", 64).axis("cols", 65).build().unwrap();
+        let big = LayoutSpec::new("big")
+            .axis("rows", 64)
+            .axis("cols", 65)
+            .build()
+            .unwrap();
         let err = svg(&big.bind(&[]).unwrap(), None).unwrap_err();
         assert_eq!(
             err,
-            PrintError::TooLarge { view: "big".into(), what: "logical cells", cells: 64 * 65, limit: MAX_CELLS }
+            PrintError::TooLarge {
+                view: "big".into(),
+                what: "logical cells",
+                cells: 64 * 65,
+                limit: MAX_CELLS
+            }
         );
     }
 }
