@@ -7,7 +7,6 @@
 use std::cell::RefCell;
 use std::fmt::Display;
 
-use proc_macro2::Span;
 use quote::ToTokens;
 
 /// Collects the errors of one derive.
@@ -26,11 +25,6 @@ impl Ctxt {
     /// Reports `msg` at the span of `tokens` (first to last token).
     pub(crate) fn error_spanned_by(&self, tokens: impl ToTokens, msg: impl Display) {
         self.errors.borrow_mut().push(syn::Error::new_spanned(tokens.into_token_stream(), msg));
-    }
-
-    /// Reports `msg` at `span`.
-    pub(crate) fn error_at(&self, span: Span, msg: impl Display) {
-        self.errors.borrow_mut().push(syn::Error::new(span, msg));
     }
 
     /// Reports an error that syn produced.

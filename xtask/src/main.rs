@@ -51,10 +51,10 @@ fn test(args: &[String]) -> Result<(), String> {
     ensure_vulkan(install)?;
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(&cargo)
-        .current_dir(&root)
-        .args(["test", "--workspace", "--all-targets", "--locked"])
-        .args(extra))?;
+    let mut test = Command::new(&cargo);
+    test.current_dir(&root).args(["test", "--workspace", "--all-targets", "--locked"]).args(extra);
+    quiet_mesa(&mut test, &root);
+    run(&mut test)?;
     run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace", "--doc", "--locked"]))?;
     if has_program("mdbook") {
         run(Command::new("mdbook").current_dir(&root).args(["build", "book"]))?;
@@ -65,6 +65,22 @@ fn test(args: &[String]) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Mesa's Vulkan drivers complain on every device open when `XDG_RUNTIME_DIR` is unset (as on
+/// CI machines); give them a private one so the test output stays readable.
+fn quiet_mesa(cmd: &mut Command, root: &Path) {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let dir = root.join("target").join("xdg-runtime");
+        if std::fs::create_dir_all(&dir).is_ok() {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+            }
+            cmd.env("XDG_RUNTIME_DIR", dir);
+        }
+    }
 }
 
 fn has_program(name: &str) -> bool {

@@ -220,7 +220,7 @@ fn row_width(group: u64) -> u64 {
     }
     (MIN_PART..=MAX_ROW)
         .rev()
-        .find(|d| group % d == 0)
+        .find(|d| group.is_multiple_of(*d))
         .unwrap_or(MAX_ROW)
 }
 
@@ -265,7 +265,7 @@ fn stored(view: &BoundView, layout: &TensorLayout) -> Result<(Vec<u64>, Vec<bool
     }
     let whole = layout.bind(&pairs).map_err(|source| PrintError::Bind {
         tensor: layout.name().to_owned(),
-        source,
+        source: Box::new(source),
     })?;
     if whole.len() != view.len() {
         return Err(mismatch(format!(

@@ -66,7 +66,7 @@ pub enum PrintError {
     Bind {
         /// The tensor.
         tensor: String,
-        /// The binding error.
-        source: LayoutError,
+        /// The binding error (boxed to keep `PrintError` small).
+        source: Box<LayoutError>,
     },
 }

@@ -20,6 +20,9 @@ use super::PrintError;
 use super::cells::{Logical, Physical};
 use crate::layout::{BoundView, TensorLayout};
 
+/// A table row: its label and its cells.
+type Row = (String, Vec<String>);
+
 /// The forward map of `view` as a text table of physical offsets.
 ///
 /// Rows are the first view axis and columns the second; a rank-1 view prints one row, and a
@@ -80,7 +83,7 @@ pub fn grid(view: &BoundView) -> Result<String, PrintError> {
             let _ = writeln!(out, "\nslice [{}]", index.join(", "));
         }
         let base = s as usize * per_slice;
-        let body: Vec<(String, Vec<String>)> = (0..rows)
+        let body: Vec<Row> = (0..rows)
             .map(|r| {
                 let label = if rank >= 2 {
                     r.to_string()
@@ -139,7 +142,7 @@ pub fn physical_map(view: &BoundView, layout: &TensorLayout) -> Result<String, P
     );
     let row = physical.row as usize;
     let headers: Vec<String> = (0..row).map(|c| format!("+{c}")).collect();
-    let body: Vec<(String, Vec<String>)> = physical
+    let body: Vec<Row> = physical
         .slots
         .chunks(row)
         .enumerate()
@@ -161,7 +164,7 @@ pub fn physical_map(view: &BoundView, layout: &TensorLayout) -> Result<String, P
 
 /// Appends a table: a header row, a rule, then one row per `(label, cells)`, every column
 /// right-aligned to its widest entry. Short rows leave their last columns empty.
-fn table(out: &mut String, corner: &str, headers: &[String], body: &[(String, Vec<String>)]) {
+fn table(out: &mut String, corner: &str, headers: &[String], body: &[Row]) {
     let width = |s: &String| s.chars().count();
     let label_w = body
         .iter()
@@ -216,7 +219,7 @@ mod tests {
     }
 
     /// Parses the tables of `text`: for each, its column headers and its `(label, cells)` rows.
-    fn parse_tables(text: &str) -> Vec<(Vec<String>, Vec<(String, Vec<String>)>)> {
+    fn parse_tables(text: &str) -> Vec<(Vec<String>, Vec<Row>)> {
         let lines: Vec<&str> = text.lines().collect();
         let mut tables = Vec::new();
         let mut i = 0;

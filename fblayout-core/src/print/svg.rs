@@ -250,36 +250,15 @@ impl<'a> Picture<'a> {
             s,
             r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##
         );
-        text(
-            &mut s,
-            MARGIN,
-            title_y,
-            16,
-            INK,
-            "start",
-            "bold",
-            &self.title,
-        );
-        text(
-            &mut s,
-            MARGIN,
-            subtitle_y,
-            12,
-            MUTED,
-            "start",
-            "normal",
-            &self.subtitle,
-        );
+        text(&mut s, &TITLE, MARGIN, title_y, &self.title);
+        text(&mut s, &NOTE, MARGIN, subtitle_y, &self.subtitle);
 
         // Logical panel.
         text(
             &mut s,
+            &HEADING,
             MARGIN,
             logical_head_y,
-            13,
-            INK,
-            "start",
-            "bold",
             "logical view: the offset of each coordinate",
         );
         let col_axis = if self.rank >= 2 {
@@ -287,44 +266,17 @@ impl<'a> Picture<'a> {
         } else {
             "axis 0 →"
         };
-        text(&mut s, gx, axis_y, 12, MUTED, "start", "normal", col_axis);
+        text(&mut s, &NOTE, gx, axis_y, col_axis);
         if self.rank >= 2 {
-            text(
-                &mut s,
-                MARGIN,
-                index_y,
-                12,
-                MUTED,
-                "start",
-                "normal",
-                "axis 0 ↓",
-            );
+            text(&mut s, &NOTE, MARGIN, index_y, "axis 0 ↓");
             for r in 0..self.rows {
                 let y = gy + r * CELL_H + CELL_H / 2 + 4;
-                text(
-                    &mut s,
-                    gx - 8,
-                    y,
-                    CELL_FONT,
-                    MUTED,
-                    "end",
-                    "normal",
-                    &r.to_string(),
-                );
+                text(&mut s, &INDEX_END, gx - 8, y, &r.to_string());
             }
         }
         for c in 0..self.cols {
             let x = gx + c * self.cell_w + self.cell_w / 2;
-            text(
-                &mut s,
-                x,
-                index_y,
-                CELL_FONT,
-                MUTED,
-                "middle",
-                "normal",
-                &c.to_string(),
-            );
+            text(&mut s, &INDEX_MID, x, index_y, &c.to_string());
         }
         let _ = writeln!(s, r#"<g class="logical">"#);
         for (linear, &offset) in self.logical.offsets.iter().enumerate() {
@@ -361,51 +313,15 @@ impl<'a> Picture<'a> {
             "physical order: {}; each cell shows the coordinate stored there",
             self.physical.rows_note()
         );
-        text(
-            &mut s,
-            MARGIN,
-            physical_head_y,
-            13,
-            INK,
-            "start",
-            "bold",
-            &heading,
-        );
-        text(
-            &mut s,
-            gx - 8,
-            physical_index_y,
-            CELL_FONT,
-            MUTED,
-            "end",
-            "normal",
-            "offset",
-        );
+        text(&mut s, &HEADING, MARGIN, physical_head_y, &heading);
+        text(&mut s, &INDEX_END, gx - 8, physical_index_y, "offset");
         for k in 0..prow {
             let x = gx + k * self.cell_w + self.cell_w / 2;
-            text(
-                &mut s,
-                x,
-                physical_index_y,
-                CELL_FONT,
-                MUTED,
-                "middle",
-                "normal",
-                &format!("+{k}"),
-            );
+            text(&mut s, &INDEX_MID, x, physical_index_y, &format!("+{k}"));
         }
         for r in 0..prows {
             let y = py + r * CELL_H + CELL_H / 2 + 4;
-            text(
-                &mut s,
-                gx - 8,
-                y,
-                CELL_FONT,
-                MUTED,
-                "end",
-                "normal",
-                &(r * prow).to_string(),
-            );
+            text(&mut s, &INDEX_END, gx - 8, y, &(r * prow).to_string());
         }
         let _ = writeln!(s, r#"<g class="physical">"#);
         for (offset, slot) in self.physical.slots.iter().enumerate() {
@@ -454,16 +370,7 @@ impl<'a> Picture<'a> {
                     r##"<rect x="{x}" y="{}" width="18" height="14" fill="{fill}" stroke="#888888"/>"##,
                     legend_y - 11
                 );
-                text(
-                    &mut s,
-                    x + 24,
-                    legend_y,
-                    12,
-                    MUTED,
-                    "start",
-                    "normal",
-                    label,
-                );
+                text(&mut s, &NOTE, x + 24, legend_y, label);
                 x += 24 + text_w(label, 12) + 24;
             }
         }
@@ -485,18 +392,58 @@ impl<'a> Picture<'a> {
     }
 }
 
-/// Appends a `<text>` element.
-#[allow(clippy::too_many_arguments)]
-fn text(
-    s: &mut String,
-    x: u64,
-    y: u64,
+/// How a piece of text is set.
+struct Font {
     size: u64,
-    fill: &str,
-    anchor: &str,
-    weight: &str,
-    content: &str,
-) {
+    fill: &'static str,
+    anchor: &'static str,
+    weight: &'static str,
+}
+
+/// The picture's title.
+const TITLE: Font = Font {
+    size: 16,
+    fill: INK,
+    anchor: "start",
+    weight: "bold",
+};
+/// Panel headings.
+const HEADING: Font = Font {
+    size: 13,
+    fill: INK,
+    anchor: "start",
+    weight: "bold",
+};
+/// The subtitle, axis names and the legend.
+const NOTE: Font = Font {
+    size: 12,
+    fill: MUTED,
+    anchor: "start",
+    weight: "normal",
+};
+/// Row indices, right-aligned against the grid.
+const INDEX_END: Font = Font {
+    size: CELL_FONT,
+    fill: MUTED,
+    anchor: "end",
+    weight: "normal",
+};
+/// Column indices, centred over their column.
+const INDEX_MID: Font = Font {
+    size: CELL_FONT,
+    fill: MUTED,
+    anchor: "middle",
+    weight: "normal",
+};
+
+/// Appends a `<text>` element set in `font` at `(x, y)`.
+fn text(s: &mut String, font: &Font, x: u64, y: u64, content: &str) {
+    let Font {
+        size,
+        fill,
+        anchor,
+        weight,
+    } = font;
     let _ = writeln!(
         s,
         r#"<text x="{x}" y="{y}" font-size="{size}" fill="{fill}" text-anchor="{anchor}" font-weight="{weight}">{}</text>"#,

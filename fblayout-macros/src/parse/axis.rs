@@ -19,8 +19,6 @@ use crate::ctxt::Ctxt;
 
 /// One field of a tensor struct: an axis.
 pub(crate) struct AxisField<'a> {
-    /// The field.
-    pub(crate) original: &'a syn::Field,
     /// Its name: the axis name.
     pub(crate) ident: &'a Ident,
     /// The axis name as a string.
@@ -40,7 +38,6 @@ impl<'a> AxisField<'a> {
     pub(crate) fn parse(cx: &Ctxt, field: &'a syn::Field) -> Option<Self> {
         let ident = field.ident.as_ref()?;
         let mut axis = Self {
-            original: field,
             ident,
             name: name_of(ident),
             axis_ty: axis_type(&field.ty),
@@ -103,7 +100,8 @@ impl<'a> AxisField<'a> {
         if input.peek(syn::LitInt) {
             let n = u32_lit(input, "an axis extent")?;
             let tokens = n.tokens.clone();
-            return Ok(self.set_extent(cx, Spanned::new(Extent::Static(n.value), tokens)));
+            self.set_extent(cx, Spanned::new(Extent::Static(n.value), tokens));
+            return Ok(());
         }
         let key = key(input)?;
         match key.to_string().as_str() {

@@ -18,7 +18,7 @@ use syn::{Ident, Token};
 
 pub(crate) use axis::AxisField;
 pub(crate) use tensor::TensorAttrs;
-pub(crate) use view::{NewAxis, StepDecl, StepKind, ViewDecl};
+pub(crate) use view::{StepDecl, StepKind, ViewDecl};
 
 use crate::ctxt::Ctxt;
 

@@ -1,0 +1,92 @@
+//! Generation: the code a checked declaration expands to, and the fallback when it has errors.
+//!
+//! Generated code names everything by absolute path (`::fblayout::typed::Ix`,
+//! `::core::primitive::usize`, `::std::sync::OnceLock`), so it compiles under
+//! `#![no_implicit_prelude]` and next to user types called `usize` or modules called `core`.
+
+mod axis;
+mod coord;
+mod index;
+mod tensor;
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+pub(crate) use axis::expand_axis;
+
+use crate::check::check;
+use crate::ctxt::Ctxt;
+use crate::parse::Input;
+
+/// Expands `#[derive(Tensor)]`: parse, check, generate.
+pub(crate) fn expand_tensor(input: &syn::DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let parsed = Input::parse(&cx, input);
+    let model = parsed.as_ref().and_then(|p| check(&cx, p));
+    let generated = model.as_ref().map(tensor::generate);
+    match (cx.check(), generated) {
+        (Ok(()), Some(Ok(tokens))) => tokens,
+        (Err(errors), _) | (Ok(()), Some(Err(errors))) => fallback(parsed.as_ref(), errors),
+        // No model and no error cannot happen: `check` returns `None` only after reporting.
+        (Ok(()), None) => fallback(
+            parsed.as_ref(),
+            syn::Error::new_spanned(&input.ident, "fblayout could not check this tensor"),
+        ),
+    }
+}
+
+/// The errors, plus stub implementations so that uses of the tensor elsewhere do not add
+/// follow-on errors (the stubs are never run: the crate does not compile).
+fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
+    let errors = errors.to_compile_error();
+    let Some(input) = input else { return errors };
+    if !input.original.generics.params.is_empty() {
+        return errors;
+    }
+    let krate = input.attrs.krate();
+    let ident = input.ident;
+    let vis = input.vis;
+    let rank = proc_macro2::Literal::usize_unsuffixed(input.fields.len());
+    let usize = quote!(::core::primitive::usize);
+    let unreachable = quote!(::core::unreachable!("the tensor's declaration has errors"));
+    let constructor = input.fields.iter().map(|f| f.axis_ty.map(|ty| (f.ident, ty))).collect::<Option<Vec<_>>>().map(
+        |fields| {
+            let (names, types): (Vec<_>, Vec<_>) = fields.into_iter().unzip();
+            quote! {
+                impl #ident {
+                    #[allow(missing_docs, clippy::too_many_arguments)]
+                    #vis const fn new(#(#names: #krate::typed::Ix<#types>),*) -> Self {
+                        Self { #(#names),* }
+                    }
+                }
+            }
+        },
+    );
+    quote! {
+        #errors
+        #constructor
+
+        impl #krate::typed::Coord for #ident {
+            type Tensor = Self;
+            type Indices = [#usize; #rank];
+            const NAME: &'static ::core::primitive::str = "";
+            const AXES: &'static [&'static ::core::primitive::str] = &[];
+            const OFFSET_FN: &'static ::core::primitive::str = "";
+            const IN_BOUNDS_FN: &'static ::core::primitive::str = "";
+            fn indices(&self) -> [#usize; #rank] { #unreachable }
+            fn from_indices(_: &[#usize]) -> ::core::option::Option<Self> { #unreachable }
+            fn offset(&self, _: ()) -> #usize { #unreachable }
+            fn in_bounds(&self, _: ()) -> ::core::primitive::bool { #unreachable }
+            fn shape(_: ()) -> [#usize; #rank] { #unreachable }
+            fn view() -> &'static #krate::layout::View { #unreachable }
+        }
+
+        impl #krate::typed::Tensor for #ident {
+            type Extents = ();
+            const WGSL: &'static ::core::primitive::str = "";
+            const TILE_ELEMS: #usize = 1;
+            fn descriptor() -> &'static #krate::typed::TensorDescriptor { #unreachable }
+            fn len(_: ()) -> #usize { #unreachable }
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The tensor: its coordinate, extents, buffer size, WGSL, descriptor and view types.
+
+use fblayout_core::layout::{ElemType, Extent, LayoutSpec, Order};
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+use syn::Ident;
+
+use super::coord::{CoordSpec, str_slice, usize_ty};
+use crate::check::{Model, OwnedStep, ViewModel};
+use crate::parse::name_of;
+
+/// Everything `#[derive(Tensor)]` adds for a checked declaration.
+pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
+    let input = model.input;
+    let krate = input.attrs.krate();
+    let ident = input.ident;
+    let vis = input.vis;
+    let extents = format_ident!("{}Extents", ident);
+    let layout = &model.descriptor.layout;
+    let extent_axes: Vec<String> = layout.dynamic_axes().map(|a| a.name.clone()).collect();
+    let usize = usize_ty();
+
+    let fields: Vec<(Ident, syn::Type)> = input
+        .fields
+        .iter()
+        .filter_map(|f| f.axis_ty.map(|ty| (f.ident.clone(), ty.clone())))
+        .collect();
+    let tensor_coord = CoordSpec {
+        krate: &krate,
+        ident,
+        vis,
+        tensor: ident,
+        extents: &extents,
+        extent_axes: &extent_axes,
+        axes: &fields,
+        view: &model.descriptor.identity,
+        descriptor_view: quote!(identity),
+    }
+    .generate()?;
+
+    let extents_struct = extents_struct(model, &krate, &extents, &extent_axes);
+    let name = layout.name();
+
+    // Buffer length: the product of padded extents, constants folded.
+    let mut static_part: u64 = 1;
+    let mut dynamic_parts = Vec::new();
+    for axis in layout.axes() {
+        match axis.extent {
+            Extent::Static(n) => static_part *= axis.padded_static(n),
+            Extent::Dynamic => {
+                let field = format_ident!("{}", axis.name);
+                dynamic_parts.push(if axis.tile > 1 {
+                    let t = Literal::u32_unsuffixed(axis.tile);
+                    quote!(extents.#field.div_ceil(#t) * #t)
+                } else {
+                    quote!(extents.#field)
+                });
+            }
+        }
+    }
+    let static_lit = Literal::u64_unsuffixed(static_part);
+    let len_expr = dynamic_parts.iter().fold(quote!(#static_lit), |acc, p| quote!(#acc * #p));
+    let len_unused = dynamic_parts.is_empty().then(|| quote!(let _ = extents;));
+    let doc_len = format!("The length of the buffer of `{name}` in elements, padding included.");
+    let len_const = layout.static_len().map(|n| {
+        let n = Literal::u64_unsuffixed(n);
+        let doc = format!("The length of the buffer of `{name}` in elements, padding included (every extent is static).");
+        quote! {
+            #[doc = #doc]
+            #vis const LEN: #usize = #n;
+        }
+    });
+
+    let wgsl = Literal::string(model.descriptor.wgsl.source());
+    let tile_elems = Literal::u64_unsuffixed(layout.tile_elems());
+    let spec = spec_literal(&krate, &model.spec);
+    let view_specs = model.views.iter().map(|v| view_spec_literal(&krate, v));
+
+    let mut views = Vec::new();
+    for (i, view) in model.views.iter().enumerate() {
+        views.push(view_struct(model, view, i, &krate, &extents, &extent_axes)?);
+    }
+
+    Ok(quote! {
+        #tensor_coord
+
+        impl #ident {
+            #[doc = #doc_len]
+            #[inline]
+            #vis const fn len(extents: #extents) -> #usize {
+                #len_unused
+                #len_expr
+            }
+
+            #len_const
+        }
+
+        #extents_struct
+
+        #[automatically_derived]
+        impl #krate::typed::Tensor for #ident {
+            type Extents = #extents;
+            const WGSL: &'static ::core::primitive::str = #wgsl;
+            const TILE_ELEMS: #usize = #tile_elems;
+
+            fn descriptor() -> &'static #krate::typed::TensorDescriptor {
+                static DESCRIPTOR: ::std::sync::OnceLock<#krate::typed::TensorDescriptor> =
+                    ::std::sync::OnceLock::new();
+                DESCRIPTOR.get_or_init(|| {
+                    #krate::typed::TensorDescriptor::declared(&#spec, &[#(#view_specs),*])
+                })
+            }
+
+            fn len(extents: #extents) -> #usize {
+                Self::len(extents)
+            }
+        }
+
+        #(#views)*
+    })
+}
+
+/// The extents struct: a field per run-time axis, or a unit struct.
+fn extents_struct(model: &Model<'_>, krate: &TokenStream, extents: &Ident, axes: &[String]) -> TokenStream {
+    let ident = model.input.ident;
+    let vis = model.input.vis;
+    let usize = usize_ty();
+    let derives = quote!(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::cmp::PartialEq, ::core::cmp::Eq, ::core::hash::Hash);
+    let names = str_slice(axes.iter().map(String::as_str));
+    if axes.is_empty() {
+        let doc = format!("The run-time extents of [`{ident}`]: none, every extent is static.");
+        return quote! {
+            #[doc = #doc]
+            #[derive(#derives, ::core::default::Default)]
+            #vis struct #extents;
+
+            #[automatically_derived]
+            impl #krate::typed::Extents for #extents {
+                const AXES: &'static [&'static ::core::primitive::str] = #names;
+
+                fn values(&self) -> ::std::vec::Vec<#usize> {
+                    ::std::vec::Vec::new()
+                }
+            }
+        };
+    }
+    let doc = format!("The run-time extents of [`{ident}`]: one per axis declared `dyn`.");
+    let fields: Vec<Ident> = axes
+        .iter()
+        .map(|a| {
+            let span = model.input.fields.iter().find(|f| &f.name == a).map_or_else(proc_macro2::Span::call_site, |f| f.ident.span());
+            Ident::new(a, span)
+        })
+        .collect();
+    let docs = axes.iter().map(|a| format!("The extent of axis `{a}`."));
+    quote! {
+        #[doc = #doc]
+        #[derive(#derives)]
+        #vis struct #extents {
+            #(
+                #[doc = #docs]
+                #vis #fields: #usize,
+            )*
+        }
+
+        #[automatically_derived]
+        impl #krate::typed::Extents for #extents {
+            const AXES: &'static [&'static ::core::primitive::str] = #names;
+
+            fn values(&self) -> ::std::vec::Vec<#usize> {
+                ::std::vec![#(self.#fields),*]
+            }
+        }
+    }
+}
+
+/// One view struct and its coordinate code.
+fn view_struct(
+    model: &Model<'_>,
+    view: &ViewModel<'_>,
+    index: usize,
+    krate: &TokenStream,
+    extents: &Ident,
+    extent_axes: &[String],
+) -> syn::Result<TokenStream> {
+    let input = model.input;
+    let tensor = input.ident;
+    let vis = input.vis;
+    let ident = &view.decl.ident;
+    let built = &model.descriptor.views[index];
+    let index_lit = Literal::usize_unsuffixed(index);
+    let coord = CoordSpec {
+        krate,
+        ident,
+        vis,
+        tensor,
+        extents,
+        extent_axes,
+        axes: &view.axes,
+        view: built,
+        descriptor_view: quote!(views[#index_lit]),
+    }
+    .generate()?;
+    let steps = crate::check::with_view_specs(&[(view.name.clone(), view.steps.clone())], |specs| {
+        specs[0].steps.iter().map(ToString::to_string).collect::<Vec<_>>().join(", then ")
+    });
+    let doc = format!(
+        "A coordinate of view `{}` of [`{tensor}`]: `{steps}`.\n\n\
+         Its offsets address the buffer of [`{tensor}`]; reading through it costs an index \
+         remap, not a copy.",
+        view.name
+    );
+    let fields = view.axes.iter().map(|(i, _)| i);
+    let types = view.axes.iter().map(|(_, t)| t);
+    let docs = view.axes.iter().map(|(i, _)| format!("The index along axis `{}`.", name_of(i)));
+    Ok(quote! {
+        #[doc = #doc]
+        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::cmp::PartialEq, ::core::cmp::Eq, ::core::hash::Hash)]
+        #vis struct #ident {
+            #(
+                #[doc = #docs]
+                #vis #fields: #krate::typed::Ix<#types>,
+            )*
+        }
+
+        #coord
+    })
+}
+
+fn string(s: &str) -> TokenStream {
+    quote!(::std::string::String::from(#s))
+}
+
+fn strings(list: &[String]) -> TokenStream {
+    if list.is_empty() {
+        return quote!(::std::vec::Vec::new());
+    }
+    let items = list.iter().map(|s| string(s));
+    quote!(::std::vec![#(#items),*])
+}
+
+/// The `LayoutSpec` literal the descriptor is built from.
+fn spec_literal(krate: &TokenStream, spec: &LayoutSpec) -> TokenStream {
+    let name = string(&spec.name);
+    let elem = format_ident!("{}", elem_variant(spec.elem));
+    let order = format_ident!("{}", match spec.order {
+        Order::RowMajor => "RowMajor",
+        Order::ColMajor => "ColMajor",
+        Order::RTile => "RTile",
+    });
+    let axes = spec.axes.iter().map(|a| {
+        let name = string(&a.name);
+        let extent = match a.extent {
+            Extent::Static(n) => {
+                let n = Literal::u32_unsuffixed(n);
+                quote!(#krate::layout::Extent::Static(#n))
+            }
+            Extent::Dynamic => quote!(#krate::layout::Extent::Dynamic),
+        };
+        let tile = match a.tile {
+            Some(t) => {
+                let t = Literal::u32_unsuffixed(t);
+                quote!(::core::option::Option::Some(#t))
+            }
+            None => quote!(::core::option::Option::None),
+        };
+        let pad = a.pad;
+        quote!(#krate::layout::AxisSpec { name: #name, extent: #extent, tile: #tile, pad: #pad })
+    });
+    let forward = strings(&spec.forward);
+    let backward = strings(&spec.backward);
+    quote! {
+        #krate::layout::LayoutSpec {
+            name: #name,
+            elem: #krate::layout::ElemType::#elem,
+            axes: ::std::vec![#(#axes),*],
+            order: #krate::layout::Order::#order,
+            forward: #forward,
+            backward: #backward,
+        }
+    }
+}
+
+fn elem_variant(elem: ElemType) -> &'static str {
+    match elem {
+        ElemType::F32 => "F32",
+        ElemType::F16 => "F16",
+        ElemType::U32 => "U32",
+        ElemType::I32 => "I32",
+        ElemType::F64 => "F64",
+        ElemType::I8 => "I8",
+        ElemType::I16 => "I16",
+        ElemType::U8 => "U8",
+        ElemType::U16 => "U16",
+        ElemType::I64 => "I64",
+        ElemType::U64 => "U64",
+    }
+}
+
+/// The `ViewSpec` literal of one view.
+fn view_spec_literal(krate: &TokenStream, view: &ViewModel<'_>) -> TokenStream {
+    let name = &view.name;
+    let step = quote!(#krate::typed::ViewStep);
+    let steps = view.steps.iter().map(|s| match s {
+        OwnedStep::Permute(axes) => quote!(#step::Permute(&[#(#axes),*])),
+        OwnedStep::Transpose(a, b) => quote!(#step::Transpose(#a, #b)),
+        OwnedStep::Split { axis, parts } => {
+            let parts = parts.iter().map(|(n, e)| match e {
+                Some(e) => {
+                    let e = Literal::u32_unsuffixed(*e);
+                    quote!((#n, ::core::option::Option::Some(#e)))
+                }
+                None => quote!((#n, ::core::option::Option::None)),
+            });
+            quote!(#step::Split { axis: #axis, parts: &[#(#parts),*] })
+        }
+        OwnedStep::Merge { axes, into } => quote!(#step::Merge { axes: &[#(#axes),*], into: #into }),
+        OwnedStep::Slice { axis, start, len } => {
+            let (start, len) = (Literal::u32_unsuffixed(*start), Literal::u32_unsuffixed(*len));
+            quote!(#step::Slice { axis: #axis, start: #start, len: #len })
+        }
+        OwnedStep::Broadcast { axis, extent, at } => {
+            let (extent, at) = (Literal::u32_unsuffixed(*extent), Literal::usize_unsuffixed(*at));
+            quote!(#step::Broadcast { axis: #axis, extent: #extent, at: #at })
+        }
+    });
+    quote!(#krate::typed::ViewSpec { name: #name, steps: &[#(#steps),*] })
+}
