@@ -1,1 +1,53 @@
-//! placeholder
+//! fblayout: declare a tensor's memory layout once; get type-checked CPU index code and
+//! naga-validated WGSL.
+//!
+//! A kernel author declares a tensor on a struct whose fields are its axes, with
+//! [`#[derive(Tensor)]`](derive@Tensor): extents, tiles, the reduction axes of the forward and
+//! backward pass, and the views kernels read it through. The derive checks the declaration
+//! with the layout core while it expands (every problem is a compile error at the offending
+//! token) and generates a typed index API, `const` offsets for the CPU, naga-validated WGSL
+//! and a runtime [`TensorDescriptor`].
+//!
+//! ```
+//! use fblayout::{Axis, Ix, Tensor};
+//!
+//! #[derive(Clone, Copy, Axis)]
+//! pub struct Tokens;
+//! #[derive(Clone, Copy, Axis)]
+//! pub struct Hidden;
+//!
+//! /// Activations: LayerNorm reduces `hidden` forward; bias gradients reduce `tokens` backward.
+//! #[derive(Clone, Copy, Tensor)]
+//! #[tensor(layout = rtile, reduce(forward = [hidden], backward = [tokens]))]
+//! #[tensor(view(XT = transpose(tokens, hidden)))]
+//! pub struct X {
+//!     #[axis(dyn, tile = 4)]
+//!     pub tokens: Ix<Tokens>,
+//!     #[axis(768, tile = 4)]
+//!     pub hidden: Ix<Hidden>,
+//! }
+//!
+//! let ext = XExtents { tokens: 10 };
+//! let x = X::new(Ix::new(3), Ix::new(5));
+//! let xt = XT::new(Ix::new(5), Ix::new(3)); // the same element, read transposed
+//! assert_eq!(x.offset(ext), xt.offset(ext));
+//! assert!(X::WGSL.contains("fn xt_offset(hidden: u32, tokens: u32, tokens_len: u32) -> u32"));
+//! ```
+//!
+//! The modules re-export the layout core: [`layout`] (layouts and views), [`typed`] (the
+//! traits the derive implements), [`expr`] (index expressions), [`emit`] (Rust and WGSL
+//! emitters), [`wgsl`] (validated WGSL), [`algebra`] (CuTe-style layout algebra), [`catalog`]
+//! and [`print`].
+
+pub use fblayout_core::{algebra, catalog, emit, expr, layout, print, typed, wgsl};
+
+pub use fblayout_core::typed::{Coord, Extents, Ix, Tensor, TensorDescriptor, each};
+
+/// An axis marker type (the trait); derive it with [`#[derive(Axis)]`](derive@Axis).
+pub use fblayout_core::typed::Axis;
+
+#[doc = include_str!("derive_axis.md")]
+pub use fblayout_macros::Axis;
+
+#[doc = include_str!("derive_tensor.md")]
+pub use fblayout_macros::Tensor;

@@ -11,6 +11,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 use syn::Ident;
 
+use super::docs;
 use super::index::bodies;
 
 /// One coordinate type to generate.
@@ -71,18 +72,18 @@ impl CoordSpec<'_> {
             quote!(#[allow(clippy::too_many_arguments, reason = "one argument per axis, in axis order")])
         });
 
-        let doc_new = format!("The coordinate ({axis_list}) of `{name}`.");
-        let doc_offset = format!(
+        let doc_new = docs(&format!("The coordinate ({axis_list}) of `{name}`."));
+        let doc_offset = docs(&format!(
             "The offset of this coordinate in the buffer of [`{tensor}`], in elements.\n\n\
              Meaningful where [`in_bounds`](Self::in_bounds) holds. It is the simplified index \
              function of `{name}`, the same as `{offset_fn}` in the tensor's WGSL; `const`, so \
              with static extents it folds at compile time."
-        );
-        let doc_in_bounds = format!(
+        ));
+        let doc_in_bounds = docs(&format!(
             "Whether this coordinate lies inside `{name}`: each index below its axis's extent \
              (padding lies outside). The same as `{in_bounds_fn}` in the tensor's WGSL."
-        );
-        let doc_shape = format!("The extent of each axis ({axis_list}) for the run-time extents `extents`.");
+        ));
+        let doc_shape = docs(&format!("The extent of each axis ({axis_list}) for the run-time extents `extents`."));
 
         let assert_axes = types.iter().map(|ty| {
             quote_spanned!(ty.span()=> __fblayout_is_axis::<#ty>();)
@@ -93,26 +94,26 @@ impl CoordSpec<'_> {
 
         Ok(quote! {
             impl #ident {
-                #[doc = #doc_new]
+                #doc_new
                 #too_many
                 #[inline]
                 #vis const fn new(#(#fields: #krate::typed::Ix<#types>),*) -> Self {
                     Self { #(#fields),* }
                 }
 
-                #[doc = #doc_offset]
+                #doc_offset
                 #[inline]
                 #vis const fn offset(&self, extents: #extents) -> #usize {
                     #offset_body
                 }
 
-                #[doc = #doc_in_bounds]
+                #doc_in_bounds
                 #[inline]
                 #vis const fn in_bounds(&self, extents: #extents) -> ::core::primitive::bool {
                     #in_bounds_body
                 }
 
-                #[doc = #doc_shape]
+                #doc_shape
                 #[inline]
                 #vis const fn shape(extents: #extents) -> [#usize; #rank_lit] {
                     #shape_unused

@@ -18,6 +18,12 @@ use crate::check::check;
 use crate::ctxt::Ctxt;
 use crate::parse::Input;
 
+/// `#[doc]` attributes for `text`, one per line, each starting with a space (as `///` would).
+pub(crate) fn docs(text: &str) -> TokenStream {
+    let lines = text.lines().map(|line| if line.is_empty() { String::new() } else { format!(" {line}") });
+    quote!(#(#[doc = #lines])*)
+}
+
 /// Expands `#[derive(Tensor)]`: parse, check, generate.
 pub(crate) fn expand_tensor(input: &syn::DeriveInput) -> TokenStream {
     let cx = Ctxt::new();

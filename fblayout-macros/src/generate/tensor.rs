@@ -6,6 +6,7 @@ use quote::{format_ident, quote};
 use syn::Ident;
 
 use super::coord::{CoordSpec, str_slice, usize_ty};
+use super::docs;
 use crate::check::{Model, OwnedStep, ViewModel};
 use crate::parse::name_of;
 
@@ -61,12 +62,12 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
     let static_lit = Literal::u64_unsuffixed(static_part);
     let len_expr = dynamic_parts.iter().fold(quote!(#static_lit), |acc, p| quote!(#acc * #p));
     let len_unused = dynamic_parts.is_empty().then(|| quote!(let _ = extents;));
-    let doc_len = format!("The length of the buffer of `{name}` in elements, padding included.");
+    let doc_len = docs(&format!("The length of the buffer of `{name}` in elements, padding included."));
     let len_const = layout.static_len().map(|n| {
         let n = Literal::u64_unsuffixed(n);
-        let doc = format!("The length of the buffer of `{name}` in elements, padding included (every extent is static).");
+        let doc = docs(&format!("The length of the buffer of `{name}` in elements, padding included (every extent is static)."));
         quote! {
-            #[doc = #doc]
+            #doc
             #vis const LEN: #usize = #n;
         }
     });
@@ -85,7 +86,7 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
         #tensor_coord
 
         impl #ident {
-            #[doc = #doc_len]
+            #doc_len
             #[inline]
             #vis const fn len(extents: #extents) -> #usize {
                 #len_unused
@@ -128,9 +129,9 @@ fn extents_struct(model: &Model<'_>, krate: &TokenStream, extents: &Ident, axes:
     let derives = quote!(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::cmp::PartialEq, ::core::cmp::Eq, ::core::hash::Hash);
     let names = str_slice(axes.iter().map(String::as_str));
     if axes.is_empty() {
-        let doc = format!("The run-time extents of [`{ident}`]: none, every extent is static.");
+        let doc = docs(&format!("The run-time extents of [`{ident}`]: none, every extent is static."));
         return quote! {
-            #[doc = #doc]
+            #doc
             #[derive(#derives, ::core::default::Default)]
             #vis struct #extents;
 
@@ -144,7 +145,7 @@ fn extents_struct(model: &Model<'_>, krate: &TokenStream, extents: &Ident, axes:
             }
         };
     }
-    let doc = format!("The run-time extents of [`{ident}`]: one per axis declared `dyn`.");
+    let doc = docs(&format!("The run-time extents of [`{ident}`]: one per axis declared `dyn`."));
     let fields: Vec<Ident> = axes
         .iter()
         .map(|a| {
@@ -152,13 +153,13 @@ fn extents_struct(model: &Model<'_>, krate: &TokenStream, extents: &Ident, axes:
             Ident::new(a, span)
         })
         .collect();
-    let docs = axes.iter().map(|a| format!("The extent of axis `{a}`."));
+    let field_docs = axes.iter().map(|a| docs(&format!("The extent of axis `{a}`.")));
     quote! {
-        #[doc = #doc]
+        #doc
         #[derive(#derives)]
         #vis struct #extents {
             #(
-                #[doc = #docs]
+                #field_docs
                 #vis #fields: #usize,
             )*
         }
@@ -204,21 +205,21 @@ fn view_struct(
     let steps = crate::check::with_view_specs(&[(view.name.clone(), view.steps.clone())], |specs| {
         specs[0].steps.iter().map(ToString::to_string).collect::<Vec<_>>().join(", then ")
     });
-    let doc = format!(
+    let doc = docs(&format!(
         "A coordinate of view `{}` of [`{tensor}`]: `{steps}`.\n\n\
          Its offsets address the buffer of [`{tensor}`]; reading through it costs an index \
          remap, not a copy.",
         view.name
-    );
+    ));
     let fields = view.axes.iter().map(|(i, _)| i);
     let types = view.axes.iter().map(|(_, t)| t);
-    let docs = view.axes.iter().map(|(i, _)| format!("The index along axis `{}`.", name_of(i)));
+    let field_docs = view.axes.iter().map(|(i, _)| docs(&format!("The index along axis `{}`.", name_of(i))));
     Ok(quote! {
-        #[doc = #doc]
+        #doc
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::cmp::PartialEq, ::core::cmp::Eq, ::core::hash::Hash)]
         #vis struct #ident {
             #(
-                #[doc = #docs]
+                #field_docs
                 #vis #fields: #krate::typed::Ix<#types>,
             )*
         }
