@@ -10,8 +10,10 @@
 //! `FBLAYOUT_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`, `all`). Without a GPU, Mesa's lavapipe
 //! (`apt-get install mesa-vulkan-drivers`) runs everything on the CPU.
 
+pub mod gather;
 pub mod probe;
 pub mod runtime;
 
+pub use gather::Gather;
 pub use probe::{ProbeRequest, probe_offsets};
 pub use runtime::{AdapterChoice, Binding, Gpu, GpuBuffer, GpuError};

@@ -226,6 +226,18 @@ impl Gpu {
             .min(MAX_WORKGROUPS_PER_DIMENSION)
     }
 
+    /// Waits until all submitted work has finished (for timing, and before reading results
+    /// that were not read back through [`GpuBuffer::read_back`](super::GpuBuffer::read_back)).
+    pub fn wait(&self) -> Result<(), GpuError> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|err| GpuError::Validation {
+                what: "waiting for the queue".into(),
+                message: err.to_string(),
+            })
+    }
+
     /// The number of compute pipelines compiled so far (one per WGSL source and entry point).
     pub fn cached_pipelines(&self) -> usize {
         self.pipelines
