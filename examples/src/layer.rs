@@ -25,8 +25,11 @@ fn plain(layout: &TensorLayout) -> Result<View, String> {
 
 /// Builds every tensor and view of the layer and binds it.
 pub(crate) fn plan(c: &LayerConfig) -> Result<Vec<PlannedView>, String> {
-    if c.heads == 0 || c.hidden % c.heads != 0 {
-        return Err(format!("--hidden {} is not a multiple of --heads {}", c.hidden, c.heads));
+    if c.heads == 0 || !c.hidden.is_multiple_of(c.heads) {
+        return Err(format!(
+            "--hidden {} is not a multiple of --heads {}",
+            c.hidden, c.heads
+        ));
     }
     let e = |err: fblayout_core::layout::LayoutErrors| err.to_string();
     let v = |err: fblayout_core::layout::LayoutError| err.to_string();
@@ -81,11 +84,36 @@ pub(crate) fn plan(c: &LayerConfig) -> Result<Vec<PlannedView>, String> {
         .build()
         .map_err(e)?;
 
-    let tokens = x.view().named("x_tokens").map_err(v)?.merge(&["batch", "seq"], "tokens").map_err(v)?;
-    let x_t = tokens.clone().named("x_t").map_err(v)?.transpose("tokens", "hidden").map_err(v)?;
-    let q_bhsd = q.view().named("q_bhsd").map_err(v)?.permute(&["batch", "heads", "seq", "head_dim"]).map_err(v)?;
-    let k_t = q.view().named("k_t").map_err(v)?.permute(&["batch", "heads", "head_dim", "seq"]).map_err(v)?;
-    let w_qkv_t = w_qkv.view().named("w_qkv_t").map_err(v)?.transpose("d_in", "d_out").map_err(v)?;
+    let tokens = x
+        .view()
+        .named("x_tokens")
+        .map_err(v)?
+        .merge(&["batch", "seq"], "tokens")
+        .map_err(v)?;
+    let x_t = tokens
+        .clone()
+        .named("x_t")
+        .map_err(v)?
+        .transpose("tokens", "hidden")
+        .map_err(v)?;
+    let q_bhsd = q
+        .view()
+        .named("q_bhsd")
+        .map_err(v)?
+        .permute(&["batch", "heads", "seq", "head_dim"])
+        .map_err(v)?;
+    let k_t = q
+        .view()
+        .named("k_t")
+        .map_err(v)?
+        .permute(&["batch", "heads", "head_dim", "seq"])
+        .map_err(v)?;
+    let w_qkv_t = w_qkv
+        .view()
+        .named("w_qkv_t")
+        .map_err(v)?
+        .transpose("d_in", "d_out")
+        .map_err(v)?;
 
     let bs = vec![("batch", c.batch), ("seq", c.seq)];
     let attn = vec![("batch", c.batch), ("seq_q", c.seq), ("seq_k", c.seq)];

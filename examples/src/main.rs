@@ -119,7 +119,11 @@ fn print_plan(plan: &[PlannedView]) {
             .zip(p.bound.shape())
             .map(|(a, n)| format!("{}={n}", a.name))
             .collect();
-        let order = if p.view.is_identity() { layout.order().name().to_owned() } else { format!("view of {}", layout.name()) };
+        let order = if p.view.is_identity() {
+            layout.order().name().to_owned()
+        } else {
+            format!("view of {}", layout.name())
+        };
         let padding = p.bound.len() - layout.bind(&p.bind).map(|b| b.logical_len()).unwrap_or(0);
         let naive = p.view.index_fn();
         println!(
@@ -145,7 +149,11 @@ fn print_plan(plan: &[PlannedView]) {
     }
 }
 
-fn check(plan: &[PlannedView], module: &fblayout_core::wgsl::WgslModule, gpu: Option<&Gpu>) -> Result<(), String> {
+fn check(
+    plan: &[PlannedView],
+    module: &fblayout_core::wgsl::WgslModule,
+    gpu: Option<&Gpu>,
+) -> Result<(), String> {
     if let Some(gpu) = gpu {
         println!("\nchecking on {}", gpu.info());
     }
@@ -165,7 +173,10 @@ fn check(plan: &[PlannedView], module: &fblayout_core::wgsl::WgslModule, gpu: Op
             expected.push(Some(off as u32));
         });
         if let Some(c) = mismatch {
-            return Err(format!("{}: simplified and naive offsets differ at {c:?}", p.view.name()));
+            return Err(format!(
+                "{}: simplified and naive offsets differ at {c:?}",
+                p.view.name()
+            ));
         }
         if let Some(gpu) = gpu {
             let f = p.view.index_fn().simplified();
@@ -190,7 +201,14 @@ fn check(plan: &[PlannedView], module: &fblayout_core::wgsl::WgslModule, gpu: Op
         }
         checked += p.bound.logical_len();
     }
-    let place = if gpu.is_some() { "GPU and CPU agree" } else { "CPU paths agree" };
-    println!("{place} on all {checked} offsets ({:.2} s)", start.elapsed().as_secs_f64());
+    let place = if gpu.is_some() {
+        "GPU and CPU agree"
+    } else {
+        "CPU paths agree"
+    };
+    println!(
+        "{place} on all {checked} offsets ({:.2} s)",
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -20,7 +20,10 @@ pub struct CanonicalView {
 }
 
 fn matrix(name: &str, order: Order, tile: Option<u32>) -> LayoutSpec {
-    let spec = LayoutSpec::new(name).axis("rows", 16).axis("cols", 32).order(order);
+    let spec = LayoutSpec::new(name)
+        .axis("rows", 16)
+        .axis("cols", 32)
+        .order(order);
     match tile {
         Some(t) => {
             let mut spec = spec.reduce_forward(["cols"]).reduce_backward(["rows"]);
@@ -34,22 +37,53 @@ fn matrix(name: &str, order: Order, tile: Option<u32>) -> LayoutSpec {
 }
 
 fn entry(description: &'static str, view: View) -> CanonicalView {
-    CanonicalView { description, view, bind: Vec::new() }
+    CanonicalView {
+        description,
+        view,
+        bind: Vec::new(),
+    }
 }
 
 /// The canonical views, in a fixed order.
 pub fn canonical_views() -> Result<Vec<CanonicalView>, LayoutErrors> {
     let mut out = Vec::new();
     let matrices = [
-        ("rowmajor", Order::RowMajor, None, "16×32 row-major", "its transpose"),
-        ("colmajor", Order::ColMajor, None, "16×32 column-major", "its transpose"),
-        ("rtile4", Order::RTile, Some(4), "16×32 R-Tile, 4×4 tiles", "its transpose"),
-        ("rtile8", Order::RTile, Some(8), "16×32 R-Tile, 8×8 tiles", "its transpose"),
+        (
+            "rowmajor",
+            Order::RowMajor,
+            None,
+            "16×32 row-major",
+            "its transpose",
+        ),
+        (
+            "colmajor",
+            Order::ColMajor,
+            None,
+            "16×32 column-major",
+            "its transpose",
+        ),
+        (
+            "rtile4",
+            Order::RTile,
+            Some(4),
+            "16×32 R-Tile, 4×4 tiles",
+            "its transpose",
+        ),
+        (
+            "rtile8",
+            Order::RTile,
+            Some(8),
+            "16×32 R-Tile, 8×8 tiles",
+            "its transpose",
+        ),
     ];
     for (name, order, tile, what, what_t) in matrices {
         let layout = matrix(name, order, tile).build()?;
         out.push(entry(what, layout.view()));
-        let t = layout.view().named(format!("{name}_t"))?.transpose("rows", "cols")?;
+        let t = layout
+            .view()
+            .named(format!("{name}_t"))?
+            .transpose("rows", "cols")?;
         out.push(entry(what_t, t));
     }
     let attn = LayoutSpec::new("attn")
@@ -66,12 +100,18 @@ pub fn canonical_views() -> Result<Vec<CanonicalView>, LayoutErrors> {
     });
     out.push(CanonicalView {
         description: "attention permuted to [batch, heads, seq, head_dim]",
-        view: attn.view().named("attn_bhsd")?.permute(&["batch", "heads", "seq", "head_dim"])?,
+        view: attn
+            .view()
+            .named("attn_bhsd")?
+            .permute(&["batch", "heads", "seq", "head_dim"])?,
         bind: bind.clone(),
     });
     out.push(CanonicalView {
         description: "keys transposed to [batch, heads, head_dim, seq] for Q·Kᵀ",
-        view: attn.view().named("attn_kt")?.permute(&["batch", "heads", "head_dim", "seq"])?,
+        view: attn
+            .view()
+            .named("attn_kt")?
+            .permute(&["batch", "heads", "head_dim", "seq"])?,
         bind,
     });
     let padded = LayoutSpec::new("padded")
@@ -83,7 +123,10 @@ pub fn canonical_views() -> Result<Vec<CanonicalView>, LayoutErrors> {
         .reduce_forward(["cols"])
         .reduce_backward(["rows"])
         .build()?;
-    out.push(entry("6×10 R-Tile, 4×4 tiles, padded to 8×12", padded.view()));
+    out.push(entry(
+        "6×10 R-Tile, 4×4 tiles, padded to 8×12",
+        padded.view(),
+    ));
     Ok(out)
 }
 

@@ -3,10 +3,10 @@ pub mod algebra;
 pub mod catalog;
 pub mod emit;
 pub mod expr;
-pub mod layout;
-pub mod typed;
-pub mod print;
 mod ident;
+pub mod layout;
+pub mod print;
+pub mod typed;
 pub mod wgsl;
 
 pub use ident::ident_problem;

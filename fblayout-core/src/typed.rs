@@ -51,6 +51,11 @@ use crate::wgsl::{WgslError, WgslModule};
 ///
 /// Axis types are never instantiated for their value; they tag [`Ix`] so that indices along
 /// different axes are different types.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an axis type",
+    label = "not an axis type",
+    note = "declare axis types with `#[derive(Clone, Copy, Axis)]`"
+)]
 pub trait Axis: Copy + 'static {
     /// The axis type's name, for messages and `Display`.
     const NAME: &'static str;
@@ -70,7 +75,10 @@ pub struct Ix<A> {
 impl<A> Ix<A> {
     /// The index `index` along axis `A`.
     pub const fn new(index: usize) -> Self {
-        Self { index, axis: PhantomData }
+        Self {
+            index,
+            axis: PhantomData,
+        }
     }
 
     /// The index as a plain `usize`.
@@ -161,10 +169,12 @@ pub fn bindings<T: Tensor>(extents: T::Extents) -> Result<Vec<(&'static str, u32
         .iter()
         .zip(extents.values())
         .map(|(&axis, value)| {
-            u32::try_from(value).map(|v| (axis, v)).map_err(|_| LayoutError::Bind {
-                tensor: T::NAME.to_owned(),
-                detail: format!("run-time extent {value} of axis `{axis}` does not fit a u32"),
-            })
+            u32::try_from(value)
+                .map(|v| (axis, v))
+                .map_err(|_| LayoutError::Bind {
+                    tensor: T::NAME.to_owned(),
+                    detail: format!("run-time extent {value} of axis `{axis}` does not fit a u32"),
+                })
         })
         .collect()
 }
@@ -255,7 +265,12 @@ pub trait Tensor: Coord<Tensor = Self> {
 pub fn each<C: Coord>(extents: <C::Tensor as Tensor>::Extents) -> Each<C> {
     let shape: Vec<usize> = C::shape(extents).as_ref().to_vec();
     let done = shape.contains(&0);
-    Each { current: vec![0; shape.len()], shape, done, coord: PhantomData }
+    Each {
+        current: vec![0; shape.len()],
+        shape,
+        done,
+        coord: PhantomData,
+    }
 }
 
 /// The iterator of [`each`].
@@ -357,7 +372,11 @@ impl fmt::Display for ViewStep<'_> {
             }
             Self::Merge { axes, into } => write!(f, "merge({} => {into})", axes.join(", ")),
             Self::Slice { axis, start, len } => {
-                write!(f, "slice({axis}, {start}..{})", u64::from(*start) + u64::from(*len))
+                write!(
+                    f,
+                    "slice({axis}, {start}..{})",
+                    u64::from(*start) + u64::from(*len)
+                )
             }
             Self::Broadcast { axis, extent, at } => {
                 write!(f, "broadcast({axis} = {extent}, at = {at})")
@@ -459,19 +478,22 @@ impl TensorDescriptor {
     /// Layout problems come first (views are not checked against an invalid layout); each view
     /// reports its first failing step.
     pub fn declare(spec: &LayoutSpec, views: &[ViewSpec<'_>]) -> Result<Self, DeclareErrors> {
-        let layout = spec
-            .build()
-            .map_err(|errors| DeclareErrors(errors.into_iter().map(DeclareError::Layout).collect()))?;
+        let layout = spec.build().map_err(|errors| {
+            DeclareErrors(errors.into_iter().map(DeclareError::Layout).collect())
+        })?;
         let identity = layout.view();
         let mut errors = Vec::new();
         let mut built = Vec::with_capacity(views.len());
         for (i, spec) in views.iter().enumerate() {
             if let Some(taken_by) = Self::name_taken(&layout, &views[..i], spec.name) {
-                errors.push(DeclareError::ViewName { view: i, name: spec.name.to_owned(), taken_by });
+                errors.push(DeclareError::ViewName {
+                    view: i,
+                    name: spec.name.to_owned(),
+                    taken_by,
+                });
             }
-            match Self::build_view(&identity, spec) {
-                Ok(view) => built.push(view),
-                Err((step, error)) => errors.push(DeclareError::View { view: i, step, error }),
+            if let Some(view) = Self::build_view(&identity, i, spec, &mut errors) {
+                built.push(view);
             }
         }
         if !errors.is_empty() {
@@ -479,7 +501,12 @@ impl TensorDescriptor {
         }
         let wgsl = Self::emit_wgsl(&layout, &identity, &built)
             .map_err(|e| DeclareErrors(vec![DeclareError::Wgsl(e)]))?;
-        Ok(Self { layout, identity, views: built, wgsl })
+        Ok(Self {
+            layout,
+            identity,
+            views: built,
+            wgsl,
+        })
     }
 
     /// Like [`declare`](Self::declare), for declarations already checked by the derive.
@@ -490,7 +517,10 @@ impl TensorDescriptor {
     pub fn declared(spec: &LayoutSpec, views: &[ViewSpec<'_>]) -> Self {
         match Self::declare(spec, views) {
             Ok(descriptor) => descriptor,
-            Err(errors) => panic!("tensor `{}` was checked when it was derived, yet: {errors}", spec.name),
+            Err(errors) => panic!(
+                "tensor `{}` was checked when it was derived, yet: {errors}",
+                spec.name
+            ),
         }
     }
 
@@ -502,15 +532,44 @@ impl TensorDescriptor {
         if layout.order() == Order::RTile && name == Self::tile_name(layout) {
             return Some("the tile helpers of the tensor".into());
         }
-        earlier.iter().position(|v| v.name == name).map(|i| format!("view #{}", i + 1))
+        earlier
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| format!("view #{}", i + 1))
     }
 
-    fn build_view(identity: &View, spec: &ViewSpec<'_>) -> Result<View, (Option<usize>, LayoutError)> {
-        let mut view = identity.clone().named(spec.name).map_err(|e| (None, e))?;
+    /// Builds view `index`, or reports its first problem into `errors`.
+    fn build_view(
+        identity: &View,
+        index: usize,
+        spec: &ViewSpec<'_>,
+        errors: &mut Vec<DeclareError>,
+    ) -> Option<View> {
+        let mut view = match identity.clone().named(spec.name) {
+            Ok(view) => view,
+            Err(error) => {
+                errors.push(DeclareError::View {
+                    view: index,
+                    step: None,
+                    error,
+                });
+                return None;
+            }
+        };
         for (k, step) in spec.steps.iter().enumerate() {
-            view = step.apply(&view).map_err(|e| (Some(k), e))?;
+            match step.apply(&view) {
+                Ok(next) => view = next,
+                Err(error) => {
+                    errors.push(DeclareError::View {
+                        view: index,
+                        step: Some(k),
+                        error,
+                    });
+                    return None;
+                }
+            }
         }
-        Ok(view)
+        Some(view)
     }
 
     fn tile_name(layout: &TensorLayout) -> String {
@@ -524,10 +583,18 @@ impl TensorDescriptor {
 
     /// Writes the WGSL of the tensor, its tile helpers (R-Tile only) and its views, and
     /// validates it with naga.
-    fn emit_wgsl(layout: &TensorLayout, identity: &View, views: &[View]) -> Result<WgslModule, WgslError> {
+    fn emit_wgsl(
+        layout: &TensorLayout,
+        identity: &View,
+        views: &[View],
+    ) -> Result<WgslModule, WgslError> {
         let mut w = WgslWriter::new(String::new());
         let describe = |v: &View| {
-            v.axes().iter().map(|a| format!("{} ({})", a.name, a.extent)).collect::<Vec<_>>().join(", ")
+            v.axes()
+                .iter()
+                .map(|a| format!("{} ({})", a.name, a.extent))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         let write = |w: &mut WgslWriter<String>, comment: &str, f: &ValidIndexFn| {
             // Writing into a String cannot fail.
@@ -555,7 +622,12 @@ impl TensorDescriptor {
             write(&mut w, comment, &layout.tile_index_fn().simplified());
         }
         for view in views {
-            let comment = format!("// View `{}` of `{}`: [{}]", view.name(), layout.name(), describe(view));
+            let comment = format!(
+                "// View `{}` of `{}`: [{}]",
+                view.name(),
+                layout.name(),
+                describe(view)
+            );
             write(&mut w, &comment, &view.index_fn().simplified());
         }
         let mut source = w.finish();
@@ -567,7 +639,9 @@ impl TensorDescriptor {
 
     /// The view called `name`: the tensor itself or a declared view.
     pub fn view(&self, name: &str) -> Option<&View> {
-        std::iter::once(&self.identity).chain(&self.views).find(|v| v.name() == name)
+        std::iter::once(&self.identity)
+            .chain(&self.views)
+            .find(|v| v.name() == name)
     }
 
     /// A one-line summary: name, order, axes with extents and tiles, reductions, views.
@@ -581,7 +655,12 @@ impl TensorDescriptor {
                 let _ = write!(s, "/{}", a.tile);
             }
         }
-        let _ = write!(s, "] forward [{}] backward [{}]", l.forward().join(", "), l.backward().join(", "));
+        let _ = write!(
+            s,
+            "] forward [{}] backward [{}]",
+            l.forward().join(", "),
+            l.backward().join(", ")
+        );
         for v in &self.views {
             let axes: Vec<&str> = v.axes().iter().map(|a| a.name.as_str()).collect();
             let _ = write!(s, " {}({})", v.name(), axes.join(", "));
@@ -629,7 +708,12 @@ mod tests {
     }
 
     fn x_spec() -> LayoutSpec {
-        LayoutSpec::new("x").dyn_axis("seq").axis("hidden", 8).tile(4, false).rtile().reduce_forward(["hidden"])
+        LayoutSpec::new("x")
+            .dyn_axis("seq")
+            .axis("hidden", 8)
+            .tile(4, false)
+            .rtile()
+            .reduce_forward(["hidden"])
     }
 
     impl Coord for X {
@@ -644,7 +728,10 @@ mod tests {
         }
         fn from_indices(i: &[usize]) -> Option<Self> {
             match *i {
-                [s, h] => Some(Self { seq: Ix::new(s), hidden: Ix::new(h) }),
+                [s, h] => Some(Self {
+                    seq: Ix::new(s),
+                    hidden: Ix::new(h),
+                }),
                 _ => None,
             }
         }
@@ -697,7 +784,9 @@ mod tests {
 
     #[test]
     fn each_enumerates_row_major() {
-        let all: Vec<[usize; 2]> = each::<X>(XExtents { seq: 2 }).map(|x| x.indices()).collect();
+        let all: Vec<[usize; 2]> = each::<X>(XExtents { seq: 2 })
+            .map(|x| x.indices())
+            .collect();
         assert_eq!(all.len(), 16);
         assert_eq!(all[0], [0, 0]);
         assert_eq!(all[1], [0, 1]);
@@ -740,10 +829,19 @@ mod tests {
             .rtile()
             .reduce_forward(["hidden"])
             .reduce_backward(["tokens"]);
-        let steps = [ViewStep::Split { axis: "hidden", parts: &[("heads", Some(4)), ("head_dim", None)] }];
+        let steps = [ViewStep::Split {
+            axis: "hidden",
+            parts: &[("heads", Some(4)), ("head_dim", None)],
+        }];
         let views = [
-            ViewSpec { name: "act_t", steps: &[ViewStep::Transpose("tokens", "hidden")] },
-            ViewSpec { name: "heads", steps: &steps },
+            ViewSpec {
+                name: "act_t",
+                steps: &[ViewStep::Transpose("tokens", "hidden")],
+            },
+            ViewSpec {
+                name: "heads",
+                steps: &steps,
+            },
         ];
         let d = TensorDescriptor::declare(&spec, &views).unwrap();
         assert_eq!(d.views.len(), 2);
@@ -752,12 +850,23 @@ mod tests {
         let names: Vec<&str> = heads.axes().iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, ["tokens", "heads", "head_dim"]);
         let src = d.wgsl.source();
-        for f in ["act_offset", "act_in_bounds", "act_tile_offset", "act_t_offset", "heads_in_bounds"] {
+        for f in [
+            "act_offset",
+            "act_in_bounds",
+            "act_tile_offset",
+            "act_t_offset",
+            "heads_in_bounds",
+        ] {
             assert!(src.contains(&format!("fn {f}(")), "{f} missing:\n{src}");
         }
         assert!(src.contains("const ACT_TILE_ELEMS: u32 = 16u;"), "{src}");
         assert_eq!(d.tile_elems_const(), "ACT_TILE_ELEMS");
-        assert!(d.summary().starts_with("act f32 rtile [tokens=dyn/4, hidden=16/4]"), "{}", d.summary());
+        assert!(
+            d.summary()
+                .starts_with("act f32 rtile [tokens=dyn/4, hidden=16/4]"),
+            "{}",
+            d.summary()
+        );
         // Re-validating the text gives the same module.
         assert!(WgslModule::validate("again", src).is_ok());
     }
@@ -782,16 +891,37 @@ mod tests {
                 other => panic!("unexpected {other}"),
             })
             .collect();
-        assert!(sites.contains(&Site::Reduction(Pass::Backward, "batch".into())), "{sites:?}");
+        assert!(
+            sites.contains(&Site::Reduction(Pass::Backward, "batch".into())),
+            "{sites:?}"
+        );
         assert!(sites.contains(&Site::Elem), "{sites:?}");
 
         let spec = x_spec();
         let views = [
-            ViewSpec { name: "a", steps: &[ViewStep::Permute(&["hidden", "hidden"])] },
-            ViewSpec { name: "b", steps: &[ViewStep::Transpose("seq", "hidden"), ViewStep::Transpose("seq", "heads")] },
-            ViewSpec { name: "a", steps: &[] },
-            ViewSpec { name: "x_tile", steps: &[] },
-            ViewSpec { name: "fn", steps: &[] },
+            ViewSpec {
+                name: "a",
+                steps: &[ViewStep::Permute(&["hidden", "hidden"])],
+            },
+            ViewSpec {
+                name: "b",
+                steps: &[
+                    ViewStep::Transpose("seq", "hidden"),
+                    ViewStep::Transpose("seq", "heads"),
+                ],
+            },
+            ViewSpec {
+                name: "a",
+                steps: &[],
+            },
+            ViewSpec {
+                name: "x_tile",
+                steps: &[],
+            },
+            ViewSpec {
+                name: "fn",
+                steps: &[],
+            },
         ];
         let errs = TensorDescriptor::declare(&spec, &views).unwrap_err();
         let found: Vec<(usize, Option<usize>)> = errs
@@ -812,14 +942,39 @@ mod tests {
             })
             .collect();
         assert_eq!(names, [2, 3]);
-        assert!(errs.to_string().contains("view name `a` is already used by view #1"), "{errs}");
+        assert!(
+            errs.to_string()
+                .contains("view name `a` is already used by view #1"),
+            "{errs}"
+        );
     }
 
     #[test]
     fn step_display_reads_like_the_attribute() {
-        let split = ViewStep::Split { axis: "hidden", parts: &[("heads", Some(4)), ("head_dim", None)] };
-        assert_eq!(split.to_string(), "split(hidden => heads = 4, head_dim = _)");
-        assert_eq!(ViewStep::Slice { axis: "seq", start: 2, len: 3 }.to_string(), "slice(seq, 2..5)");
-        assert_eq!(ViewStep::Merge { axes: &["a", "b"], into: "ab" }.to_string(), "merge(a, b => ab)");
+        let split = ViewStep::Split {
+            axis: "hidden",
+            parts: &[("heads", Some(4)), ("head_dim", None)],
+        };
+        assert_eq!(
+            split.to_string(),
+            "split(hidden => heads = 4, head_dim = _)"
+        );
+        assert_eq!(
+            ViewStep::Slice {
+                axis: "seq",
+                start: 2,
+                len: 3
+            }
+            .to_string(),
+            "slice(seq, 2..5)"
+        );
+        assert_eq!(
+            ViewStep::Merge {
+                axes: &["a", "b"],
+                into: "ab"
+            }
+            .to_string(),
+            "merge(a, b => ab)"
+        );
     }
 }

@@ -75,7 +75,12 @@ impl WgslModule {
         let mut validator =
             naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities);
         match validator.validate(&module) {
-            Ok(info) => Ok(Self { name, source, module, info }),
+            Ok(info) => Ok(Self {
+                name,
+                source,
+                module,
+                info,
+            }),
             Err(err) => {
                 let report = err.emit_to_string(&source);
                 Err(WgslError::Invalid { name, report })
@@ -148,8 +153,8 @@ mod tests {
 
     #[test]
     fn parse_error_names_module() {
-        let err = WgslModule::validate("x_offset", "fn f(a: u32) -> u32 { return a * ; }")
-            .unwrap_err();
+        let err =
+            WgslModule::validate("x_offset", "fn f(a: u32) -> u32 { return a * ; }").unwrap_err();
         assert!(matches!(err, WgslError::Parse { .. }));
         assert!(err.to_string().contains("`x_offset`"), "{err}");
     }
@@ -157,8 +162,8 @@ mod tests {
     #[test]
     fn validation_error_names_module() {
         // Parses, but returns a bool from a u32 function.
-        let err = WgslModule::validate("bad", "fn f(a: u32) -> u32 { return a < 2u; }")
-            .unwrap_err();
+        let err =
+            WgslModule::validate("bad", "fn f(a: u32) -> u32 { return a < 2u; }").unwrap_err();
         assert!(err.to_string().contains("`bad`"), "{err}");
     }
 

@@ -4,7 +4,10 @@
 use fblayout_core::layout::{ElemType, Extent, LayoutError, LayoutSpec, Order, Pass, Site};
 
 fn errors(spec: &LayoutSpec) -> Vec<LayoutError> {
-    spec.build().expect_err("the description is invalid").into_iter().collect()
+    spec.build()
+        .expect_err("the description is invalid")
+        .into_iter()
+        .collect()
 }
 
 fn one(spec: &LayoutSpec) -> LayoutError {
@@ -21,46 +24,85 @@ fn rtile() -> LayoutSpec {
 fn zero_extent_names_the_axis() {
     let e = one(&LayoutSpec::new("x").axis("rows", 0).axis("cols", 4));
     assert_eq!(e.site(), Site::Axis("rows".into()));
-    assert!(e.to_string().contains("axis `rows` of tensor `x` has extent 0"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("axis `rows` of tensor `x` has extent 0"),
+        "{e}"
+    );
 }
 
 #[test]
 fn overflowing_extent_names_the_axis_and_the_size() {
     let e = one(&LayoutSpec::new("big").axis("a", 65536).axis("b", 65536));
-    assert!(matches!(&e, LayoutError::Overflow { axis, .. } if axis == "b"), "{e:?}");
+    assert!(
+        matches!(&e, LayoutError::Overflow { axis, .. } if axis == "b"),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("4294967296 elements"), "{e}");
     // Padding counts: 65535 rows padded to 65536 in tiles of 2 overflow too.
-    let spec = LayoutSpec::new("p").axis("a", 65535).tile(2, true).axis("b", 65537).rtile().reduce_forward(["a"]);
+    let spec = LayoutSpec::new("p")
+        .axis("a", 65535)
+        .tile(2, true)
+        .axis("b", 65537)
+        .rtile()
+        .reduce_forward(["a"]);
     assert!(matches!(one(&spec), LayoutError::Overflow { .. }));
 }
 
 #[test]
 fn run_time_overflow_is_caught_when_binding() {
-    let x = LayoutSpec::new("x").dyn_axis("seq").axis("hidden", 65536).build().unwrap();
+    let x = LayoutSpec::new("x")
+        .dyn_axis("seq")
+        .axis("hidden", 65536)
+        .build()
+        .unwrap();
     let e = x.bind(&[("seq", 65536)]).unwrap_err();
-    assert!(matches!(&e, LayoutError::Overflow { axis, .. } if axis == "hidden"), "{e:?}");
+    assert!(
+        matches!(&e, LayoutError::Overflow { axis, .. } if axis == "hidden"),
+        "{e:?}"
+    );
     let e = x.bind(&[]).unwrap_err();
-    assert!(e.to_string().contains("no extent given for run-time axis `seq`"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("no extent given for run-time axis `seq`"),
+        "{e}"
+    );
     let e = x.bind(&[("seq", 0)]).unwrap_err();
     assert!(e.to_string().contains("`seq` bound to extent 0"), "{e}");
     let e = x.bind(&[("seq", 2), ("hidden", 3)]).unwrap_err();
-    assert!(e.to_string().contains("`hidden` has a static extent"), "{e}");
+    assert!(
+        e.to_string().contains("`hidden` has a static extent"),
+        "{e}"
+    );
 }
 
 #[test]
 fn tile_larger_than_its_axis_is_rejected() {
     let e = one(&rtile().axis("rows", 4).axis("cols", 3).tile(4, true));
     assert_eq!(e.site(), Site::Tile("cols".into()));
-    assert!(e.to_string().contains("tile 4 of axis `cols` is larger than its extent 3"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("tile 4 of axis `cols` is larger than its extent 3"),
+        "{e}"
+    );
     assert!(e.to_string().contains("rejected"), "{e}");
 }
 
 #[test]
 fn tile_that_does_not_divide_needs_consent_to_pad() {
     let e = one(&rtile().axis("rows", 4).axis("cols", 10).tile(4, false));
-    assert!(e.to_string().contains("tile 4 does not divide extent 10 of axis `cols`"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("tile 4 does not divide extent 10 of axis `cols`"),
+        "{e}"
+    );
     assert!(e.to_string().contains("padded to 12"), "{e}");
-    let ok = rtile().axis("rows", 4).axis("cols", 10).tile(4, true).build().unwrap();
+    let ok = rtile()
+        .axis("rows", 4)
+        .axis("cols", 10)
+        .tile(4, true)
+        .build()
+        .unwrap();
     assert_eq!(ok.static_len(), Some(48));
 }
 
@@ -69,7 +111,10 @@ fn zero_tile_and_tiles_on_plain_layouts() {
     let e = one(&rtile().axis("cols", 8).tile(0, false));
     assert!(matches!(e, LayoutError::ZeroTile { .. }), "{e:?}");
     let e = one(&LayoutSpec::new("x").axis("cols", 8).tile(4, false));
-    assert!(e.to_string().contains("tiles belong to `rtile` layouts"), "{e}");
+    assert!(
+        e.to_string().contains("tiles belong to `rtile` layouts"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -82,29 +127,62 @@ fn unknown_and_repeated_reduction_axes() {
         .reduce_backward(["batch"]);
     let all = errors(&spec);
     assert_eq!(all.len(), 2, "both problems are reported: {all:?}");
-    assert!(all.iter().any(|e| e.site() == Site::Reduction(Pass::Forward, "cols".into())));
-    let unknown = all.iter().find(|e| e.site() == Site::Reduction(Pass::Backward, "batch".into())).unwrap();
-    assert!(unknown.to_string().contains("doesn't declare (its axes: rows, cols)"), "{unknown}");
+    assert!(
+        all.iter()
+            .any(|e| e.site() == Site::Reduction(Pass::Forward, "cols".into()))
+    );
+    let unknown = all
+        .iter()
+        .find(|e| e.site() == Site::Reduction(Pass::Backward, "batch".into()))
+        .unwrap();
+    assert!(
+        unknown
+            .to_string()
+            .contains("doesn't declare (its axes: rows, cols)"),
+        "{unknown}"
+    );
 }
 
 #[test]
 fn rtile_needs_something_to_tile() {
     let e = one(&LayoutSpec::new("x").axis("rows", 4).order(Order::RTile));
-    assert!(matches!(e, LayoutError::RTileWithoutReduction { .. }), "{e:?}");
+    assert!(
+        matches!(e, LayoutError::RTileWithoutReduction { .. }),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn names_are_checked() {
-    let spec = LayoutSpec::new("fn").axis("rows", 4).axis("rows", 2).axis("u32", 2).axis("a-b", 1);
+    let spec = LayoutSpec::new("fn")
+        .axis("rows", 4)
+        .axis("rows", 2)
+        .axis("u32", 2)
+        .axis("a-b", 1);
     let all = errors(&spec);
     assert_eq!(all.len(), 4, "{all:?}");
-    assert!(all.iter().any(|e| matches!(e, LayoutError::DuplicateAxis { axis, .. } if axis == "rows")));
-    assert!(all.iter().any(|e| e.to_string().contains("tensor name `fn`")));
-    assert!(all.iter().any(|e| e.to_string().contains("axis name `u32`")));
-    assert!(all.iter().any(|e| e.to_string().contains("axis name `a-b`")));
+    assert!(
+        all.iter()
+            .any(|e| matches!(e, LayoutError::DuplicateAxis { axis, .. } if axis == "rows"))
+    );
+    assert!(
+        all.iter()
+            .any(|e| e.to_string().contains("tensor name `fn`"))
+    );
+    assert!(
+        all.iter()
+            .any(|e| e.to_string().contains("axis name `u32`"))
+    );
+    assert!(
+        all.iter()
+            .any(|e| e.to_string().contains("axis name `a-b`"))
+    );
     let e = one(&LayoutSpec::new("x").dyn_axis("seq").axis("seq_len", 2));
     assert!(matches!(e, LayoutError::NameClash { .. }), "{e:?}");
-    assert!(matches!(one(&LayoutSpec::new("x")), LayoutError::NoAxes { .. }));
+    assert!(matches!(
+        one(&LayoutSpec::new("x")),
+        LayoutError::NoAxes { .. }
+    ));
 }
 
 #[test]
@@ -114,28 +192,56 @@ fn element_types_wgsl_cannot_store_are_refused() {
         assert_eq!(e.site(), Site::Elem);
         assert!(e.to_string().contains(elem.name()), "{e}");
     }
-    assert!(LayoutSpec::new("x").axis("n", 4).elem(ElemType::F16).build().is_ok());
+    assert!(
+        LayoutSpec::new("x")
+            .axis("n", 4)
+            .elem(ElemType::F16)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]
 fn view_errors_name_the_view_and_axis() {
-    let x = LayoutSpec::new("x").dyn_axis("seq").axis("hidden", 768).build().unwrap();
+    let x = LayoutSpec::new("x")
+        .dyn_axis("seq")
+        .axis("hidden", 768)
+        .build()
+        .unwrap();
     let v = x.view().named("v").unwrap();
     let e = v.transpose("seq", "heads").unwrap_err();
-    assert_eq!(e.site(), Site::View { view: "v".into(), axis: Some("heads".into()) });
+    assert_eq!(
+        e.site(),
+        Site::View {
+            view: "v".into(),
+            axis: Some("heads".into())
+        }
+    );
     assert!(e.to_string().contains("view `v` names axis `heads`"), "{e}");
     let e = v.permute(&["hidden", "hidden"]).unwrap_err();
     assert!(matches!(e, LayoutError::NotAPermutation { .. }), "{e:?}");
-    let e = v.split("hidden", &[("heads", Some(12)), ("head_dim", Some(32))]).unwrap_err();
-    assert!(e.to_string().contains("the parts multiply to 384, not 768"), "{e}");
-    let e = v.split("hidden", &[("heads", Some(7)), ("head_dim", None)]).unwrap_err();
+    let e = v
+        .split("hidden", &[("heads", Some(12)), ("head_dim", Some(32))])
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("the parts multiply to 384, not 768"),
+        "{e}"
+    );
+    let e = v
+        .split("hidden", &[("heads", Some(7)), ("head_dim", None)])
+        .unwrap_err();
     assert!(e.to_string().contains("768 is not a multiple of 7"), "{e}");
-    let e = v.split("seq", &[("chunks", Some(4)), ("inner", Some(16))]).unwrap_err();
+    let e = v
+        .split("seq", &[("chunks", Some(4)), ("inner", Some(16))])
+        .unwrap_err();
     assert!(e.to_string().contains("one part must be inferred"), "{e}");
     let e = v.merge(&["hidden", "seq"], "tokens").unwrap_err();
     assert!(matches!(e, LayoutError::MergeNotAdjacent { .. }), "{e:?}");
     let e = v.slice("hidden", 700, 100).unwrap_err();
-    assert!(e.to_string().contains("700..800, outside its extent 768"), "{e}");
+    assert!(
+        e.to_string().contains("700..800, outside its extent 768"),
+        "{e}"
+    );
     let e = v.broadcast("hidden", 2, 0).unwrap_err();
     assert!(matches!(e, LayoutError::DuplicateViewAxis { .. }), "{e:?}");
     assert!(x.view().named("var").is_err());
@@ -143,14 +249,27 @@ fn view_errors_name_the_view_and_axis() {
 
 #[test]
 fn run_time_view_requirements_are_checked_when_binding() {
-    let x = LayoutSpec::new("x").dyn_axis("seq").axis("hidden", 8).build().unwrap();
-    let chunks = x.view().named("c").unwrap().split("seq", &[("chunk", None), ("pos", Some(16))]).unwrap();
+    let x = LayoutSpec::new("x")
+        .dyn_axis("seq")
+        .axis("hidden", 8)
+        .build()
+        .unwrap();
+    let chunks = x
+        .view()
+        .named("c")
+        .unwrap()
+        .split("seq", &[("chunk", None), ("pos", Some(16))])
+        .unwrap();
     assert_eq!(chunks.bind(&[("seq", 64)]).unwrap().shape(), [4, 16, 8]);
     let e = chunks.bind(&[("seq", 100)]).unwrap_err();
     assert!(e.to_string().contains("view `c` needs axis `chunk`"), "{e}");
     let window = x.view().named("w").unwrap().slice("seq", 8, 8).unwrap();
     assert!(window.bind(&[("seq", 16)]).is_ok());
     let e = window.bind(&[("seq", 10)]).unwrap_err();
-    assert!(e.to_string().contains("slices `seq` up to 16, but the extent is 10"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("slices `seq` up to 16, but the extent is 10"),
+        "{e}"
+    );
     assert_eq!(Extent::from(3), Extent::Static(3));
 }

@@ -52,17 +52,28 @@ impl Gather {
         if f.coord_count() != bound.shape().len() {
             return Err(GpuError::bad_input(
                 what(),
-                format!("the index function takes {} coordinates, the view has rank {}", f.coord_count(), bound.shape().len()),
+                format!(
+                    "the index function takes {} coordinates, the view has rank {}",
+                    f.coord_count(),
+                    bound.shape().len()
+                ),
             ));
         }
         let elements = bound.logical_len();
         if elements > u64::from(u32::MAX) {
-            return Err(GpuError::bad_input(what(), format!("{elements} elements exceed the u32 index space")));
+            return Err(GpuError::bad_input(
+                what(),
+                format!("{elements} elements exceed the u32 index space"),
+            ));
         }
         let functions = emit_module(&f.name, &[f])?;
         let entry = entry_point(f, bound.shape(), bound.extent_args());
         let module = functions.extend(format!("{}+gather", f.name), &entry, Default::default())?;
-        Ok(Self { module, elements, source_len: bound.len() })
+        Ok(Self {
+            module,
+            elements,
+            source_len: bound.len(),
+        })
     }
 
     /// The number of elements written.
@@ -83,18 +94,27 @@ impl Gather {
         if src.len_bytes() < self.source_len * 4 {
             return Err(GpuError::bad_input(
                 what(),
-                format!("the source holds {} bytes; the layout needs {}", src.len_bytes(), self.source_len * 4),
+                format!(
+                    "the source holds {} bytes; the layout needs {}",
+                    src.len_bytes(),
+                    self.source_len * 4
+                ),
             ));
         }
         if dst.len_bytes() < self.elements * 4 {
             return Err(GpuError::bad_input(
                 what(),
-                format!("the destination holds {} bytes; the view has {} elements", dst.len_bytes(), self.elements),
+                format!(
+                    "the destination holds {} bytes; the view has {} elements",
+                    dst.len_bytes(),
+                    self.elements
+                ),
             ));
         }
         let workgroups = self.elements.div_ceil(u64::from(WORKGROUP_SIZE)) as u32;
         let bindings = [Binding::new(0, src), Binding::new(1, dst)];
-        gpu.dispatch_linear(&self.module, GATHER_ENTRY, &bindings, workgroups).map(|_| ())
+        gpu.dispatch_linear(&self.module, GATHER_ENTRY, &bindings, workgroups)
+            .map(|_| ())
     }
 }
 
@@ -114,7 +134,11 @@ fn entry_point(f: &ValidIndexFn, shape: &[u64], extent_args: &[u64]) -> String {
          \x20   var rest = i;\n"
     );
     for d in (1..shape.len()).rev() {
-        let _ = writeln!(s, "    let c{d} = rest % {}u;\n    rest = rest / {}u;", shape[d], shape[d]);
+        let _ = writeln!(
+            s,
+            "    let c{d} = rest % {}u;\n    rest = rest / {}u;",
+            shape[d], shape[d]
+        );
     }
     if !shape.is_empty() {
         s.push_str("    let c0 = rest;\n");
@@ -123,6 +147,11 @@ fn entry_point(f: &ValidIndexFn, shape: &[u64], extent_args: &[u64]) -> String {
         .map(|d| format!("c{d}"))
         .chain(extent_args.iter().map(|e| format!("{e}u")))
         .collect();
-    let _ = writeln!(s, "    gather_dst[i] = gather_src[{}({})];\n}}", f.offset_fn_name(), args.join(", "));
+    let _ = writeln!(
+        s,
+        "    gather_dst[i] = gather_src[{}({})];\n}}",
+        f.offset_fn_name(),
+        args.join(", ")
+    );
     s
 }

@@ -47,10 +47,24 @@ pub(crate) struct ViewModel<'a> {
 pub(crate) enum OwnedStep {
     Permute(Vec<String>),
     Transpose(String, String),
-    Split { axis: String, parts: Vec<(String, Option<u32>)> },
-    Merge { axes: Vec<String>, into: String },
-    Slice { axis: String, start: u32, len: u32 },
-    Broadcast { axis: String, extent: u32, at: usize },
+    Split {
+        axis: String,
+        parts: Vec<(String, Option<u32>)>,
+    },
+    Merge {
+        axes: Vec<String>,
+        into: String,
+    },
+    Slice {
+        axis: String,
+        start: u32,
+        len: u32,
+    },
+    Broadcast {
+        axis: String,
+        extent: u32,
+        at: usize,
+    },
 }
 
 /// Borrowed forms of an [`OwnedStep`]'s lists, which a [`ViewStep`] points into.
@@ -66,12 +80,20 @@ impl OwnedStep {
             StepKind::Transpose(a, b) => Self::Transpose(name_of(a), name_of(b)),
             StepKind::Split { axis, parts } => Self::Split {
                 axis: name_of(axis),
-                parts: parts.iter().map(|p| (name_of(&p.ident), p.size.as_ref().map(|s| s.value))).collect(),
+                parts: parts
+                    .iter()
+                    .map(|p| (name_of(&p.ident), p.size.as_ref().map(|s| s.value)))
+                    .collect(),
             },
-            StepKind::Merge { axes, into } => {
-                Self::Merge { axes: axes.iter().map(name_of).collect(), into: name_of(&into.ident) }
-            }
-            StepKind::Slice { axis, start, len } => Self::Slice { axis: name_of(axis), start: *start, len: *len },
+            StepKind::Merge { axes, into } => Self::Merge {
+                axes: axes.iter().map(name_of).collect(),
+                into: name_of(&into.ident),
+            },
+            StepKind::Slice { axis, start, len } => Self::Slice {
+                axis: name_of(axis),
+                start: *start,
+                len: *len,
+            },
             StepKind::Broadcast { axis, at } => Self::Broadcast {
                 axis: name_of(&axis.ident),
                 extent: axis.size.as_ref().map_or(0, |s| s.value),
@@ -82,8 +104,13 @@ impl OwnedStep {
 
     fn lists(&self) -> StepLists<'_> {
         let (names, parts) = match self {
-            Self::Permute(axes) | Self::Merge { axes, .. } => (axes.iter().map(String::as_str).collect(), Vec::new()),
-            Self::Split { parts, .. } => (Vec::new(), parts.iter().map(|(n, e)| (n.as_str(), *e)).collect()),
+            Self::Permute(axes) | Self::Merge { axes, .. } => {
+                (axes.iter().map(String::as_str).collect(), Vec::new())
+            }
+            Self::Split { parts, .. } => (
+                Vec::new(),
+                parts.iter().map(|(n, e)| (n.as_str(), *e)).collect(),
+            ),
             _ => (Vec::new(), Vec::new()),
         };
         StepLists { names, parts }
@@ -93,24 +120,47 @@ impl OwnedStep {
         match self {
             Self::Permute(_) => ViewStep::Permute(&lists.names),
             Self::Transpose(a, b) => ViewStep::Transpose(a, b),
-            Self::Split { axis, .. } => ViewStep::Split { axis, parts: &lists.parts },
-            Self::Merge { into, .. } => ViewStep::Merge { axes: &lists.names, into },
-            Self::Slice { axis, start, len } => ViewStep::Slice { axis, start: *start, len: *len },
-            Self::Broadcast { axis, extent, at } => ViewStep::Broadcast { axis, extent: *extent, at: *at },
+            Self::Split { axis, .. } => ViewStep::Split {
+                axis,
+                parts: &lists.parts,
+            },
+            Self::Merge { into, .. } => ViewStep::Merge {
+                axes: &lists.names,
+                into,
+            },
+            Self::Slice { axis, start, len } => ViewStep::Slice {
+                axis,
+                start: *start,
+                len: *len,
+            },
+            Self::Broadcast { axis, extent, at } => ViewStep::Broadcast {
+                axis,
+                extent: *extent,
+                at: *at,
+            },
         }
     }
 }
 
 /// Calls `f` with the [`ViewSpec`]s of `views`.
-pub(crate) fn with_view_specs<R>(views: &[(String, Vec<OwnedStep>)], f: impl FnOnce(&[ViewSpec<'_>]) -> R) -> R {
-    let lists: Vec<Vec<StepLists<'_>>> = views.iter().map(|(_, steps)| steps.iter().map(OwnedStep::lists).collect()).collect();
+pub(crate) fn with_view_specs<R>(
+    views: &[(String, Vec<OwnedStep>)],
+    f: impl FnOnce(&[ViewSpec<'_>]) -> R,
+) -> R {
+    let lists: Vec<Vec<StepLists<'_>>> = views
+        .iter()
+        .map(|(_, steps)| steps.iter().map(OwnedStep::lists).collect())
+        .collect();
     let steps: Vec<Vec<ViewStep<'_>>> = views
         .iter()
         .zip(&lists)
         .map(|((_, steps), lists)| steps.iter().zip(lists).map(|(s, l)| s.step(l)).collect())
         .collect();
-    let specs: Vec<ViewSpec<'_>> =
-        views.iter().zip(&steps).map(|((name, _), steps)| ViewSpec { name, steps }).collect();
+    let specs: Vec<ViewSpec<'_>> = views
+        .iter()
+        .zip(&steps)
+        .map(|((name, _), steps)| ViewSpec { name, steps })
+        .collect();
     f(&specs)
 }
 
@@ -120,7 +170,8 @@ pub(crate) fn snake_case(name: &str) -> String {
     let mut out = String::new();
     for (i, &c) in chars.iter().enumerate() {
         if c.is_uppercase() {
-            let prev_lower = i > 0 && (chars[i - 1].is_lowercase() || chars[i - 1].is_ascii_digit());
+            let prev_lower =
+                i > 0 && (chars[i - 1].is_lowercase() || chars[i - 1].is_ascii_digit());
             let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
             let prev_upper = i > 0 && chars[i - 1].is_uppercase();
             if prev_lower || (prev_upper && next_lower) {
@@ -132,6 +183,20 @@ pub(crate) fn snake_case(name: &str) -> String {
         }
     }
     out
+}
+
+/// `UpperCamelCase` of an axis name, for suggested type names: `head_dim` → `HeadDim`.
+fn camel_case(name: &str) -> String {
+    name.split('_')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|c| c.to_uppercase().chain(chars).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Checks `input`; `None` when something was reported.
@@ -146,17 +211,29 @@ pub(crate) fn check<'a>(cx: &Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
         views.push(model);
         types.push(map);
     }
-    let owned: Vec<(String, Vec<OwnedStep>)> = views.iter().map(|v| (v.name.clone(), v.steps.clone())).collect();
+    let owned: Vec<(String, Vec<OwnedStep>)> = views
+        .iter()
+        .map(|v| (v.name.clone(), v.steps.clone()))
+        .collect();
     match with_view_specs(&owned, |specs| TensorDescriptor::declare(&spec, specs)) {
         Ok(descriptor) => {
             for ((view, built), map) in views.iter_mut().zip(&descriptor.views).zip(&types) {
-                view.axes = built.axes().iter().filter_map(|a| map.get(&a.name).cloned()).collect();
+                view.axes = built
+                    .axes()
+                    .iter()
+                    .filter_map(|a| map.get(&a.name).cloned())
+                    .collect();
                 view_axis_types_distinct(cx, view);
             }
             if cx.has_errors() {
                 return None;
             }
-            Some(Model { input, spec, descriptor, views })
+            Some(Model {
+                input,
+                spec,
+                descriptor,
+                views,
+            })
         }
         Err(errors) => {
             for error in errors {
@@ -174,7 +251,10 @@ fn layout_spec(input: &Input<'_>) -> LayoutSpec {
     let names = |list: &Option<Vec<Ident>>| list.iter().flatten().map(name_of).collect();
     LayoutSpec {
         name: snake_case(&name_of(input.ident)),
-        elem: attrs.elem.as_ref().map_or(fblayout_core::layout::ElemType::F32, |e| e.value),
+        elem: attrs
+            .elem
+            .as_ref()
+            .map_or(fblayout_core::layout::ElemType::F32, |e| e.value),
         axes: input
             .fields
             .iter()
@@ -223,10 +303,12 @@ fn axis_types_distinct(cx: &Ctxt, input: &Input<'_>) {
             cx.error_spanned_by(
                 ty,
                 format!(
-                    "axis type `{}` is already the type of field `{}`; each axis of a tensor needs its own axis type (declare another: `#[derive(Clone, Copy, Axis)] struct {}2;`)",
+                    "axis type `{}` is already the type of field `{}`; each axis of a tensor needs its own axis type: declare one for `{}` (`#[derive(Clone, Copy, Axis)] struct {};`) and use `Ix<{}>`",
                     quote!(#ty),
                     name_of(first),
-                    quote!(#ty),
+                    field.name,
+                    camel_case(&field.name),
+                    camel_case(&field.name),
                 ),
             );
         } else {
@@ -257,7 +339,10 @@ fn view_axis_types_distinct(cx: &Ctxt, view: &ViewModel<'_>) {
 
 /// A view's model (axes filled in once the view is built) and the type of every axis name it
 /// can reach: the tensor's fields, then each new axis in step order.
-fn view_model<'a>(input: &Input<'_>, decl: &'a ViewDecl) -> (ViewModel<'a>, HashMap<String, (Ident, syn::Type)>) {
+fn view_model<'a>(
+    input: &Input<'_>,
+    decl: &'a ViewDecl,
+) -> (ViewModel<'a>, HashMap<String, (Ident, syn::Type)>) {
     let mut map: HashMap<String, (Ident, syn::Type)> = HashMap::new();
     for field in &input.fields {
         if let Some(ty) = field.axis_ty {
@@ -283,13 +368,17 @@ fn report(cx: &Ctxt, input: &Input<'_>, error: &DeclareError) {
     match error {
         DeclareError::Layout(e) => report_layout(cx, input, e),
         DeclareError::View { view, step, error } => {
-            let decl = &input.attrs.views[*view];
-            match step {
-                None => cx.error_spanned_by(&decl.ident, error),
-                Some(k) => report_step(cx, &decl.steps[*k], error),
+            let decl = input.attrs.views.get(*view);
+            match (decl, step.and_then(|k| decl.and_then(|d| d.steps.get(k)))) {
+                (_, Some(step)) => report_step(cx, step, error),
+                (Some(decl), None) => cx.error_spanned_by(&decl.ident, error),
+                (None, None) => cx.error_spanned_by(input.ident, error),
             }
         }
-        DeclareError::ViewName { view, .. } => cx.error_spanned_by(&input.attrs.views[*view].ident, error),
+        DeclareError::ViewName { view, .. } => match input.attrs.views.get(*view) {
+            Some(decl) => cx.error_spanned_by(&decl.ident, error),
+            None => cx.error_spanned_by(input.ident, error),
+        },
         DeclareError::Wgsl(e) => cx.error_spanned_by(
             input.ident,
             format!("the WGSL generated for this tensor fails naga validation (a bug in fblayout; please report it): {e}"),
@@ -315,9 +404,15 @@ fn report_layout(cx: &Ctxt, input: &Input<'_>, error: &LayoutError) {
                 None => input.ident.to_token_stream(),
             }
         }
-        (Site::Axis(name), _) => field(&name).map_or_else(|| input.ident.to_token_stream(), |f| f.ident.to_token_stream()),
+        (Site::Axis(name), _) => field(&name).map_or_else(
+            || input.ident.to_token_stream(),
+            |f| f.ident.to_token_stream(),
+        ),
         (Site::Tile(name), _) => match field(&name) {
-            Some(f) => f.tile.as_ref().map_or_else(|| f.ident.to_token_stream(), |t| t.tokens.clone()),
+            Some(f) => f
+                .tile
+                .as_ref()
+                .map_or_else(|| f.ident.to_token_stream(), |t| t.tokens.clone()),
             None => input.ident.to_token_stream(),
         },
         (Site::Reduction(pass, name), e) => {
@@ -325,8 +420,16 @@ fn report_layout(cx: &Ctxt, input: &Input<'_>, error: &LayoutError) {
                 Pass::Forward => &attrs.forward,
                 Pass::Backward => &attrs.backward,
             };
-            let hits: Vec<&Ident> = list.iter().flatten().filter(|i| name_of(i) == name).collect();
-            let pick = if matches!(e, LayoutError::DuplicateReductionAxis { .. }) { hits.get(1) } else { hits.first() };
+            let hits: Vec<&Ident> = list
+                .iter()
+                .flatten()
+                .filter(|i| name_of(i) == name)
+                .collect();
+            let pick = if matches!(e, LayoutError::DuplicateReductionAxis { .. }) {
+                hits.get(1)
+            } else {
+                hits.first()
+            };
             pick.map_or_else(|| input.ident.to_token_stream(), |i| i.to_token_stream())
         }
         _ => input.ident.to_token_stream(),
@@ -336,7 +439,13 @@ fn report_layout(cx: &Ctxt, input: &Input<'_>, error: &LayoutError) {
 
 fn report_step(cx: &Ctxt, step: &StepDecl, error: &LayoutError) {
     let idents = step.idents();
-    let named = |name: &str| -> Vec<&Ident> { idents.iter().copied().filter(|i| name_of(i) == name).collect() };
+    let named = |name: &str| -> Vec<&Ident> {
+        idents
+            .iter()
+            .copied()
+            .filter(|i| name_of(i) == name)
+            .collect()
+    };
     let axis = match error.site() {
         Site::View { axis, .. } => axis,
         Site::Axis(name) => Some(name),
@@ -346,7 +455,9 @@ fn report_step(cx: &Ctxt, step: &StepDecl, error: &LayoutError) {
         let hits = named(&name);
         let later = matches!(
             error,
-            LayoutError::DuplicateViewAxis { .. } | LayoutError::BadName { .. } | LayoutError::ZeroExtent { .. }
+            LayoutError::DuplicateViewAxis { .. }
+                | LayoutError::BadName { .. }
+                | LayoutError::ZeroExtent { .. }
         );
         let pick = if later { hits.last() } else { hits.first() };
         match pick {
@@ -371,7 +482,13 @@ fn report_step(cx: &Ctxt, step: &StepDecl, error: &LayoutError) {
 
 #[cfg(test)]
 mod tests {
-    use super::snake_case;
+    use super::{camel_case, snake_case};
+
+    #[test]
+    fn camel_case_of_axis_names() {
+        assert_eq!(camel_case("head_dim"), "HeadDim");
+        assert_eq!(camel_case("key"), "Key");
+    }
 
     #[test]
     fn snake_case_of_type_names() {

@@ -24,7 +24,9 @@ impl Ctxt {
 
     /// Reports `msg` at the span of `tokens` (first to last token).
     pub(crate) fn error_spanned_by(&self, tokens: impl ToTokens, msg: impl Display) {
-        self.errors.borrow_mut().push(syn::Error::new_spanned(tokens.into_token_stream(), msg));
+        self.errors
+            .borrow_mut()
+            .push(syn::Error::new_spanned(tokens.into_token_stream(), msg));
     }
 
     /// Reports an error that syn produced.

@@ -16,14 +16,15 @@ mod tests;
 use proc_macro::TokenStream;
 use syn::parse_macro_input;
 
-/// Declares a tensor on a struct whose fields are its axes. See `fblayout::Tensor`.
+/// Implemented by `fblayout-macros`; use it through `fblayout`, whose re-export documents the
+/// attribute grammar and the generated API.
 #[proc_macro_derive(Tensor, attributes(tensor, axis))]
 pub fn derive_tensor(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as syn::DeriveInput);
     generate::expand_tensor(&input).into()
 }
 
-/// Makes a marker type an axis type. See `fblayout::Axis`.
+/// Implemented by `fblayout-macros`; use it through `fblayout`.
 #[proc_macro_derive(Axis, attributes(axis))]
 pub fn derive_axis(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as syn::DeriveInput);

@@ -25,11 +25,20 @@ fn wgsl(input: &syn::DeriveInput) -> String {
     let parsed = Input::parse(&cx, input).expect("a struct with named fields");
     let model = check(&cx, &parsed);
     cx.check().expect("the declaration is valid");
-    let source = model.expect("a valid declaration has a model").descriptor.wgsl.source().to_owned();
-    let module = WgslModule::validate("snapshot", source.as_str()).expect("the embedded WGSL is valid");
+    let source = model
+        .expect("a valid declaration has a model")
+        .descriptor
+        .wgsl
+        .source()
+        .to_owned();
+    let module =
+        WgslModule::validate("snapshot", source.as_str()).expect("the embedded WGSL is valid");
     let expansion = expand_tensor(input).to_string();
     let literal = proc_macro2::Literal::string(module.source()).to_string();
-    assert!(expansion.contains(&literal), "the expansion embeds the validated WGSL");
+    assert!(
+        expansion.contains(&literal),
+        "the expansion embeds the validated WGSL"
+    );
     source
 }
 
@@ -140,7 +149,12 @@ fn errors_accumulate() {
     let cx = Ctxt::new();
     let parsed = Input::parse(&cx, &input).expect("a struct");
     assert!(check(&cx, &parsed).is_none());
-    let messages: Vec<String> = cx.check().expect_err("errors").into_iter().map(|e| e.to_string()).collect();
+    let messages: Vec<String> = cx
+        .check()
+        .expect_err("errors")
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect();
     let expected = [
         "unknown tensor attribute `colour`",
         "axis `seq` already has extent `dyn`",
@@ -150,7 +164,10 @@ fn errors_accumulate() {
         "tile 4 does not divide extent 30",
     ];
     for want in expected {
-        assert!(messages.iter().any(|m| m.contains(want)), "missing {want:?} in {messages:#?}");
+        assert!(
+            messages.iter().any(|m| m.contains(want)),
+            "missing {want:?} in {messages:#?}"
+        );
     }
     insta::assert_snapshot!(pretty(expand_tensor(&input)));
 }
@@ -171,9 +188,26 @@ fn view_errors_point_at_steps() {
     let cx = Ctxt::new();
     let parsed = Input::parse(&cx, &input).expect("a struct");
     assert!(check(&cx, &parsed).is_none());
-    let messages: Vec<String> = cx.check().expect_err("errors").into_iter().map(|e| e.to_string()).collect();
+    let messages: Vec<String> = cx
+        .check()
+        .expect_err("errors")
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect();
     assert_eq!(messages.len(), 3, "{messages:#?}");
-    assert!(messages[0].contains("`hidden` is named twice"), "{}", messages[0]);
-    assert!(messages[1].contains("the parts multiply to 35, not 32"), "{}", messages[1]);
-    assert!(messages[2].contains("names axis `heads`"), "{}", messages[2]);
+    assert!(
+        messages[0].contains("`hidden` is named twice"),
+        "{}",
+        messages[0]
+    );
+    assert!(
+        messages[1].contains("the parts multiply to 35, not 32"),
+        "{}",
+        messages[1]
+    );
+    assert!(
+        messages[2].contains("names axis `heads`"),
+        "{}",
+        messages[2]
+    );
 }

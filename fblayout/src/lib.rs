@@ -37,7 +37,7 @@
 //! The modules re-export the layout core: [`layout`] (layouts and views), [`typed`] (the
 //! traits the derive implements), [`expr`] (index expressions), [`emit`] (Rust and WGSL
 //! emitters), [`wgsl`] (validated WGSL), [`algebra`] (CuTe-style layout algebra), [`catalog`]
-//! and [`print`].
+//! and [`print`](mod@print).
 
 pub use fblayout_core::{algebra, catalog, emit, expr, layout, print, typed, wgsl};
 

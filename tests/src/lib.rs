@@ -32,7 +32,11 @@ impl Case {
     /// The offset the definitions give for a logical coordinate of the tensor.
     pub fn oracle_offset(&self, coords: &[u64]) -> Option<u64> {
         let axes = self.layout.axes();
-        if coords.iter().zip(&self.extents).any(|(&c, &e)| c >= u64::from(e)) {
+        if coords
+            .iter()
+            .zip(&self.extents)
+            .any(|(&c, &e)| c >= u64::from(e))
+        {
             return None;
         }
         let ext: Vec<u64> = self.extents.iter().map(|&e| u64::from(e)).collect();
@@ -46,8 +50,13 @@ impl Case {
             }
             Order::RTile => {
                 let tiles: Vec<u64> = axes.iter().map(|a| u64::from(a.tile)).collect();
-                let grid: Vec<u64> = ext.iter().zip(&tiles).map(|(&e, &t)| e.div_ceil(t)).collect();
-                let tile_coord: Vec<u64> = coords.iter().zip(&tiles).map(|(&c, &t)| c / t).collect();
+                let grid: Vec<u64> = ext
+                    .iter()
+                    .zip(&tiles)
+                    .map(|(&e, &t)| e.div_ceil(t))
+                    .collect();
+                let tile_coord: Vec<u64> =
+                    coords.iter().zip(&tiles).map(|(&c, &t)| c / t).collect();
                 let order: Vec<usize> = self
                     .layout
                     .in_tile_order()
@@ -113,7 +122,10 @@ impl ViewCase {
                     before
                 }
                 OracleStep::Split { at, parts } => {
-                    let joined = parts.iter().enumerate().fold(0, |acc, (j, &e)| acc * e + cur[at + j]);
+                    let joined = parts
+                        .iter()
+                        .enumerate()
+                        .fold(0, |acc, (j, &e)| acc * e + cur[at + j]);
                     let mut before = cur[..*at].to_vec();
                     before.push(joined);
                     before.extend_from_slice(&cur[at + parts.len()..]);
@@ -186,16 +198,22 @@ pub fn apply_steps(case: &Case, choices: &[StepChoice]) -> ViewCase {
                 let i = pick(a);
                 let e = shape[i];
                 let static_axis = view.axes()[i].extent.as_static().is_some();
-                let divisors: Vec<u64> = (2..e).filter(|k| e % k == 0).collect();
+                let divisors: Vec<u64> = (2..e).filter(|&k| e.is_multiple_of(k)).collect();
                 if !static_axis || divisors.is_empty() {
                     continue;
                 }
                 let inner = divisors[d as usize % divisors.len()];
                 let (outer_name, inner_name) = (new_name(), new_name());
-                let parts = [(outer_name.as_str(), None), (inner_name.as_str(), Some(inner as u32))];
+                let parts = [
+                    (outer_name.as_str(), None),
+                    (inner_name.as_str(), Some(inner as u32)),
+                ];
                 view = view.split(&names[i], &parts).expect("an exact split");
                 shape.splice(i..=i, [e / inner, inner]);
-                steps.push(OracleStep::Split { at: i, parts: vec![e / inner, inner] });
+                steps.push(OracleStep::Split {
+                    at: i,
+                    parts: vec![e / inner, inner],
+                });
             }
             StepChoice::Merge(a) => {
                 if rank < 2 {
@@ -203,7 +221,9 @@ pub fn apply_steps(case: &Case, choices: &[StepChoice]) -> ViewCase {
                 }
                 let i = a as usize % (rank - 1);
                 let merged = new_name();
-                view = view.merge(&[&names[i], &names[i + 1]], &merged).expect("adjacent axes");
+                view = view
+                    .merge(&[&names[i], &names[i + 1]], &merged)
+                    .expect("adjacent axes");
                 let extents = vec![shape[i], shape[i + 1]];
                 shape.splice(i..=i + 1, [extents[0] * extents[1]]);
                 steps.push(OracleStep::Merge { at: i, extents });
@@ -216,14 +236,18 @@ pub fn apply_steps(case: &Case, choices: &[StepChoice]) -> ViewCase {
                 }
                 let start = u64::from(s) % e;
                 let len = 1 + u64::from(l) % (e - start);
-                view = view.slice(&names[i], start as u32, len as u32).expect("inside the axis");
+                view = view
+                    .slice(&names[i], start as u32, len as u32)
+                    .expect("inside the axis");
                 shape[i] = len;
                 steps.push(OracleStep::Slice { at: i, start });
             }
             StepChoice::Broadcast(at, n) => {
                 let at = at as usize % (rank + 1);
                 let extent = 1 + n % 3;
-                view = view.broadcast(&new_name(), extent, at).expect("a fresh axis");
+                view = view
+                    .broadcast(&new_name(), extent, at)
+                    .expect("a fresh axis");
                 shape.insert(at, u64::from(extent));
                 steps.push(OracleStep::Broadcast { at });
             }
@@ -235,16 +259,28 @@ pub fn apply_steps(case: &Case, choices: &[StepChoice]) -> ViewCase {
 /// Random tensors: rank 1–4, extents 1–9 (some run-time), any order, R-Tile with random tiles
 /// (padding allowed) and reduction axes.
 pub fn arb_case() -> impl Strategy<Value = Case> {
-    let axis = (1u32..=9, any::<bool>(), prop_oneof![Just(None), (1u32..=8).prop_map(Some)]);
-    (prop::collection::vec(axis, 1..=4), 0u8..3, any::<u8>(), any::<u8>()).prop_filter_map(
-        "the description must build",
-        |(axes, order, fwd, bwd)| {
+    let axis = (
+        1u32..=9,
+        any::<bool>(),
+        prop_oneof![Just(None), (1u32..=8).prop_map(Some)],
+    );
+    (
+        prop::collection::vec(axis, 1..=4),
+        0u8..3,
+        any::<u8>(),
+        any::<u8>(),
+    )
+        .prop_filter_map("the description must build", |(axes, order, fwd, bwd)| {
             let order = [Order::RowMajor, Order::ColMajor, Order::RTile][order as usize];
             let mut spec = LayoutSpec::new("t").order(order);
             let mut extents = Vec::new();
             for (i, (extent, dynamic, tile)) in axes.iter().enumerate() {
                 let name = format!("a{i}");
-                spec = if *dynamic { spec.dyn_axis(name) } else { spec.axis(name, *extent) };
+                spec = if *dynamic {
+                    spec.dyn_axis(name)
+                } else {
+                    spec.axis(name, *extent)
+                };
                 if order == Order::RTile {
                     if let Some(t) = tile {
                         spec = spec.tile((*t).min(*extent), true);
@@ -261,8 +297,7 @@ pub fn arb_case() -> impl Strategy<Value = Case> {
                 }
             }
             spec.build().ok().map(|layout| Case { layout, extents })
-        },
-    )
+        })
 }
 
 /// Random view steps.

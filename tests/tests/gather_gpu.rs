@@ -30,6 +30,12 @@ fn mismatched_buffers_are_errors() {
     let gather = Gather::new(&view, &bound).unwrap();
     let small = GpuBuffer::zeroed::<u32>(gpu, 8).unwrap();
     let full = GpuBuffer::zeroed::<u32>(gpu, bound.len() as usize).unwrap();
-    assert!(matches!(gather.run(gpu, &small, &full), Err(GpuError::BadInput { .. })));
-    assert!(matches!(gather.run(gpu, &full, &small), Err(GpuError::BadInput { .. })));
+    assert!(matches!(
+        gather.run(gpu, &small, &full),
+        Err(GpuError::BadInput { .. })
+    ));
+    assert!(matches!(
+        gather.run(gpu, &full, &small),
+        Err(GpuError::BadInput { .. })
+    ));
 }

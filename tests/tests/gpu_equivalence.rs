@@ -25,10 +25,21 @@ fn canonical_views_agree_on_the_gpu() {
             for (c, got) in coords_of(&grid).zip(&gpu) {
                 let inside = c.iter().zip(bound.shape()).all(|(x, e)| x < e);
                 let want = if inside { bound.offset(&c) } else { None };
-                assert_eq!(*got, want, "{} ({}) at {c:?}", view.name(), canonical.description);
+                assert_eq!(
+                    *got,
+                    want,
+                    "{} ({}) at {c:?}",
+                    view.name(),
+                    canonical.description
+                );
                 let mut args = c.clone();
                 args.extend_from_slice(bound.extent_args());
-                assert_eq!(cpu.eval(&args), want, "CPU path of {} at {c:?}", view.name());
+                assert_eq!(
+                    cpu.eval(&args),
+                    want,
+                    "CPU path of {} at {c:?}",
+                    view.name()
+                );
             }
         }
     }

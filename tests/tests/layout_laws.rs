@@ -114,7 +114,10 @@ fn oracle_matches_a_hand_worked_rtile() {
         .reduce_backward(["rows"])
         .build()
         .unwrap();
-    let case = Case { layout, extents: vec![6, 10] };
+    let case = Case {
+        layout,
+        extents: vec![6, 10],
+    };
     assert_eq!(case.oracle_offset(&[0, 5]), Some(16 + 1));
     // Tile (1, 2) is the sixth tile: 5 * 16 = 80; inside it, (1, 1) is 1 * 4 + 1.
     assert_eq!(case.oracle_offset(&[5, 9]), Some(5 * 16 + 4 + 1));
@@ -128,7 +131,11 @@ mod cute {
     use fblayout_core::algebra::{Int, IntTuple, Layout, blocked_product};
 
     fn coord(c: &[u64]) -> IntTuple {
-        IntTuple::Tuple(c.iter().map(|&x| IntTuple::Int(Int::Dynamic(x as usize))).collect())
+        IntTuple::Tuple(
+            c.iter()
+                .map(|&x| IntTuple::Int(Int::Dynamic(x as usize)))
+                .collect(),
+        )
     }
 
     proptest! {

@@ -16,7 +16,8 @@ fn canonical_layouts_emit_valid_code() {
         let f = canonical.view.index_fn().simplified();
         let wgsl = emit_module(&name, &[&f]).unwrap_or_else(|err| panic!("{err}"));
         let rust = to_rust(&f, RustFlags::default());
-        syn::parse_file(&rust).unwrap_or_else(|err| panic!("emitted Rust for {name} does not parse: {err}\n{rust}"));
+        syn::parse_file(&rust)
+            .unwrap_or_else(|err| panic!("emitted Rust for {name} does not parse: {err}\n{rust}"));
         let header = format!(
             "// {}\n// ops: {} before simplification, {} after\n",
             canonical.description,

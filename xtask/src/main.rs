@@ -30,13 +30,22 @@ fn main() -> ExitCode {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask: running {cmd:?}");
-    let status = cmd.status().map_err(|e| format!("could not start {cmd:?}: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed ({status})")) }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("could not start {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed ({status})"))
+    }
 }
 
 fn test(args: &[String]) -> Result<(), String> {
@@ -52,12 +61,21 @@ fn test(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut test = Command::new(&cargo);
-    test.current_dir(&root).args(["test", "--workspace", "--all-targets", "--locked"]).args(extra);
+    test.current_dir(&root)
+        .args(["test", "--workspace", "--all-targets", "--locked"])
+        .args(extra);
     quiet_mesa(&mut test, &root);
     run(&mut test)?;
-    run(Command::new(&cargo).current_dir(&root).args(["test", "--workspace", "--doc", "--locked"]))?;
+    run(Command::new(&cargo).current_dir(&root).args([
+        "test",
+        "--workspace",
+        "--doc",
+        "--locked",
+    ]))?;
     if has_program("mdbook") {
-        run(Command::new("mdbook").current_dir(&root).args(["build", "book"]))?;
+        run(Command::new("mdbook")
+            .current_dir(&root)
+            .args(["build", "book"]))?;
     } else {
         eprintln!(
             "xtask: mdbook is not installed, so the book was not rendered (its code blocks were \
@@ -84,12 +102,18 @@ fn quiet_mesa(cmd: &mut Command, root: &Path) {
 }
 
 fn has_program(name: &str) -> bool {
-    Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new(name)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Where Vulkan loaders look for installable client drivers.
-const ICD_DIRS: [&str; 3] =
-    ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d"];
+const ICD_DIRS: [&str; 3] = [
+    "/usr/share/vulkan/icd.d",
+    "/etc/vulkan/icd.d",
+    "/usr/local/share/vulkan/icd.d",
+];
 
 fn vulkan_present() -> bool {
     let loader = Command::new("ldconfig")
@@ -113,15 +137,26 @@ fn ensure_vulkan(install: bool) -> Result<(), String> {
     let hint = "GPU tests need a Vulkan driver: install Mesa's (`apt-get install mesa-vulkan-drivers \
                 libvulkan1`, or your distribution's equivalent)";
     if !install {
-        return Err(format!("no Vulkan driver found and --no-install given; {hint}"));
+        return Err(format!(
+            "no Vulkan driver found and --no-install given; {hint}"
+        ));
     }
     if !has_program("apt-get") {
-        return Err(format!("no Vulkan driver found and no apt-get to install one; {hint}"));
+        return Err(format!(
+            "no Vulkan driver found and no apt-get to install one; {hint}"
+        ));
     }
     eprintln!("xtask: no Vulkan driver found; installing Mesa's lavapipe (mesa-vulkan-drivers)");
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"));
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0"));
     let apt = |args: &[&str]| {
-        let mut cmd = if root { Command::new("apt-get") } else { Command::new("sudo") };
+        let mut cmd = if root {
+            Command::new("apt-get")
+        } else {
+            Command::new("sudo")
+        };
         if !root {
             cmd.arg("apt-get");
         }
@@ -129,6 +164,18 @@ fn ensure_vulkan(install: bool) -> Result<(), String> {
         run(&mut cmd)
     };
     apt(&["update"])?;
-    apt(&["install", "-y", "--no-install-recommends", "mesa-vulkan-drivers", "libvulkan1"])?;
-    if vulkan_present() { Ok(()) } else { Err(format!("installed Mesa, but still no Vulkan driver; {hint}")) }
+    apt(&[
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "mesa-vulkan-drivers",
+        "libvulkan1",
+    ])?;
+    if vulkan_present() {
+        Ok(())
+    } else {
+        Err(format!(
+            "installed Mesa, but still no Vulkan driver; {hint}"
+        ))
+    }
 }

@@ -40,8 +40,17 @@ struct Variant {
     bound: BoundView,
 }
 
-fn matrix(name: &str, order: Order, tile: Option<u32>, rows: u32, cols: u32) -> Result<View, String> {
-    let mut spec = LayoutSpec::new(name).axis("rows", rows).axis("cols", cols).order(order);
+fn matrix(
+    name: &str,
+    order: Order,
+    tile: Option<u32>,
+    rows: u32,
+    cols: u32,
+) -> Result<View, String> {
+    let mut spec = LayoutSpec::new(name)
+        .axis("rows", rows)
+        .axis("cols", cols)
+        .order(order);
     if let Some(t) = tile {
         spec = spec.reduce_forward(["cols"]).reduce_backward(["rows"]);
         for axis in &mut spec.axes {
@@ -53,11 +62,25 @@ fn matrix(name: &str, order: Order, tile: Option<u32>, rows: u32, cols: u32) -> 
 
 fn variants(rows: u32, cols: u32) -> Result<Vec<Variant>, String> {
     let v = |e: fblayout_core::layout::LayoutError| e.to_string();
-    let copy = LayoutSpec::new("copy").axis("i", rows * cols).build().map_err(|e| e.to_string())?.view();
+    let copy = LayoutSpec::new("copy")
+        .axis("i", rows * cols)
+        .build()
+        .map_err(|e| e.to_string())?
+        .view();
     let rm = matrix("rm", Order::RowMajor, None, rows, cols)?;
-    let rm_t = rm.clone().named("rm_t").map_err(v)?.transpose("rows", "cols").map_err(v)?;
+    let rm_t = rm
+        .clone()
+        .named("rm_t")
+        .map_err(v)?
+        .transpose("rows", "cols")
+        .map_err(v)?;
     let rt4 = matrix("rt4", Order::RTile, Some(4), rows, cols)?;
-    let rt4_t = rt4.clone().named("rt4_t").map_err(v)?.transpose("rows", "cols").map_err(v)?;
+    let rt4_t = rt4
+        .clone()
+        .named("rt4_t")
+        .map_err(v)?
+        .transpose("rows", "cols")
+        .map_err(v)?;
     let rt8_t = matrix("rt8", Order::RTile, Some(8), rows, cols)?
         .named("rt8_t")
         .map_err(v)?
@@ -73,7 +96,12 @@ fn variants(rows: u32, cols: u32) -> Result<Vec<Variant>, String> {
         .axis("head_dim", head_dim)
         .build()
         .map_err(|e| e.to_string())?;
-    let k_t = k.view().named("k_t").map_err(v)?.permute(&["batch", "heads", "head_dim", "seq"]).map_err(v)?;
+    let k_t = k
+        .view()
+        .named("k_t")
+        .map_err(v)?
+        .permute(&["batch", "heads", "head_dim", "seq"])
+        .map_err(v)?;
     let mut out = Vec::new();
     for (view, bind) in [
         (copy, vec![]),
@@ -86,15 +114,29 @@ fn variants(rows: u32, cols: u32) -> Result<Vec<Variant>, String> {
     ] {
         let bound = view.bind(&bind).map_err(v)?;
         let naive = view.index_fn();
-        out.push(Variant { name: format!("{} (simplified)", view.name()), f: naive.simplified(), bound: bound.clone() });
+        out.push(Variant {
+            name: format!("{} (simplified)", view.name()),
+            f: naive.simplified(),
+            bound: bound.clone(),
+        });
         if view.name() != "copy" {
-            out.push(Variant { name: format!("{} (naive)", view.name()), f: naive, bound });
+            out.push(Variant {
+                name: format!("{} (naive)", view.name()),
+                f: naive,
+                bound,
+            });
         }
     }
     Ok(out)
 }
 
-fn median_seconds(gpu: &Gpu, gather: &Gather, src: &GpuBuffer, dst: &GpuBuffer, args: &Args) -> Result<f64, String> {
+fn median_seconds(
+    gpu: &Gpu,
+    gather: &Gather,
+    src: &GpuBuffer,
+    dst: &GpuBuffer,
+    args: &Args,
+) -> Result<f64, String> {
     let e = |err: fblayout_kernels::GpuError| err.to_string();
     for _ in 0..3 {
         gather.run(gpu, src, dst).map_err(e)?;
@@ -114,22 +156,36 @@ fn median_seconds(gpu: &Gpu, gather: &Gather, src: &GpuBuffer, dst: &GpuBuffer, 
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    if args.rows % 8 != 0 || args.cols % 8 != 0 || args.rows == 0 || args.cols == 0 {
+    if !args.rows.is_multiple_of(8) || !args.cols.is_multiple_of(8) || args.rows == 0 || args.cols == 0 {
         return Err("--rows and --cols must be positive multiples of 8".into());
     }
     let gpu = Gpu::new().map_err(|e| e.to_string())?;
-    println!("adapter: {}\nmatrices: {} × {} f32 ({} MiB)\n", gpu.info(), args.rows, args.cols, (u64::from(args.rows) * u64::from(args.cols) * 4) >> 20);
+    println!(
+        "adapter: {}\nmatrices: {} × {} f32 ({} MiB)\n",
+        gpu.info(),
+        args.rows,
+        args.cols,
+        (u64::from(args.rows) * u64::from(args.cols) * 4) >> 20
+    );
     println!("| view | median per gather | GB/s (read + write) | time / copy |");
     println!("|---|---:|---:|---:|");
     let mut baseline = None;
     for variant in variants(args.rows, args.cols)? {
-        let gather = Gather::with_index_fn(&variant.f, &variant.bound).map_err(|e| e.to_string())?;
-        let src = GpuBuffer::zeroed::<u32>(&gpu, variant.bound.len() as usize).map_err(|e| e.to_string())?;
-        let dst = GpuBuffer::zeroed::<u32>(&gpu, gather.elements() as usize).map_err(|e| e.to_string())?;
+        let gather =
+            Gather::with_index_fn(&variant.f, &variant.bound).map_err(|e| e.to_string())?;
+        let src = GpuBuffer::zeroed::<u32>(&gpu, variant.bound.len() as usize)
+            .map_err(|e| e.to_string())?;
+        let dst = GpuBuffer::zeroed::<u32>(&gpu, gather.elements() as usize)
+            .map_err(|e| e.to_string())?;
         let t = median_seconds(&gpu, &gather, &src, &dst, args)?;
         let base = *baseline.get_or_insert(t);
         let gbps = (gather.elements() * 8) as f64 / t / 1e9;
-        println!("| `{}` | {:.3} ms | {gbps:.1} | {:.2}× |", variant.name, t * 1e3, t / base);
+        println!(
+            "| `{}` | {:.3} ms | {gbps:.1} | {:.2}× |",
+            variant.name,
+            t * 1e3,
+            t / base
+        );
     }
     println!("\nThe first row (a 1-D identity view) is the plain-copy baseline.");
     Ok(())

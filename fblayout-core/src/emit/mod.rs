@@ -35,11 +35,21 @@ impl Body {
         let uses = graph.use_counts(&[root]);
         let mut names: Vec<Option<String>> = vec![None; graph.nodes().len()];
         let mut lets = Vec::new();
+        // Temporaries are `t0`, `t1`, ...; a number whose name a parameter already has is
+        // skipped, so a temporary never shadows an axis or extent.
+        let params = f.param_names();
+        let mut next = 0usize;
         for id in graph.reachable(&[root]) {
             let node = graph.node(id);
             if node.is_op() && uses[id.index()] > 1 && id != root {
                 let text = render(graph, id, &names, syntax, false);
-                let name = format!("t{}", lets.len());
+                let name = loop {
+                    let candidate = format!("t{next}");
+                    next += 1;
+                    if !params.contains(&candidate.as_str()) {
+                        break candidate;
+                    }
+                };
                 lets.push((name.clone(), text));
                 names[id.index()] = Some(name);
             }
@@ -77,5 +87,8 @@ fn render(
 /// Whether the parameter `index` of `f` appears in the expression at `root`.
 pub(crate) fn uses_param(f: &ValidIndexFn, root: ExprId, index: usize) -> bool {
     let var = f.params[index];
-    f.graph.reachable(&[root]).into_iter().any(|id| f.graph.node(id) == Node::Var(var))
+    f.graph
+        .reachable(&[root])
+        .into_iter()
+        .any(|id| f.graph.node(id) == Node::Var(var))
 }

@@ -23,7 +23,10 @@ pub struct RustFlags {
 
 impl Default for RustFlags {
     fn default() -> Self {
-        Self { const_fn: true, visibility: "pub ".into() }
+        Self {
+            const_fn: true,
+            visibility: "pub ".into(),
+        }
     }
 }
 
@@ -87,7 +90,12 @@ impl<W: Write> RustWriter<W> {
 
 /// Writes the statements of one root as a Rust block body (`let`s, then the tail expression),
 /// each line prefixed with `indent`.
-pub fn write_body(out: &mut impl Write, f: &ValidIndexFn, root: ExprId, indent: &str) -> fmt::Result {
+pub fn write_body(
+    out: &mut impl Write,
+    f: &ValidIndexFn,
+    root: ExprId,
+    indent: &str,
+) -> fmt::Result {
     let body = Body::new(f, root, &RustSyntax);
     for (name, expr) in &body.lets {
         writeln!(out, "{indent}let {name} = {expr};")?;
@@ -110,11 +118,28 @@ mod tests {
 
     #[test]
     fn writes_const_fns_and_marks_unused_params() {
-        let x = LayoutSpec::new("x").dyn_axis("seq").axis("hidden", 8).build().unwrap();
+        let x = LayoutSpec::new("x")
+            .dyn_axis("seq")
+            .axis("hidden", 8)
+            .build()
+            .unwrap();
         let src = to_rust(&x.index_fn().simplified(), RustFlags::default());
         // Row-major: the offset needs `hidden` but not the run-time sequence length.
-        assert!(src.contains("pub const fn x_offset(seq: usize, hidden: usize, _seq_len: usize) -> usize"), "{src}");
-        assert!(src.contains("pub const fn x_in_bounds(seq: usize, hidden: usize, seq_len: usize) -> bool"), "{src}");
-        assert!(src.contains("(seq << 3) + hidden") || src.contains("hidden + (seq << 3)"), "{src}");
+        assert!(
+            src.contains(
+                "pub const fn x_offset(seq: usize, hidden: usize, _seq_len: usize) -> usize"
+            ),
+            "{src}"
+        );
+        assert!(
+            src.contains(
+                "pub const fn x_in_bounds(seq: usize, hidden: usize, seq_len: usize) -> bool"
+            ),
+            "{src}"
+        );
+        assert!(
+            src.contains("(seq << 3) + hidden") || src.contains("hidden + (seq << 3)"),
+            "{src}"
+        );
     }
 }

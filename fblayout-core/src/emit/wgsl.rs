@@ -43,7 +43,11 @@ impl<W: Write> WgslWriter<W> {
     }
 
     fn write_one(&mut self, f: &ValidIndexFn, name: &str, root: ExprId, ret: &str) -> fmt::Result {
-        let params: Vec<String> = f.param_names().iter().map(|p| format!("{p}: u32")).collect();
+        let params: Vec<String> = f
+            .param_names()
+            .iter()
+            .map(|p| format!("{p}: u32"))
+            .collect();
         writeln!(self.out, "fn {name}({}) -> {ret} {{", params.join(", "))?;
         let body = Body::new(f, root, &WgslSyntax);
         for (name, expr) in &body.lets {
@@ -99,12 +103,43 @@ mod tests {
             .reduce_backward(["seq"])
             .build()
             .unwrap();
-        let xt = x.view().named("xt").unwrap().transpose("seq", "hidden").unwrap();
+        let xt = x
+            .view()
+            .named("xt")
+            .unwrap()
+            .transpose("seq", "hidden")
+            .unwrap();
         let module = emit_views("x", &[&x.view(), &xt]).unwrap();
         let src = module.source();
-        assert!(src.contains("fn x_offset(seq: u32, hidden: u32, seq_len: u32) -> u32"), "{src}");
-        assert!(src.contains("fn xt_in_bounds(hidden: u32, seq: u32, seq_len: u32) -> bool"), "{src}");
+        assert!(
+            src.contains("fn x_offset(seq: u32, hidden: u32, seq_len: u32) -> u32"),
+            "{src}"
+        );
+        assert!(
+            src.contains("fn xt_in_bounds(hidden: u32, seq: u32, seq_len: u32) -> bool"),
+            "{src}"
+        );
         assert!(!src.contains('/'), "powers of two become shifts:\n{src}");
         assert_eq!(module.naga_module().functions.len(), 4);
+    }
+
+    #[test]
+    fn temporaries_never_shadow_parameters() {
+        // A merge of a run-time axis shares subexpressions; name the view axes `t0` and `t1`.
+        let x = LayoutSpec::new("x")
+            .dyn_axis("a")
+            .axis("b", 6)
+            .build()
+            .unwrap();
+        let v = x
+            .view()
+            .named("v")
+            .unwrap()
+            .merge(&["a", "b"], "t0")
+            .unwrap();
+        let v = v.split("t0", &[("t1", None), ("t0", Some(3))]).unwrap();
+        let naive = v.index_fn();
+        let module = emit_module("v", &[&naive]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(module.source().contains("let t2 = "), "{}", module.source());
     }
 }

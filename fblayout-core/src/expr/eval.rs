@@ -61,7 +61,12 @@ impl CpuIndexFn {
                 Node::Select(c, a, b) => Instr::Select(slot(c), slot(a), slot(b)),
             })
             .collect();
-        Self { code, arity: f.params.len(), offset: slot(f.offset), in_bounds: slot(f.in_bounds) }
+        Self {
+            code,
+            arity: f.params.len(),
+            offset: slot(f.offset),
+            in_bounds: slot(f.in_bounds),
+        }
     }
 
     /// How many arguments the function takes (coordinates, then run-time extents).
@@ -77,7 +82,11 @@ impl CpuIndexFn {
                 Instr::Arg(i) => args[i],
                 Instr::Bin(op, a, b) => apply(op, regs[a as usize], regs[b as usize]),
                 Instr::Select(c, a, b) => {
-                    if regs[c as usize] != 0 { regs[a as usize] } else { regs[b as usize] }
+                    if regs[c as usize] != 0 {
+                        regs[a as usize]
+                    } else {
+                        regs[b as usize]
+                    }
                 }
             };
             regs.push(value);
@@ -90,7 +99,12 @@ impl CpuIndexFn {
     /// When `args.len()` differs from [`arity`](Self::arity); callers that take arguments from
     /// users check the length first (the typed APIs do so by construction).
     pub fn eval(&self, args: &[u64]) -> Option<u64> {
-        assert_eq!(args.len(), self.arity, "index function takes {} arguments", self.arity);
+        assert_eq!(
+            args.len(),
+            self.arity,
+            "index function takes {} arguments",
+            self.arity
+        );
         let mut regs = Vec::with_capacity(self.code.len());
         self.run(args, &mut regs);
         (regs[self.in_bounds as usize] != 0).then(|| regs[self.offset as usize])
@@ -98,7 +112,12 @@ impl CpuIndexFn {
 
     /// Like [`eval`](Self::eval), reusing `regs` as scratch space (no allocation in loops).
     pub fn eval_with(&self, args: &[u64], regs: &mut Vec<u64>) -> Option<u64> {
-        assert_eq!(args.len(), self.arity, "index function takes {} arguments", self.arity);
+        assert_eq!(
+            args.len(),
+            self.arity,
+            "index function takes {} arguments",
+            self.arity
+        );
         self.run(args, regs);
         (regs[self.in_bounds as usize] != 0).then(|| regs[self.offset as usize])
     }

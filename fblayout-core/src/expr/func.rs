@@ -104,12 +104,18 @@ impl Deref for ValidIndexFn {
 impl ValidIndexFn {
     /// The number of coordinate parameters.
     pub fn coord_count(&self) -> usize {
-        self.params.iter().filter(|&&p| self.graph.var_decl(p).kind == VarKind::Coord).count()
+        self.params
+            .iter()
+            .filter(|&&p| self.graph.var_decl(p).kind == VarKind::Coord)
+            .count()
     }
 
     /// The names of the parameters, in order.
     pub fn param_names(&self) -> Vec<&str> {
-        self.params.iter().map(|&p| self.graph.var_decl(p).name.as_str()).collect()
+        self.params
+            .iter()
+            .map(|&p| self.graph.var_decl(p).name.as_str())
+            .collect()
     }
 
     /// The emitted name of the offset function.
@@ -170,7 +176,10 @@ impl IndexFn {
                 return Err(err);
             }
             if !seen.insert(name.clone()) {
-                return Err(ExprError::DuplicateParam { function, name: name.clone() });
+                return Err(ExprError::DuplicateParam {
+                    function,
+                    name: name.clone(),
+                });
             }
         }
         let roots = [self.offset, self.in_bounds];
@@ -183,7 +192,10 @@ impl IndexFn {
                 Node::Bin(op, a, b) => {
                     let want = op.operand_ty();
                     if self.graph.ty(a) != want || self.graph.ty(b) != want {
-                        return Err(ExprError::Type { function, expr: self.graph.display(id) });
+                        return Err(ExprError::Type {
+                            function,
+                            expr: self.graph.display(id),
+                        });
                     }
                     let zero = matches!(self.graph.node(b), Node::Const(0));
                     if zero && matches!(op, BinOp::Div | BinOp::Rem) {
@@ -196,17 +208,28 @@ impl IndexFn {
                         && self.graph.ty(a) == Ty::Int
                         && self.graph.ty(b) == Ty::Int;
                     if !ok {
-                        return Err(ExprError::Type { function, expr: self.graph.display(id) });
+                        return Err(ExprError::Type {
+                            function,
+                            expr: self.graph.display(id),
+                        });
                     }
                 }
                 _ => {}
             }
         }
         if self.graph.ty(self.offset) != Ty::Int {
-            return Err(ExprError::RootType { function, what: "offset", expected: "an integer" });
+            return Err(ExprError::RootType {
+                function,
+                what: "offset",
+                expected: "an integer",
+            });
         }
         if self.graph.ty(self.in_bounds) != Ty::Bool {
-            return Err(ExprError::RootType { function, what: "in_bounds", expected: "a boolean" });
+            return Err(ExprError::RootType {
+                function,
+                what: "in_bounds",
+                expected: "a boolean",
+            });
         }
         Ok(ValidIndexFn(self))
     }
@@ -254,7 +277,13 @@ mod tests {
         let vy = f.graph.var(y);
         f.offset = f.graph.add(f.offset, vy);
         let err = f.validate().unwrap_err();
-        assert_eq!(err, ExprError::Unbound { function: "t".into(), name: "y".into() });
+        assert_eq!(
+            err,
+            ExprError::Unbound {
+                function: "t".into(),
+                name: "y".into()
+            }
+        );
     }
 
     #[test]
@@ -265,7 +294,10 @@ mod tests {
         let mut f = simple("t");
         let zero = f.graph.constant(0);
         f.offset = f.graph.div(f.offset, zero);
-        assert!(matches!(f.validate(), Err(ExprError::DivisionByZero { .. })));
+        assert!(matches!(
+            f.validate(),
+            Err(ExprError::DivisionByZero { .. })
+        ));
         let mut f = simple("t");
         f.offset = f.graph.add(f.offset, f.in_bounds);
         assert!(matches!(f.validate(), Err(ExprError::Type { .. })));

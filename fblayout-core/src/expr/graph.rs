@@ -106,7 +106,11 @@ impl BinOp {
 
     /// The type of the result.
     pub fn result_ty(self) -> Ty {
-        if matches!(self, Self::Lt | Self::And) { Ty::Bool } else { Ty::Int }
+        if matches!(self, Self::Lt | Self::And) {
+            Ty::Bool
+        } else {
+            Ty::Int
+        }
     }
 }
 
@@ -162,12 +166,20 @@ pub struct ExprGraph {
 impl ExprGraph {
     /// A graph that shares structurally equal nodes (hash-consing).
     pub fn new() -> Self {
-        Self { vars: Vec::new(), nodes: Vec::new(), interned: Some(HashMap::new()) }
+        Self {
+            vars: Vec::new(),
+            nodes: Vec::new(),
+            interned: Some(HashMap::new()),
+        }
     }
 
     /// A graph that never shares nodes: every call adds a node, as a naive transcription would.
     pub fn unshared() -> Self {
-        Self { vars: Vec::new(), nodes: Vec::new(), interned: None }
+        Self {
+            vars: Vec::new(),
+            nodes: Vec::new(),
+            interned: None,
+        }
     }
 
     /// Whether this graph shares structurally equal nodes.
@@ -178,7 +190,11 @@ impl ExprGraph {
     /// Declares a variable, or returns the one already declared with this name and kind.
     pub fn declare(&mut self, name: impl Into<String>, kind: VarKind) -> VarId {
         let name = name.into();
-        if let Some(i) = self.vars.iter().position(|v| v.name == name && v.kind == kind) {
+        if let Some(i) = self
+            .vars
+            .iter()
+            .position(|v| v.name == name && v.kind == kind)
+        {
             return VarId(i as u32);
         }
         self.vars.push(Var { name, kind });
@@ -187,7 +203,10 @@ impl ExprGraph {
 
     /// Looks a variable up by name.
     pub fn find_var(&self, name: &str) -> Option<VarId> {
-        self.vars.iter().position(|v| v.name == name).map(|i| VarId(i as u32))
+        self.vars
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| VarId(i as u32))
     }
 
     /// The variable table.
@@ -292,7 +311,10 @@ impl ExprGraph {
             }
             stack.extend(self.node(id).operands());
         }
-        (0..self.nodes.len()).filter(|&i| seen[i]).map(|i| ExprId(i as u32)).collect()
+        (0..self.nodes.len())
+            .filter(|&i| seen[i])
+            .map(|i| ExprId(i as u32))
+            .collect()
     }
 
     /// The number of operations evaluated to compute `roots`, each distinct node once.
@@ -300,7 +322,10 @@ impl ExprGraph {
     /// In a shared graph this is the cost after common-subexpression elimination; in an
     /// unshared graph every occurrence is its own node, so it is the cost of the naive tree.
     pub fn op_count(&self, roots: &[ExprId]) -> usize {
-        self.reachable(roots).into_iter().filter(|&id| self.node(id).is_op()).count()
+        self.reachable(roots)
+            .into_iter()
+            .filter(|&id| self.node(id).is_op())
+            .count()
     }
 
     /// How often each node is used as an operand among the nodes reachable from `roots`

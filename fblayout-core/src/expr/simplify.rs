@@ -29,7 +29,11 @@ pub struct Assumptions {
 /// Rebuilds the expressions at `roots` of `src` into a new shared graph, simplified.
 ///
 /// Returns the new graph (with the same variables, in the same order) and the new roots.
-pub fn simplify(src: &ExprGraph, roots: &[ExprId], assume: &Assumptions) -> (ExprGraph, Vec<ExprId>) {
+pub fn simplify(
+    src: &ExprGraph,
+    roots: &[ExprId],
+    assume: &Assumptions,
+) -> (ExprGraph, Vec<ExprId>) {
     let mut algebra = Rebuild::new(src, assume, Pass::Algebra);
     let roots1: Vec<ExprId> = roots.iter().map(|&r| algebra.copy(src, r)).collect();
     let stage1 = algebra.out;
@@ -62,7 +66,13 @@ impl<'a> Rebuild<'a> {
         for var in src.vars() {
             out.declare(var.name.clone(), var.kind);
         }
-        Self { out, bounds: Vec::new(), assume, pass, memo: HashMap::new() }
+        Self {
+            out,
+            bounds: Vec::new(),
+            assume,
+            pass,
+            memo: HashMap::new(),
+        }
     }
 
     /// Copies `id` (and what it needs) from `src`, simplifying on the way.

@@ -30,13 +30,21 @@ impl TensorLayout {
     }
 
     /// The run-time extents in parameter order, checked, and the buffer length.
-    pub(crate) fn bind_extents(&self, extents: &[(&str, u32)]) -> Result<(Vec<u64>, u64), LayoutError> {
-        let fail = |detail: String| LayoutError::Bind { tensor: self.name().to_owned(), detail };
+    pub(crate) fn bind_extents(
+        &self,
+        extents: &[(&str, u32)],
+    ) -> Result<(Vec<u64>, u64), LayoutError> {
+        let fail = |detail: String| LayoutError::Bind {
+            tensor: self.name().to_owned(),
+            detail,
+        };
         for (name, _) in extents {
             match self.axis_index(name) {
                 None => return Err(fail(format!("it has no axis `{name}`"))),
                 Some(i) if self.axes()[i].extent != Extent::Dynamic => {
-                    return Err(fail(format!("axis `{name}` has a static extent; only run-time extents are bound")));
+                    return Err(fail(format!(
+                        "axis `{name}` has a static extent; only run-time extents are bound"
+                    )));
                 }
                 Some(_) => {}
             }
@@ -47,10 +55,18 @@ impl TensorLayout {
             let n = match axis.extent {
                 Extent::Static(n) => n,
                 Extent::Dynamic => {
-                    let given: Vec<u32> =
-                        extents.iter().filter(|(a, _)| *a == axis.name).map(|&(_, v)| v).collect();
+                    let given: Vec<u32> = extents
+                        .iter()
+                        .filter(|(a, _)| *a == axis.name)
+                        .map(|&(_, v)| v)
+                        .collect();
                     match given.as_slice() {
-                        [] => return Err(fail(format!("no extent given for run-time axis `{}`", axis.name))),
+                        [] => {
+                            return Err(fail(format!(
+                                "no extent given for run-time axis `{}`",
+                                axis.name
+                            )));
+                        }
                         [0] => return Err(fail(format!("axis `{}` bound to extent 0", axis.name))),
                         [v] => {
                             args.push(u64::from(*v));
@@ -79,9 +95,15 @@ impl View {
         let layout = self.layout();
         let (args, len) = layout.bind_extents(extents)?;
         let value_of = |axis: &str| {
-            extents.iter().find(|(a, _)| *a == axis).map_or(0, |&(_, v)| u64::from(v))
+            extents
+                .iter()
+                .find(|(a, _)| *a == axis)
+                .map_or(0, |&(_, v)| u64::from(v))
         };
-        let fail = |detail: String| LayoutError::Bind { tensor: layout.name().to_owned(), detail };
+        let fail = |detail: String| LayoutError::Bind {
+            tensor: layout.name().to_owned(),
+            detail,
+        };
         let mut shape = Vec::with_capacity(self.axes().len());
         for axis in self.axes() {
             let n = axis.extent.eval(value_of).ok_or_else(|| {
@@ -101,7 +123,13 @@ impl View {
             }
         }
         let cpu = CpuIndexFn::new(&self.index_fn().simplified());
-        Ok(BoundView { name: self.name().to_owned(), shape, extent_args: args, len, cpu })
+        Ok(BoundView {
+            name: self.name().to_owned(),
+            shape,
+            extent_args: args,
+            len,
+            cpu,
+        })
     }
 }
 
@@ -142,7 +170,13 @@ impl BoundView {
     /// # Panics
     /// When `coords.len()` is not the view's rank.
     pub fn offset(&self, coords: &[u64]) -> Option<u64> {
-        assert_eq!(coords.len(), self.shape.len(), "view `{}` has rank {}", self.name, self.shape.len());
+        assert_eq!(
+            coords.len(),
+            self.shape.len(),
+            "view `{}` has rank {}",
+            self.name,
+            self.shape.len()
+        );
         let mut args = coords.to_vec();
         args.extend_from_slice(&self.extent_args);
         self.cpu.eval(&args)
@@ -179,7 +213,11 @@ impl BoundView {
         if buffer.len() as u64 != self.len {
             return Err(LayoutError::Bind {
                 tensor: self.name.clone(),
-                detail: format!("buffer holds {} elements, the layout needs {}", buffer.len(), self.len),
+                detail: format!(
+                    "buffer holds {} elements, the layout needs {}",
+                    buffer.len(),
+                    self.len
+                ),
             });
         }
         let mut out = Vec::with_capacity(self.logical_len() as usize);

@@ -21,19 +21,32 @@ impl TensorLayout {
                 Extent::Static(n) => Int::Static(n as usize),
                 Extent::Dynamic => {
                     let name = &self.axes()[i].name;
-                    let n = extents.iter().find(|(a, _)| a == name).map_or(1, |&(_, v)| v);
+                    let n = extents
+                        .iter()
+                        .find(|(a, _)| a == name)
+                        .map_or(1, |&(_, v)| v);
                     Int::Dynamic(n as usize)
                 }
             }
         };
         let rank = self.rank();
-        let leaf = |v: usize, like: Int| if like.is_static() { Int::Static(v) } else { Int::Dynamic(v) };
+        let leaf = |v: usize, like: Int| {
+            if like.is_static() {
+                Int::Static(v)
+            } else {
+                Int::Dynamic(v)
+            }
+        };
         let (shapes, strides): (Vec<IntTuple>, Vec<IntTuple>) = match self.order() {
             Order::RowMajor | Order::ColMajor => {
                 let mut stride = 1usize;
-                let mut modes = vec![(IntTuple::Int(Int::Static(1)), IntTuple::Int(Int::Static(0))); rank];
-                let order: Vec<usize> =
-                    if self.order() == Order::RowMajor { (0..rank).rev().collect() } else { (0..rank).collect() };
+                let mut modes =
+                    vec![(IntTuple::Int(Int::Static(1)), IntTuple::Int(Int::Static(0))); rank];
+                let order: Vec<usize> = if self.order() == Order::RowMajor {
+                    (0..rank).rev().collect()
+                } else {
+                    (0..rank).collect()
+                };
                 for i in order {
                     let e = value(i);
                     modes[i] = (IntTuple::Int(e), IntTuple::Int(leaf(stride, e)));
@@ -44,8 +57,9 @@ impl TensorLayout {
             Order::RTile => {
                 let tiles: Vec<usize> = self.axes().iter().map(|a| a.tile as usize).collect();
                 let tile_elems: usize = tiles.iter().product();
-                let grid: Vec<Int> =
-                    (0..rank).map(|i| leaf(value(i).value().div_ceil(tiles[i]), value(i))).collect();
+                let grid: Vec<Int> = (0..rank)
+                    .map(|i| leaf(value(i).value().div_ceil(tiles[i]), value(i)))
+                    .collect();
                 let mut in_stride = vec![0usize; rank];
                 let mut s = 1;
                 for name in self.in_tile_order().iter().rev() {
@@ -74,9 +88,11 @@ impl TensorLayout {
                     .unzip()
             }
         };
-        Layout::new(IntTuple::Tuple(shapes), IntTuple::Tuple(strides)).map_err(|err| LayoutError::Bind {
-            tensor: self.name().to_owned(),
-            detail: format!("as a CuTe layout: {err}"),
+        Layout::new(IntTuple::Tuple(shapes), IntTuple::Tuple(strides)).map_err(|err| {
+            LayoutError::Bind {
+                tensor: self.name().to_owned(),
+                detail: format!("as a CuTe layout: {err}"),
+            }
         })
     }
 }

@@ -80,7 +80,9 @@ impl ElemType {
     pub fn wgsl_problem(self) -> Option<&'static str> {
         match self {
             Self::F32 | Self::F16 | Self::U32 | Self::I32 => None,
-            Self::F64 => Some("WGSL has no f64 (it needs a SHADER_F64 extension that WebGPU lacks)"),
+            Self::F64 => {
+                Some("WGSL has no f64 (it needs a SHADER_F64 extension that WebGPU lacks)")
+            }
             Self::I8 | Self::U8 | Self::I16 | Self::U16 => Some(
                 "WGSL has no 8- or 16-bit integers; store them packed in u32 or widen to i32/u32",
             ),

@@ -206,7 +206,9 @@ pub enum LayoutError {
         name: String,
     },
     /// A view names an axis that isn't there.
-    #[error("view `{view}` names axis `{axis}`, which is not an axis of what it views (axes: {known})")]
+    #[error(
+        "view `{view}` names axis `{axis}`, which is not an axis of what it views (axes: {known})"
+    )]
     UnknownViewAxis {
         /// The view.
         view: String,
@@ -234,7 +236,9 @@ pub enum LayoutError {
         axis: String,
     },
     /// A split or merge whose sizes don't multiply out.
-    #[error("view `{view}` reshapes {from} into {into}, but the sizes don't multiply out: {detail}")]
+    #[error(
+        "view `{view}` reshapes {from} into {into}, but the sizes don't multiply out: {detail}"
+    )]
     ReshapeMismatch {
         /// The view.
         view: String,
@@ -300,12 +304,16 @@ impl LayoutError {
             }
             Self::UnknownViewAxis { view, axis, .. }
             | Self::DuplicateViewAxis { view, axis }
-            | Self::SliceOutOfRange { view, axis, .. } => {
-                Site::View { view: view.clone(), axis: Some(axis.clone()) }
-            }
+            | Self::SliceOutOfRange { view, axis, .. } => Site::View {
+                view: view.clone(),
+                axis: Some(axis.clone()),
+            },
             Self::NotAPermutation { view, .. }
             | Self::ReshapeMismatch { view, .. }
-            | Self::MergeNotAdjacent { view, .. } => Site::View { view: view.clone(), axis: None },
+            | Self::MergeNotAdjacent { view, .. } => Site::View {
+                view: view.clone(),
+                axis: None,
+            },
         }
     }
 }

@@ -116,7 +116,12 @@ impl LayoutSpec {
 
     /// Appends an axis.
     pub fn axis(mut self, name: impl Into<String>, extent: impl Into<Extent>) -> Self {
-        self.axes.push(AxisSpec { name: name.into(), extent: extent.into(), tile: None, pad: false });
+        self.axes.push(AxisSpec {
+            name: name.into(),
+            extent: extent.into(),
+            tile: None,
+            pad: false,
+        });
         self
     }
 
@@ -167,7 +172,11 @@ impl LayoutSpec {
             check_size(&self.name, &axes, &mut errors);
         }
         if let Some(why) = self.elem.wgsl_problem() {
-            errors.push(LayoutError::UnsupportedElem { tensor: self.name.clone(), elem: self.elem, why });
+            errors.push(LayoutError::UnsupportedElem {
+                tensor: self.name.clone(),
+                elem: self.elem,
+                why,
+            });
         }
         if let Some(errors) = LayoutErrors::from_vec(errors) {
             return Err(errors);
@@ -179,32 +188,54 @@ impl LayoutSpec {
     fn check_names(&self, errors: &mut Vec<LayoutError>) {
         let tensor = &self.name;
         if let Some(why) = ident_problem(tensor) {
-            errors.push(LayoutError::BadName { what: "tensor", name: tensor.clone(), why, site: Site::Tensor });
+            errors.push(LayoutError::BadName {
+                what: "tensor",
+                name: tensor.clone(),
+                why,
+                site: Site::Tensor,
+            });
         }
         if self.axes.is_empty() {
-            errors.push(LayoutError::NoAxes { tensor: tensor.clone() });
+            errors.push(LayoutError::NoAxes {
+                tensor: tensor.clone(),
+            });
         }
         let mut seen = HashSet::new();
         for axis in &self.axes {
             if let Some(why) = ident_problem(&axis.name) {
                 let site = Site::Axis(axis.name.clone());
-                errors.push(LayoutError::BadName { what: "axis", name: axis.name.clone(), why, site });
+                errors.push(LayoutError::BadName {
+                    what: "axis",
+                    name: axis.name.clone(),
+                    why,
+                    site,
+                });
             }
             if !seen.insert(axis.name.as_str()) {
-                errors.push(LayoutError::DuplicateAxis { tensor: tensor.clone(), axis: axis.name.clone() });
+                errors.push(LayoutError::DuplicateAxis {
+                    tensor: tensor.clone(),
+                    axis: axis.name.clone(),
+                });
             }
         }
         for axis in &self.axes {
             let name = TensorLayout::extent_param(&axis.name);
             if axis.extent == Extent::Dynamic && seen.contains(name.as_str()) {
-                errors.push(LayoutError::NameClash { tensor: tensor.clone(), axis: axis.name.clone(), name });
+                errors.push(LayoutError::NameClash {
+                    tensor: tensor.clone(),
+                    axis: axis.name.clone(),
+                    name,
+                });
             }
         }
     }
 
     fn check_reductions(&self, errors: &mut Vec<LayoutError>) {
         let known: Vec<&str> = self.axes.iter().map(|a| a.name.as_str()).collect();
-        for (pass, list) in [(Pass::Forward, &self.forward), (Pass::Backward, &self.backward)] {
+        for (pass, list) in [
+            (Pass::Forward, &self.forward),
+            (Pass::Backward, &self.backward),
+        ] {
             let mut seen = HashSet::new();
             for axis in list {
                 if !known.contains(&axis.as_str()) {
@@ -233,14 +264,23 @@ impl LayoutSpec {
     fn resolve_axes(&self, errors: &mut Vec<LayoutError>) -> Vec<Axis> {
         let tensor = &self.name;
         let any_tile = self.axes.iter().any(|a| a.tile.is_some());
-        if self.order == Order::RTile && !any_tile && self.forward.is_empty() && self.backward.is_empty() {
-            errors.push(LayoutError::RTileWithoutReduction { tensor: tensor.clone() });
+        if self.order == Order::RTile
+            && !any_tile
+            && self.forward.is_empty()
+            && self.backward.is_empty()
+        {
+            errors.push(LayoutError::RTileWithoutReduction {
+                tensor: tensor.clone(),
+            });
         }
         let mut axes = Vec::with_capacity(self.axes.len());
         for spec in &self.axes {
             let name = spec.name.clone();
             if let Extent::Static(0) = spec.extent {
-                errors.push(LayoutError::ZeroExtent { tensor: tensor.clone(), axis: name.clone() });
+                errors.push(LayoutError::ZeroExtent {
+                    tensor: tensor.clone(),
+                    axis: name.clone(),
+                });
             }
             if spec.tile.is_some() && self.order != Order::RTile {
                 errors.push(LayoutError::TileWithoutRTile {
@@ -259,17 +299,35 @@ impl LayoutSpec {
                 _ => 1,
             };
             if tile == 0 {
-                errors.push(LayoutError::ZeroTile { tensor: tensor.clone(), axis: name.clone() });
+                errors.push(LayoutError::ZeroTile {
+                    tensor: tensor.clone(),
+                    axis: name.clone(),
+                });
             }
             if let (Extent::Static(n), Some(t)) = (spec.extent, spec.tile) {
                 if t > n && n > 0 {
-                    errors.push(LayoutError::TileTooLarge { tensor: tensor.clone(), axis: name.clone(), tile: t, extent: n });
+                    errors.push(LayoutError::TileTooLarge {
+                        tensor: tensor.clone(),
+                        axis: name.clone(),
+                        tile: t,
+                        extent: n,
+                    });
                 } else if t > 0 && !n.is_multiple_of(t) && !spec.pad {
                     let padded = u64::from(n).div_ceil(u64::from(t)) * u64::from(t);
-                    errors.push(LayoutError::TileNeedsPad { tensor: tensor.clone(), axis: name.clone(), tile: t, extent: n, padded });
+                    errors.push(LayoutError::TileNeedsPad {
+                        tensor: tensor.clone(),
+                        axis: name.clone(),
+                        tile: t,
+                        extent: n,
+                        padded,
+                    });
                 }
             }
-            axes.push(Axis { name, extent: spec.extent, tile: tile.max(1) });
+            axes.push(Axis {
+                name,
+                extent: spec.extent,
+                tile: tile.max(1),
+            });
         }
         axes
     }
@@ -283,7 +341,11 @@ fn check_size(tensor: &str, axes: &[Axis], errors: &mut Vec<LayoutError>) {
         if let Extent::Static(n) = axis.extent {
             elements = elements.saturating_mul(u128::from(axis.padded_static(n)));
             if elements > u128::from(MAX_ELEMENTS) {
-                errors.push(LayoutError::Overflow { tensor: tensor.to_owned(), axis: axis.name.clone(), elements });
+                errors.push(LayoutError::Overflow {
+                    tensor: tensor.to_owned(),
+                    axis: axis.name.clone(),
+                    elements,
+                });
                 return;
             }
         }

@@ -24,9 +24,7 @@ use std::sync::Arc;
 use super::elem::ElemType;
 use super::spec::{Extent, LayoutSpec, Order};
 use super::view::View;
-use crate::expr::{
-    Assumptions, BinOp, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, VarKind,
-};
+use crate::expr::{Assumptions, BinOp, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, VarKind};
 
 /// One checked axis.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -133,7 +131,10 @@ impl TensorLayout {
 
     /// The tiled axes in in-tile order, outermost first (empty unless R-Tile).
     pub fn in_tile_order(&self) -> Vec<&str> {
-        self.in_tile.iter().map(|&i| self.axes[i].name.as_str()).collect()
+        self.in_tile
+            .iter()
+            .map(|&i| self.axes[i].name.as_str())
+            .collect()
     }
 
     /// The number of elements in one tile.
@@ -143,7 +144,9 @@ impl TensorLayout {
 
     /// Whether every extent is static.
     pub fn is_static(&self) -> bool {
-        self.axes.iter().all(|a| matches!(a.extent, Extent::Static(_)))
+        self.axes
+            .iter()
+            .all(|a| matches!(a.extent, Extent::Static(_)))
     }
 
     /// The axes of run-time extent, in logical order.
@@ -184,7 +187,9 @@ impl TensorLayout {
 
     /// Declares the run-time extent parameters in `g`, in logical axis order.
     pub(crate) fn declare_extents(&self, g: &mut ExprGraph) -> Vec<VarId> {
-        self.dynamic_axes().map(|a| g.declare(Self::extent_param(&a.name), VarKind::Extent)).collect()
+        self.dynamic_axes()
+            .map(|a| g.declare(Self::extent_param(&a.name), VarKind::Extent))
+            .collect()
     }
 
     /// The logical extent of axis `i`: a constant, or its run-time parameter.
@@ -241,15 +246,14 @@ impl TensorLayout {
     pub fn offset_expr(&self, g: &mut ExprGraph, coords: &[ExprId]) -> ExprId {
         let all: Vec<usize> = (0..self.rank()).collect();
         match self.order {
-            Order::RowMajor => Self::linear(
-                g,
-                &all,
-                &mut |_, a| coords[a],
-                &mut |g, b| self.extent_expr(g, b),
-            ),
+            Order::RowMajor => Self::linear(g, &all, &mut |_, a| coords[a], &mut |g, b| {
+                self.extent_expr(g, b)
+            }),
             Order::ColMajor => {
                 let reversed: Vec<usize> = all.iter().rev().copied().collect();
-                Self::linear(g, &reversed, &mut |_, a| coords[a], &mut |g, b| self.extent_expr(g, b))
+                Self::linear(g, &reversed, &mut |_, a| coords[a], &mut |g, b| {
+                    self.extent_expr(g, b)
+                })
             }
             Order::RTile => {
                 let tile = |a: usize| u64::from(self.axes[a].tile);
@@ -294,7 +298,9 @@ impl TensorLayout {
         let tiles: Vec<ExprId> = params.iter().map(|&p| g.var(p)).collect();
         params.extend(self.declare_extents(&mut g));
         let all: Vec<usize> = (0..self.rank()).collect();
-        let grid = Self::linear(&mut g, &all, &mut |_, a| tiles[a], &mut |g, b| self.grid_expr(g, b));
+        let grid = Self::linear(&mut g, &all, &mut |_, a| tiles[a], &mut |g, b| {
+            self.grid_expr(g, b)
+        });
         let size = g.constant(self.tile_elems());
         let offset = g.mul(grid, size);
         let mut checks = Vec::new();
@@ -311,7 +317,8 @@ impl TensorLayout {
             in_bounds,
             assume: Assumptions::default(),
         };
-        f.validate().expect("tile index functions of a checked layout are well formed")
+        f.validate()
+            .expect("tile index functions of a checked layout are well formed")
     }
 
     /// `a && b && ...` (true when empty).

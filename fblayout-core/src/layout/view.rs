@@ -40,7 +40,11 @@ pub struct ViewExtent {
 impl ViewExtent {
     /// A static extent.
     pub fn fixed(n: u64) -> Self {
-        Self { factor: n, dynamic: Vec::new(), divisor: 1 }
+        Self {
+            factor: n,
+            dynamic: Vec::new(),
+            divisor: 1,
+        }
     }
 
     /// The value when static.
@@ -52,7 +56,11 @@ impl ViewExtent {
         let axis = &layout.axes()[i];
         match axis.extent {
             Extent::Static(n) => Self::fixed(u64::from(n)),
-            Extent::Dynamic => Self { factor: 1, dynamic: vec![axis.name.clone()], divisor: 1 },
+            Extent::Dynamic => Self {
+                factor: 1,
+                dynamic: vec![axis.name.clone()],
+                divisor: 1,
+            },
         }
     }
 
@@ -154,7 +162,13 @@ impl View {
                 extent: ViewExtent::of_axis(&layout, i),
             })
             .collect();
-        Self { name: layout.name().to_owned(), layout, axes, steps: Vec::new(), minimums: Vec::new() }
+        Self {
+            name: layout.name().to_owned(),
+            layout,
+            axes,
+            steps: Vec::new(),
+            minimums: Vec::new(),
+        }
     }
 
     /// The view's name (emitted functions start with it).
@@ -181,33 +195,62 @@ impl View {
     pub fn named(mut self, name: impl Into<String>) -> Result<Self, LayoutError> {
         let name = name.into();
         if let Some(why) = ident_problem(&name) {
-            let site = super::error::Site::View { view: name.clone(), axis: None };
-            return Err(LayoutError::BadName { what: "view", name, why, site });
+            let site = super::error::Site::View {
+                view: name.clone(),
+                axis: None,
+            };
+            return Err(LayoutError::BadName {
+                what: "view",
+                name,
+                why,
+                site,
+            });
         }
         self.name = name;
         Ok(self)
     }
 
     fn known(&self) -> String {
-        self.axes.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+        self.axes
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn position(&self, axis: &str) -> Result<usize, LayoutError> {
-        self.axes.iter().position(|a| a.name == axis).ok_or_else(|| LayoutError::UnknownViewAxis {
-            view: self.name.clone(),
-            axis: axis.to_owned(),
-            known: self.known(),
-        })
+        self.axes
+            .iter()
+            .position(|a| a.name == axis)
+            .ok_or_else(|| LayoutError::UnknownViewAxis {
+                view: self.name.clone(),
+                axis: axis.to_owned(),
+                known: self.known(),
+            })
     }
 
     fn check_new_name(&self, axes: &[ViewAxis], name: &str) -> Result<(), LayoutError> {
         if let Some(why) = ident_problem(name) {
-            let site = super::error::Site::View { view: self.name.clone(), axis: Some(name.into()) };
-            return Err(LayoutError::BadName { what: "axis", name: name.into(), why, site });
+            let site = super::error::Site::View {
+                view: self.name.clone(),
+                axis: Some(name.into()),
+            };
+            return Err(LayoutError::BadName {
+                what: "axis",
+                name: name.into(),
+                why,
+                site,
+            });
         }
-        let clash_param = self.layout.dynamic_axes().any(|a| TensorLayout::extent_param(&a.name) == name);
+        let clash_param = self
+            .layout
+            .dynamic_axes()
+            .any(|a| TensorLayout::extent_param(&a.name) == name);
         if axes.iter().filter(|a| a.name == name).count() > 1 || clash_param {
-            return Err(LayoutError::DuplicateViewAxis { view: self.name.clone(), axis: name.into() });
+            return Err(LayoutError::DuplicateViewAxis {
+                view: self.name.clone(),
+                axis: name.into(),
+            });
         }
         Ok(())
     }
@@ -215,7 +258,13 @@ impl View {
     fn with_step(&self, axes: Vec<ViewAxis>, step: Step) -> Self {
         let mut steps = self.steps.clone();
         steps.push(step);
-        Self { layout: Arc::clone(&self.layout), name: self.name.clone(), axes, steps, minimums: self.minimums.clone() }
+        Self {
+            layout: Arc::clone(&self.layout),
+            name: self.name.clone(),
+            axes,
+            steps,
+            minimums: self.minimums.clone(),
+        }
     }
 
     /// Reorders the axes to `order`, which must name each axis exactly once.
@@ -256,11 +305,19 @@ impl View {
                 .iter()
                 .map(|(n, e)| format!("{n}={}", e.map_or("_".to_owned(), |e| e.to_string())))
                 .collect();
-            (format!("`{axis}` ({whole})"), format!("({})", into.join(", ")))
+            (
+                format!("`{axis}` ({whole})"),
+                format!("({})", into.join(", ")),
+            )
         };
         let mismatch = |detail: String| {
             let (from, into) = describe();
-            LayoutError::ReshapeMismatch { view: self.name.clone(), from, into, detail }
+            LayoutError::ReshapeMismatch {
+                view: self.name.clone(),
+                from,
+                into,
+                detail,
+            }
         };
         let known: u64 = parts.iter().filter_map(|(_, e)| e.map(u64::from)).product();
         let inferred = parts.iter().filter(|(_, e)| e.is_none()).count();
@@ -268,7 +325,9 @@ impl View {
             return Err(mismatch("a part has extent 0".into()));
         }
         let rest = match (whole.as_static(), inferred) {
-            (_, n) if n > 1 => return Err(mismatch("at most one part may be inferred (`_`)".into())),
+            (_, n) if n > 1 => {
+                return Err(mismatch("at most one part may be inferred (`_`)".into()));
+            }
             (Some(e), 0) if e != known => {
                 return Err(mismatch(format!("the parts multiply to {known}, not {e}")));
             }
@@ -298,7 +357,10 @@ impl View {
         let mut axes = self.axes.clone();
         axes.splice(
             at..=at,
-            parts.iter().zip(&extents).map(|((n, _), e)| ViewAxis { name: (*n).into(), extent: e.clone() }),
+            parts.iter().zip(&extents).map(|((n, _), e)| ViewAxis {
+                name: (*n).into(),
+                extent: e.clone(),
+            }),
         );
         for (name, _) in parts {
             self.check_new_name(&axes, name)?;
@@ -308,18 +370,38 @@ impl View {
 
     /// Merges `axes`, which must be adjacent and in view order, into one axis `into`.
     pub fn merge(&self, axes: &[&str], into: &str) -> Result<Self, LayoutError> {
-        let positions: Vec<usize> = axes.iter().map(|a| self.position(a)).collect::<Result<_, _>>()?;
-        let at = *positions.first().ok_or_else(|| LayoutError::MergeNotAdjacent {
-            view: self.name.clone(),
-            axes: String::new(),
-        })?;
+        let positions: Vec<usize> = axes
+            .iter()
+            .map(|a| self.position(a))
+            .collect::<Result<_, _>>()?;
+        let at = *positions
+            .first()
+            .ok_or_else(|| LayoutError::MergeNotAdjacent {
+                view: self.name.clone(),
+                axes: String::new(),
+            })?;
         if positions.iter().enumerate().any(|(k, &p)| p != at + k) {
-            return Err(LayoutError::MergeNotAdjacent { view: self.name.clone(), axes: axes.join(", ") });
+            return Err(LayoutError::MergeNotAdjacent {
+                view: self.name.clone(),
+                axes: axes.join(", "),
+            });
         }
-        let extents: Vec<ViewExtent> = positions.iter().map(|&p| self.axes[p].extent.clone()).collect();
-        let merged = extents.iter().skip(1).fold(extents[0].clone(), |acc, e| acc.times(e));
+        let extents: Vec<ViewExtent> = positions
+            .iter()
+            .map(|&p| self.axes[p].extent.clone())
+            .collect();
+        let merged = extents
+            .iter()
+            .skip(1)
+            .fold(extents[0].clone(), |acc, e| acc.times(e));
         let mut new_axes = self.axes.clone();
-        new_axes.splice(at..at + positions.len(), [ViewAxis { name: into.into(), extent: merged }]);
+        new_axes.splice(
+            at..at + positions.len(),
+            [ViewAxis {
+                name: into.into(),
+                extent: merged,
+            }],
+        );
         self.check_new_name(&new_axes, into)?;
         Ok(self.with_step(new_axes, Step::Merge { at, extents }))
     }
@@ -343,7 +425,11 @@ impl View {
         match whole.as_static() {
             Some(e) if end > e => return Err(out_of_range()),
             Some(_) => {}
-            None => minimums.push((format!("view `{}` slices `{axis}` up to {end}", self.name), whole, end)),
+            None => minimums.push((
+                format!("view `{}` slices `{axis}` up to {end}", self.name),
+                whole,
+                end,
+            )),
         }
         let mut axes = self.axes.clone();
         axes[at].extent = ViewExtent::fixed(u64::from(len));
@@ -357,10 +443,19 @@ impl View {
     pub fn broadcast(&self, name: &str, extent: u32, at: usize) -> Result<Self, LayoutError> {
         let at = at.min(self.axes.len());
         if extent == 0 {
-            return Err(LayoutError::ZeroExtent { tensor: self.name.clone(), axis: name.into() });
+            return Err(LayoutError::ZeroExtent {
+                tensor: self.name.clone(),
+                axis: name.into(),
+            });
         }
         let mut axes = self.axes.clone();
-        axes.insert(at, ViewAxis { name: name.into(), extent: ViewExtent::fixed(u64::from(extent)) });
+        axes.insert(
+            at,
+            ViewAxis {
+                name: name.into(),
+                extent: ViewExtent::fixed(u64::from(extent)),
+            },
+        );
         self.check_new_name(&axes, name)?;
         Ok(self.with_step(axes, Step::Broadcast { at }))
     }
@@ -441,8 +536,11 @@ impl View {
     /// run-time extents of the tensor (`<axis>_len`, in the tensor's axis order).
     pub fn index_fn(&self) -> ValidIndexFn {
         let mut g = ExprGraph::unshared();
-        let mut params: Vec<VarId> =
-            self.axes.iter().map(|a| g.declare(a.name.clone(), VarKind::Coord)).collect();
+        let mut params: Vec<VarId> = self
+            .axes
+            .iter()
+            .map(|a| g.declare(a.name.clone(), VarKind::Coord))
+            .collect();
         let coords: Vec<ExprId> = params.iter().map(|&p| g.var(p)).collect();
         params.extend(self.layout.declare_extents(&mut g));
         let base = self.pull_back(&mut g, coords.clone());
@@ -457,7 +555,15 @@ impl View {
             }
         }
         let in_bounds = TensorLayout::conjunction(&mut g, checks);
-        let f = IndexFn { name: self.name.clone(), graph: g, params, offset, in_bounds, assume };
-        f.validate().expect("views check their names when they are built")
+        let f = IndexFn {
+            name: self.name.clone(),
+            graph: g,
+            params,
+            offset,
+            in_bounds,
+            assume,
+        };
+        f.validate()
+            .expect("views check their names when they are built")
     }
 }

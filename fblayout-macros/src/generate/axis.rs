@@ -2,8 +2,8 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::parse::ParseStream;
 use syn::Token;
+use syn::parse::ParseStream;
 
 use crate::ctxt::Ctxt;
 use crate::parse::{key, name_of, parse_list};
@@ -19,7 +19,9 @@ pub(crate) fn expand_axis(input: &syn::DeriveInput) -> TokenStream {
                 if k != "crate" {
                     return Err(syn::Error::new(
                         k.span(),
-                        format!("unknown attribute `{k}` for an axis type; it takes only `crate = path`"),
+                        format!(
+                            "unknown attribute `{k}` for an axis type; it takes only `crate = path`"
+                        ),
                     ));
                 }
                 s.parse::<Token![=]>()?;
@@ -32,7 +34,10 @@ pub(crate) fn expand_axis(input: &syn::DeriveInput) -> TokenStream {
         }
     }
     if !input.generics.params.is_empty() {
-        cx.error_spanned_by(&input.generics, "an axis type can't be generic: it names one axis");
+        cx.error_spanned_by(
+            &input.generics,
+            "an axis type can't be generic: it names one axis",
+        );
     }
     if let Err(errors) = cx.check() {
         return errors.to_compile_error();

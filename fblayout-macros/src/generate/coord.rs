@@ -8,8 +8,8 @@
 use fblayout_core::layout::{View, ViewExtent};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
-use syn::spanned::Spanned as _;
 use syn::Ident;
+use syn::spanned::Spanned as _;
 
 use super::docs;
 use super::index::bodies;
@@ -50,14 +50,26 @@ pub(crate) fn str_slice<'s>(names: impl IntoIterator<Item = &'s str>) -> TokenSt
 impl CoordSpec<'_> {
     /// The inherent impl, the `Coord` impl and the axis-type assertions.
     pub(crate) fn generate(&self) -> syn::Result<TokenStream> {
-        let Self { krate, ident, vis, tensor, extents, axes, .. } = self;
+        let Self {
+            krate,
+            ident,
+            vis,
+            tensor,
+            extents,
+            axes,
+            ..
+        } = self;
         let usize = usize_ty();
         let name = self.view.name();
         let rank = axes.len();
         let rank_lit = Literal::usize_unsuffixed(rank);
         let fields: Vec<&Ident> = axes.iter().map(|(i, _)| i).collect();
         let types: Vec<&syn::Type> = axes.iter().map(|(_, t)| t).collect();
-        let axis_list = fields.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ");
+        let axis_list = fields
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let f = self.view.index_fn().simplified();
         let body = bodies(&f, self.extent_axes).map_err(|e| syn::Error::new(ident.span(), e))?;
         let (offset_body, in_bounds_body) = (&body.offset, &body.in_bounds);
@@ -83,14 +95,16 @@ impl CoordSpec<'_> {
             "Whether this coordinate lies inside `{name}`: each index below its axis's extent \
              (padding lies outside). The same as `{in_bounds_fn}` in the tensor's WGSL."
         ));
-        let doc_shape = docs(&format!("The extent of each axis ({axis_list}) for the run-time extents `extents`."));
+        let doc_shape = docs(&format!(
+            "The extent of each axis ({axis_list}) for the run-time extents `extents`."
+        ));
 
-        let assert_axes = types.iter().map(|ty| {
-            quote_spanned!(ty.span()=> __fblayout_is_axis::<#ty>();)
-        });
-        let once_impls = types.iter().map(|ty| {
-            quote_spanned!(ty.span()=> impl __FblayoutEachAxisTypeOnce for #ty {})
-        });
+        let assert_axes = types
+            .iter()
+            .map(|ty| quote_spanned!(ty.span()=> must_be_an_axis_type::<#ty>();));
+        let once_impls = types
+            .iter()
+            .map(|ty| quote_spanned!(ty.span()=> impl EachAxisNeedsItsOwnAxisType for #ty {}));
 
         Ok(quote! {
             impl #ident {
@@ -163,8 +177,8 @@ impl CoordSpec<'_> {
 
             // Each field indexes an axis type, and no axis type indexes two fields.
             const _: () = {
-                const fn __fblayout_is_axis<A: #krate::typed::Axis>() {}
-                trait __FblayoutEachAxisTypeOnce {}
+                const fn must_be_an_axis_type<A: #krate::typed::Axis>() {}
+                trait EachAxisNeedsItsOwnAxisType {}
                 #(#once_impls)*
                 #(#assert_axes)*
             };

@@ -23,7 +23,13 @@ pub(crate) struct IndexBodies {
 /// Lowers `f` (its parameters: `coords` coordinates named after the axes, then one run-time
 /// extent per entry of `extent_axes`) to method bodies.
 pub(crate) fn bodies(f: &ValidIndexFn, extent_axes: &[String]) -> syn::Result<IndexBodies> {
-    let source = to_rust(f, RustFlags { const_fn: true, visibility: String::new() });
+    let source = to_rust(
+        f,
+        RustFlags {
+            const_fn: true,
+            visibility: String::new(),
+        },
+    );
     let file: syn::File = syn::parse_str(&source).map_err(|e| {
         syn::Error::new(
             proc_macro2::Span::call_site(),
@@ -37,19 +43,29 @@ pub(crate) fn bodies(f: &ValidIndexFn, extent_axes: &[String]) -> syn::Result<In
     let (Some(offset), Some(in_bounds)) = (fns.next(), fns.next()) else {
         return Err(syn::Error::new(
             proc_macro2::Span::call_site(),
-            format!("the Rust emitted for `{}` is not two functions (a bug in fblayout):\n{source}", f.name),
+            format!(
+                "the Rust emitted for `{}` is not two functions (a bug in fblayout):\n{source}",
+                f.name
+            ),
         ));
     };
     let coords = f.coord_count();
-    Ok(IndexBodies { offset: body(&offset, coords, extent_axes), in_bounds: body(&in_bounds, coords, extent_axes) })
+    Ok(IndexBodies {
+        offset: body(&offset, coords, extent_axes),
+        in_bounds: body(&in_bounds, coords, extent_axes),
+    })
 }
 
 fn body(item: &syn::ItemFn, coords: usize, extent_axes: &[String]) -> TokenStream {
     let mut lets = Vec::new();
     let mut uses_extents = false;
     for (i, input) in item.sig.inputs.iter().enumerate() {
-        let syn::FnArg::Typed(arg) = input else { continue };
-        let syn::Pat::Ident(pat) = &*arg.pat else { continue };
+        let syn::FnArg::Typed(arg) = input else {
+            continue;
+        };
+        let syn::Pat::Ident(pat) = &*arg.pat else {
+            continue;
+        };
         let name = pat.ident.to_string();
         if name.starts_with('_') {
             continue;

@@ -20,7 +20,13 @@ use crate::parse::Input;
 
 /// `#[doc]` attributes for `text`, one per line, each starting with a space (as `///` would).
 pub(crate) fn docs(text: &str) -> TokenStream {
-    let lines = text.lines().map(|line| if line.is_empty() { String::new() } else { format!(" {line}") });
+    let lines = text.lines().map(|line| {
+        if line.is_empty() {
+            String::new()
+        } else {
+            format!(" {line}")
+        }
+    });
     quote!(#(#[doc = #lines])*)
 }
 
@@ -55,8 +61,12 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
     let rank = proc_macro2::Literal::usize_unsuffixed(input.fields.len());
     let usize = quote!(::core::primitive::usize);
     let unreachable = quote!(::core::unreachable!("the tensor's declaration has errors"));
-    let constructor = input.fields.iter().map(|f| f.axis_ty.map(|ty| (f.ident, ty))).collect::<Option<Vec<_>>>().map(
-        |fields| {
+    let constructor = input
+        .fields
+        .iter()
+        .map(|f| f.axis_ty.map(|ty| (f.ident, ty)))
+        .collect::<Option<Vec<_>>>()
+        .map(|fields| {
             let (names, types): (Vec<_>, Vec<_>) = fields.into_iter().unzip();
             quote! {
                 impl #ident {
@@ -66,8 +76,7 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
                     }
                 }
             }
-        },
-    );
+        });
     quote! {
         #errors
         #constructor

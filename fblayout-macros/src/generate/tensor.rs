@@ -60,9 +60,13 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
         }
     }
     let static_lit = Literal::u64_unsuffixed(static_part);
-    let len_expr = dynamic_parts.iter().fold(quote!(#static_lit), |acc, p| quote!(#acc * #p));
+    let len_expr = dynamic_parts
+        .iter()
+        .fold(quote!(#static_lit), |acc, p| quote!(#acc * #p));
     let len_unused = dynamic_parts.is_empty().then(|| quote!(let _ = extents;));
-    let doc_len = docs(&format!("The length of the buffer of `{name}` in elements, padding included."));
+    let doc_len = docs(&format!(
+        "The length of the buffer of `{name}` in elements, padding included."
+    ));
     let len_const = layout.static_len().map(|n| {
         let n = Literal::u64_unsuffixed(n);
         let doc = docs(&format!("The length of the buffer of `{name}` in elements, padding included (every extent is static)."));
@@ -122,14 +126,28 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
 }
 
 /// The extents struct: a field per run-time axis, or a unit struct.
-fn extents_struct(model: &Model<'_>, krate: &TokenStream, extents: &Ident, axes: &[String]) -> TokenStream {
+fn extents_struct(
+    model: &Model<'_>,
+    krate: &TokenStream,
+    extents: &Ident,
+    axes: &[String],
+) -> TokenStream {
     let ident = model.input.ident;
     let vis = model.input.vis;
     let usize = usize_ty();
-    let derives = quote!(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::cmp::PartialEq, ::core::cmp::Eq, ::core::hash::Hash);
+    let derives = quote!(
+        ::core::clone::Clone,
+        ::core::marker::Copy,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::cmp::Eq,
+        ::core::hash::Hash
+    );
     let names = str_slice(axes.iter().map(String::as_str));
     if axes.is_empty() {
-        let doc = docs(&format!("The run-time extents of [`{ident}`]: none, every extent is static."));
+        let doc = docs(&format!(
+            "The run-time extents of [`{ident}`]: none, every extent is static."
+        ));
         return quote! {
             #doc
             #[derive(#derives, ::core::default::Default)]
@@ -145,15 +163,24 @@ fn extents_struct(model: &Model<'_>, krate: &TokenStream, extents: &Ident, axes:
             }
         };
     }
-    let doc = docs(&format!("The run-time extents of [`{ident}`]: one per axis declared `dyn`."));
+    let doc = docs(&format!(
+        "The run-time extents of [`{ident}`]: one per axis declared `dyn`."
+    ));
     let fields: Vec<Ident> = axes
         .iter()
         .map(|a| {
-            let span = model.input.fields.iter().find(|f| &f.name == a).map_or_else(proc_macro2::Span::call_site, |f| f.ident.span());
+            let span = model
+                .input
+                .fields
+                .iter()
+                .find(|f| &f.name == a)
+                .map_or_else(proc_macro2::Span::call_site, |f| f.ident.span());
             Ident::new(a, span)
         })
         .collect();
-    let field_docs = axes.iter().map(|a| docs(&format!("The extent of axis `{a}`.")));
+    let field_docs = axes
+        .iter()
+        .map(|a| docs(&format!("The extent of axis `{a}`.")));
     quote! {
         #doc
         #[derive(#derives)]
@@ -188,7 +215,12 @@ fn view_struct(
     let tensor = input.ident;
     let vis = input.vis;
     let ident = &view.decl.ident;
-    let built = &model.descriptor.views[index];
+    let Some(built) = model.descriptor.views.get(index) else {
+        return Err(syn::Error::new(
+            ident.span(),
+            "view missing from the descriptor (a bug in fblayout)",
+        ));
+    };
     let index_lit = Literal::usize_unsuffixed(index);
     let coord = CoordSpec {
         krate,
@@ -202,9 +234,15 @@ fn view_struct(
         descriptor_view: quote!(views[#index_lit]),
     }
     .generate()?;
-    let steps = crate::check::with_view_specs(&[(view.name.clone(), view.steps.clone())], |specs| {
-        specs[0].steps.iter().map(ToString::to_string).collect::<Vec<_>>().join(", then ")
-    });
+    let steps =
+        crate::check::with_view_specs(&[(view.name.clone(), view.steps.clone())], |specs| {
+            let steps: Vec<String> = specs
+                .iter()
+                .flat_map(|v| v.steps)
+                .map(ToString::to_string)
+                .collect();
+            steps.join(", then ")
+        });
     let doc = docs(&format!(
         "A coordinate of view `{}` of [`{tensor}`]: `{steps}`.\n\n\
          Its offsets address the buffer of [`{tensor}`]; reading through it costs an index \
@@ -213,7 +251,10 @@ fn view_struct(
     ));
     let fields = view.axes.iter().map(|(i, _)| i);
     let types = view.axes.iter().map(|(_, t)| t);
-    let field_docs = view.axes.iter().map(|(i, _)| docs(&format!("The index along axis `{}`.", name_of(i))));
+    let field_docs = view
+        .axes
+        .iter()
+        .map(|(i, _)| docs(&format!("The index along axis `{}`.", name_of(i))));
     Ok(quote! {
         #doc
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::cmp::PartialEq, ::core::cmp::Eq, ::core::hash::Hash)]
@@ -229,7 +270,7 @@ fn view_struct(
 }
 
 fn string(s: &str) -> TokenStream {
-    quote!(::std::string::String::from(#s))
+    quote!(::std::borrow::ToOwned::to_owned(#s))
 }
 
 fn strings(list: &[String]) -> TokenStream {
@@ -244,11 +285,14 @@ fn strings(list: &[String]) -> TokenStream {
 fn spec_literal(krate: &TokenStream, spec: &LayoutSpec) -> TokenStream {
     let name = string(&spec.name);
     let elem = format_ident!("{}", elem_variant(spec.elem));
-    let order = format_ident!("{}", match spec.order {
-        Order::RowMajor => "RowMajor",
-        Order::ColMajor => "ColMajor",
-        Order::RTile => "RTile",
-    });
+    let order = format_ident!(
+        "{}",
+        match spec.order {
+            Order::RowMajor => "RowMajor",
+            Order::ColMajor => "ColMajor",
+            Order::RTile => "RTile",
+        }
+    );
     let axes = spec.axes.iter().map(|a| {
         let name = string(&a.name);
         let extent = match a.extent {
@@ -315,13 +359,21 @@ fn view_spec_literal(krate: &TokenStream, view: &ViewModel<'_>) -> TokenStream {
             });
             quote!(#step::Split { axis: #axis, parts: &[#(#parts),*] })
         }
-        OwnedStep::Merge { axes, into } => quote!(#step::Merge { axes: &[#(#axes),*], into: #into }),
+        OwnedStep::Merge { axes, into } => {
+            quote!(#step::Merge { axes: &[#(#axes),*], into: #into })
+        }
         OwnedStep::Slice { axis, start, len } => {
-            let (start, len) = (Literal::u32_unsuffixed(*start), Literal::u32_unsuffixed(*len));
+            let (start, len) = (
+                Literal::u32_unsuffixed(*start),
+                Literal::u32_unsuffixed(*len),
+            );
             quote!(#step::Slice { axis: #axis, start: #start, len: #len })
         }
         OwnedStep::Broadcast { axis, extent, at } => {
-            let (extent, at) = (Literal::u32_unsuffixed(*extent), Literal::usize_unsuffixed(*at));
+            let (extent, at) = (
+                Literal::u32_unsuffixed(*extent),
+                Literal::usize_unsuffixed(*at),
+            );
             quote!(#step::Broadcast { axis: #axis, extent: #extent, at: #at })
         }
     });

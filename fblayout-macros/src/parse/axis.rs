@@ -110,7 +110,10 @@ impl<'a> AxisField<'a> {
                 input.parse::<Token![=]>()?;
                 let n = u32_lit(input, "a tile")?;
                 if self.tile.is_some() {
-                    cx.error_spanned_by(&key, format!("axis `{}` is given two tiles; give one", self.name));
+                    cx.error_spanned_by(
+                        &key,
+                        format!("axis `{}` is given two tiles; give one", self.name),
+                    );
                 } else {
                     let tokens = &n.tokens;
                     self.tile = Some(Spanned::new(n.value, quote!(#key = #tokens)));
@@ -168,7 +171,9 @@ impl<'a> AxisField<'a> {
 
 /// `A` in `Ix<A>` (any path ending in `Ix`).
 fn axis_type(ty: &syn::Type) -> Option<&syn::Type> {
-    let syn::Type::Path(path) = ty else { return None };
+    let syn::Type::Path(path) = ty else {
+        return None;
+    };
     if path.qself.is_some() {
         return None;
     }
@@ -176,7 +181,9 @@ fn axis_type(ty: &syn::Type) -> Option<&syn::Type> {
     if last.ident != "Ix" {
         return None;
     }
-    let syn::PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
     match args.args.iter().collect::<Vec<_>>().as_slice() {
         [syn::GenericArgument::Type(t)] => Some(t),
         _ => None,

@@ -33,7 +33,10 @@ pub(crate) struct Spanned<T> {
 
 impl<T> Spanned<T> {
     pub(crate) fn new(value: T, tokens: impl ToTokens) -> Self {
-        Self { value, tokens: tokens.into_token_stream() }
+        Self {
+            value,
+            tokens: tokens.into_token_stream(),
+        }
     }
 }
 
@@ -62,7 +65,10 @@ impl<'a> Input<'a> {
             );
         }
         let fields = match &input.data {
-            syn::Data::Struct(syn::DataStruct { fields: syn::Fields::Named(named), .. }) => named,
+            syn::Data::Struct(syn::DataStruct {
+                fields: syn::Fields::Named(named),
+                ..
+            }) => named,
             syn::Data::Struct(_) => {
                 cx.error_spanned_by(
                     &input.ident,
@@ -71,16 +77,32 @@ impl<'a> Input<'a> {
                 return None;
             }
             syn::Data::Enum(e) => {
-                cx.error_spanned_by(e.enum_token, "#[derive(Tensor)] goes on a struct whose fields are the axes, not on an enum");
+                cx.error_spanned_by(
+                    e.enum_token,
+                    "#[derive(Tensor)] goes on a struct whose fields are the axes, not on an enum",
+                );
                 return None;
             }
             syn::Data::Union(u) => {
-                cx.error_spanned_by(u.union_token, "#[derive(Tensor)] goes on a struct whose fields are the axes, not on a union");
+                cx.error_spanned_by(
+                    u.union_token,
+                    "#[derive(Tensor)] goes on a struct whose fields are the axes, not on a union",
+                );
                 return None;
             }
         };
-        let fields = fields.named.iter().filter_map(|f| AxisField::parse(cx, f)).collect();
-        Some(Self { original: input, ident: &input.ident, vis: &input.vis, attrs, fields })
+        let fields = fields
+            .named
+            .iter()
+            .filter_map(|f| AxisField::parse(cx, f))
+            .collect();
+        Some(Self {
+            original: input,
+            ident: &input.ident,
+            vis: &input.vis,
+            attrs,
+            fields,
+        })
     }
 }
 
@@ -125,10 +147,15 @@ pub(crate) fn key(input: ParseStream<'_>) -> syn::Result<Ident> {
 
 /// Parses an integer literal that fits `u32`.
 pub(crate) fn u32_lit(input: ParseStream<'_>, what: &str) -> syn::Result<Spanned<u32>> {
-    let lit: syn::LitInt = input.parse().map_err(|e| syn::Error::new(e.span(), format!("expected {what}: an integer")))?;
-    let value = lit
-        .base10_parse::<u32>()
-        .map_err(|_| syn::Error::new(lit.span(), format!("{what} must be an integer from 0 to {}", u32::MAX)))?;
+    let lit: syn::LitInt = input
+        .parse()
+        .map_err(|e| syn::Error::new(e.span(), format!("expected {what}: an integer")))?;
+    let value = lit.base10_parse::<u32>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!("{what} must be an integer from 0 to {}", u32::MAX),
+        )
+    })?;
     Ok(Spanned::new(value, lit))
 }
 

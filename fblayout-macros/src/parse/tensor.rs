@@ -81,7 +81,12 @@ impl TensorAttrs {
                         return Err(syn::Error::new(value.span(), msg));
                     }
                 };
-                set_once(cx, &mut self.layout, &key, Spanned::new(order, quote!(#key = #value)));
+                set_once(
+                    cx,
+                    &mut self.layout,
+                    &key,
+                    Spanned::new(order, quote!(#key = #value)),
+                );
             }
             "elem" => {
                 input.parse::<Token![=]>()?;
@@ -127,7 +132,10 @@ impl TensorAttrs {
                 skip_item(input);
             }
             _ => {
-                cx.error_spanned_by(&key, format!("unknown tensor attribute `{key}`; expected {KEYS}"));
+                cx.error_spanned_by(
+                    &key,
+                    format!("unknown tensor attribute `{key}`; expected {KEYS}"),
+                );
                 skip_item(input);
             }
         }
@@ -140,7 +148,9 @@ impl TensorAttrs {
             "forward" => &mut self.forward,
             "backward" => &mut self.backward,
             other => {
-                let msg = format!("unknown pass `{other}` in `reduce(...)`; expected `forward` or `backward`");
+                let msg = format!(
+                    "unknown pass `{other}` in `reduce(...)`; expected `forward` or `backward`"
+                );
                 return Err(syn::Error::new(key.span(), msg));
             }
         };
@@ -174,7 +184,10 @@ pub(crate) fn axis_list(input: ParseStream<'_>) -> syn::Result<Vec<Ident>> {
 /// Stores `value` unless the key was given before, which is reported at the second key.
 fn set_once<T>(cx: &Ctxt, slot: &mut Option<T>, key: &Ident, value: T) {
     if slot.is_some() {
-        cx.error_spanned_by(key, format!("`{key}` is given twice; a tensor takes one `{key}`"));
+        cx.error_spanned_by(
+            key,
+            format!("`{key}` is given twice; a tensor takes one `{key}`"),
+        );
     } else {
         *slot = Some(value);
     }

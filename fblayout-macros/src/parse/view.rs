@@ -90,38 +90,55 @@ impl StepDecl {
         let content;
         let paren = parenthesized!(content in input);
         let close = paren.span.close();
+        let kind = Self::parse_kind(&kw, &content).inspect_err(|_| {
+            // Consume the rest, so that syn doesn't add "unexpected token" to the real error.
+            let _ = content.parse::<TokenStream>();
+        })?;
+        Ok(Self { kw, close, kind })
+    }
+
+    fn parse_kind(kw: &Ident, content: ParseStream<'_>) -> syn::Result<StepKind> {
         let kind = match kw.to_string().as_str() {
-            "permute" => StepKind::Permute(content.parse_terminated(key, Token![,])?.into_iter().collect()),
+            "permute" => StepKind::Permute(
+                content
+                    .parse_terminated(key, Token![,])?
+                    .into_iter()
+                    .collect(),
+            ),
             "transpose" => {
-                let a = key(&content)?;
+                let a = key(content)?;
                 content.parse::<Token![,]>()?;
-                let b = key(&content)?;
+                let b = key(content)?;
                 content.parse::<Option<Token![,]>>()?;
                 StepKind::Transpose(a, b)
             }
             "split" => {
-                let axis = key(&content)?;
+                let axis = key(content)?;
                 content.parse::<Token![=>]>()?;
-                let parts = content.parse_terminated(|s| NewAxis::parse(s, Size::Inferable), Token![,])?;
-                StepKind::Split { axis, parts: parts.into_iter().collect() }
+                let parts =
+                    content.parse_terminated(|s| NewAxis::parse(s, Size::Inferable), Token![,])?;
+                StepKind::Split {
+                    axis,
+                    parts: parts.into_iter().collect(),
+                }
             }
             "merge" => {
-                let mut axes = vec![key(&content)?];
+                let mut axes = vec![key(content)?];
                 while content.peek(Token![,]) {
                     content.parse::<Token![,]>()?;
-                    axes.push(key(&content)?);
+                    axes.push(key(content)?);
                 }
                 content.parse::<Token![=>]>()?;
-                let into = NewAxis::parse(&content, Size::None)?;
+                let into = NewAxis::parse(content, Size::None)?;
                 StepKind::Merge { axes, into }
             }
             "slice" => {
-                let axis = key(&content)?;
+                let axis = key(content)?;
                 content.parse::<Token![,]>()?;
-                let start = u32_lit(&content, "the slice start")?;
+                let start = u32_lit(content, "the slice start")?;
                 let len = if content.peek(Token![..]) {
                     content.parse::<Token![..]>()?;
-                    let end = u32_lit(&content, "the slice end")?;
+                    let end = u32_lit(content, "the slice end")?;
                     if end.value <= start.value {
                         return Err(syn::Error::new_spanned(
                             &end.tokens,
@@ -134,16 +151,20 @@ impl StepDecl {
                     end.value - start.value
                 } else {
                     content.parse::<Token![,]>()?;
-                    u32_lit(&content, "the slice length")?.value
+                    u32_lit(content, "the slice length")?.value
                 };
-                StepKind::Slice { axis, start: start.value, len }
+                StepKind::Slice {
+                    axis,
+                    start: start.value,
+                    len,
+                }
             }
             "broadcast" => {
-                let axis = NewAxis::parse(&content, Size::Required)?;
+                let axis = NewAxis::parse(content, Size::Required)?;
                 let mut at = 0;
                 if content.peek(Token![,]) {
                     content.parse::<Token![,]>()?;
-                    let at_key = key(&content)?;
+                    let at_key = key(content)?;
                     if at_key != "at" {
                         return Err(syn::Error::new(
                             at_key.span(),
@@ -151,19 +172,22 @@ impl StepDecl {
                         ));
                     }
                     content.parse::<Token![=]>()?;
-                    at = u32_lit(&content, "the position of the new axis")?.value as usize;
+                    at = u32_lit(content, "the position of the new axis")?.value as usize;
                 }
                 StepKind::Broadcast { axis, at }
             }
             other => {
-                return Err(syn::Error::new(kw.span(), format!("unknown view step `{other}`; expected {STEPS}")));
+                return Err(syn::Error::new(
+                    kw.span(),
+                    format!("unknown view step `{other}`; expected {STEPS}"),
+                ));
             }
         };
         content.parse::<Option<Token![,]>>()?;
         if !content.is_empty() {
             return Err(content.error(format!("unexpected tokens at the end of `{kw}(...)`")));
         }
-        Ok(Self { kw, close, kind })
+        Ok(kind)
     }
 
     /// Tokens covering the whole step, `kw(...)`.
@@ -176,7 +200,9 @@ impl StepDecl {
         match &self.kind {
             StepKind::Permute(axes) => axes.iter().collect(),
             StepKind::Transpose(a, b) => vec![a, b],
-            StepKind::Split { axis, parts } => std::iter::once(axis).chain(parts.iter().map(|p| &p.ident)).collect(),
+            StepKind::Split { axis, parts } => std::iter::once(axis)
+                .chain(parts.iter().map(|p| &p.ident))
+                .collect(),
             StepKind::Merge { axes, into } => axes.iter().chain([&into.ident]).collect(),
             StepKind::Slice { axis, .. } => vec![axis],
             StepKind::Broadcast { axis, .. } => vec![&axis.ident],
@@ -218,8 +244,17 @@ impl NewAxis {
             Size::None => None,
             Size::Inferable | Size::Required => {
                 input.parse::<Token![=]>().map_err(|e| {
-                    let expected = if size == Size::Inferable { "`= n` or `= _`" } else { "`= n`" };
-                    syn::Error::new(e.span(), format!("expected {expected} after `{ident}: ..`, the extent of the new axis"))
+                    let expected = if size == Size::Inferable {
+                        "`= n` or `= _`"
+                    } else {
+                        "`= n`"
+                    };
+                    syn::Error::new(
+                        e.span(),
+                        format!(
+                            "expected {expected} after `{ident}: ..`, the extent of the new axis"
+                        ),
+                    )
                 })?;
                 if size == Size::Inferable && input.peek(Token![_]) {
                     input.parse::<Token![_]>()?;
@@ -229,6 +264,10 @@ impl NewAxis {
                 }
             }
         };
-        Ok(Self { ident, ty, size: parsed })
+        Ok(Self {
+            ident,
+            ty,
+            size: parsed,
+        })
     }
 }

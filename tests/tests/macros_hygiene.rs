@@ -1,0 +1,137 @@
+//! The expansions of `#[derive(Tensor)]` and `#[derive(Axis)]` name everything by absolute
+//! path: they compile without the prelude, next to user items that shadow primitive types,
+//! prelude items and the crates they use, and they are warning-free (`missing_docs` included)
+//! under `cargo clippy -- -D warnings`.
+#![no_implicit_prelude]
+#![deny(missing_docs)]
+#![allow(
+    non_camel_case_types,
+    dead_code,
+    reason = "the shadowing items are named like primitives on purpose and never used"
+)]
+
+// Shadows of what a careless expansion would reach for.
+struct usize;
+struct u32;
+struct bool;
+struct str;
+struct Option;
+struct Some;
+struct None;
+struct Vec;
+struct String;
+struct OnceLock;
+struct Ix;
+trait Clone {}
+trait Copy {}
+trait Default {}
+mod core {}
+mod std {}
+mod fblayout {}
+mod typed {}
+mod layout {}
+
+/// The batch axis.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Axis)]
+pub struct Batch;
+/// The sequence axis.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Axis)]
+pub struct Seq;
+/// The hidden axis.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Axis)]
+pub struct Hidden;
+/// Attention heads.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Axis)]
+pub struct Heads;
+/// The dimension inside a head.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Axis)]
+pub struct HeadDim;
+/// Tokens: batch and sequence merged.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Axis)]
+pub struct Token;
+/// A broadcast axis.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Axis)]
+pub struct Rep;
+
+/// Activations with run-time extents and one view of every kind.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Tensor)]
+#[tensor(layout = rtile, reduce(forward = [hidden], backward = [batch, seq]))]
+#[tensor(view(
+    XT = permute(hidden, seq, batch),
+    Q = split(hidden => heads: Heads = 4, head_dim: HeadDim = _),
+    KT = [split(hidden => heads: Heads = 4, head_dim: HeadDim = _), transpose(seq, head_dim)],
+    Tokens = merge(batch, seq => token: Token),
+    Window = slice(seq, 1..3),
+    Rows = broadcast(rep: Rep = 2, at = 0),
+))]
+pub struct X {
+    /// Batch index.
+    #[axis(dyn)]
+    pub batch: ::fblayout::Ix<Batch>,
+    /// Sequence index.
+    #[axis(dyn, tile = 4)]
+    pub seq: ::fblayout::Ix<Seq>,
+    /// Hidden index.
+    #[axis(16, tile = 4)]
+    pub hidden: ::fblayout::Ix<Hidden>,
+}
+
+/// A static, padded, crate-private tensor.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Tensor)]
+#[tensor(layout = rtile, elem = u32, reduce(forward = [hidden]))]
+#[tensor(view(MT = transpose(seq, hidden)))]
+pub(crate) struct M {
+    #[axis(6)]
+    pub(crate) seq: ::fblayout::Ix<Seq>,
+    #[axis(10, tile = 4, pad)]
+    pub(crate) hidden: ::fblayout::Ix<Hidden>,
+}
+
+const M_LEN: ::core::primitive::usize = M::LEN;
+const M_AT: ::core::primitive::usize =
+    M::new(::fblayout::Ix::new(1), ::fblayout::Ix::new(5)).offset(MExtents);
+const MT_AT: ::core::primitive::usize =
+    MT::new(::fblayout::Ix::new(5), ::fblayout::Ix::new(1)).offset(MExtents);
+
+#[test]
+fn expansions_work_without_the_prelude() {
+    use ::fblayout::{Coord, Tensor};
+    ::core::assert_eq!(M_LEN, 6 * 12);
+    ::core::assert_eq!(M_AT, MT_AT);
+    let ext = XExtents { batch: 2, seq: 3 };
+    let x = X::new(
+        ::fblayout::Ix::new(1),
+        ::fblayout::Ix::new(2),
+        ::fblayout::Ix::new(13),
+    );
+    let q = Q::new(
+        x.batch,
+        x.seq,
+        ::fblayout::Ix::new(3),
+        ::fblayout::Ix::new(1),
+    );
+    let kt = KT::new(
+        x.batch,
+        ::fblayout::Ix::new(1),
+        ::fblayout::Ix::new(3),
+        x.seq,
+    );
+    let w = Window::new(x.batch, ::fblayout::Ix::new(1), x.hidden);
+    let r = Rows::new(::fblayout::Ix::new(1), x.batch, x.seq, x.hidden);
+    let t = Tokens::new(::fblayout::Ix::new(3 + 2), x.hidden);
+    for offset in [
+        XT::new(x.hidden, x.seq, x.batch).offset(ext),
+        q.offset(ext),
+        kt.offset(ext),
+        w.offset(ext),
+        r.offset(ext),
+        t.offset(ext),
+    ] {
+        ::core::assert_eq!(offset, x.offset(ext));
+    }
+    ::core::assert!(x.in_bounds(ext));
+    ::core::assert_eq!(<X as Coord>::view().name(), "x");
+    ::core::assert_eq!(<Rows as Coord>::view().name(), "rows");
+    ::core::assert_eq!(X::descriptor().views.len(), 6);
+    ::core::assert_eq!(<M as Tensor>::wgsl_module().source(), <M as Tensor>::WGSL);
+}

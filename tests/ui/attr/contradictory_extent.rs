@@ -1,0 +1,16 @@
+use fblayout::{Axis, Ix, Tensor};
+
+#[derive(Clone, Copy, Axis)]
+pub struct Batch;
+#[derive(Clone, Copy, Axis)]
+pub struct Seq;
+#[derive(Clone, Copy, Axis)]
+pub struct Hidden;
+
+#[derive(Clone, Copy, Tensor)]
+pub struct X {
+    #[axis(dyn, 768)]
+    pub hidden: Ix<Hidden>,
+}
+
+fn main() {}

@@ -1,0 +1,19 @@
+use fblayout::{Axis, Ix, Tensor};
+
+#[derive(Clone, Copy, Axis)]
+pub struct Batch;
+#[derive(Clone, Copy, Axis)]
+pub struct Seq;
+#[derive(Clone, Copy, Axis)]
+pub struct Hidden;
+
+#[derive(Clone, Copy, Tensor)]
+#[tensor(layout = rtile, reduce(forward = [hiden], backward = [seq]))]
+pub struct X {
+    #[axis(dyn)]
+    pub seq: Ix<Seq>,
+    #[axis(768)]
+    pub hidden: Ix<Hidden>,
+}
+
+fn main() {}
