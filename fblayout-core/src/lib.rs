@@ -2,6 +2,7 @@
 pub mod algebra;
 pub mod catalog;
 pub mod emit;
+mod error_list;
 pub mod expr;
 mod ident;
 pub mod layout;
@@ -9,4 +10,5 @@ pub mod print;
 pub mod typed;
 pub mod wgsl;
 
+pub use error_list::ErrorList;
 pub use ident::ident_problem;

@@ -2,8 +2,8 @@
 //!
 //! Use them through the `fblayout` crate, whose documentation of `Tensor` describes the
 //! attribute grammar and the generated API. This crate is thin: it parses the attributes
-//! ([`parse`]), checks them with fblayout-core's own rules ([`check`]) and writes the typed index
-//! API ([`generate`]); layout algebra, checks, emitters and naga validation all live in the
+//! (`parse`), checks them with fblayout-core's own rules (`check`) and writes the typed index
+//! API (`generate`); layout algebra, checks, emitters and naga validation all live in the
 //! core.
 
 mod check;

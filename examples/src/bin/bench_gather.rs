@@ -156,7 +156,11 @@ fn median_seconds(
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    if !args.rows.is_multiple_of(8) || !args.cols.is_multiple_of(8) || args.rows == 0 || args.cols == 0 {
+    if !args.rows.is_multiple_of(8)
+        || !args.cols.is_multiple_of(8)
+        || args.rows == 0
+        || args.cols == 0
+    {
         return Err("--rows and --cols must be positive multiples of 8".into());
     }
     let gpu = Gpu::new().map_err(|e| e.to_string())?;

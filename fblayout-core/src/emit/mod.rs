@@ -1,7 +1,7 @@
 //! Emitters: Rust source and WGSL for validated index functions.
 //!
 //! Both emitters follow naga's back ends: a writer over an output sink that accepts only
-//! validated input ([`ValidIndexFn`]). They share [`Body`], which decides how an expression
+//! validated input ([`ValidIndexFn`]). They share `Body`, which decides how an expression
 //! DAG becomes straight-line code: a node used more than once is bound once with `let` (in
 //! operand order) and referred to by name; every other node is written inline. The WGSL
 //! emitter's output is validated by naga before anyone sees it ([`wgsl::emit_module`]).

@@ -1,0 +1,309 @@
+//! Tests of typed coordinates and declarations.
+
+use std::collections::HashSet;
+
+use super::*;
+use crate::layout::{ElemType, LayoutSpec, Pass, Site, View};
+use crate::wgsl::WgslModule;
+
+#[derive(Clone, Copy)]
+struct Seq;
+impl Axis for Seq {
+    const NAME: &'static str = "Seq";
+}
+
+#[derive(Clone, Copy)]
+struct Hidden;
+impl Axis for Hidden {
+    const NAME: &'static str = "Hidden";
+}
+
+/// A hand-written coordinate of `x` [seq (dyn), hidden = 8], what the derive generates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct X {
+    seq: Ix<Seq>,
+    hidden: Ix<Hidden>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct XExtents {
+    seq: usize,
+}
+
+impl Extents for XExtents {
+    const AXES: &'static [&'static str] = &["seq"];
+    fn values(&self) -> Vec<usize> {
+        vec![self.seq]
+    }
+}
+
+fn x_spec() -> LayoutSpec {
+    LayoutSpec::new("x")
+        .dyn_axis("seq")
+        .axis("hidden", 8)
+        .tile(4, false)
+        .rtile()
+        .reduce_forward(["hidden"])
+}
+
+impl Coord for X {
+    type Tensor = X;
+    type Indices = [usize; 2];
+    const NAME: &'static str = "x";
+    const AXES: &'static [&'static str] = &["seq", "hidden"];
+    const OFFSET_FN: &'static str = "x_offset";
+    const IN_BOUNDS_FN: &'static str = "x_in_bounds";
+    fn indices(&self) -> [usize; 2] {
+        [self.seq.get(), self.hidden.get()]
+    }
+    fn from_indices(i: &[usize]) -> Option<Self> {
+        match *i {
+            [s, h] => Some(Self {
+                seq: Ix::new(s),
+                hidden: Ix::new(h),
+            }),
+            _ => None,
+        }
+    }
+    fn offset(&self, _: XExtents) -> usize {
+        (self.seq.get() * 2 + self.hidden.get() / 4) * 4 + self.hidden.get() % 4
+    }
+    fn in_bounds(&self, e: XExtents) -> bool {
+        self.seq.get() < e.seq && self.hidden.get() < 8
+    }
+    fn shape(e: XExtents) -> [usize; 2] {
+        [e.seq, 8]
+    }
+    fn view() -> &'static View {
+        &Self::descriptor().identity
+    }
+}
+
+impl Tensor for X {
+    type Extents = XExtents;
+    const WGSL: &'static str = "";
+    const TILE_ELEMS: usize = 4;
+    fn descriptor() -> &'static TensorDescriptor {
+        static D: std::sync::OnceLock<TensorDescriptor> = std::sync::OnceLock::new();
+        D.get_or_init(|| TensorDescriptor::declared(&x_spec(), &[]))
+    }
+    fn len(e: XExtents) -> usize {
+        e.seq * 8
+    }
+}
+
+#[test]
+fn ix_is_a_tagged_usize() {
+    let a: Ix<Seq> = Ix::new(3);
+    const B: Ix<Seq> = Ix::new(5);
+    const FIVE: usize = B.get();
+    assert_eq!(FIVE, 5);
+    assert!(a < B && a == Ix::new(3) && a != B);
+    assert_eq!(a.max(B), B);
+    assert_eq!(usize::from(a), 3);
+    assert_eq!(format!("{a}"), "Seq=3");
+    assert_eq!(format!("{a:?}"), "Ix::<Seq>(3)");
+    let h: Ix<Hidden> = a.retag();
+    assert_eq!(format!("{h}"), "Hidden=3");
+    let set: HashSet<Ix<Seq>> = [a, a, B].into_iter().collect();
+    assert_eq!(set.len(), 2);
+    // No bounds on the marker: a type that is not an axis works as a tag too.
+    struct NotAnAxis;
+    assert_eq!(Ix::<NotAnAxis>::new(1), Ix::new(1));
+}
+
+#[test]
+fn each_enumerates_row_major() {
+    let all: Vec<[usize; 2]> = each::<X>(XExtents { seq: 2 })
+        .map(|x| x.indices())
+        .collect();
+    assert_eq!(all.len(), 16);
+    assert_eq!(all[0], [0, 0]);
+    assert_eq!(all[1], [0, 1]);
+    assert_eq!(all[8], [1, 0]);
+    assert_eq!(all[15], [1, 7]);
+    assert_eq!(each::<X>(XExtents { seq: 0 }).count(), 0);
+}
+
+#[test]
+fn typed_and_bound_offsets_agree() {
+    let ext = XExtents { seq: 3 };
+    let bound = X::bind(ext).unwrap();
+    assert_eq!(bound.len() as usize, X::len(ext));
+    let mut seen = HashSet::new();
+    for x in each::<X>(ext) {
+        assert!(x.in_bounds(ext));
+        let coords: Vec<u64> = x.indices().iter().map(|&i| i as u64).collect();
+        assert_eq!(bound.offset(&coords), Some(x.offset(ext) as u64), "{x:?}");
+        assert!(seen.insert(x.offset(ext)));
+    }
+    assert!(!X::from_indices(&[3, 0]).unwrap().in_bounds(ext));
+    assert_eq!(X::from_indices(&[1]), None);
+}
+
+#[test]
+fn extents_bind_by_name_and_reject_huge_values() {
+    assert_eq!(bindings::<X>(XExtents { seq: 7 }).unwrap(), [("seq", 7)]);
+    if let Ok(huge) = usize::try_from(u64::from(u32::MAX) + 1) {
+        let err = bindings::<X>(XExtents { seq: huge }).unwrap_err();
+        assert!(err.to_string().contains("tensor `x`"), "{err}");
+    }
+    assert!(().values().is_empty());
+}
+
+#[test]
+fn declare_builds_views_and_validated_wgsl() {
+    let spec = LayoutSpec::new("act")
+        .dyn_axis("tokens")
+        .axis("hidden", 16)
+        .rtile()
+        .reduce_forward(["hidden"])
+        .reduce_backward(["tokens"]);
+    let steps = [ViewStep::Split {
+        axis: "hidden",
+        parts: &[("heads", Some(4)), ("head_dim", None)],
+    }];
+    let views = [
+        ViewSpec {
+            name: "act_t",
+            steps: &[ViewStep::Transpose("tokens", "hidden")],
+        },
+        ViewSpec {
+            name: "heads",
+            steps: &steps,
+        },
+    ];
+    let d = TensorDescriptor::declare(&spec, &views).unwrap();
+    assert_eq!(d.views.len(), 2);
+    assert_eq!(d.identity.name(), "act");
+    let heads = d.view("heads").unwrap();
+    let names: Vec<&str> = heads.axes().iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["tokens", "heads", "head_dim"]);
+    let src = d.wgsl.source();
+    for f in [
+        "act_offset",
+        "act_in_bounds",
+        "act_tile_offset",
+        "act_t_offset",
+        "heads_in_bounds",
+    ] {
+        assert!(src.contains(&format!("fn {f}(")), "{f} missing:\n{src}");
+    }
+    assert!(src.contains("const ACT_TILE_ELEMS: u32 = 16u;"), "{src}");
+    assert_eq!(d.tile_elems_const(), "ACT_TILE_ELEMS");
+    assert!(
+        d.summary()
+            .starts_with("act f32 rtile [tokens=dyn/4, hidden=16/4]"),
+        "{}",
+        d.summary()
+    );
+    // Re-validating the text gives the same module.
+    assert!(WgslModule::validate("again", src).is_ok());
+}
+
+#[test]
+fn row_major_has_no_tile_helpers() {
+    let spec = LayoutSpec::new("m").axis("r", 3).axis("c", 5);
+    let d = TensorDescriptor::declare(&spec, &[]).unwrap();
+    assert!(!d.wgsl.source().contains("tile"), "{}", d.wgsl.source());
+}
+
+#[test]
+fn declare_reports_every_problem_with_its_place() {
+    let mut spec = x_spec().reduce_backward(["batch"]);
+    spec.elem = ElemType::F64;
+    let errs = TensorDescriptor::declare(&spec, &[]).unwrap_err();
+    let sites: Vec<Site> = errs
+        .errors()
+        .iter()
+        .map(|e| match e {
+            DeclareError::Layout(e) => e.site(),
+            other => panic!("unexpected {other}"),
+        })
+        .collect();
+    assert!(
+        sites.contains(&Site::Reduction(Pass::Backward, "batch".into())),
+        "{sites:?}"
+    );
+    assert!(sites.contains(&Site::Elem), "{sites:?}");
+
+    let spec = x_spec();
+    let views = [
+        ViewSpec {
+            name: "a",
+            steps: &[ViewStep::Permute(&["hidden", "hidden"])],
+        },
+        ViewSpec {
+            name: "b",
+            steps: &[
+                ViewStep::Transpose("seq", "hidden"),
+                ViewStep::Transpose("seq", "heads"),
+            ],
+        },
+        ViewSpec {
+            name: "a",
+            steps: &[],
+        },
+        ViewSpec {
+            name: "x_tile",
+            steps: &[],
+        },
+        ViewSpec {
+            name: "fn",
+            steps: &[],
+        },
+    ];
+    let errs = TensorDescriptor::declare(&spec, &views).unwrap_err();
+    let found: Vec<(usize, Option<usize>)> = errs
+        .errors()
+        .iter()
+        .filter_map(|e| match e {
+            DeclareError::View { view, step, .. } => Some((*view, *step)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found, [(0, Some(0)), (1, Some(1)), (4, None)]);
+    let names: Vec<usize> = errs
+        .errors()
+        .iter()
+        .filter_map(|e| match e {
+            DeclareError::ViewName { view, .. } => Some(*view),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, [2, 3]);
+    assert!(
+        errs.to_string()
+            .contains("view name `a` is already used by view #1"),
+        "{errs}"
+    );
+}
+
+#[test]
+fn step_display_reads_like_the_attribute() {
+    let split = ViewStep::Split {
+        axis: "hidden",
+        parts: &[("heads", Some(4)), ("head_dim", None)],
+    };
+    assert_eq!(
+        split.to_string(),
+        "split(hidden => heads = 4, head_dim = _)"
+    );
+    assert_eq!(
+        ViewStep::Slice {
+            axis: "seq",
+            start: 2,
+            len: 3
+        }
+        .to_string(),
+        "slice(seq, 2..5)"
+    );
+    assert_eq!(
+        ViewStep::Merge {
+            axes: &["a", "b"],
+            into: "ab"
+        }
+        .to_string(),
+        "merge(a, b => ab)"
+    );
+}
