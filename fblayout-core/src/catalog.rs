@@ -6,7 +6,7 @@
 //! attention tensor with the permuted and key-transposed views attention reads, and an R-Tile
 //! whose extents the tile does not divide.
 
-use crate::layout::{LayoutErrors, LayoutSpec, Order, View};
+use crate::layout::{LayoutErrors, LayoutSpec, Order, TensorLayout, View};
 
 /// One canonical view.
 #[derive(Debug, Clone)]
@@ -42,6 +42,20 @@ fn entry(description: &'static str, view: View) -> CanonicalView {
         view,
         bind: Vec::new(),
     }
+}
+
+/// A 6×10 R-Tile in 4×4 tiles, padded to 8×12 (forward reduces `cols`, backward `rows`): the
+/// smallest layout with padding along both axes.
+pub fn padded_rtile(name: &str) -> Result<TensorLayout, LayoutErrors> {
+    LayoutSpec::new(name)
+        .axis("rows", 6)
+        .tile(4, true)
+        .axis("cols", 10)
+        .tile(4, true)
+        .rtile()
+        .reduce_forward(["cols"])
+        .reduce_backward(["rows"])
+        .build()
 }
 
 /// The canonical views, in a fixed order.
@@ -114,15 +128,7 @@ pub fn canonical_views() -> Result<Vec<CanonicalView>, LayoutErrors> {
             .permute(&["batch", "heads", "head_dim", "seq"])?,
         bind,
     });
-    let padded = LayoutSpec::new("padded")
-        .axis("rows", 6)
-        .tile(4, true)
-        .axis("cols", 10)
-        .tile(4, true)
-        .rtile()
-        .reduce_forward(["cols"])
-        .reduce_backward(["rows"])
-        .build()?;
+    let padded = padded_rtile("padded")?;
     out.push(entry(
         "6×10 R-Tile, 4×4 tiles, padded to 8×12",
         padded.view(),

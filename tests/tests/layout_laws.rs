@@ -104,16 +104,7 @@ proptest! {
 #[test]
 fn oracle_matches_a_hand_worked_rtile() {
     // 6×10 in 4×4 tiles (padded to 8×12): tiles are 16 elements, 3 tiles per row of tiles.
-    let layout = fblayout_core::layout::LayoutSpec::new("p")
-        .axis("rows", 6)
-        .tile(4, true)
-        .axis("cols", 10)
-        .tile(4, true)
-        .rtile()
-        .reduce_forward(["cols"])
-        .reduce_backward(["rows"])
-        .build()
-        .unwrap();
+    let layout = fblayout_core::catalog::padded_rtile("p").unwrap();
     let case = Case {
         layout,
         extents: vec![6, 10],
