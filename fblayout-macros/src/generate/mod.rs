@@ -77,9 +77,25 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
                 }
             }
         });
+    // The extents and view types exist too, so that code naming them reports nothing more.
+    let extents = quote::format_ident!("{}Extents", ident);
+    let dynamic = input.fields.iter().filter(|f| {
+        f.extent
+            .as_ref()
+            .is_some_and(|e| e.value == fblayout_core::layout::Extent::Dynamic)
+    });
+    let dynamic = dynamic.map(|f| f.ident);
+    let views = input.attrs.views.iter().map(|v| &v.ident);
     quote! {
         #errors
         #constructor
+
+        #[allow(missing_docs)]
+        #vis struct #extents { #(pub #dynamic: #usize),* }
+        #(
+            #[allow(missing_docs)]
+            #vis struct #views;
+        )*
 
         impl #krate::typed::Coord for #ident {
             type Tensor = Self;
