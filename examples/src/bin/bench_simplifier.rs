@@ -1,7 +1,7 @@
 //! Benchmark: what the simplifier does to each canonical layout's index expressions.
 //!
 //! For every canonical view it reports the integer operations of the offset and of the bounds
-//! mask as a straightforward generator writes them ("before") and after simplification
+//! mask as the layout writes them ("before") and after simplification
 //! ("after"; shared subexpressions counted once), and
 //! the median time per coordinate of evaluating each form on the CPU over every coordinate of
 //! the bound view (the baseline being the unsimplified form, measured in the same run).

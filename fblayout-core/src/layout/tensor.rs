@@ -2,9 +2,10 @@
 //!
 //! A [`TensorLayout`] is a [`LayoutSpec`](super::LayoutSpec) that passed its checks, with every
 //! tile chosen. It lowers a logical coordinate to a physical offset as an expression
-//! ([`TensorLayout::offset_expr`]), written the way a straightforward generator would: strides
-//! as products of extents, a division and remainder per tiled axis. The simplifier
-//! ([`crate::expr::simplify`]) makes it cheap.
+//! ([`TensorLayout::offset_expr`]), written plainly: linear combinations in Horner form
+//! (`(c_0 · E_1 + c_1) · E_2 + c_2`), a division and a remainder per axis of an R-Tile, the
+//! number of tiles as `(E + t - 1) / t`. The simplifier ([`crate::expr::simplify`]) folds
+//! constants and turns the divisions into shifts and masks.
 //!
 //! For an **R-Tile** layout with tiles `t_a` over extents `E_a`, each axis is padded to
 //! `P_a = ceil(E_a / t_a) * t_a`, giving a grid of `G_a = P_a / t_a` tiles. Tiles are stored
@@ -219,27 +220,26 @@ impl TensorLayout {
         it.fold(first, |acc, f| g.mul(acc, f))
     }
 
-    fn sum(g: &mut ExprGraph, terms: Vec<ExprId>) -> ExprId {
-        let mut it = terms.into_iter();
-        let first = it.next().unwrap_or_else(|| g.constant(0));
-        it.fold(first, |acc, t| g.add(acc, t))
-    }
-
-    /// `Σ_a x_a · Π_{b in inner(a)} e_b`, a stride per term, written out naively.
+    /// `Σ_a x_a · Π_{b in inner(a)} e_b`, written in Horner form
+    /// (`((x_0 · e_1 + x_1) · e_2 + x_2) ...`): one multiplication and one addition per axis,
+    /// and no products of extents, which matters when extents are only known at run time.
     fn linear(
         g: &mut ExprGraph,
         terms: &[usize],
         coord: &mut dyn FnMut(&mut ExprGraph, usize) -> ExprId,
         extent: &mut dyn FnMut(&mut ExprGraph, usize) -> ExprId,
     ) -> ExprId {
-        let mut parts = Vec::new();
-        for (k, &a) in terms.iter().enumerate() {
+        let Some((&first, rest)) = terms.split_first() else {
+            return g.constant(0);
+        };
+        let mut acc = coord(g, first);
+        for &a in rest {
+            let e = extent(g, a);
+            let scaled = g.mul(acc, e);
             let x = coord(g, a);
-            let inner: Vec<ExprId> = terms[k + 1..].iter().map(|&b| extent(g, b)).collect();
-            let stride = Self::product(g, inner);
-            parts.push(g.mul(x, stride));
+            acc = g.add(scaled, x);
         }
-        Self::sum(g, parts)
+        acc
     }
 
     /// The physical offset of the logical coordinate `coords` (one expression per axis).
