@@ -17,6 +17,7 @@ use crate::expr::CpuIndexFn;
 #[derive(Debug, Clone)]
 pub struct BoundView {
     name: String,
+    axis_names: Vec<String>,
     shape: Vec<u64>,
     extent_args: Vec<u64>,
     len: u64,
@@ -125,6 +126,7 @@ impl View {
         let cpu = CpuIndexFn::new(&self.index_fn().simplified());
         Ok(BoundView {
             name: self.name().to_owned(),
+            axis_names: self.axes().iter().map(|a| a.name.clone()).collect(),
             shape,
             extent_args: args,
             len,
@@ -137,6 +139,11 @@ impl BoundView {
     /// The view's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The name of each view axis, in coordinate order.
+    pub fn axis_names(&self) -> &[String] {
+        &self.axis_names
     }
 
     /// The extent of each view axis.

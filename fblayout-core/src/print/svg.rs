@@ -261,14 +261,13 @@ impl<'a> Picture<'a> {
             logical_head_y,
             "logical view: the offset of each coordinate",
         );
-        let col_axis = if self.rank >= 2 {
-            "axis 1 →"
-        } else {
-            "axis 0 →"
-        };
-        text(&mut s, &NOTE, gx, axis_y, col_axis);
+        let names = self.logical.view.axis_names();
+        let col_axis = names
+            .get(usize::from(self.rank >= 2))
+            .map_or_else(String::new, |n| format!("{n} →"));
+        text(&mut s, &NOTE, gx, axis_y, &col_axis);
         if self.rank >= 2 {
-            text(&mut s, &NOTE, MARGIN, index_y, "axis 0 ↓");
+            text(&mut s, &NOTE, MARGIN, index_y, &format!("{} ↓", names[0]));
             for r in 0..self.rows {
                 let y = gy + r * CELL_H + CELL_H / 2 + 4;
                 text(&mut s, &INDEX_END, gx - 8, y, &r.to_string());
