@@ -12,7 +12,7 @@
 //!   hatched in the physical panel.
 //!
 //! ```text
-//! cargo run -p fblayout-examples --example layout_pictures -- --out /tmp/pictures
+//! cargo run -p fblayout-examples --example layout_pictures -- --out pictures
 //! ```
 
 use std::fmt;
