@@ -19,10 +19,12 @@ pub struct CanonicalView {
     pub bind: Vec<(&'static str, u32)>,
 }
 
-fn matrix(name: &str, order: Order, tile: Option<u32>) -> LayoutSpec {
+/// A `rows × cols` matrix in `order`. With a tile, it is tiled `tile × tile` and reduced over
+/// `cols` forward and `rows` backward (as activations and weights are).
+pub fn matrix(name: &str, order: Order, tile: Option<u32>, rows: u32, cols: u32) -> LayoutSpec {
     let spec = LayoutSpec::new(name)
-        .axis("rows", 16)
-        .axis("cols", 32)
+        .axis("rows", rows)
+        .axis("cols", cols)
         .order(order);
     match tile {
         Some(t) => {
@@ -92,7 +94,7 @@ pub fn canonical_views() -> Result<Vec<CanonicalView>, LayoutErrors> {
         ),
     ];
     for (name, order, tile, what, what_t) in matrices {
-        let layout = matrix(name, order, tile).build()?;
+        let layout = matrix(name, order, tile, 16, 32).build()?;
         out.push(entry(what, layout.view()));
         let t = layout
             .view()

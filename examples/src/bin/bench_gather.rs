@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use fblayout_core::catalog;
 use fblayout_core::expr::ValidIndexFn;
 use fblayout_core::layout::{BoundView, LayoutSpec, Order, View};
 use fblayout_kernels::{Gather, Gpu, GpuBuffer};
@@ -47,17 +48,10 @@ fn matrix(
     rows: u32,
     cols: u32,
 ) -> Result<View, String> {
-    let mut spec = LayoutSpec::new(name)
-        .axis("rows", rows)
-        .axis("cols", cols)
-        .order(order);
-    if let Some(t) = tile {
-        spec = spec.reduce_forward(["cols"]).reduce_backward(["rows"]);
-        for axis in &mut spec.axes {
-            axis.tile = Some(t);
-        }
-    }
-    spec.build().map(|l| l.view()).map_err(|e| e.to_string())
+    catalog::matrix(name, order, tile, rows, cols)
+        .build()
+        .map(|l| l.view())
+        .map_err(|e| e.to_string())
 }
 
 fn variants(rows: u32, cols: u32) -> Result<Vec<Variant>, String> {
