@@ -10,6 +10,7 @@
 use super::error::{LayoutError, MAX_ELEMENTS};
 use super::spec::Extent;
 use super::tensor::TensorLayout;
+use super::unravel::unravel;
 use super::view::View;
 use crate::expr::CpuIndexFn;
 
@@ -196,11 +197,7 @@ impl BoundView {
         args.extend_from_slice(&self.extent_args);
         let mut regs = Vec::new();
         for linear in 0..self.logical_len() as usize {
-            let mut rest = linear as u64;
-            for d in (0..rank).rev() {
-                args[d] = rest % self.shape[d];
-                rest /= self.shape[d];
-            }
+            unravel(linear as u64, &self.shape, &mut args[..rank]);
             // Every coordinate of the shape is in bounds.
             let offset = self.cpu.eval_with(&args, &mut regs).unwrap_or(u64::MAX);
             f(linear, &args[..rank], offset);

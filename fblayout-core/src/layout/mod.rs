@@ -35,6 +35,7 @@ mod elem;
 mod error;
 mod spec;
 mod tensor;
+mod unravel;
 mod view;
 
 pub use bound::BoundView;
@@ -42,4 +43,5 @@ pub use elem::{ElemType, UnknownElemType};
 pub use error::{LayoutError, LayoutErrors, MAX_ELEMENTS, Pass, Site};
 pub use spec::{AxisSpec, DEFAULT_REDUCTION_TILE, Extent, LayoutSpec, Order};
 pub use tensor::{Axis, TensorLayout};
+pub use unravel::unravel;
 pub use view::{SplitPart, View, ViewAxis, ViewExtent};
