@@ -2,199 +2,40 @@
 //!
 //! Axis, tensor and view names become function and parameter names in both languages, so a
 //! name must be a plain ASCII identifier (`[A-Za-z_][A-Za-z0-9_]*`) that is reserved in
-//! neither. WGSL also forbids a leading `__`.
+//! neither: not one of naga's WGSL reserved words, not a Rust keyword, and not one of the few
+//! predeclared WGSL names that the emitted code itself uses. WGSL also forbids a leading `__`.
 
-/// Words reserved in Rust or WGSL (keywords and WGSL's reserved words and type names).
-const RESERVED: &[&str] = &[
-    // Rust keywords, strict and reserved.
-    "as",
-    "async",
-    "await",
-    "break",
-    "const",
-    "continue",
-    "crate",
-    "dyn",
-    "else",
-    "enum",
-    "extern",
-    "false",
-    "fn",
-    "for",
-    "if",
-    "impl",
-    "in",
-    "let",
-    "loop",
-    "match",
-    "mod",
-    "move",
-    "mut",
-    "pub",
-    "ref",
-    "return",
-    "self",
-    "Self",
-    "static",
-    "struct",
-    "super",
-    "trait",
-    "true",
-    "type",
-    "unsafe",
-    "use",
-    "where",
-    "while",
-    "abstract",
-    "become",
-    "box",
-    "do",
-    "final",
-    "gen",
-    "macro",
-    "override",
-    "priv",
-    "try",
-    "typeof",
-    "unsized",
-    "virtual",
-    "yield",
-    // WGSL keywords and reserved words that Rust lacks.
-    "alias",
-    "bitcast",
-    "bool",
-    "case",
-    "const_assert",
-    "continuing",
-    "default",
-    "diagnostic",
-    "discard",
-    "enable",
-    "f16",
-    "f32",
-    "f64",
-    "fallthrough",
-    "function",
-    "i16",
-    "i32",
-    "i64",
-    "i8",
-    "let",
-    "private",
-    "ptr",
-    "requires",
-    "storage",
-    "switch",
-    "u16",
-    "u32",
-    "u64",
-    "u8",
-    "uniform",
-    "var",
-    "workgroup",
-    "array",
-    "atomic",
-    "mat2x2",
-    "mat3x3",
-    "mat4x4",
-    "sampler",
-    "texture_2d",
-    "vec2",
-    "vec3",
-    "vec4",
-    "asm",
-    "attribute",
-    "auto",
-    "catch",
-    "class",
-    "co_await",
-    "co_return",
-    "co_yield",
-    "coherent",
-    "column_major",
-    "common",
-    "compile",
-    "compile_fragment",
-    "concept",
-    "const_cast",
-    "consteval",
-    "constexpr",
-    "constinit",
-    "delete",
-    "demote",
-    "demote_to_helper",
-    "explicit",
-    "export",
-    "filter",
-    "flat",
-    "friend",
-    "goto",
-    "groupshared",
-    "handle",
-    "highp",
-    "inline",
-    "inout",
-    "instanceof",
-    "interface",
-    "layout",
-    "lowp",
-    "meta",
-    "module",
-    "namespace",
-    "new",
-    "nil",
-    "noexcept",
-    "noinline",
-    "nointerpolation",
-    "noperspective",
-    "null",
-    "nullptr",
-    "of",
-    "operator",
-    "package",
-    "packoffset",
-    "partition",
-    "pass",
-    "patch",
-    "pixelfragment",
-    "precise",
-    "precision",
-    "premerge",
-    "protected",
-    "public",
-    "readonly",
-    "reinterpret_cast",
-    "resource",
-    "row_major",
-    "samper",
-    "sample",
-    "shared",
-    "signed",
-    "sizeof",
-    "smooth",
-    "snorm",
-    "static_assert",
-    "static_cast",
-    "std",
-    "subroutine",
-    "target",
-    "template",
-    "this",
-    "thread_local",
-    "throw",
-    "trait",
-    "typedef",
-    "typename",
-    "union",
-    "unless",
-    "unorm",
-    "unsigned",
-    "using",
-    "varying",
-    "volatile",
-    "wgsl",
-    "writeonly",
+/// Rust's keywords, strict and reserved for the future (edition 2024). WGSL's reserved words come
+/// from naga itself ([`naga::keywords::wgsl::RESERVED`]), so fblayout refuses exactly what naga's
+/// parser refuses.
+const RUST_KEYWORDS: &[&str] = &[
+    "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern",
+    "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub",
+    "ref", "return", "self", "Self", "static", "struct", "super", "trait", "true", "type",
+    "unsafe", "use", "where", "while", "abstract", "become", "box", "do", "final", "gen", "macro",
+    "override", "priv", "try", "typeof", "unsized", "virtual", "yield",
 ];
+
+/// WGSL's predeclared names that emitted code refers to. WGSL lets a declaration shadow a
+/// predeclared name, so a parameter called `u32` would hide the type of the parameters after it;
+/// these are refused. Every other predeclared name (built-in functions such as `length` or
+/// `max`) is a legal axis name.
+pub(crate) const EMITTED_PREDECLARED: &[&str] = &[
+    "bool", "u32", "i32", "f32", "f16", "vec2", "vec3", "vec4", "array", "atomic", "ptr", "select",
+];
+
+/// Why a name is reserved, or `None`.
+fn reserved(name: &str) -> Option<&'static str> {
+    if naga::keywords::wgsl::RESERVED.contains(&name) {
+        Some("it is a reserved word in WGSL")
+    } else if RUST_KEYWORDS.contains(&name) {
+        Some("it is a keyword in Rust")
+    } else if EMITTED_PREDECLARED.contains(&name) {
+        Some("it is a WGSL type or built-in that the emitted code uses, and a name would shadow it")
+    } else {
+        None
+    }
+}
 
 /// Why a name cannot be emitted, or `None` when it can.
 pub fn ident_problem(name: &str) -> Option<&'static str> {
@@ -211,10 +52,7 @@ pub fn ident_problem(name: &str) -> Option<&'static str> {
     if name == "_" || name.starts_with("__") {
         return Some("WGSL forbids `_` and names that start with `__`");
     }
-    if RESERVED.contains(&name) {
-        return Some("it is a reserved word in Rust or WGSL");
-    }
-    None
+    reserved(name)
 }
 
 #[cfg(test)]
@@ -229,9 +67,37 @@ mod tests {
     }
 
     #[test]
+    fn refuses_every_word_naga_reserves() {
+        for &word in naga::keywords::wgsl::RESERVED {
+            assert!(
+                ident_problem(word).is_some(),
+                "`{word}` is reserved in WGSL"
+            );
+        }
+    }
+
+    #[test]
+    fn built_in_function_names_stay_legal() {
+        for ok in ["length", "max", "min", "dot", "clamp", "exp"] {
+            assert_eq!(ident_problem(ok), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn emitted_predeclared_names_are_naga_builtins() {
+        for &name in super::EMITTED_PREDECLARED {
+            assert!(
+                naga::keywords::wgsl::BUILTIN_IDENTIFIERS.contains(&name),
+                "`{name}` is not predeclared in WGSL, so it needs no refusal"
+            );
+        }
+    }
+
+    #[test]
     fn rejects_bad_names() {
         for bad in [
-            "", "1x", "a-b", "__x", "_", "fn", "u32", "vec4", "self", "var",
+            "", "1x", "a-b", "__x", "_", "fn", "u32", "vec4", "self", "var", "NULL", "active",
+            "cast", "alignas", "gen", "select",
         ] {
             assert!(ident_problem(bad).is_some(), "{bad}");
         }
