@@ -44,6 +44,8 @@ mod error;
 mod grid;
 mod palette;
 mod svg;
+#[cfg(test)]
+mod test_layouts;
 
 pub use error::PrintError;
 pub use grid::{grid, physical_map};
