@@ -176,6 +176,11 @@ impl Physical {
         self.group.map(|g| offset / g.max(1))
     }
 
+    /// How many rows the buffer is drawn in.
+    pub(crate) fn rows(&self) -> u64 {
+        (self.slots.len() as u64).div_ceil(self.row)
+    }
+
     /// How many slots are padding.
     pub(crate) fn padding(&self) -> usize {
         self.slots.iter().filter(|s| **s == Slot::Pad).count()
