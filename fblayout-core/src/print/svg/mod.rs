@@ -46,6 +46,8 @@ use super::PrintError;
 use super::cells::{Logical, Physical};
 use crate::layout::{BoundView, TensorLayout};
 use picture::Picture;
+#[cfg(test)]
+pub(super) use style::INK;
 
 /// Colour the cells of a picture by the physical tiles of a tensor.
 ///

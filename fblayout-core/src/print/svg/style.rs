@@ -17,8 +17,8 @@ pub(super) const CELL_FONT: u64 = 11;
 pub(super) const NEUTRAL: &str = "#dde6f3";
 /// Fill of elements the view does not read.
 pub(super) const UNREAD: &str = "#f2f2f2";
-/// Dark text.
-pub(super) const INK: &str = "#1a1a1a";
+/// Dark text, the colour of labels on tile fills (the palette is chosen to keep it legible).
+pub(in crate::print) const INK: &str = "#1a1a1a";
 /// Muted text (indices, labels of padding).
 pub(super) const MUTED: &str = "#5a5a5a";
 /// The id of the pattern that hatches padding, defined once per picture by
