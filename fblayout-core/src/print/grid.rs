@@ -430,6 +430,22 @@ mod tests {
     }
 
     #[test]
+    fn views_too_large_to_count_are_refused() {
+        // Three broadcasts of u32::MAX: 2^96 cells, more than a u64 counts.
+        let one = LayoutSpec::new("one").axis("i", 1).build().unwrap();
+        let mut huge = one.view();
+        for axis in ["a", "b", "c"] {
+            huge = huge.broadcast(axis, u32::MAX, 0).unwrap();
+        }
+        let err = grid(&huge.bind(&[]).unwrap()).unwrap_err();
+        assert!(
+            matches!(err, PrintError::TooLarge { what: "logical cells", cells, .. }
+                if cells == u128::from(u32::MAX).pow(3)),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn too_large_views_are_refused() {
         let big = LayoutSpec::new("big")
             .axis("rows", 100)
