@@ -6,6 +6,7 @@ mod error_list;
 pub mod expr;
 mod ident;
 pub mod layout;
+#[cfg(feature = "pictures")]
 pub mod print;
 pub mod typed;
 pub mod wgsl;

@@ -19,10 +19,16 @@ use fblayout_core::layout::{BoundView, View};
 use fblayout_core::wgsl::WgslModule;
 
 use crate::runtime::{Binding, Gpu, GpuBuffer, GpuError};
+use crate::shader::{Access, LinearEntry, storage_array, workgroups};
 
 /// The gather entry point's name.
 pub const GATHER_ENTRY: &str = "fblayout_gather_main";
-const WORKGROUP_SIZE: u32 = 256;
+/// The bytes of one element: the gather moves 32-bit words.
+const WORD_BYTES: u64 = 4;
+/// The source buffer: the tensor's physical buffer.
+const SRC: &str = "fblayout_gather_src";
+/// The destination buffer: the view, dense and row-major.
+const DST: &str = "fblayout_gather_dst";
 
 /// A compiled gather for one view at one set of extents.
 #[derive(Debug, Clone)]
@@ -36,7 +42,7 @@ impl Gather {
     /// The gather of `view`, bound as `bound`, through its simplified index function.
     pub fn new(view: &View, bound: &BoundView) -> Result<Self, GpuError> {
         let elem = view.layout().elem();
-        if elem.size_bytes() != 4 {
+        if u64::from(elem.size_bytes()) != WORD_BYTES {
             return Err(GpuError::bad_input(
                 format!("gather of `{}`", view.name()),
                 format!("elements of type {elem} are not 32-bit words"),
@@ -67,7 +73,7 @@ impl Gather {
             ));
         }
         let functions = emit_module(&f.name, &[f])?;
-        let entry = entry_point(f, bound.shape(), bound.extent_args());
+        let entry = entry_point(f, bound.shape(), bound.extent_args(), elements);
         let module = functions.extend(format!("{}+gather", f.name), &entry, Default::default())?;
         Ok(Self {
             module,
@@ -90,68 +96,55 @@ impl Gather {
     /// row-major over the view's shape). Does not wait; read `dst` back or call
     /// [`Gpu::wait`].
     pub fn run(&self, gpu: &Gpu, src: &GpuBuffer, dst: &GpuBuffer) -> Result<(), GpuError> {
-        let what = || format!("gather `{}`", self.module.name());
-        if src.len_bytes() < self.source_len * 4 {
-            return Err(GpuError::bad_input(
-                what(),
-                format!(
-                    "the source holds {} bytes; the layout needs {}",
-                    src.len_bytes(),
-                    self.source_len * 4
-                ),
-            ));
-        }
-        if dst.len_bytes() < self.elements * 4 {
-            return Err(GpuError::bad_input(
-                what(),
-                format!(
-                    "the destination holds {} bytes; the view has {} elements",
-                    dst.len_bytes(),
-                    self.elements
-                ),
-            ));
-        }
-        let workgroups = self.elements.div_ceil(u64::from(WORKGROUP_SIZE)) as u32;
+        let what = format!("gather `{}`", self.module.name());
+        check_words(&what, "the source", src, self.source_len)?;
+        check_words(&what, "the destination", dst, self.elements)?;
         let bindings = [Binding::new(0, src), Binding::new(1, dst)];
-        gpu.dispatch_linear(&self.module, GATHER_ENTRY, &bindings, workgroups)
-            .map(|_| ())
+        gpu.dispatch_linear(
+            &self.module,
+            GATHER_ENTRY,
+            &bindings,
+            workgroups(self.elements),
+        )
+        .map(|_| ())
     }
 }
 
-/// The compute entry point: one invocation per element of the view.
-fn entry_point(f: &ValidIndexFn, shape: &[u64], extent_args: &[u64]) -> String {
-    let mut s = String::new();
-    let total: u64 = shape.iter().product();
-    let _ = write!(
-        s,
-        "\n@group(0) @binding(0) var<storage, read> gather_src: array<u32>;\n\
-         @group(0) @binding(1) var<storage, read_write> gather_dst: array<u32>;\n\n\
-         @compute @workgroup_size({WORKGROUP_SIZE})\n\
-         fn {GATHER_ENTRY}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, \
-         @builtin(local_invocation_index) lid: u32) {{\n\
-         \x20   let i = (wg.x + wg.y * nwg.x) * {WORKGROUP_SIZE}u + lid;\n\
-         \x20   if (i >= {total}u) {{\n        return;\n    }}\n\
-         \x20   var rest = i;\n"
-    );
-    for d in (1..shape.len()).rev() {
-        let _ = writeln!(
-            s,
-            "    let c{d} = rest % {}u;\n    rest = rest / {}u;",
-            shape[d], shape[d]
-        );
+/// Fails when `buffer` (`role`, in `what`) holds fewer than `words` 32-bit words.
+fn check_words(what: &str, role: &str, buffer: &GpuBuffer, words: u64) -> Result<(), GpuError> {
+    let needed = words * WORD_BYTES;
+    if buffer.len_bytes() < needed {
+        return Err(GpuError::bad_input(
+            what,
+            format!(
+                "{role} holds {} bytes; the gather needs {needed} ({words} 32-bit words)",
+                buffer.len_bytes()
+            ),
+        ));
     }
-    if !shape.is_empty() {
-        s.push_str("    let c0 = rest;\n");
-    }
-    let args: Vec<String> = (0..shape.len())
-        .map(|d| format!("c{d}"))
-        .chain(extent_args.iter().map(|e| format!("{e}u")))
-        .collect();
+    Ok(())
+}
+
+/// The compute entry point: one invocation per element of the view, `elements` in all.
+fn entry_point(f: &ValidIndexFn, shape: &[u64], extent_args: &[u64], elements: u64) -> String {
+    let entry = LinearEntry {
+        name: GATHER_ENTRY,
+        prefix: "fblayout_gather",
+    };
+    let constants =
+        |values: &[u64]| -> Vec<String> { values.iter().map(|v| format!("{v}u")).collect() };
+    let mut s = String::from("\n");
+    s += &storage_array(0, Access::Read, SRC);
+    s += &storage_array(1, Access::ReadWrite, DST);
+    s.push('\n');
+    s += &entry.open(&format!("{elements}u"));
+    s += &entry.decode(&constants(shape));
+    let args = entry.arguments(shape.len(), &constants(extent_args));
+    let i = entry.index();
     let _ = writeln!(
         s,
-        "    gather_dst[i] = gather_src[{}({})];\n}}",
-        f.offset_fn_name(),
-        args.join(", ")
+        "    {DST}[{i}] = {SRC}[{}({args})];\n}}",
+        f.offset_fn_name()
     );
     s
 }

@@ -5,6 +5,11 @@
 //!   [`WgslModule`](fblayout_core::wgsl::WgslModule)s.
 //! - [`probe`]: evaluates a layout's WGSL `<name>_offset`/`<name>_in_bounds` functions on the GPU
 //!   for every coordinate of a shape, so tests can compare them with the CPU path.
+//! - [`gather`]: materialises a view as a dense row-major tensor.
+//!
+//! Both generate their compute entry points with one private module, `shader`: the storage
+//! buffers, the opening of an entry point over a linear index, and the row-major decode of
+//! that index into a coordinate.
 //!
 //! The GPU is chosen with `FBLAYOUT_ADAPTER` (a substring of the adapter name) and
 //! `FBLAYOUT_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`, `all`). Without a GPU, Mesa's lavapipe
@@ -13,6 +18,7 @@
 pub mod gather;
 pub mod probe;
 pub mod runtime;
+mod shader;
 
 pub use gather::Gather;
 pub use probe::{ProbeRequest, probe_offsets};

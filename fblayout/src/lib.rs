@@ -39,7 +39,10 @@
 //! emitters), [`wgsl`] (validated WGSL), [`algebra`] (CuTe-style layout algebra), [`catalog`]
 //! and [`print`](mod@print).
 
-pub use fblayout_core::{algebra, catalog, emit, expr, layout, print, typed, wgsl};
+pub use fblayout_core::{algebra, catalog, emit, expr, layout, typed, wgsl};
+
+#[cfg(feature = "pictures")]
+pub use fblayout_core::print;
 
 pub use fblayout_core::typed::{Coord, Extents, Ix, Tensor, TensorDescriptor, each};
 

@@ -313,6 +313,18 @@ pub fn arb_steps() -> impl Strategy<Value = Vec<StepChoice>> {
     prop::collection::vec(step, 0..=4)
 }
 
+/// The R-Tile tensors among the canonical views (those with tiles of more than one
+/// element), each once, in catalog order: the layouts whose tile helpers
+/// (`TensorLayout::tile_index_fn`) the tests snapshot and run.
+pub fn canonical_tiled_layouts() -> Vec<TensorLayout> {
+    fblayout_core::catalog::canonical_views()
+        .expect("the canonical views build")
+        .into_iter()
+        .filter(|c| c.view.is_identity() && c.view.layout().tile_elems() > 1)
+        .map(|c| c.view.layout().clone())
+        .collect()
+}
+
 /// Every coordinate of `shape`, row-major.
 pub fn coords_of(shape: &[u64]) -> impl Iterator<Item = Vec<u64>> + '_ {
     let total: u64 = shape.iter().product();

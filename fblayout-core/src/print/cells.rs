@@ -13,7 +13,7 @@
 //! the SVG cells.
 
 use super::{MAX_CELLS, PrintError};
-use crate::layout::{BoundView, Extent, Order, TensorLayout};
+use crate::layout::{BoundView, Order, TensorLayout, unravel};
 
 /// Rows of the physical panel never grow wider than this many cells.
 const MAX_ROW: u64 = 32;
@@ -34,6 +34,9 @@ pub(crate) struct Logical<'v> {
 impl<'v> Logical<'v> {
     /// Evaluates every offset of `view`, refusing views of more than [`MAX_CELLS`] cells.
     pub(crate) fn new(view: &'v BoundView) -> Result<Self, PrintError> {
+        // Counted here rather than by `BoundView::logical_len`, whose u64 product overflows
+        // (and panics in debug builds) for a view with several huge broadcast axes: such a
+        // view must be refused as too large, not crash the printer.
         let cells = view
             .shape()
             .iter()
@@ -51,15 +54,21 @@ impl<'v> Logical<'v> {
         Ok(Self { view, offsets })
     }
 
+    /// The rows and columns of one 2-D panel of the view: its last two axes (a rank-1 view
+    /// is one row, a rank-0 view one cell).
+    pub(crate) fn panel(&self) -> (u64, u64) {
+        match *self.view.shape() {
+            [] => (1, 1),
+            [n] => (1, n),
+            [.., rows, cols] => (rows, cols),
+        }
+    }
+
     /// The coordinate of the `linear`-th cell (row-major).
     pub(crate) fn coords(&self, linear: usize) -> Vec<u64> {
         let shape = self.view.shape();
         let mut coords = vec![0; shape.len()];
-        let mut rest = linear as u64;
-        for d in (0..shape.len()).rev() {
-            coords[d] = rest % shape[d];
-            rest /= shape[d];
-        }
+        unravel(linear as u64, shape, &mut coords);
         coords
     }
 
@@ -129,17 +138,13 @@ impl Physical {
         check_size(view, "physical elements", u128::from(view.len()))?;
         let len = view.len() as usize;
         let mut slots = vec![Slot::Unread; len];
-        let extents = match layout {
+        let (group, tiled) = match layout {
             Some(layout) => {
-                let (extents, stored) = stored(view, layout)?;
-                for (slot, stored) in slots.iter_mut().zip(stored) {
-                    if !stored {
-                        *slot = Slot::Pad;
-                    }
-                }
-                Some(extents)
+                let whole = bind_tensor(view, layout)?;
+                mark_padding(&whole, &mut slots)?;
+                colour_groups(layout, &whole)
             }
-            None => None,
+            None => (None, false),
         };
         for (linear, &offset) in logical.offsets.iter().enumerate() {
             slots[offset as usize] = match slots[offset as usize] {
@@ -163,17 +168,6 @@ impl Physical {
                 }
             };
         }
-        let (group, tiled) = match (layout, &extents) {
-            (Some(layout), _) if layout.tile_elems() > 1 => (Some(layout.tile_elems()), true),
-            (Some(layout), Some(extents)) => {
-                let run = match layout.order() {
-                    Order::ColMajor => extents.first(),
-                    Order::RowMajor | Order::RTile => extents.last(),
-                };
-                (run.copied(), false)
-            }
-            _ => (None, false),
-        };
         let row = group.map_or(PLAIN_ROW, row_width).min(view.len()).max(1);
         Ok(Self {
             slots,
@@ -186,6 +180,11 @@ impl Physical {
     /// The colour group of `offset`, when groups are known.
     pub(crate) fn group_of(&self, offset: u64) -> Option<u64> {
         self.group.map(|g| offset / g.max(1))
+    }
+
+    /// How many rows the buffer is drawn in.
+    pub(crate) fn rows(&self) -> u64 {
+        (self.slots.len() as u64).div_ceil(self.row)
     }
 
     /// How many slots are padding.
@@ -237,9 +236,9 @@ fn check_size(view: &BoundView, what: &'static str, cells: u128) -> Result<(), P
     Ok(())
 }
 
-/// The padded extent of each axis of `layout` as bound by `view`, and which offsets of the
-/// buffer hold an element of the tensor.
-fn stored(view: &BoundView, layout: &TensorLayout) -> Result<(Vec<u64>, Vec<bool>), PrintError> {
+/// The tensor `layout` bound with the run-time extents of `view`, which must read it: the
+/// same extents, the same buffer.
+fn bind_tensor(view: &BoundView, layout: &TensorLayout) -> Result<BoundView, PrintError> {
     let mismatch = |detail: String| PrintError::LayoutMismatch {
         view: view.name().to_owned(),
         tensor: layout.name().to_owned(),
@@ -274,7 +273,12 @@ fn stored(view: &BoundView, layout: &TensorLayout) -> Result<(Vec<u64>, Vec<bool
             view.len()
         )));
     }
-    let mut stored = vec![false; view.len() as usize];
+    Ok(whole)
+}
+
+/// Marks as [`Slot::Pad`] every slot that no element of the tensor `whole` lives in.
+fn mark_padding(whole: &BoundView, slots: &mut [Slot]) -> Result<(), PrintError> {
+    let mut stored = vec![false; slots.len()];
     let mut outside = None;
     whole.for_each(|_, _, offset| match stored.get_mut(offset as usize) {
         Some(s) => *s = true,
@@ -287,15 +291,24 @@ fn stored(view: &BoundView, layout: &TensorLayout) -> Result<(Vec<u64>, Vec<bool
             len: whole.len(),
         });
     }
-    let mut values = args.iter();
-    let extents = layout
-        .axes()
-        .iter()
-        .map(|axis| match axis.extent {
-            Extent::Static(n) => axis.padded_static(n),
-            // Counted above: one argument per run-time axis, each a u32.
-            Extent::Dynamic => axis.padded_static(values.next().map_or(1, |&v| v as u32)),
-        })
-        .collect();
-    Ok((extents, stored))
+    for (slot, stored) in slots.iter_mut().zip(stored) {
+        if !stored {
+            *slot = Slot::Pad;
+        }
+    }
+    Ok(())
+}
+
+/// The colour groups of the tensor `layout`, bound as `whole`: its tiles, or without tiles
+/// the contiguous runs of its innermost storage axis (which no tile pads, so its extent is
+/// the one bound). Returns the group size and whether the groups are tiles.
+fn colour_groups(layout: &TensorLayout, whole: &BoundView) -> (Option<u64>, bool) {
+    if layout.tile_elems() > 1 {
+        return (Some(layout.tile_elems()), true);
+    }
+    let run = match layout.order() {
+        Order::ColMajor => whole.shape().first(),
+        Order::RowMajor | Order::RTile => whole.shape().last(),
+    };
+    (run.copied(), false)
 }

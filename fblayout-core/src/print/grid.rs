@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 
 use super::PrintError;
 use super::cells::{Logical, Physical};
-use crate::layout::{BoundView, TensorLayout};
+use crate::layout::{BoundView, TensorLayout, unravel};
 
 /// A table row: its label and its cells.
 type Row = (String, Vec<String>);
@@ -51,30 +51,21 @@ pub fn grid(view: &BoundView) -> Result<String, PrintError> {
     let logical = Logical::new(view)?;
     let shape = view.shape();
     let rank = shape.len();
-    let (rows, cols) = match rank {
-        0 => (1, 1),
-        1 => (1, shape[0]),
-        _ => (shape[rank - 2], shape[rank - 1]),
-    };
+    let (rows, cols) = logical.panel();
     let lead = &shape[..rank.saturating_sub(2)];
-    let slices: u64 = lead.iter().product();
     let mut out = format!(
         "view `{}`: shape {:?}, {} cells, buffer of {} elements\n",
         view.name(),
         shape,
-        logical.offsets.len(),
+        view.logical_len(),
         view.len()
     );
     let headers: Vec<String> = (0..cols).map(|c| c.to_string()).collect();
     let per_slice = (rows * cols) as usize;
-    for s in 0..slices {
+    for (s, slice) in (0..).zip(logical.offsets.chunks(per_slice)) {
         if rank >= 3 {
             let mut index = vec![0u64; lead.len()];
-            let mut rest = s;
-            for d in (0..lead.len()).rev() {
-                index[d] = rest % lead[d];
-                rest /= lead[d];
-            }
+            unravel(s, lead, &mut index);
             let index: Vec<String> = index
                 .iter()
                 .map(u64::to_string)
@@ -82,20 +73,15 @@ pub fn grid(view: &BoundView) -> Result<String, PrintError> {
                 .collect();
             let _ = writeln!(out, "\nslice [{}]", index.join(", "));
         }
-        let base = s as usize * per_slice;
-        let body: Vec<Row> = (0..rows)
-            .map(|r| {
+        let body: Vec<Row> = (0..)
+            .zip(slice.chunks(cols as usize))
+            .map(|(r, offsets)| {
                 let label = if rank >= 2 {
                     r.to_string()
                 } else {
                     String::new()
                 };
-                let start = base + (r * cols) as usize;
-                let cells = logical.offsets[start..start + cols as usize]
-                    .iter()
-                    .map(u64::to_string)
-                    .collect();
-                (label, cells)
+                (label, offsets.iter().map(u64::to_string).collect())
             })
             .collect();
         table(&mut out, "", &headers, &body);
@@ -135,7 +121,7 @@ pub fn physical_map(view: &BoundView, layout: &TensorLayout) -> Result<String, P
         "view `{}` of tensor `{}`: buffer of {} elements, {} read by the view, {} padding; {}\n",
         view.name(),
         layout.name(),
-        physical.slots.len(),
+        view.len(),
         physical.read(),
         physical.padding(),
         physical.rows_note()
@@ -205,18 +191,7 @@ mod tests {
     use super::*;
     use crate::layout::{LayoutSpec, Order};
     use crate::print::MAX_CELLS;
-
-    /// The R-Tile layout of the module docs: 6 × 8, 4 × 4 tiles, rows padded to 8.
-    fn rtile() -> TensorLayout {
-        LayoutSpec::new("x")
-            .axis("rows", 6)
-            .axis("cols", 8)
-            .rtile()
-            .reduce_forward(["cols"])
-            .reduce_backward(["rows"])
-            .build()
-            .unwrap()
-    }
+    use crate::print::test_layouts::{rtile, transposed};
 
     /// Parses the tables of `text`: for each, its column headers and its `(label, cells)` rows.
     fn parse_tables(text: &str) -> Vec<(Vec<String>, Vec<Row>)> {
@@ -254,7 +229,7 @@ mod tests {
 
     #[test]
     fn rank2_grid_lists_every_offset_under_its_indices() {
-        let x = rtile();
+        let x = rtile(6, 8);
         let view = x.view().bind(&[]).unwrap();
         let text = grid(&view).unwrap();
         assert_eq!(
@@ -279,16 +254,11 @@ mod tests {
 
     #[test]
     fn transposed_grid_is_the_mirror_of_the_original() {
-        let x = rtile();
+        let x = rtile(6, 8);
         let base = parse_tables(&grid(&x.view().bind(&[]).unwrap()).unwrap())
             .remove(0)
             .1;
-        let xt = x
-            .view()
-            .named("xt")
-            .unwrap()
-            .transpose("rows", "cols")
-            .unwrap();
+        let xt = transposed(&x);
         let text = grid(&xt.bind(&[]).unwrap()).unwrap();
         assert!(text.starts_with("view `xt`: shape [8, 6], 48 cells, buffer of 64 elements\n"));
         let flipped = parse_tables(&text).remove(0).1;
@@ -351,7 +321,7 @@ mod tests {
 
     #[test]
     fn physical_map_inverts_the_view_and_shows_the_padding() {
-        let x = rtile();
+        let x = rtile(6, 8);
         let view = x.view().bind(&[]).unwrap();
         let text = physical_map(&view, &x).unwrap();
         assert!(
@@ -390,18 +360,11 @@ mod tests {
 
     #[test]
     fn transposed_physical_map_holds_the_same_elements_with_swapped_coordinates() {
-        let x = rtile();
+        let x = rtile(6, 8);
         let base = parse_tables(&physical_map(&x.view().bind(&[]).unwrap(), &x).unwrap())
             .remove(0)
             .1;
-        let xt = x
-            .view()
-            .named("xt")
-            .unwrap()
-            .transpose("rows", "cols")
-            .unwrap()
-            .bind(&[])
-            .unwrap();
+        let xt = transposed(&x).bind(&[]).unwrap();
         let flipped = parse_tables(&physical_map(&xt, &x).unwrap()).remove(0).1;
         assert_eq!(base.len(), flipped.len());
         for ((_, a), (_, b)) in base.iter().zip(&flipped) {
@@ -449,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_view_of_another_tensor_is_refused() {
-        let x = rtile();
+        let x = rtile(6, 8);
         // Same buffer length, but the dense view reads what is padding in `x`.
         let dense = LayoutSpec::new("y").axis("i", 64).build().unwrap();
         let err = physical_map(&dense.view().bind(&[]).unwrap(), &x).unwrap_err();
@@ -462,6 +425,22 @@ mod tests {
         let err = physical_map(&x.view().bind(&[]).unwrap(), &short).unwrap_err();
         assert!(
             err.to_string().contains("holds 10 elements, the view's 64"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn views_too_large_to_count_are_refused() {
+        // Three broadcasts of u32::MAX: 2^96 cells, more than a u64 counts.
+        let one = LayoutSpec::new("one").axis("i", 1).build().unwrap();
+        let mut huge = one.view();
+        for axis in ["a", "b", "c"] {
+            huge = huge.broadcast(axis, u32::MAX, 0).unwrap();
+        }
+        let err = grid(&huge.bind(&[]).unwrap()).unwrap_err();
+        assert!(
+            matches!(err, PrintError::TooLarge { what: "logical cells", cells, .. }
+                if cells == u128::from(u32::MAX).pow(3)),
             "{err}"
         );
     }

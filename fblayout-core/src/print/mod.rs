@@ -20,6 +20,9 @@
 //! Pictures are for small examples: more than [`MAX_CELLS`] cells in a panel is a
 //! [`PrintError::TooLarge`] rather than megabytes of text.
 //!
+//! The module is compiled with the `pictures` cargo feature, which is on by default; turn it
+//! off (`default-features = false`) where no layout is ever drawn.
+//!
 //! ```
 //! use fblayout_core::layout::LayoutSpec;
 //! use fblayout_core::print::{grid, physical_map};
@@ -44,6 +47,8 @@ mod error;
 mod grid;
 mod palette;
 mod svg;
+#[cfg(test)]
+mod test_layouts;
 
 pub use error::PrintError;
 pub use grid::{grid, physical_map};
