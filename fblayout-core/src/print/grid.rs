@@ -210,6 +210,7 @@ mod tests {
     fn rtile() -> TensorLayout {
         LayoutSpec::new("x")
             .axis("rows", 6)
+            .tile(4, true)
             .axis("cols", 8)
             .rtile()
             .reduce_forward(["cols"])
