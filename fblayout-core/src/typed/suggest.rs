@@ -67,7 +67,10 @@ mod tests {
         assert_eq!(closest("tokns", ["tokens", "hidden"]), Some("tokens"));
         assert_eq!(closest("sq", ["seq", "batch"]), Some("seq"));
         assert_eq!(closest("x", ["hidden"]), None);
-        assert_eq!(did_you_mean("hiden", ["hidden"]), "; did you mean `hidden`?");
+        assert_eq!(
+            did_you_mean("hiden", ["hidden"]),
+            "; did you mean `hidden`?"
+        );
         assert_eq!(did_you_mean("zzz", ["hidden"]), "");
     }
 }
