@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::layout::{ElemType, LayoutSpec, Pass, Site, View};
+use crate::layout::{ElemType, LayoutError, LayoutSpec, Pass, Site, View};
 use crate::wgsl::WgslModule;
 
 #[derive(Clone, Copy)]
@@ -346,4 +346,67 @@ fn typed_extents_iterate_typed_indices() {
         .flat_map(|seq| h.into_iter().map(move |hidden| X { seq, hidden }))
         .collect();
     assert_eq!(all, each::<X>(XExtents { seq: 2 }).collect::<Vec<_>>());
+}
+
+#[test]
+fn declarations_the_core_refuses() {
+    let errors = |spec: &LayoutSpec| -> Vec<LayoutError> {
+        match TensorDescriptor::declare::<&str>(spec, &[]) {
+            Ok(_) => Vec::new(),
+            Err(errs) => errs
+                .errors()
+                .iter()
+                .filter_map(|e| match e {
+                    DeclareError::Layout(e) => Some(e.clone()),
+                    _ => None,
+                })
+                .collect(),
+        }
+    };
+    // `pad` without a tile.
+    let mut spec = LayoutSpec::new("x")
+        .axis("a", 6)
+        .rtile()
+        .reduce_forward(["a"]);
+    spec.axes[0].pad = true;
+    let found = errors(&spec);
+    assert!(
+        found
+            .iter()
+            .any(|e| matches!(e, LayoutError::PadWithoutTile { .. })
+                && e.site() == Site::Pad("a".into())),
+        "{found:?}"
+    );
+    // Reductions on a layout that is not R-Tile.
+    let spec = LayoutSpec::new("x").axis("a", 6).reduce_backward(["a"]);
+    let found = errors(&spec);
+    assert!(
+        found
+            .iter()
+            .any(|e| matches!(e, LayoutError::ReductionWithoutRTile { .. })
+                && e.site() == Site::Pass(Pass::Backward)),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn default_tiles_divide_static_extents() {
+    let x = LayoutSpec::new("x")
+        .axis("rows", 30)
+        .axis("cols", 6)
+        .rtile()
+        .reduce_forward(["cols"])
+        .reduce_backward(["rows"])
+        .build()
+        .unwrap();
+    let tiles: Vec<u32> = x.axes().iter().map(|a| a.tile).collect();
+    assert_eq!(tiles, [2, 2]);
+    assert_eq!(x.static_len(), Some(180));
+    let odd = LayoutSpec::new("y")
+        .axis("n", 7)
+        .rtile()
+        .reduce_forward(["n"])
+        .build()
+        .unwrap();
+    assert_eq!(odd.axes()[0].tile, 1);
 }

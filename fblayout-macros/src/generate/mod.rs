@@ -99,16 +99,32 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
             .is_some_and(|e| e.value == fblayout_core::layout::Extent::Dynamic)
     });
     let dynamic = dynamic.map(|f| f.ident);
-    let views = input.attrs.views.iter().map(ViewDecl::ident);
+    let views: Vec<&syn::Ident> = input.attrs.views.iter().map(ViewDecl::ident).collect();
+    let shapes = std::iter::once(ident)
+        .chain(views.iter().copied())
+        .map(|i| quote::format_ident!("{}Shape", i));
+    let extents_stub = match &input.attrs.like {
+        Some(like) => quote! {
+            #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+            #vis type #extents = <#like as #krate::typed::Tensor>::Extents;
+        },
+        None => quote! {
+            #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+            #vis struct #extents { #(pub #dynamic: #usize),* }
+        },
+    };
     quote! {
         #errors
         #constructor
 
-        #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
-        #vis struct #extents { #(pub #dynamic: #usize),* }
+        #extents_stub
         #(
             #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
             #vis struct #views;
+        )*
+        #(
+            #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+            #vis struct #shapes;
         )*
 
         impl #krate::typed::Coord for #ident {
