@@ -76,6 +76,18 @@ pub struct X {
     pub hidden: ::fblayout::Ix<Hidden>,
 }
 
+/// The gradient of `X`: its declaration, its own coordinate type.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Tensor)]
+#[tensor(like = X)]
+pub struct DX {
+    /// Batch index.
+    pub batch: ::fblayout::Ix<Batch>,
+    /// Sequence index.
+    pub seq: ::fblayout::Ix<Seq>,
+    /// Hidden index.
+    pub hidden: ::fblayout::Ix<Hidden>,
+}
+
 /// A static, padded, crate-private tensor.
 #[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Tensor)]
 #[tensor(layout = rtile, elem = u32, reduce(forward = [hidden]))]
@@ -134,6 +146,10 @@ fn expansions_work_without_the_prelude() {
     ::core::assert_eq!(shape.dims(), [2, 3, 16]);
     ::core::assert!(shape.seq.contains(x.seq));
     ::core::assert_eq!(Rows::shape(ext).rep.get(), 2);
+    let dx = DX::new(x.batch, x.seq, x.hidden);
+    ::core::assert_eq!(dx.offset(ext), x.offset(ext));
+    ::core::assert_eq!(DX::len(ext), X::len(ext));
+    ::core::assert_eq!(<DX as Coord>::NAME, "x");
     ::core::assert_eq!(<X as Coord>::view().name(), "x");
     ::core::assert_eq!(<Rows as Coord>::view().name(), "rows");
     ::core::assert_eq!(X::descriptor().views.len(), 6);
