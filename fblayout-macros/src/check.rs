@@ -1,28 +1,29 @@
 //! Checking: from the parsed declaration to a checked model, or spanned errors.
 //!
-//! The rules of layouts and views live in fblayout-core. This module fills a [`LayoutSpec`] and
-//! a [`ViewSpec`] per view from the attributes, hands them to [`TensorDescriptor::declare`] (the
-//! same function that builds the descriptor at run time) and maps each [`DeclareError`] back to
-//! the tokens the user wrote, using [`LayoutError::site`] and the step that failed. The few
-//! rules that are about Rust rather than layouts (axis *types*) are checked here, one function
-//! each.
+//! The rules of layouts and views live in fblayout-core. This module fills a [`LayoutSpec`]
+//! from the attributes and hands it, with the views exactly as parsed (the core's
+//! [`ViewSpec`] over the derive's spanned [`Name`]s), to [`TensorDescriptor::declare`], the
+//! same function that builds a descriptor at run time. Each [`DeclareError`] is mapped back to
+//! the tokens the user wrote with [`LayoutError::site`] and the step that failed. Only the
+//! rules about Rust rather than layouts (axis *types*) are checked here, one function each.
 
 use std::collections::HashMap;
 
-use fblayout_core::layout::{AxisSpec, Extent, LayoutError, LayoutSpec, Order, Pass, Site};
+use fblayout_core::layout::{AxisSpec, ElemType, Extent, LayoutError, LayoutSpec, Order, Site};
+use fblayout_core::typed::suggest::did_you_mean;
 use fblayout_core::typed::{DeclareError, TensorDescriptor, ViewSpec, ViewStep};
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::Ident;
 
 use crate::ctxt::Ctxt;
-use crate::parse::{Input, StepDecl, StepKind, ViewDecl, name_of};
+use crate::parse::{Input, Name, ViewDecl, name_of};
 
 /// A declaration that passed every check.
 pub(crate) struct Model<'a> {
     /// What the user wrote.
     pub(crate) input: &'a Input<'a>,
-    /// The layout description, as the generated descriptor rebuilds it.
+    /// The layout description.
     pub(crate) spec: LayoutSpec,
     /// The checked descriptor: layout, views and validated WGSL.
     pub(crate) descriptor: TensorDescriptor,
@@ -34,134 +35,15 @@ pub(crate) struct Model<'a> {
 pub(crate) struct ViewModel<'a> {
     /// What the user wrote.
     pub(crate) decl: &'a ViewDecl,
-    /// The view's name in the layout and in WGSL.
-    pub(crate) name: String,
-    /// The steps, with names as strings.
-    pub(crate) steps: Vec<OwnedStep>,
     /// The view struct's fields: axis name (spanned where the user named it) and axis type.
     pub(crate) axes: Vec<(Ident, syn::Type)>,
 }
 
-/// A view step with owned names (what the generated descriptor code spells out).
-#[derive(Debug, Clone)]
-pub(crate) enum OwnedStep {
-    Permute(Vec<String>),
-    Transpose(String, String),
-    Split {
-        axis: String,
-        parts: Vec<(String, Option<u32>)>,
-    },
-    Merge {
-        axes: Vec<String>,
-        into: String,
-    },
-    Slice {
-        axis: String,
-        start: u32,
-        len: u32,
-    },
-    Broadcast {
-        axis: String,
-        extent: u32,
-        at: usize,
-    },
-}
-
-/// Borrowed forms of an [`OwnedStep`]'s lists, which a [`ViewStep`] points into.
-struct StepLists<'s> {
-    names: Vec<&'s str>,
-    parts: Vec<(&'s str, Option<u32>)>,
-}
-
-impl OwnedStep {
-    fn from_decl(step: &StepDecl) -> Self {
-        match &step.kind {
-            StepKind::Permute(axes) => Self::Permute(axes.iter().map(name_of).collect()),
-            StepKind::Transpose(a, b) => Self::Transpose(name_of(a), name_of(b)),
-            StepKind::Split { axis, parts } => Self::Split {
-                axis: name_of(axis),
-                parts: parts
-                    .iter()
-                    .map(|p| (name_of(&p.ident), p.size.as_ref().map(|s| s.value)))
-                    .collect(),
-            },
-            StepKind::Merge { axes, into } => Self::Merge {
-                axes: axes.iter().map(name_of).collect(),
-                into: name_of(&into.ident),
-            },
-            StepKind::Slice { axis, start, len } => Self::Slice {
-                axis: name_of(axis),
-                start: *start,
-                len: *len,
-            },
-            StepKind::Broadcast { axis, at } => Self::Broadcast {
-                axis: name_of(&axis.ident),
-                extent: axis.size.as_ref().map_or(0, |s| s.value),
-                at: *at,
-            },
-        }
+impl ViewModel<'_> {
+    /// The view's name in the layout and in WGSL.
+    pub(crate) fn name(&self) -> &str {
+        &self.decl.spec.name.name
     }
-
-    fn lists(&self) -> StepLists<'_> {
-        let (names, parts) = match self {
-            Self::Permute(axes) | Self::Merge { axes, .. } => {
-                (axes.iter().map(String::as_str).collect(), Vec::new())
-            }
-            Self::Split { parts, .. } => (
-                Vec::new(),
-                parts.iter().map(|(n, e)| (n.as_str(), *e)).collect(),
-            ),
-            _ => (Vec::new(), Vec::new()),
-        };
-        StepLists { names, parts }
-    }
-
-    fn step<'s>(&'s self, lists: &'s StepLists<'s>) -> ViewStep<'s> {
-        match self {
-            Self::Permute(_) => ViewStep::Permute(&lists.names),
-            Self::Transpose(a, b) => ViewStep::Transpose(a, b),
-            Self::Split { axis, .. } => ViewStep::Split {
-                axis,
-                parts: &lists.parts,
-            },
-            Self::Merge { into, .. } => ViewStep::Merge {
-                axes: &lists.names,
-                into,
-            },
-            Self::Slice { axis, start, len } => ViewStep::Slice {
-                axis,
-                start: *start,
-                len: *len,
-            },
-            Self::Broadcast { axis, extent, at } => ViewStep::Broadcast {
-                axis,
-                extent: *extent,
-                at: *at,
-            },
-        }
-    }
-}
-
-/// Calls `f` with the [`ViewSpec`]s of `views`.
-pub(crate) fn with_view_specs<R>(
-    views: &[(String, Vec<OwnedStep>)],
-    f: impl FnOnce(&[ViewSpec<'_>]) -> R,
-) -> R {
-    let lists: Vec<Vec<StepLists<'_>>> = views
-        .iter()
-        .map(|(_, steps)| steps.iter().map(OwnedStep::lists).collect())
-        .collect();
-    let steps: Vec<Vec<ViewStep<'_>>> = views
-        .iter()
-        .zip(&lists)
-        .map(|((_, steps), lists)| steps.iter().zip(lists).map(|(s, l)| s.step(l)).collect())
-        .collect();
-    let specs: Vec<ViewSpec<'_>> = views
-        .iter()
-        .zip(&steps)
-        .map(|((name, _), steps)| ViewSpec { name, steps })
-        .collect();
-    f(&specs)
 }
 
 /// `snake_case` of a type name: `XT` → `xt`, `AttnScores` → `attn_scores`, `QKv` → `q_kv`.
@@ -202,28 +84,23 @@ fn camel_case(name: &str) -> String {
 /// Checks `input`; `None` when something was reported.
 pub(crate) fn check<'a>(cx: &Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     let spec = layout_spec(input);
-    pad_needs_tile(cx, input);
     axis_types_distinct(cx, input);
-    let mut types: Vec<HashMap<String, (Ident, syn::Type)>> = Vec::new();
-    let mut views: Vec<ViewModel<'a>> = Vec::new();
-    for decl in &input.attrs.views {
-        let (model, map) = view_model(input, decl);
-        views.push(model);
-        types.push(map);
-    }
-    let owned: Vec<(String, Vec<OwnedStep>)> = views
-        .iter()
-        .map(|v| (v.name.clone(), v.steps.clone()))
-        .collect();
-    match with_view_specs(&owned, |specs| TensorDescriptor::declare(&spec, specs)) {
+    let specs: Vec<ViewSpec<Name>> = input.attrs.views.iter().map(|v| v.spec.clone()).collect();
+    match TensorDescriptor::declare(&spec, &specs) {
         Ok(descriptor) => {
-            for ((view, built), map) in views.iter_mut().zip(&descriptor.views).zip(&types) {
-                view.axes = built
-                    .axes()
-                    .iter()
-                    .filter_map(|a| map.get(&a.name).cloned())
-                    .collect();
-                view_axis_types_distinct(cx, view);
+            let mut views = Vec::new();
+            for (decl, built) in input.attrs.views.iter().zip(&descriptor.views) {
+                let types = axis_types(input, decl);
+                let view = ViewModel {
+                    decl,
+                    axes: built
+                        .axes()
+                        .iter()
+                        .filter_map(|a| types.get(&a.name).cloned())
+                        .collect(),
+                };
+                view_axis_types_distinct(cx, &view);
+                views.push(view);
             }
             if cx.has_errors() {
                 return None;
@@ -244,17 +121,50 @@ pub(crate) fn check<'a>(cx: &Ctxt, input: &'a Input<'a>) -> Option<Model<'a>> {
     }
 }
 
+/// Checks a tensor declared `like = Other`: it takes the other tensor's whole declaration, so
+/// it may not describe a layout of its own; its fields are checked against the other tensor's
+/// constructor by the compiler. `false` when something was reported.
+pub(crate) fn check_like(cx: &Ctxt, input: &Input<'_>, like: &syn::Path) -> bool {
+    let attrs = &input.attrs;
+    let own: [(&str, Option<TokenStream>); 4] = [
+        ("layout", attrs.layout.as_ref().map(|l| l.tokens.clone())),
+        ("elem", attrs.elem.as_ref().map(|e| e.tokens.clone())),
+        (
+            "reduce",
+            attrs
+                .forward
+                .as_ref()
+                .or(attrs.backward.as_ref())
+                .map(|r| r.tokens.clone()),
+        ),
+        (
+            "view",
+            attrs.views.first().map(|v| v.ident().to_token_stream()),
+        ),
+    ];
+    for (key, tokens) in own {
+        if let Some(tokens) = tokens {
+            cx.error_spanned_by(
+                tokens,
+                format!(
+                    "`like = {}` shares that tensor's layout, element type, reductions and views; remove `{key}` here, or declare this tensor in full",
+                    quote!(#like)
+                ),
+            );
+        }
+    }
+    axis_types_distinct(cx, input);
+    !cx.has_errors()
+}
+
 /// The [`LayoutSpec`] the attributes describe. A missing extent (already reported) is taken
 /// as run-time, which adds no error of its own.
 fn layout_spec(input: &Input<'_>) -> LayoutSpec {
     let attrs = &input.attrs;
-    let names = |list: &Option<Vec<Ident>>| list.iter().flatten().map(name_of).collect();
+    let names = |list: &[Ident]| list.iter().map(name_of).collect();
     LayoutSpec {
         name: snake_case(&name_of(input.ident)),
-        elem: attrs
-            .elem
-            .as_ref()
-            .map_or(fblayout_core::layout::ElemType::F32, |e| e.value),
+        elem: attrs.elem.as_ref().map_or(ElemType::F32, |e| e.value),
         axes: input
             .fields
             .iter()
@@ -266,24 +176,8 @@ fn layout_spec(input: &Input<'_>) -> LayoutSpec {
             })
             .collect(),
         order: attrs.layout.as_ref().map_or(Order::RowMajor, |l| l.value),
-        forward: names(&attrs.forward),
-        backward: names(&attrs.backward),
-    }
-}
-
-/// `pad` consents to padding a tile; without a tile it means nothing, which is most likely a
-/// forgotten `tile = n`.
-fn pad_needs_tile(cx: &Ctxt, input: &Input<'_>) {
-    for field in &input.fields {
-        if let (Some(pad), None) = (&field.pad, &field.tile) {
-            cx.error_spanned_by(
-                pad,
-                format!(
-                    "`pad` accepts the padding of a tile, but axis `{}` has no tile; add `tile = n` or remove `pad`",
-                    field.name
-                ),
-            );
-        }
+        forward: names(attrs.reduced(fblayout_core::layout::Pass::Forward)),
+        backward: names(attrs.reduced(fblayout_core::layout::Pass::Backward)),
     }
 }
 
@@ -328,7 +222,7 @@ fn view_axis_types_distinct(cx: &Ctxt, view: &ViewModel<'_>) {
                     "axis type `{}` is already the type of axis `{}` in view `{}`; each axis of a view needs its own axis type",
                     quote!(#ty),
                     name_of(first),
-                    view.decl.ident
+                    view.decl.ident()
                 ),
             );
         } else {
@@ -337,46 +231,52 @@ fn view_axis_types_distinct(cx: &Ctxt, view: &ViewModel<'_>) {
     }
 }
 
-/// A view's model (axes filled in once the view is built) and the type of every axis name it
-/// can reach: the tensor's fields, then each new axis in step order.
-fn view_model<'a>(
-    input: &Input<'_>,
-    decl: &'a ViewDecl,
-) -> (ViewModel<'a>, HashMap<String, (Ident, syn::Type)>) {
+/// The identifier and type of every axis name a view can reach: the tensor's fields, then each
+/// new axis in step order.
+fn axis_types(input: &Input<'_>, decl: &ViewDecl) -> HashMap<String, (Ident, syn::Type)> {
     let mut map: HashMap<String, (Ident, syn::Type)> = HashMap::new();
     for field in &input.fields {
         if let Some(ty) = field.axis_ty {
             map.insert(field.name.clone(), (field.ident.clone(), ty.clone()));
         }
     }
-    for step in &decl.steps {
+    for step in &decl.spec.steps {
         for axis in step.new_axes() {
-            map.insert(name_of(&axis.ident), (axis.ident.clone(), axis.ty.clone()));
+            if let Some(ty) = &axis.ty {
+                map.insert(axis.name.clone(), (axis.ident.clone(), ty.clone()));
+            }
         }
     }
-    let model = ViewModel {
-        decl,
-        name: snake_case(&name_of(&decl.ident)),
-        steps: decl.steps.iter().map(OwnedStep::from_decl).collect(),
-        axes: Vec::new(),
-    };
-    (model, map)
+    map
+}
+
+/// Whether `error` is about the storage order, which is unknown when `layout = ...` could not
+/// be read (that is reported; judging tiles and reductions against the default order would
+/// only add errors that are not there).
+fn depends_on_order(error: &LayoutError) -> bool {
+    matches!(
+        error,
+        LayoutError::TileWithoutRTile { .. }
+            | LayoutError::ReductionWithoutRTile { .. }
+            | LayoutError::RTileWithoutReduction { .. }
+    )
 }
 
 /// Reports `error` at the tokens it is about.
 fn report(cx: &Ctxt, input: &Input<'_>, error: &DeclareError) {
     match error {
+        DeclareError::Layout(e) if input.attrs.layout_unreadable && depends_on_order(e) => {}
         DeclareError::Layout(e) => report_layout(cx, input, e),
         DeclareError::View { view, step, error } => {
             let decl = input.attrs.views.get(*view);
-            match (decl, step.and_then(|k| decl.and_then(|d| d.steps.get(k)))) {
-                (_, Some(step)) => report_step(cx, step, error),
-                (Some(decl), None) => cx.error_spanned_by(&decl.ident, error),
-                (None, None) => cx.error_spanned_by(input.ident, error),
+            match (decl, step) {
+                (Some(decl), Some(k)) => report_step(cx, input, decl, *k, error),
+                (Some(decl), None) => cx.error_spanned_by(decl.ident(), error),
+                (None, _) => cx.error_spanned_by(input.ident, error),
             }
         }
         DeclareError::ViewName { view, .. } => match input.attrs.views.get(*view) {
-            Some(decl) => cx.error_spanned_by(&decl.ident, error),
+            Some(decl) => cx.error_spanned_by(decl.ident(), error),
             None => cx.error_spanned_by(input.ident, error),
         },
         DeclareError::Wgsl(e) => cx.error_spanned_by(
@@ -386,73 +286,133 @@ fn report(cx: &Ctxt, input: &Input<'_>, error: &DeclareError) {
     }
 }
 
+/// What to write instead of an element type WGSL can't store.
+fn elem_hint(elem: ElemType) -> &'static str {
+    match elem {
+        ElemType::F64 => "; use `elem = f32` (or `f16` where the adapter supports it)",
+        ElemType::I64 => "; use `elem = i32`",
+        ElemType::U64 => "; use `elem = u32`",
+        // The core's message already says how to store narrow integers.
+        ElemType::I8 | ElemType::I16 | ElemType::U8 | ElemType::U16 => "",
+        ElemType::F32 | ElemType::F16 | ElemType::U32 | ElemType::I32 => "",
+    }
+}
+
 fn report_layout(cx: &Ctxt, input: &Input<'_>, error: &LayoutError) {
     let attrs = &input.attrs;
     let field = |name: &str| input.fields.iter().find(|f| f.name == name);
+    let whole = || input.ident.to_token_stream();
+    let mut message = error.to_string();
     let tokens: TokenStream = match (error.site(), error) {
-        (Site::Tensor, LayoutError::RTileWithoutReduction { .. }) => match &attrs.layout {
-            Some(layout) => layout.tokens.clone(),
-            None => input.ident.to_token_stream(),
-        },
-        (Site::Elem, _) => match &attrs.elem {
-            Some(elem) => elem.tokens.clone(),
-            None => input.ident.to_token_stream(),
-        },
+        (Site::Tensor, LayoutError::RTileWithoutReduction { .. }) => attrs
+            .layout
+            .as_ref()
+            .map_or_else(whole, |l| l.tokens.clone()),
+        (Site::Elem, e) => {
+            if let LayoutError::UnsupportedElem { elem, .. } = e {
+                message.push_str(elem_hint(*elem));
+            }
+            attrs.elem.as_ref().map_or_else(whole, |e| e.tokens.clone())
+        }
         (Site::Axis(name), LayoutError::ZeroExtent { .. } | LayoutError::Overflow { .. }) => {
             match field(&name).and_then(|f| f.extent.as_ref()) {
                 Some(extent) => extent.tokens.clone(),
-                None => input.ident.to_token_stream(),
+                None => whole(),
             }
         }
-        (Site::Axis(name), _) => field(&name).map_or_else(
-            || input.ident.to_token_stream(),
-            |f| f.ident.to_token_stream(),
-        ),
+        (Site::Axis(name), _) => field(&name).map_or_else(whole, |f| f.ident.to_token_stream()),
         (Site::Tile(name), _) => match field(&name) {
             Some(f) => f
                 .tile
                 .as_ref()
                 .map_or_else(|| f.ident.to_token_stream(), |t| t.tokens.clone()),
-            None => input.ident.to_token_stream(),
+            None => whole(),
         },
-        (Site::Reduction(pass, name), e) => {
+        (Site::Pad(name), _) => match field(&name) {
+            Some(f) => f
+                .pad
+                .as_ref()
+                .map_or_else(|| f.ident.to_token_stream(), ToTokens::to_token_stream),
+            None => whole(),
+        },
+        (Site::Pass(pass), _) => {
             let list = match pass {
-                Pass::Forward => &attrs.forward,
-                Pass::Backward => &attrs.backward,
+                fblayout_core::layout::Pass::Forward => &attrs.forward,
+                fblayout_core::layout::Pass::Backward => &attrs.backward,
             };
-            let hits: Vec<&Ident> = list
+            list.as_ref().map_or_else(whole, |l| l.tokens.clone())
+        }
+        (Site::Reduction(pass, name), e) => {
+            let hits: Vec<&Ident> = attrs
+                .reduced(pass)
                 .iter()
-                .flatten()
                 .filter(|i| name_of(i) == name)
                 .collect();
             let pick = if matches!(e, LayoutError::DuplicateReductionAxis { .. }) {
                 hits.get(1)
             } else {
+                if let LayoutError::UnknownReductionAxis { axis, .. } = e {
+                    let fields = input.fields.iter().map(|f| f.name.as_str());
+                    message.push_str(&did_you_mean(axis, fields));
+                }
                 hits.first()
             };
-            pick.map_or_else(|| input.ident.to_token_stream(), |i| i.to_token_stream())
+            pick.map_or_else(whole, |i| i.to_token_stream())
         }
-        _ => input.ident.to_token_stream(),
+        _ => whole(),
     };
-    cx.error_spanned_by(tokens, error);
+    cx.error_spanned_by(tokens, message);
 }
 
-fn report_step(cx: &Ctxt, step: &StepDecl, error: &LayoutError) {
-    let idents = step.idents();
-    let named = |name: &str| -> Vec<&Ident> {
-        idents
+/// The view and step (written out) that create the axis `name`, if any declared view does.
+fn creator<'v>(views: &'v [ViewDecl], name: &str) -> Option<(&'v ViewDecl, &'v ViewStep<Name>)> {
+    views.iter().find_map(|v| {
+        v.spec
+            .steps
             .iter()
-            .copied()
-            .filter(|i| name_of(i) == name)
-            .collect()
+            .find(|s| s.new_axes().iter().any(|a| a.name == name))
+            .map(|s| (v, s))
+    })
+}
+
+/// A step as the attribute spells it, new axes with their types (`heads: Heads = 12`).
+fn as_written(step: &ViewStep<Name>) -> String {
+    step.map(|n| match &n.ty {
+        Some(ty) => format!("{}: {}", n.name, quote!(#ty)),
+        None => n.name.clone(),
+    })
+    .to_string()
+}
+
+fn report_step(cx: &Ctxt, input: &Input<'_>, decl: &ViewDecl, k: usize, error: &LayoutError) {
+    let (Some(step), Some(step_tokens)) = (decl.spec.steps.get(k), decl.step_tokens.get(k)) else {
+        cx.error_spanned_by(decl.ident(), error);
+        return;
     };
+    let names = step.names();
+    let mut message = error.to_string();
+    if let LayoutError::UnknownViewAxis { axis, known, .. } = error {
+        let hint = did_you_mean(axis, known.split(", "));
+        if hint.is_empty() {
+            if let Some((view, made_by)) = creator(&input.attrs.views, axis) {
+                let (made_by, step) = (as_written(made_by), as_written(step));
+                message.push_str(&format!(
+                    "; `{axis}` is made by `{made_by}` (in view `{}`): split first, e.g. `{} = [{made_by}, {step}]`",
+                    view.ident(),
+                    decl.ident()
+                ));
+            }
+        } else {
+            message.push_str(&hint);
+        }
+    }
     let axis = match error.site() {
         Site::View { axis, .. } => axis,
         Site::Axis(name) => Some(name),
         _ => None,
     };
     if let Some(name) = axis {
-        let hits = named(&name);
+        let hits: Vec<&&Name> = names.iter().filter(|n| n.name == name).collect();
         let later = matches!(
             error,
             LayoutError::DuplicateViewAxis { .. }
@@ -461,23 +421,22 @@ fn report_step(cx: &Ctxt, step: &StepDecl, error: &LayoutError) {
         );
         let pick = if later { hits.last() } else { hits.first() };
         match pick {
-            Some(ident) => cx.error_spanned_by(ident, error),
-            None => cx.error_spanned_by(step.tokens(), error),
+            Some(n) => cx.error_spanned_by(&n.ident, message),
+            None => cx.error_spanned_by(step_tokens, message),
         }
         return;
     }
-    if let (LayoutError::NotAPermutation { .. }, StepKind::Permute(axes)) = (error, &step.kind) {
+    if let (LayoutError::NotAPermutation { .. }, ViewStep::Permute(axes)) = (error, step) {
         let mut seen = Vec::new();
-        for ident in axes {
-            let name = name_of(ident);
-            if seen.contains(&name) {
-                cx.error_spanned_by(ident, format!("{error}: `{name}` is named twice"));
+        for n in axes {
+            if seen.contains(&&n.name) {
+                cx.error_spanned_by(&n.ident, format!("{message}: `{}` is named twice", n.name));
                 return;
             }
-            seen.push(name);
+            seen.push(&n.name);
         }
     }
-    cx.error_spanned_by(step.tokens(), error);
+    cx.error_spanned_by(step_tokens, message);
 }
 
 #[cfg(test)]

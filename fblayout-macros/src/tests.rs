@@ -28,8 +28,7 @@ fn wgsl(input: &syn::DeriveInput) -> String {
     let source = model
         .expect("a valid declaration has a model")
         .descriptor
-        .wgsl
-        .source()
+        .wgsl()
         .to_owned();
     let module =
         WgslModule::validate("snapshot", source.as_str()).expect("the embedded WGSL is valid");

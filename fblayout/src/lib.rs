@@ -28,9 +28,13 @@
 //! }
 //!
 //! let ext = XExtents { tokens: 10 };
-//! let x = X::new(Ix::new(3), Ix::new(5));
-//! let xt = XT::new(Ix::new(5), Ix::new(3)); // the same element, read transposed
+//! let x = X::new(Ix::of(Tokens, 3), Ix::of(Hidden, 5));
+//! let xt = XT::new(x.hidden, x.tokens); // the same element, read transposed
 //! assert_eq!(x.offset(ext), xt.offset(ext));
+//! // Loops stay typed: iterate the typed extents of the shape.
+//! let shape = X::shape(ext);
+//! let elements = shape.tokens.into_iter().flat_map(|t| shape.hidden.into_iter().map(move |h| X::new(t, h)));
+//! assert_eq!(elements.filter(|x| x.in_bounds(ext)).count(), 10 * 768);
 //! assert!(X::WGSL.contains("fn xt_offset(hidden: u32, tokens: u32, tokens_len: u32) -> u32"));
 //! ```
 //!
@@ -44,7 +48,7 @@ pub use fblayout_core::{algebra, catalog, emit, expr, layout, typed, wgsl};
 #[cfg(feature = "pictures")]
 pub use fblayout_core::print;
 
-pub use fblayout_core::typed::{Coord, Extents, Ix, Tensor, TensorDescriptor, each};
+pub use fblayout_core::typed::{Coord, Extents, Ix, Len, Tensor, TensorDescriptor, each};
 
 /// An axis marker type (the trait); derive it with [`#[derive(Axis)]`](derive@Axis).
 pub use fblayout_core::typed::Axis;
@@ -54,3 +58,11 @@ pub use fblayout_macros::Axis;
 
 #[doc = include_str!("derive_tensor.md")]
 pub use fblayout_macros::Tensor;
+
+/// What the code `#[derive(Tensor)]` generates calls: constructors that skip checks the derive
+/// made while it expanded. Not a public API; it changes with the derive, which is why the
+/// derive's version is pinned exactly.
+#[doc(hidden)]
+pub mod __private {
+    pub use fblayout_core::typed::derive::{descriptor, ix, len};
+}

@@ -21,7 +21,7 @@ fn gpu() -> Gpu {
 
 /// Probes `C`'s WGSL on `gpu` and compares it with its CPU functions at every coordinate.
 fn gpu_agrees_with_cpu<C: Coord>(gpu: &Gpu, ext: <C::Tensor as Tensor>::Extents) {
-    let shape = C::shape(ext);
+    let shape = C::dims(ext);
     let margin = 2;
     let extended: Vec<u32> = shape
         .as_ref()

@@ -76,6 +76,18 @@ pub struct X {
     pub hidden: ::fblayout::Ix<Hidden>,
 }
 
+/// The gradient of `X`: its declaration, its own coordinate type.
+#[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Tensor)]
+#[tensor(like = X)]
+pub struct DX {
+    /// Batch index.
+    pub batch: ::fblayout::Ix<Batch>,
+    /// Sequence index.
+    pub seq: ::fblayout::Ix<Seq>,
+    /// Hidden index.
+    pub hidden: ::fblayout::Ix<Hidden>,
+}
+
 /// A static, padded, crate-private tensor.
 #[derive(::core::clone::Clone, ::core::marker::Copy, ::fblayout::Tensor)]
 #[tensor(layout = rtile, elem = u32, reduce(forward = [hidden]))]
@@ -89,9 +101,9 @@ pub(crate) struct M {
 
 const M_LEN: ::core::primitive::usize = M::LEN;
 const M_AT: ::core::primitive::usize =
-    M::new(::fblayout::Ix::new(1), ::fblayout::Ix::new(5)).offset(MExtents);
+    M::new(::fblayout::Ix::of(Seq, 1), ::fblayout::Ix::of(Hidden, 5)).offset(MExtents);
 const MT_AT: ::core::primitive::usize =
-    MT::new(::fblayout::Ix::new(5), ::fblayout::Ix::new(1)).offset(MExtents);
+    MT::new(::fblayout::Ix::of(Hidden, 5), ::fblayout::Ix::of(Seq, 1)).offset(MExtents);
 
 #[test]
 fn expansions_work_without_the_prelude() {
@@ -100,25 +112,25 @@ fn expansions_work_without_the_prelude() {
     ::core::assert_eq!(M_AT, MT_AT);
     let ext = XExtents { batch: 2, seq: 3 };
     let x = X::new(
-        ::fblayout::Ix::new(1),
-        ::fblayout::Ix::new(2),
-        ::fblayout::Ix::new(13),
+        ::fblayout::Ix::of(Batch, 1),
+        ::fblayout::Ix::of(Seq, 2),
+        ::fblayout::Ix::of(Hidden, 13),
     );
     let q = Q::new(
         x.batch,
         x.seq,
-        ::fblayout::Ix::new(3),
-        ::fblayout::Ix::new(1),
+        ::fblayout::Ix::of(Heads, 3),
+        ::fblayout::Ix::of(HeadDim, 1),
     );
     let kt = KT::new(
         x.batch,
-        ::fblayout::Ix::new(1),
-        ::fblayout::Ix::new(3),
+        ::fblayout::Ix::of(HeadDim, 1),
+        ::fblayout::Ix::of(Heads, 3),
         x.seq,
     );
-    let w = Window::new(x.batch, ::fblayout::Ix::new(1), x.hidden);
-    let r = Rows::new(::fblayout::Ix::new(1), x.batch, x.seq, x.hidden);
-    let t = Tokens::new(::fblayout::Ix::new(3 + 2), x.hidden);
+    let w = Window::new(x.batch, ::fblayout::Ix::of(Seq, 1), x.hidden);
+    let r = Rows::new(::fblayout::Ix::of(Rep, 1), x.batch, x.seq, x.hidden);
+    let t = Tokens::new(::fblayout::Ix::of(Token, 3 + 2), x.hidden);
     for offset in [
         XT::new(x.hidden, x.seq, x.batch).offset(ext),
         q.offset(ext),
@@ -130,6 +142,14 @@ fn expansions_work_without_the_prelude() {
         ::core::assert_eq!(offset, x.offset(ext));
     }
     ::core::assert!(x.in_bounds(ext));
+    let shape = X::shape(ext);
+    ::core::assert_eq!(shape.dims(), [2, 3, 16]);
+    ::core::assert!(shape.seq.contains(x.seq));
+    ::core::assert_eq!(Rows::shape(ext).rep.get(), 2);
+    let dx = DX::new(x.batch, x.seq, x.hidden);
+    ::core::assert_eq!(dx.offset(ext), x.offset(ext));
+    ::core::assert_eq!(DX::len(ext), X::len(ext));
+    ::core::assert_eq!(<DX as Coord>::NAME, "x");
     ::core::assert_eq!(<X as Coord>::view().name(), "x");
     ::core::assert_eq!(<Rows as Coord>::view().name(), "rows");
     ::core::assert_eq!(X::descriptor().views.len(), 6);

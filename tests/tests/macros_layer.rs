@@ -20,7 +20,7 @@ fn agrees_with_descriptor<C: Coord + Debug>(
     ext: <C::Tensor as Tensor>::Extents,
 ) -> BTreeSet<usize> {
     let bound = C::bind(ext).expect("valid extents bind");
-    let shape = C::shape(ext);
+    let shape = C::dims(ext);
     let shape = shape.as_ref();
     assert_eq!(
         bound.shape(),
@@ -127,11 +127,11 @@ fn views_name_the_same_element() {
         assert_eq!(XT::new(x.hidden, x.seq, x.batch).offset(ext), at);
         let (h, d) = (x.hidden.get() / 8, x.hidden.get() % 8);
         assert_eq!(
-            XH::new(x.batch, x.seq, Ix::new(h), Ix::new(d)).offset(ext),
+            XH::new(x.batch, x.seq, Ix::of(Heads, h), Ix::of(HeadDim, d)).offset(ext),
             at
         );
         let token = x.batch.get() * ext.seq + x.seq.get();
-        assert_eq!(Tokens::new(Ix::new(token), x.hidden).offset(ext), at);
+        assert_eq!(Tokens::new(Ix::of(Token, token), x.hidden).offset(ext), at);
     }
     let ext = AttnExtents { batch: 2, seq: 3 };
     for a in each::<Attn>(ext) {
@@ -146,11 +146,31 @@ fn views_name_the_same_element() {
     }
 }
 
+/// Loops over typed extents stay typed and visit what `each` visits.
+#[test]
+fn typed_shapes_iterate_typed_indices() {
+    let ext = XExtents { batch: 2, seq: 3 };
+    let shape = X::shape(ext);
+    assert_eq!(shape.dims(), X::dims(ext));
+    let mut typed = Vec::new();
+    for batch in shape.batch {
+        for seq in shape.seq {
+            for hidden in shape.hidden {
+                typed.push(X::new(batch, seq, hidden));
+            }
+        }
+    }
+    assert_eq!(typed, each::<X>(ext).collect::<Vec<_>>());
+    let heads = XH::shape(ext);
+    assert_eq!(heads.heads.get() * heads.head_dim.get(), shape.hidden.get());
+    assert_eq!(Tokens::shape(ext).token.get(), 2 * 3);
+}
+
 /// Static extents: lengths, offsets and masks are constants.
 const W_LEN: usize = W::LEN;
-const W_AT: usize = W::new(Ix::new(5), Ix::new(9)).offset(WExtents);
-const WT_AT: usize = WT::new(Ix::new(9), Ix::new(5)).offset(WExtents);
-const W_PADDING_IN_BOUNDS: bool = W::new(Ix::new(0), Ix::new(36)).in_bounds(WExtents);
+const W_AT: usize = W::new(Ix::of(In, 5), Ix::of(Out, 9)).offset(WExtents);
+const WT_AT: usize = WT::new(Ix::of(Out, 9), Ix::of(In, 5)).offset(WExtents);
+const W_PADDING_IN_BOUNDS: bool = W::new(Ix::of(In, 0), Ix::of(Out, 36)).in_bounds(WExtents);
 const X_LEN: usize = X::len(XExtents { batch: 3, seq: 5 });
 const _: () = assert!(W_LEN == 32 * 40);
 const _: () = assert!(!W_PADDING_IN_BOUNDS);
@@ -230,10 +250,10 @@ fn descriptors_describe_the_layer() {
     ] {
         assert_eq!(
             wgsl,
-            descriptor.wgsl.source(),
+            descriptor.wgsl(),
             "the embedded WGSL is the descriptor's"
         );
-        let functions = descriptor.wgsl.naga_module().functions.len();
+        let functions = descriptor.wgsl_module().naga_module().functions.len();
         // offset and in_bounds for the tensor, its tile helpers and each view.
         assert_eq!(
             functions,

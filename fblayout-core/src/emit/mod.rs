@@ -7,6 +7,7 @@
 //! emitter's output is validated by naga before anyone sees it ([`wgsl::emit_module`]).
 
 pub mod rust;
+pub mod tokens;
 pub mod wgsl;
 
 use crate::expr::{ExprGraph, ExprId, Node, ValidIndexFn};

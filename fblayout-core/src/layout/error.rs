@@ -43,6 +43,10 @@ pub enum Site {
     Tile(String),
     /// An axis named in a reduction list.
     Reduction(Pass, String),
+    /// A reduction list as a whole.
+    Pass(Pass),
+    /// The consent to pad an axis.
+    Pad(String),
     /// A view, or an axis named inside it.
     View {
         /// The view's name.
@@ -148,6 +152,28 @@ pub enum LayoutError {
         tensor: String,
         /// The axis.
         axis: String,
+        /// The layout order.
+        order: &'static str,
+    },
+    /// `pad` on an axis without a tile: there is nothing to pad.
+    #[error(
+        "`pad` accepts the padding of a tile, but axis `{axis}` of tensor `{tensor}` has no tile; add `tile = n` or remove `pad`"
+    )]
+    PadWithoutTile {
+        /// The tensor.
+        tensor: String,
+        /// The axis.
+        axis: String,
+    },
+    /// Reduction axes on a layout that isn't R-Tile: only R-Tile lays tensors out for them.
+    #[error(
+        "tensor `{tensor}` names {pass} reduction axes, but it is {order}, which stores it the same whatever is reduced; use `layout = rtile` to tile the reduction axes, or remove `reduce(...)`"
+    )]
+    ReductionWithoutRTile {
+        /// The tensor.
+        tensor: String,
+        /// The first pass that names axes.
+        pass: Pass,
         /// The layout order.
         order: &'static str,
     },
@@ -289,6 +315,7 @@ impl LayoutError {
             Self::NoAxes { .. } | Self::RTileWithoutReduction { .. } | Self::Bind { .. } => {
                 Site::Tensor
             }
+            Self::ReductionWithoutRTile { pass, .. } => Site::Pass(*pass),
             Self::UnsupportedElem { .. } => Site::Elem,
             Self::DuplicateAxis { axis, .. }
             | Self::ZeroExtent { axis, .. }
@@ -298,6 +325,7 @@ impl LayoutError {
             | Self::TileTooLarge { axis, .. }
             | Self::TileNeedsPad { axis, .. }
             | Self::TileWithoutRTile { axis, .. } => Site::Tile(axis.clone()),
+            Self::PadWithoutTile { axis, .. } => Site::Pad(axis.clone()),
             Self::UnknownReductionAxis { pass, axis, .. }
             | Self::DuplicateReductionAxis { pass, axis, .. } => {
                 Site::Reduction(*pass, axis.clone())

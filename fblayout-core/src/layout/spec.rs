@@ -92,7 +92,8 @@ pub struct LayoutSpec {
     pub backward: Vec<String>,
 }
 
-/// The tile R-Tile gives a reduction axis when none is declared: one `vec4` of `f32`.
+/// The tile R-Tile gives a reduction axis when none is declared: one `vec4` of `f32` (for a
+/// static extent, the largest of 4, 2 and 1 that divides it).
 pub const DEFAULT_REDUCTION_TILE: u32 = 4;
 
 impl LayoutSpec {
@@ -273,6 +274,19 @@ impl LayoutSpec {
                 tensor: tensor.clone(),
             });
         }
+        if self.order != Order::RTile {
+            let named = [
+                (Pass::Forward, &self.forward),
+                (Pass::Backward, &self.backward),
+            ];
+            if let Some((pass, _)) = named.into_iter().find(|(_, list)| !list.is_empty()) {
+                errors.push(LayoutError::ReductionWithoutRTile {
+                    tensor: tensor.clone(),
+                    pass,
+                    order: self.order.name(),
+                });
+            }
+        }
         let mut axes = Vec::with_capacity(self.axes.len());
         for spec in &self.axes {
             let name = spec.name.clone();
@@ -292,12 +306,18 @@ impl LayoutSpec {
             let tile = match (self.order, spec.tile) {
                 (Order::RTile, Some(t)) => t,
                 (Order::RTile, None) if self.is_reduced(&spec.name) => match spec.extent {
-                    // A default tile never exceeds a static extent; it may pad.
-                    Extent::Static(n) => DEFAULT_REDUCTION_TILE.min(n.max(1)),
+                    // A default tile divides a static extent: it never pads.
+                    Extent::Static(n) => default_tile(n),
                     Extent::Dynamic => DEFAULT_REDUCTION_TILE,
                 },
                 _ => 1,
             };
+            if spec.pad && spec.tile.is_none() {
+                errors.push(LayoutError::PadWithoutTile {
+                    tensor: tensor.clone(),
+                    axis: name.clone(),
+                });
+            }
             if tile == 0 {
                 errors.push(LayoutError::ZeroTile {
                     tensor: tensor.clone(),
@@ -331,6 +351,15 @@ impl LayoutSpec {
         }
         axes
     }
+}
+
+/// The tile R-Tile gives a reduction axis of static extent `n` with no declared tile: the
+/// largest of 4, 2 and 1 that divides `n`, so that a default never pads.
+fn default_tile(n: u32) -> u32 {
+    [DEFAULT_REDUCTION_TILE, 2, 1]
+        .into_iter()
+        .find(|&t| n.is_multiple_of(t))
+        .unwrap_or(1)
 }
 
 /// Static parts of the buffer must fit the u32 index space (dynamic parts are checked when

@@ -171,6 +171,35 @@ impl TensorLayout {
             .product()
     }
 
+    /// The buffer length in elements, padding included, as an index function `<name>_len`
+    /// over the run-time extents `<axis>_len` (in axis order): its `offset` root is the
+    /// length, `(E + t - 1) / t * t` per axis, multiplied out; its `in_bounds` root is `true`.
+    ///
+    /// Emitters turn it into code, so that the derive, the WGSL and the CPU path compute the
+    /// length from one expression.
+    pub fn len_fn(&self) -> ValidIndexFn {
+        let mut g = ExprGraph::unshared();
+        let params = self.declare_extents(&mut g);
+        let mut factors = Vec::with_capacity(self.rank());
+        for i in 0..self.rank() {
+            let grid = self.grid_expr(&mut g, i);
+            let t = g.constant(u64::from(self.axes[i].tile));
+            factors.push(g.mul(grid, t));
+        }
+        let offset = Self::product(&mut g, factors);
+        let in_bounds = g.boolean(true);
+        let f = IndexFn {
+            name: format!("{}_len", self.name),
+            graph: g,
+            params,
+            offset,
+            in_bounds,
+            assume: Assumptions::default(),
+        };
+        f.validate()
+            .expect("the length function of a checked layout is well formed")
+    }
+
     /// Shares the layout, for views.
     pub fn into_arc(self) -> Arc<Self> {
         Arc::new(self)

@@ -29,6 +29,7 @@
 //!
 //! let x = LayoutSpec::new("x")
 //!     .axis("rows", 6)
+//!     .tile(4, true)
 //!     .axis("cols", 8)
 //!     .rtile()
 //!     .reduce_forward(["cols"])

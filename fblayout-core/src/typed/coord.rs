@@ -56,6 +56,9 @@ pub trait Coord: Copy + 'static {
     type Tensor: Tensor;
     /// One `usize` per axis (`[usize; RANK]`).
     type Indices: Copy + fmt::Debug + Eq + AsRef<[usize]>;
+    /// One typed extent ([`Len`](super::Len)) per axis: the generated `<Coord>Shape` struct,
+    /// whose fields are named after the axes.
+    type Shape: Copy + fmt::Debug + Eq;
 
     /// The view's name (the tensor's own name for the tensor itself); the WGSL functions are
     /// `<NAME>_offset` and `<NAME>_in_bounds`.
@@ -81,8 +84,11 @@ pub trait Coord: Copy + 'static {
     /// Whether this coordinate lies inside the view (padding does not).
     fn in_bounds(&self, extents: <Self::Tensor as Tensor>::Extents) -> bool;
 
-    /// The extent of each axis, given the run-time extents.
-    fn shape(extents: <Self::Tensor as Tensor>::Extents) -> Self::Indices;
+    /// The extent of each axis, typed, given the run-time extents.
+    fn shape(extents: <Self::Tensor as Tensor>::Extents) -> Self::Shape;
+
+    /// The extent of each axis as plain numbers, in axis order.
+    fn dims(extents: <Self::Tensor as Tensor>::Extents) -> Self::Indices;
 
     /// The view this coordinate indexes, from the tensor's descriptor.
     fn view() -> &'static View;
@@ -107,21 +113,23 @@ pub trait Tensor: Coord<Tensor = Self> {
     /// The number of elements in one tile (1 unless R-Tile); a tile is contiguous.
     const TILE_ELEMS: usize;
 
-    /// The runtime descriptor: layout, views and validated WGSL.
+    /// The runtime descriptor: layout, views and validated WGSL (for a derived tensor, built
+    /// from what the derive checked, without checking it again).
     fn descriptor() -> &'static TensorDescriptor;
 
     /// The buffer length in elements, padding included.
     fn len(extents: Self::Extents) -> usize;
 
-    /// [`WGSL`](Self::WGSL) as a validated module, to splice into kernels.
+    /// [`WGSL`](Self::WGSL) as naga's validated module, to splice into kernels (naga runs on
+    /// the first call; see [`TensorDescriptor::wgsl_module`]).
     fn wgsl_module() -> &'static WgslModule {
-        &Self::descriptor().wgsl
+        Self::descriptor().wgsl_module()
     }
 }
 
 /// Iterates over every coordinate of `C`'s shape, row-major (last axis fastest).
 pub fn each<C: Coord>(extents: <C::Tensor as Tensor>::Extents) -> Each<C> {
-    let shape: Vec<usize> = C::shape(extents).as_ref().to_vec();
+    let shape: Vec<usize> = C::dims(extents).as_ref().to_vec();
     let done = shape.contains(&0);
     Each {
         current: vec![0; shape.len()],

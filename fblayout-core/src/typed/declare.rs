@@ -1,38 +1,44 @@
 //! Declarations: a layout and its views, checked into a runtime descriptor.
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::hash::Hash;
+use std::sync::OnceLock;
 
 use crate::emit::wgsl::WgslWriter;
 use crate::expr::ValidIndexFn;
-use crate::layout::{LayoutError, LayoutSpec, Order, SplitPart, TensorLayout, View};
+use crate::layout::{Axis, LayoutError, LayoutSpec, Order, SplitPart, TensorLayout, View};
 use crate::wgsl::{WgslError, WgslModule};
 
 /// One step of a declared view (see [`View`] for what each does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ViewStep<'a> {
+///
+/// Names are anything that reads as a `&str`: `&'static str` in code the derive generates,
+/// `String` in a declaration read from a file, or the derive's own spanned names, so that the
+/// one step type serves the parser, the checks and the generated code alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ViewStep<S> {
     /// Reorders the axes; names every axis once.
-    Permute(&'a [&'a str]),
+    Permute(Vec<S>),
     /// Swaps two axes.
-    Transpose(&'a str, &'a str),
+    Transpose(S, S),
     /// Splits an axis into parts, outermost first; one part may be inferred (`None`).
     Split {
         /// The axis split.
-        axis: &'a str,
-        /// The parts.
-        parts: &'a [SplitPart<'a>],
+        axis: S,
+        /// The parts: a name and an extent, or `None` for the one inferred.
+        parts: Vec<(S, Option<u32>)>,
     },
     /// Merges adjacent axes into one.
     Merge {
         /// The axes merged, in view order.
-        axes: &'a [&'a str],
+        axes: Vec<S>,
         /// The merged axis.
-        into: &'a str,
+        into: S,
     },
     /// Keeps `start..start + len` of an axis.
     Slice {
         /// The axis.
-        axis: &'a str,
+        axis: S,
         /// The first index kept.
         start: u32,
         /// How many indices are kept.
@@ -41,7 +47,7 @@ pub enum ViewStep<'a> {
     /// Adds an axis along which every index reads the same element.
     Broadcast {
         /// The new axis.
-        axis: &'a str,
+        axis: S,
         /// Its extent.
         extent: u32,
         /// Its position.
@@ -49,54 +55,124 @@ pub enum ViewStep<'a> {
     },
 }
 
-impl ViewStep<'_> {
+impl<S: AsRef<str>> ViewStep<S> {
     /// Applies this step to `view`.
     pub fn apply(&self, view: &View) -> Result<View, LayoutError> {
-        match *self {
-            Self::Permute(order) => view.permute(order),
-            Self::Transpose(a, b) => view.transpose(a, b),
-            Self::Split { axis, parts } => view.split(axis, parts),
-            Self::Merge { axes, into } => view.merge(axes, into),
-            Self::Slice { axis, start, len } => view.slice(axis, start, len),
-            Self::Broadcast { axis, extent, at } => view.broadcast(axis, extent, at),
+        fn names<S: AsRef<str>>(list: &[S]) -> Vec<&str> {
+            list.iter().map(AsRef::as_ref).collect()
+        }
+        match self {
+            Self::Permute(order) => view.permute(&names(order)),
+            Self::Transpose(a, b) => view.transpose(a.as_ref(), b.as_ref()),
+            Self::Split { axis, parts } => {
+                let parts: Vec<SplitPart<'_>> =
+                    parts.iter().map(|(n, e)| (n.as_ref(), *e)).collect();
+                view.split(axis.as_ref(), &parts)
+            }
+            Self::Merge { axes, into } => view.merge(&names(axes), into.as_ref()),
+            Self::Slice { axis, start, len } => view.slice(axis.as_ref(), *start, *len),
+            Self::Broadcast { axis, extent, at } => view.broadcast(axis.as_ref(), *extent, *at),
+        }
+    }
+
+    /// Every name the step mentions, in the order written: the axes it reads, then the axes it
+    /// creates.
+    pub fn names(&self) -> Vec<&S> {
+        match self {
+            Self::Permute(axes) => axes.iter().collect(),
+            Self::Transpose(a, b) => vec![a, b],
+            Self::Split { axis, parts } => std::iter::once(axis)
+                .chain(parts.iter().map(|(n, _)| n))
+                .collect(),
+            Self::Merge { axes, into } => axes.iter().chain([into]).collect(),
+            Self::Slice { axis, .. } => vec![axis],
+            Self::Broadcast { axis, .. } => vec![axis],
+        }
+    }
+
+    /// The axes the step creates (split parts, the merged axis, a broadcast axis).
+    pub fn new_axes(&self) -> Vec<&S> {
+        match self {
+            Self::Split { parts, .. } => parts.iter().map(|(n, _)| n).collect(),
+            Self::Merge { into, .. } => vec![into],
+            Self::Broadcast { axis, .. } => vec![axis],
+            Self::Permute(_) | Self::Transpose(..) | Self::Slice { .. } => Vec::new(),
+        }
+    }
+
+    /// The same step with every name mapped by `f`.
+    pub fn map<T>(&self, mut f: impl FnMut(&S) -> T) -> ViewStep<T> {
+        match self {
+            Self::Permute(axes) => ViewStep::Permute(axes.iter().map(&mut f).collect()),
+            Self::Transpose(a, b) => ViewStep::Transpose(f(a), f(b)),
+            Self::Split { axis, parts } => ViewStep::Split {
+                axis: f(axis),
+                parts: parts.iter().map(|(n, e)| (f(n), *e)).collect(),
+            },
+            Self::Merge { axes, into } => ViewStep::Merge {
+                axes: axes.iter().map(&mut f).collect(),
+                into: f(into),
+            },
+            Self::Slice { axis, start, len } => ViewStep::Slice {
+                axis: f(axis),
+                start: *start,
+                len: *len,
+            },
+            Self::Broadcast { axis, extent, at } => ViewStep::Broadcast {
+                axis: f(axis),
+                extent: *extent,
+                at: *at,
+            },
         }
     }
 }
 
-impl fmt::Display for ViewStep<'_> {
+impl<S: AsRef<str>> fmt::Display for ViewStep<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let join = |list: &[S]| {
+            list.iter()
+                .map(AsRef::as_ref)
+                .collect::<Vec<&str>>()
+                .join(", ")
+        };
         match self {
-            Self::Permute(order) => write!(f, "permute({})", order.join(", ")),
-            Self::Transpose(a, b) => write!(f, "transpose({a}, {b})"),
+            Self::Permute(order) => write!(f, "permute({})", join(order)),
+            Self::Transpose(a, b) => write!(f, "transpose({}, {})", a.as_ref(), b.as_ref()),
             Self::Split { axis, parts } => {
                 let parts: Vec<String> = parts
                     .iter()
-                    .map(|(n, e)| format!("{n} = {}", e.map_or("_".to_owned(), |e| e.to_string())))
+                    .map(|(n, e)| {
+                        let e = e.map_or("_".to_owned(), |e| e.to_string());
+                        format!("{} = {e}", n.as_ref())
+                    })
                     .collect();
-                write!(f, "split({axis} => {})", parts.join(", "))
+                write!(f, "split({} => {})", axis.as_ref(), parts.join(", "))
             }
-            Self::Merge { axes, into } => write!(f, "merge({} => {into})", axes.join(", ")),
+            Self::Merge { axes, into } => {
+                write!(f, "merge({} => {})", join(axes), into.as_ref())
+            }
             Self::Slice { axis, start, len } => {
                 write!(
                     f,
-                    "slice({axis}, {start}..{})",
+                    "slice({}, {start}..{})",
+                    axis.as_ref(),
                     u64::from(*start) + u64::from(*len)
                 )
             }
             Self::Broadcast { axis, extent, at } => {
-                write!(f, "broadcast({axis} = {extent}, at = {at})")
+                write!(f, "broadcast({} = {extent}, at = {at})", axis.as_ref())
             }
         }
     }
 }
 
 /// A declared view: a name and the steps that lead to it from the tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ViewSpec<'a> {
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ViewSpec<S> {
     /// The view's name (its WGSL functions start with it).
-    pub name: &'a str,
+    pub name: S,
     /// The steps, applied in order.
-    pub steps: &'a [ViewStep<'a>],
+    pub steps: Vec<ViewStep<S>>,
 }
 
 /// One problem with a tensor declaration.
@@ -143,16 +219,24 @@ pub struct TensorDescriptor {
     pub identity: View,
     /// The declared views, in declaration order.
     pub views: Vec<View>,
-    /// The WGSL of the tensor, its views and its tile helpers, validated by naga.
-    pub wgsl: WgslModule,
+    /// The WGSL of the tensor, its views and its tile helpers, validated by naga (once: when
+    /// [`declare`](Self::declare) ran, which for a derived tensor was while the derive
+    /// expanded).
+    wgsl: Cow<'static, str>,
+    /// naga's module of `wgsl`: made by `declare`, or on the first call of
+    /// [`wgsl_module`](Self::wgsl_module) for a derived tensor.
+    module: OnceLock<WgslModule>,
 }
 
 impl TensorDescriptor {
     /// Checks a declaration and builds its descriptor, or reports every problem found.
     ///
     /// Layout problems come first (views are not checked against an invalid layout); each view
-    /// reports its first failing step.
-    pub fn declare(spec: &LayoutSpec, views: &[ViewSpec<'_>]) -> Result<Self, DeclareErrors> {
+    /// reports its first failing step. The WGSL is emitted and validated by naga.
+    pub fn declare<S: AsRef<str>>(
+        spec: &LayoutSpec,
+        views: &[ViewSpec<S>],
+    ) -> Result<Self, DeclareErrors> {
         let layout = spec
             .build()
             .map_err(|errors| errors.map(DeclareError::Layout))?;
@@ -160,10 +244,11 @@ impl TensorDescriptor {
         let mut errors = Vec::new();
         let mut built = Vec::with_capacity(views.len());
         for (i, spec) in views.iter().enumerate() {
-            if let Some(taken_by) = Self::name_taken(&layout, &views[..i], spec.name) {
+            let name = spec.name.as_ref();
+            if let Some(taken_by) = Self::name_taken(&layout, &views[..i], name) {
                 errors.push(DeclareError::ViewName {
                     view: i,
-                    name: spec.name.to_owned(),
+                    name: name.to_owned(),
                     taken_by,
                 });
             }
@@ -174,33 +259,85 @@ impl TensorDescriptor {
         if let Some(errors) = DeclareErrors::from_vec(errors) {
             return Err(errors);
         }
-        let wgsl = Self::emit_wgsl(&layout, &identity, &built)
+        let module = Self::emit_wgsl(&layout, &identity, &built)
             .map_err(|e| DeclareErrors::from(DeclareError::Wgsl(e)))?;
         Ok(Self {
             layout,
             identity,
             views: built,
-            wgsl,
+            wgsl: Cow::Owned(module.source().to_owned()),
+            module: OnceLock::from(module),
         })
     }
 
-    /// Like [`declare`](Self::declare), for declarations already checked by the derive.
+    /// The descriptor of a declaration that [`declare`](Self::declare) accepted already (while
+    /// `#[derive(Tensor)]` expanded): the layout from its checked axes, the views from their
+    /// steps, and the WGSL that was validated then. Nothing is checked, emitted or validated
+    /// again; [`wgsl_module`](Self::wgsl_module) runs naga only when asked.
     ///
     /// # Panics
-    /// When the declaration is invalid. `#[derive(Tensor)]` calls this only with declarations
-    /// that passed [`declare`](Self::declare) while it expanded, so it does not panic there.
-    pub fn declared(spec: &LayoutSpec, views: &[ViewSpec<'_>]) -> Self {
-        match Self::declare(spec, views) {
-            Ok(descriptor) => descriptor,
-            Err(errors) => panic!(
-                "tensor `{}` was checked when it was derived, yet: {errors}",
-                spec.name
-            ),
+    /// When a view step does not apply, which `declare` rules out for the declarations the
+    /// derive passes here.
+    pub(crate) fn from_validated(
+        spec: &LayoutSpec,
+        axes: Vec<Axis>,
+        views: &[ViewSpec<&str>],
+        wgsl: &'static str,
+    ) -> Self {
+        let layout = TensorLayout::from_checked(spec, axes);
+        let identity = layout.view();
+        let views = views
+            .iter()
+            .map(|v| {
+                let start = identity.clone().named(v.name);
+                v.steps
+                    .iter()
+                    .try_fold(start?, |view, step| step.apply(&view))
+            })
+            .collect::<Result<Vec<View>, LayoutError>>()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "tensor `{}` was checked when it was derived, yet: {e}",
+                    spec.name
+                )
+            });
+        Self {
+            layout,
+            identity,
+            views,
+            wgsl: Cow::Borrowed(wgsl),
+            module: OnceLock::new(),
         }
     }
 
+    /// The WGSL of the tensor, its views and its tile helpers (see [`Tensor::WGSL`](super::Tensor::WGSL)).
+    pub fn wgsl(&self) -> &str {
+        &self.wgsl
+    }
+
+    /// [`wgsl`](Self::wgsl) as naga's validated module, to splice into kernels. For a derived
+    /// tensor, the first call runs naga (the derive validated the same source while it
+    /// expanded).
+    ///
+    /// # Panics
+    /// When naga rejects the source, which the validation at declaration rules out.
+    pub fn wgsl_module(&self) -> &WgslModule {
+        self.module.get_or_init(|| {
+            WgslModule::validate(self.layout.name(), self.wgsl.as_ref()).unwrap_or_else(|e| {
+                panic!(
+                    "the WGSL of tensor `{}` was validated when it was declared, yet: {e}",
+                    self.layout.name()
+                )
+            })
+        })
+    }
+
     /// What already holds `name`, if anything.
-    fn name_taken(layout: &TensorLayout, earlier: &[ViewSpec<'_>], name: &str) -> Option<String> {
+    fn name_taken<S: AsRef<str>>(
+        layout: &TensorLayout,
+        earlier: &[ViewSpec<S>],
+        name: &str,
+    ) -> Option<String> {
         if name == layout.name() {
             return Some("the tensor itself".into());
         }
@@ -209,18 +346,18 @@ impl TensorDescriptor {
         }
         earlier
             .iter()
-            .position(|v| v.name == name)
+            .position(|v| v.name.as_ref() == name)
             .map(|i| format!("view #{}", i + 1))
     }
 
     /// Builds view `index`, or reports its first problem into `errors`.
-    fn build_view(
+    fn build_view<S: AsRef<str>>(
         identity: &View,
         index: usize,
-        spec: &ViewSpec<'_>,
+        spec: &ViewSpec<S>,
         errors: &mut Vec<DeclareError>,
     ) -> Option<View> {
-        let mut view = match identity.clone().named(spec.name) {
+        let mut view = match identity.clone().named(spec.name.as_ref()) {
             Ok(view) => view,
             Err(error) => {
                 errors.push(DeclareError::View {

@@ -9,8 +9,10 @@
 //!   job is to be distinct from every other axis type.
 //! - An [`Ix<A>`] is an index along axis `A`: a `usize` that remembers which axis it belongs
 //!   to. `Ix<Seq>` and `Ix<Hidden>` are different types, so a sequence index cannot be passed
-//!   where a hidden index is expected. [`Ix::retag`] converts explicitly when a kernel really
-//!   means it (a query position used as a key position).
+//!   where a hidden index is expected; making one names the axis (`Ix::of(Seq, 3)`), so its
+//!   type is never inferred from where it goes. [`Ix::retag`] converts explicitly when a
+//!   kernel really means it (a query position used as a key position). A [`Len<A>`] is an
+//!   extent along `A`; iterating it yields typed indices.
 //! - A **coordinate** is a struct whose fields are `Ix`s, one per axis, implementing [`Coord`].
 //!   The struct a tensor is declared on is the coordinate of the tensor itself; each declared
 //!   view (a permutation, a split, a merge...) gets its own coordinate struct, whose offsets
@@ -18,7 +20,8 @@
 //! - A **tensor** ([`Tensor`]) is the coordinate of a declared layout, with its run-time
 //!   extents ([`Extents`]), its naga-validated WGSL ([`Tensor::WGSL`]) and its runtime
 //!   [`TensorDescriptor`]: the layout, its views and their WGSL, which the kernel crate and the
-//!   planner read.
+//!   planner read. The derive builds that descriptor from what it checked while expanding;
+//!   nothing is checked again at run time.
 //!
 //! Views are declared as data ([`ViewSpec`], a list of [`ViewStep`]s) so that the derive can
 //! check them while it expands, with exactly the code that later builds the descriptor at run
@@ -30,19 +33,22 @@
 //! use fblayout_core::typed::{TensorDescriptor, ViewSpec, ViewStep};
 //!
 //! let spec = LayoutSpec::new("x").dyn_axis("tokens").axis("hidden", 8).rtile().reduce_forward(["hidden"]);
-//! let views = [ViewSpec { name: "xt", steps: &[ViewStep::Transpose("tokens", "hidden")] }];
+//! let views = [ViewSpec { name: "xt", steps: vec![ViewStep::Transpose("tokens", "hidden")] }];
 //! let x = TensorDescriptor::declare(&spec, &views)?;
 //! assert_eq!(x.view("xt").map(|v| v.axes().len()), Some(2));
-//! assert!(x.wgsl.source().contains("fn xt_offset("));
+//! assert!(x.wgsl().contains("fn xt_offset("));
 //! # Ok::<(), fblayout_core::typed::DeclareErrors>(())
 //! ```
 
 mod coord;
 mod declare;
+#[doc(hidden)]
+pub mod derive;
 mod index;
+pub mod suggest;
 #[cfg(test)]
 mod tests;
 
 pub use coord::{Coord, Each, Extents, Tensor, bindings, each};
 pub use declare::{DeclareError, DeclareErrors, TensorDescriptor, ViewSpec, ViewStep};
-pub use index::{Axis, Ix};
+pub use index::{Axis, Ix, IxRange, Len};

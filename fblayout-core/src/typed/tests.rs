@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::layout::{ElemType, LayoutSpec, Pass, Site, View};
+use crate::layout::{ElemType, LayoutError, LayoutSpec, Pass, Site, View};
 use crate::wgsl::WgslModule;
 
 #[derive(Clone, Copy)]
@@ -49,6 +49,7 @@ fn x_spec() -> LayoutSpec {
 impl Coord for X {
     type Tensor = X;
     type Indices = [usize; 2];
+    type Shape = (Len<Seq>, Len<Hidden>);
     const NAME: &'static str = "x";
     const AXES: &'static [&'static str] = &["seq", "hidden"];
     const OFFSET_FN: &'static str = "x_offset";
@@ -59,8 +60,8 @@ impl Coord for X {
     fn from_indices(i: &[usize]) -> Option<Self> {
         match *i {
             [s, h] => Some(Self {
-                seq: Ix::new(s),
-                hidden: Ix::new(h),
+                seq: Ix::of(Seq, s),
+                hidden: Ix::of(Hidden, h),
             }),
             _ => None,
         }
@@ -71,7 +72,10 @@ impl Coord for X {
     fn in_bounds(&self, e: XExtents) -> bool {
         self.seq.get() < e.seq && self.hidden.get() < 8
     }
-    fn shape(e: XExtents) -> [usize; 2] {
+    fn shape(e: XExtents) -> (Len<Seq>, Len<Hidden>) {
+        (Len::of(Seq, e.seq), Len::of(Hidden, 8))
+    }
+    fn dims(e: XExtents) -> [usize; 2] {
         [e.seq, 8]
     }
     fn view() -> &'static View {
@@ -85,7 +89,9 @@ impl Tensor for X {
     const TILE_ELEMS: usize = 4;
     fn descriptor() -> &'static TensorDescriptor {
         static D: std::sync::OnceLock<TensorDescriptor> = std::sync::OnceLock::new();
-        D.get_or_init(|| TensorDescriptor::declared(&x_spec(), &[]))
+        D.get_or_init(|| {
+            TensorDescriptor::declare::<&str>(&x_spec(), &[]).expect("x_spec is valid")
+        })
     }
     fn len(e: XExtents) -> usize {
         e.seq * 8
@@ -94,11 +100,12 @@ impl Tensor for X {
 
 #[test]
 fn ix_is_a_tagged_usize() {
-    let a: Ix<Seq> = Ix::new(3);
-    const B: Ix<Seq> = Ix::new(5);
+    let a = Ix::of(Seq, 3);
+    const B: Ix<Seq> = Ix::of(Seq, 5);
     const FIVE: usize = B.get();
     assert_eq!(FIVE, 5);
-    assert!(a < B && a == Ix::new(3) && a != B);
+    assert!(a < B && a == Ix::of(Seq, 3) && a != B);
+    assert_eq!(a.next(), Ix::of(Seq, 4));
     assert_eq!(a.max(B), B);
     assert_eq!(usize::from(a), 3);
     assert_eq!(format!("{a}"), "Seq=3");
@@ -107,9 +114,9 @@ fn ix_is_a_tagged_usize() {
     assert_eq!(format!("{h}"), "Hidden=3");
     let set: HashSet<Ix<Seq>> = [a, a, B].into_iter().collect();
     assert_eq!(set.len(), 2);
-    // No bounds on the marker: a type that is not an axis works as a tag too.
+    // No bounds on the marker for the traits: a type that is not an axis works as a tag too.
     struct NotAnAxis;
-    assert_eq!(Ix::<NotAnAxis>::new(1), Ix::new(1));
+    assert_eq!(derive::ix::<NotAnAxis>(1), derive::ix(1));
 }
 
 #[test]
@@ -161,16 +168,16 @@ fn declare_builds_views_and_validated_wgsl() {
         .reduce_backward(["tokens"]);
     let steps = [ViewStep::Split {
         axis: "hidden",
-        parts: &[("heads", Some(4)), ("head_dim", None)],
+        parts: vec![("heads", Some(4)), ("head_dim", None)],
     }];
     let views = [
         ViewSpec {
             name: "act_t",
-            steps: &[ViewStep::Transpose("tokens", "hidden")],
+            steps: vec![ViewStep::Transpose("tokens", "hidden")],
         },
         ViewSpec {
             name: "heads",
-            steps: &steps,
+            steps: steps.to_vec(),
         },
     ];
     let d = TensorDescriptor::declare(&spec, &views).unwrap();
@@ -179,7 +186,7 @@ fn declare_builds_views_and_validated_wgsl() {
     let heads = d.view("heads").unwrap();
     let names: Vec<&str> = heads.axes().iter().map(|a| a.name.as_str()).collect();
     assert_eq!(names, ["tokens", "heads", "head_dim"]);
-    let src = d.wgsl.source();
+    let src = d.wgsl();
     for f in [
         "act_offset",
         "act_in_bounds",
@@ -199,20 +206,21 @@ fn declare_builds_views_and_validated_wgsl() {
     );
     // Re-validating the text gives the same module.
     assert!(WgslModule::validate("again", src).is_ok());
+    assert_eq!(d.wgsl_module().source(), src);
 }
 
 #[test]
 fn row_major_has_no_tile_helpers() {
     let spec = LayoutSpec::new("m").axis("r", 3).axis("c", 5);
-    let d = TensorDescriptor::declare(&spec, &[]).unwrap();
-    assert!(!d.wgsl.source().contains("tile"), "{}", d.wgsl.source());
+    let d = TensorDescriptor::declare::<&str>(&spec, &[]).unwrap();
+    assert!(!d.wgsl().contains("tile"), "{}", d.wgsl());
 }
 
 #[test]
 fn declare_reports_every_problem_with_its_place() {
     let mut spec = x_spec().reduce_backward(["batch"]);
     spec.elem = ElemType::F64;
-    let errs = TensorDescriptor::declare(&spec, &[]).unwrap_err();
+    let errs = TensorDescriptor::declare::<&str>(&spec, &[]).unwrap_err();
     let sites: Vec<Site> = errs
         .errors()
         .iter()
@@ -231,26 +239,26 @@ fn declare_reports_every_problem_with_its_place() {
     let views = [
         ViewSpec {
             name: "a",
-            steps: &[ViewStep::Permute(&["hidden", "hidden"])],
+            steps: vec![ViewStep::Permute(vec!["hidden", "hidden"])],
         },
         ViewSpec {
             name: "b",
-            steps: &[
+            steps: vec![
                 ViewStep::Transpose("seq", "hidden"),
                 ViewStep::Transpose("seq", "heads"),
             ],
         },
         ViewSpec {
             name: "a",
-            steps: &[],
+            steps: vec![],
         },
         ViewSpec {
             name: "x_tile",
-            steps: &[],
+            steps: vec![],
         },
         ViewSpec {
             name: "fn",
-            steps: &[],
+            steps: vec![],
         },
     ];
     let errs = TensorDescriptor::declare(&spec, &views).unwrap_err();
@@ -283,7 +291,7 @@ fn declare_reports_every_problem_with_its_place() {
 fn step_display_reads_like_the_attribute() {
     let split = ViewStep::Split {
         axis: "hidden",
-        parts: &[("heads", Some(4)), ("head_dim", None)],
+        parts: vec![("heads", Some(4)), ("head_dim", None)],
     };
     assert_eq!(
         split.to_string(),
@@ -300,10 +308,105 @@ fn step_display_reads_like_the_attribute() {
     );
     assert_eq!(
         ViewStep::Merge {
-            axes: &["a", "b"],
+            axes: vec!["a", "b"],
             into: "ab"
         }
         .to_string(),
         "merge(a, b => ab)"
     );
+}
+
+#[test]
+fn derived_descriptors_reuse_what_was_checked() {
+    let spec = x_spec();
+    let views = [ViewSpec {
+        name: "xt",
+        steps: vec![ViewStep::Transpose("seq", "hidden")],
+    }];
+    let checked = TensorDescriptor::declare(&spec, &views).unwrap();
+    let wgsl: &'static str = checked.wgsl().to_owned().leak();
+    let derived = derive::descriptor(&spec, checked.layout.axes().to_vec(), &views, wgsl);
+    assert_eq!(derived.layout, checked.layout);
+    assert_eq!(derived.views, checked.views);
+    assert_eq!(derived.wgsl(), checked.wgsl());
+    assert_eq!(derived.wgsl_module().source(), checked.wgsl());
+}
+
+#[test]
+fn typed_extents_iterate_typed_indices() {
+    let seq = Len::of(Seq, 3);
+    let back: Vec<usize> = seq.iter().rev().map(Ix::get).collect();
+    assert_eq!(back, [2, 1, 0]);
+    assert_eq!(seq.iter().len(), 3);
+    assert_eq!(format!("{seq:?}"), "Len::<Seq>(3)");
+    assert_eq!(usize::from(seq), 3);
+    let (s, h) = X::shape(XExtents { seq: 2 });
+    let all: Vec<X> = s
+        .into_iter()
+        .flat_map(|seq| h.into_iter().map(move |hidden| X { seq, hidden }))
+        .collect();
+    assert_eq!(all, each::<X>(XExtents { seq: 2 }).collect::<Vec<_>>());
+}
+
+#[test]
+fn declarations_the_core_refuses() {
+    let errors = |spec: &LayoutSpec| -> Vec<LayoutError> {
+        match TensorDescriptor::declare::<&str>(spec, &[]) {
+            Ok(_) => Vec::new(),
+            Err(errs) => errs
+                .errors()
+                .iter()
+                .filter_map(|e| match e {
+                    DeclareError::Layout(e) => Some(e.clone()),
+                    _ => None,
+                })
+                .collect(),
+        }
+    };
+    // `pad` without a tile.
+    let mut spec = LayoutSpec::new("x")
+        .axis("a", 6)
+        .rtile()
+        .reduce_forward(["a"]);
+    spec.axes[0].pad = true;
+    let found = errors(&spec);
+    assert!(
+        found
+            .iter()
+            .any(|e| matches!(e, LayoutError::PadWithoutTile { .. })
+                && e.site() == Site::Pad("a".into())),
+        "{found:?}"
+    );
+    // Reductions on a layout that is not R-Tile.
+    let spec = LayoutSpec::new("x").axis("a", 6).reduce_backward(["a"]);
+    let found = errors(&spec);
+    assert!(
+        found
+            .iter()
+            .any(|e| matches!(e, LayoutError::ReductionWithoutRTile { .. })
+                && e.site() == Site::Pass(Pass::Backward)),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn default_tiles_divide_static_extents() {
+    let x = LayoutSpec::new("x")
+        .axis("rows", 30)
+        .axis("cols", 6)
+        .rtile()
+        .reduce_forward(["cols"])
+        .reduce_backward(["rows"])
+        .build()
+        .unwrap();
+    let tiles: Vec<u32> = x.axes().iter().map(|a| a.tile).collect();
+    assert_eq!(tiles, [2, 2]);
+    assert_eq!(x.static_len(), Some(180));
+    let odd = LayoutSpec::new("y")
+        .axis("n", 7)
+        .rtile()
+        .reduce_forward(["n"])
+        .build()
+        .unwrap();
+    assert_eq!(odd.axes()[0].tile, 1);
 }

@@ -1,18 +1,20 @@
 //! What the tensor struct and every view struct share: a coordinate.
 //!
 //! For a coordinate type `C` of tensor `T` (the tensor itself or one of its views) this writes
-//! the inherent `const fn`s `new`, `offset`, `in_bounds` and `shape`, the `Coord`
-//! implementation that forwards to them, and the const assertions that each field's axis type
-//! is an `Axis` and is used once.
+//! the inherent `const fn`s `new`, `offset`, `in_bounds`, `shape` and `dims`, the typed shape
+//! struct `<C>Shape`, the `Coord` implementation that forwards to them, and the const
+//! assertions that each field's axis type is an `Axis` and is used once. Offsets, masks and
+//! extents are the core's simplified expressions, lowered to tokens by [`super::index`].
 
-use fblayout_core::layout::{View, ViewExtent};
+use fblayout_core::emit::tokens;
+use fblayout_core::layout::{TensorLayout, View};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::Ident;
 use syn::spanned::Spanned as _;
 
 use super::docs;
-use super::index::bodies;
+use super::index::{Bindings, body};
 
 /// One coordinate type to generate.
 pub(crate) struct CoordSpec<'a> {
@@ -26,8 +28,8 @@ pub(crate) struct CoordSpec<'a> {
     pub(crate) tensor: &'a Ident,
     /// The tensor's extents struct.
     pub(crate) extents: &'a Ident,
-    /// The tensor's run-time axes, in order.
-    pub(crate) extent_axes: &'a [String],
+    /// The fields of the extents struct: the tensor's run-time axes, in order.
+    pub(crate) extent_axes: &'a [Ident],
     /// The fields: axis name and axis type, in coordinate order.
     pub(crate) axes: &'a [(Ident, syn::Type)],
     /// The checked view.
@@ -39,6 +41,27 @@ pub(crate) struct CoordSpec<'a> {
 /// `::core::primitive::usize`.
 pub(crate) fn usize_ty() -> TokenStream {
     quote!(::core::primitive::usize)
+}
+
+/// Where the run-time extent parameters of the core's expressions (`<axis>_len`) come from:
+/// the fields of the extents struct.
+pub(crate) fn extent_bindings(extent_axes: &[Ident]) -> Bindings {
+    extent_axes
+        .iter()
+        .map(|field| {
+            let name = TensorLayout::extent_param(&field.to_string());
+            (name, quote!(extents.#field))
+        })
+        .collect()
+}
+
+/// `let _ = extents;` where a body reads no extent, so that the parameter is used.
+pub(crate) fn extents_unused(block: &tokens::Block, bindings: &Bindings) -> Option<TokenStream> {
+    let vars = block.vars();
+    let reads = bindings
+        .iter()
+        .any(|(name, _)| vars.contains(&name.as_str()));
+    (!reads).then(|| quote!(let _ = extents;))
 }
 
 /// `&'static [&'static str]` of `names`.
@@ -71,10 +94,35 @@ impl CoordSpec<'_> {
             .collect::<Vec<_>>()
             .join(", ");
         let f = self.view.index_fn().simplified();
-        let body = bodies(&f, self.extent_axes).map_err(|e| syn::Error::new(ident.span(), e))?;
-        let (offset_body, in_bounds_body) = (&body.offset, &body.in_bounds);
-        let (shape_body, shape_uses_extents) = shape(self.view);
-        let shape_unused = (!shape_uses_extents).then(|| quote!(let _ = extents;));
+        let mut bindings: Bindings = f
+            .param_names()
+            .iter()
+            .take(f.coord_count())
+            .zip(&fields)
+            .map(|(name, field)| ((*name).to_owned(), quote!(self.#field.get())))
+            .collect();
+        let extent_bindings = extent_bindings(self.extent_axes);
+        bindings.extend(extent_bindings.iter().cloned());
+        let offset_block = tokens::block(&f.graph, f.offset);
+        let in_bounds_block = tokens::block(&f.graph, f.in_bounds);
+        let at = ident.span();
+        let offset_unused = extents_unused(&offset_block, &extent_bindings);
+        let in_bounds_unused = extents_unused(&in_bounds_block, &extent_bindings);
+        let offset_body = body(&offset_block, &bindings, at)?;
+        let in_bounds_body = body(&in_bounds_block, &bindings, at)?;
+        let mut dims = Vec::with_capacity(rank);
+        let mut reads_extents = false;
+        for axis in self.view.axes() {
+            let block = tokens::view_extent(&axis.extent);
+            reads_extents |= extents_unused(&block, &extent_bindings).is_none();
+            let value = body(&block, &extent_bindings, at)?;
+            let straight = block.lets.is_empty()
+                && (block.vars().is_empty() || matches!(block.result, tokens::Term::Var(_)));
+            dims.push(if straight { value } else { quote!({ #value }) });
+        }
+        let dims_local = Ident::new("dims", proc_macro2::Span::mixed_site());
+        let shape_unused = (!reads_extents).then(|| quote!(let _ = extents;));
+        let shape_ident = format_ident!("{}Shape", ident);
         let indices: Vec<Literal> = (0..rank).map(Literal::usize_unsuffixed).collect();
         let names = str_slice(self.view.axes().iter().map(|a| a.name.as_str()));
         let offset_fn = f.offset_fn_name();
@@ -96,8 +144,22 @@ impl CoordSpec<'_> {
              (padding lies outside). The same as `{in_bounds_fn}` in the tensor's WGSL."
         ));
         let doc_shape = docs(&format!(
-            "The extent of each axis ({axis_list}) for the run-time extents `extents`."
+            "The extent of each axis ({axis_list}) for the run-time extents `extents`, typed: \
+             iterate a field to visit its indices."
         ));
+        let doc_dims = docs(&format!(
+            "The extent of each axis ({axis_list}) for the run-time extents `extents`, as plain numbers."
+        ));
+        let doc_shape_struct = docs(&format!(
+            "The extents of the axes of [`{ident}`] ({axis_list}), typed: iterating a field \
+             yields its indices."
+        ));
+        let doc_shape_dims = docs("The extents as plain numbers, in axis order.");
+        let field_docs: Vec<TokenStream> = fields
+            .iter()
+            .map(|f| docs(&format!("The extent of axis `{f}`.")))
+            .collect();
+        let private = quote!(#krate::__private);
 
         let assert_axes = types
             .iter()
@@ -118,20 +180,48 @@ impl CoordSpec<'_> {
                 #doc_offset
                 #[inline]
                 #vis const fn offset(&self, extents: #extents) -> #usize {
+                    #offset_unused
                     #offset_body
                 }
 
                 #doc_in_bounds
                 #[inline]
                 #vis const fn in_bounds(&self, extents: #extents) -> ::core::primitive::bool {
+                    #in_bounds_unused
                     #in_bounds_body
                 }
 
                 #doc_shape
                 #[inline]
-                #vis const fn shape(extents: #extents) -> [#usize; #rank_lit] {
+                #vis const fn shape(extents: #extents) -> #shape_ident {
+                    let #dims_local = Self::dims(extents);
+                    #shape_ident {
+                        #(#fields: #private::len::<#types>(#dims_local[#indices])),*
+                    }
+                }
+
+                #doc_dims
+                #[inline]
+                #vis const fn dims(extents: #extents) -> [#usize; #rank_lit] {
                     #shape_unused
-                    #shape_body
+                    [#(#dims),*]
+                }
+            }
+
+            #doc_shape_struct
+            #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug, ::core::cmp::PartialEq, ::core::cmp::Eq, ::core::hash::Hash)]
+            #vis struct #shape_ident {
+                #(
+                    #field_docs
+                    #vis #fields: #krate::typed::Len<#types>,
+                )*
+            }
+
+            impl #shape_ident {
+                #doc_shape_dims
+                #[inline]
+                #vis const fn dims(self) -> [#usize; #rank_lit] {
+                    [#(self.#fields.get()),*]
                 }
             }
 
@@ -139,6 +229,7 @@ impl CoordSpec<'_> {
             impl #krate::typed::Coord for #ident {
                 type Tensor = #tensor;
                 type Indices = [#usize; #rank_lit];
+                type Shape = #shape_ident;
                 const NAME: &'static ::core::primitive::str = #name;
                 const AXES: &'static [&'static ::core::primitive::str] = #names;
                 const OFFSET_FN: &'static ::core::primitive::str = #offset_fn;
@@ -151,7 +242,7 @@ impl CoordSpec<'_> {
                 fn from_indices(indices: &[#usize]) -> ::core::option::Option<Self> {
                     if indices.len() == #rank_lit {
                         ::core::option::Option::Some(Self {
-                            #(#fields: #krate::typed::Ix::new(indices[#indices])),*
+                            #(#fields: #private::ix::<#types>(indices[#indices])),*
                         })
                     } else {
                         ::core::option::Option::None
@@ -166,8 +257,12 @@ impl CoordSpec<'_> {
                     Self::in_bounds(self, extents)
                 }
 
-                fn shape(extents: #extents) -> [#usize; #rank_lit] {
+                fn shape(extents: #extents) -> #shape_ident {
                     Self::shape(extents)
+                }
+
+                fn dims(extents: #extents) -> [#usize; #rank_lit] {
+                    Self::dims(extents)
                 }
 
                 fn view() -> &'static #krate::layout::View {
@@ -183,46 +278,5 @@ impl CoordSpec<'_> {
                 #(#assert_axes)*
             };
         })
-    }
-}
-
-/// The array of axis extents (`[768, extents.seq, extents.seq / 4]`) and whether it reads the
-/// run-time extents.
-fn shape(view: &View) -> (TokenStream, bool) {
-    let mut uses = false;
-    let items: Vec<TokenStream> = view
-        .axes()
-        .iter()
-        .map(|a| {
-            uses |= !a.extent.dynamic.is_empty();
-            extent_expr(&a.extent)
-        })
-        .collect();
-    (quote!([#(#items),*]), uses)
-}
-
-/// `factor · Π extents.<axis> / divisor`, written plainly.
-fn extent_expr(e: &ViewExtent) -> TokenStream {
-    if let Some(n) = e.as_static() {
-        let n = Literal::u64_unsuffixed(n);
-        return quote!(#n);
-    }
-    let mut terms: Vec<TokenStream> = Vec::new();
-    if e.factor != 1 {
-        let f = Literal::u64_unsuffixed(e.factor);
-        terms.push(quote!(#f));
-    }
-    for axis in &e.dynamic {
-        let field = format_ident!("{}", axis);
-        terms.push(quote!(extents.#field));
-    }
-    let mut terms = terms.into_iter();
-    let first = terms.next().unwrap_or_else(|| quote!(1));
-    let product = terms.fold(first, |acc, t| quote!(#acc * #t));
-    if e.divisor == 1 {
-        product
-    } else {
-        let d = Literal::u64_unsuffixed(e.divisor);
-        quote!((#product) / #d)
     }
 }

@@ -1,88 +1,104 @@
-//! Index code: the core's Rust emitter output, as the body of a method.
+//! Index code: the core's structured emitter ([`fblayout_core::emit::tokens`]) lowered to
+//! tokens.
 //!
-//! [`fblayout_core::emit::rust`] writes a simplified index function as two `const fn`s over
-//! `usize` parameters (the view's coordinates, then the tensor's run-time extents). The derive
-//! parses that text with syn and keeps only the statements: the generated methods take
-//! `&self` and the extents struct, and bind each parameter the body uses to a field
-//! (`self.seq.get()`, `extents.seq`). A parameter the body doesn't use is written by the
-//! emitter with a leading `_` and is not bound.
+//! The core lowers a simplified expression to a [`Block`] of terms; this module writes each
+//! term as Rust tokens, binding each variable the block reads to where its value lives
+//! (`self.seq.get()` for a coordinate, `extents.seq` for a run-time extent). Nothing is
+//! printed and parsed back. Locals are written with mixed-site hygiene, so they can't clash
+//! with anything the user names.
 
-use fblayout_core::emit::rust::{RustFlags, to_rust};
-use fblayout_core::expr::ValidIndexFn;
-use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
+use fblayout_core::emit::tokens::{Block, Term};
+use fblayout_core::expr::BinOp;
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::quote;
+use syn::Ident;
 
-/// The bodies of `offset` and `in_bounds` for one view.
-pub(crate) struct IndexBodies {
-    /// `let`s binding the parameters, then the emitted statements.
-    pub(crate) offset: TokenStream,
-    /// The same for the bounds mask.
-    pub(crate) in_bounds: TokenStream,
-}
+/// Where each variable's value comes from: (name in the IR, expression).
+pub(crate) type Bindings = Vec<(String, TokenStream)>;
 
-/// Lowers `f` (its parameters: `coords` coordinates named after the axes, then one run-time
-/// extent per entry of `extent_axes`) to method bodies.
-pub(crate) fn bodies(f: &ValidIndexFn, extent_axes: &[String]) -> syn::Result<IndexBodies> {
-    let source = to_rust(
-        f,
-        RustFlags {
-            const_fn: true,
-            visibility: String::new(),
-        },
-    );
-    let file: syn::File = syn::parse_str(&source).map_err(|e| {
-        syn::Error::new(
-            proc_macro2::Span::call_site(),
-            format!("the Rust emitted for `{}` does not parse (a bug in fblayout; please report it): {e}\n{source}", f.name),
-        )
-    })?;
-    let mut fns = file.items.into_iter().filter_map(|item| match item {
-        syn::Item::Fn(f) => Some(f),
-        _ => None,
-    });
-    let (Some(offset), Some(in_bounds)) = (fns.next(), fns.next()) else {
-        return Err(syn::Error::new(
-            proc_macro2::Span::call_site(),
-            format!(
-                "the Rust emitted for `{}` is not two functions (a bug in fblayout):\n{source}",
-                f.name
-            ),
-        ));
-    };
-    let coords = f.coord_count();
-    Ok(IndexBodies {
-        offset: body(&offset, coords, extent_axes),
-        in_bounds: body(&in_bounds, coords, extent_axes),
-    })
-}
-
-fn body(item: &syn::ItemFn, coords: usize, extent_axes: &[String]) -> TokenStream {
+/// The body of a function computing `block`: `let`s for the variables it reads (each bound
+/// from `bindings`), `let`s for its shared subexpressions, then its value.
+///
+/// A variable without a binding is a bug in fblayout, reported at the tensor.
+pub(crate) fn body(block: &Block, bindings: &Bindings, at: Span) -> syn::Result<TokenStream> {
+    if let (true, Term::Var(var)) = (block.lets.is_empty(), &block.result) {
+        if let Some((_, value)) = bindings.iter().find(|(name, _)| name == var) {
+            return Ok(value.clone());
+        }
+    }
     let mut lets = Vec::new();
-    let mut uses_extents = false;
-    for (i, input) in item.sig.inputs.iter().enumerate() {
-        let syn::FnArg::Typed(arg) = input else {
-            continue;
+    for var in block.vars() {
+        let Some((_, value)) = bindings.iter().find(|(name, _)| name == var) else {
+            return Err(syn::Error::new(
+                at,
+                format!(
+                    "fblayout's index code reads `{var}`, which the derive can't bind (a bug in fblayout; please report it)"
+                ),
+            ));
         };
-        let syn::Pat::Ident(pat) = &*arg.pat else {
-            continue;
-        };
-        let name = pat.ident.to_string();
-        if name.starts_with('_') {
-            continue;
+        let local = local(var);
+        lets.push(quote!(let #local = #value;));
+    }
+    for (i, term) in block.lets.iter().enumerate() {
+        let temp = temp(i);
+        let value = tokens(term);
+        lets.push(quote!(let #temp = #value;));
+    }
+    let result = tokens(&block.result);
+    Ok(quote!(#(#lets)* #result))
+}
+
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+fn temp(i: usize) -> Ident {
+    Ident::new(&format!("t{i}"), Span::mixed_site())
+}
+
+/// One term, parenthesised where it is an operand.
+fn tokens(term: &Term) -> TokenStream {
+    match term {
+        Term::Int(n) => {
+            let n = Literal::u64_unsuffixed(*n);
+            quote!(#n)
         }
-        let param = &pat.ident;
-        if i < coords {
-            let field = format_ident!("{}", name);
-            lets.push(quote!(let #param = self.#field.get();));
-        } else if let Some(axis) = extent_axes.get(i - coords) {
-            let field = format_ident!("{}", axis);
-            uses_extents = true;
-            lets.push(quote!(let #param = extents.#field;));
+        Term::Bool(b) => quote!(#b),
+        Term::Var(name) => {
+            let local = local(name);
+            quote!(#local)
+        }
+        Term::Let(i) => {
+            let temp = temp(*i);
+            quote!(#temp)
+        }
+        Term::Bin(op, a, b) => {
+            let (a, b) = (operand(a), operand(b));
+            let op = match op {
+                BinOp::Add => quote!(+),
+                BinOp::Sub => quote!(-),
+                BinOp::Mul => quote!(*),
+                BinOp::Div => quote!(/),
+                BinOp::Rem => quote!(%),
+                BinOp::Shl => quote!(<<),
+                BinOp::Shr => quote!(>>),
+                BinOp::BitAnd => quote!(&),
+                BinOp::Lt => quote!(<),
+                BinOp::And => quote!(&&),
+            };
+            quote!(#a #op #b)
+        }
+        Term::Select(c, a, b) => {
+            let (c, a, b) = (tokens(c), tokens(a), tokens(b));
+            quote!(if #c { #a } else { #b })
         }
     }
-    if !uses_extents {
-        lets.push(quote!(let _ = extents;));
+}
+
+fn operand(term: &Term) -> TokenStream {
+    let t = tokens(term);
+    match term {
+        Term::Bin(..) | Term::Select(..) => quote!((#t)),
+        Term::Int(_) | Term::Bool(_) | Term::Var(_) | Term::Let(_) => t,
     }
-    let stmts = &item.block.stmts;
-    quote!(#(#lets)* #(#stmts)*)
 }

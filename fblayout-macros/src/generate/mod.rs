@@ -3,10 +3,12 @@
 //! Generated code names everything by absolute path (`::fblayout::typed::Ix`,
 //! `::core::primitive::usize`, `::std::sync::OnceLock`), so it compiles under
 //! `#![no_implicit_prelude]` and next to user types called `usize` or modules called `core`.
+//! What only generated code may call is reached through `::fblayout::__private`.
 
 mod axis;
 mod coord;
 mod index;
+mod like;
 mod tensor;
 
 use proc_macro2::TokenStream;
@@ -14,9 +16,9 @@ use quote::quote;
 
 pub(crate) use axis::expand_axis;
 
-use crate::check::check;
+use crate::check::{check, check_like};
 use crate::ctxt::Ctxt;
-use crate::parse::Input;
+use crate::parse::{Input, ViewDecl};
 
 /// `#[doc]` attributes for `text`, one per line, each starting with a space (as `///` would).
 pub(crate) fn docs(text: &str) -> TokenStream {
@@ -34,6 +36,18 @@ pub(crate) fn docs(text: &str) -> TokenStream {
 pub(crate) fn expand_tensor(input: &syn::DeriveInput) -> TokenStream {
     let cx = Ctxt::new();
     let parsed = Input::parse(&cx, input);
+    if let Some(like) = parsed.as_ref().and_then(|p| p.attrs.like.as_ref()) {
+        let parsed = parsed.as_ref();
+        let checked = parsed.is_some_and(|p| check_like(&cx, p, like));
+        return match (cx.check(), parsed) {
+            (Ok(()), Some(p)) if checked => like::generate(p, like),
+            (Err(errors), p) => fallback(p, errors),
+            (Ok(()), p) => fallback(
+                p,
+                syn::Error::new_spanned(&input.ident, "fblayout could not check this tensor"),
+            ),
+        };
+    }
     let model = parsed.as_ref().and_then(|p| check(&cx, p));
     let generated = model.as_ref().map(tensor::generate);
     match (cx.check(), generated) {
@@ -85,21 +99,38 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
             .is_some_and(|e| e.value == fblayout_core::layout::Extent::Dynamic)
     });
     let dynamic = dynamic.map(|f| f.ident);
-    let views = input.attrs.views.iter().map(|v| &v.ident);
+    let views: Vec<&syn::Ident> = input.attrs.views.iter().map(ViewDecl::ident).collect();
+    let shapes = std::iter::once(ident)
+        .chain(views.iter().copied())
+        .map(|i| quote::format_ident!("{}Shape", i));
+    let extents_stub = match &input.attrs.like {
+        Some(like) => quote! {
+            #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+            #vis type #extents = <#like as #krate::typed::Tensor>::Extents;
+        },
+        None => quote! {
+            #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+            #vis struct #extents { #(pub #dynamic: #usize),* }
+        },
+    };
     quote! {
         #errors
         #constructor
 
-        #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
-        #vis struct #extents { #(pub #dynamic: #usize),* }
+        #extents_stub
         #(
             #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
             #vis struct #views;
+        )*
+        #(
+            #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+            #vis struct #shapes;
         )*
 
         impl #krate::typed::Coord for #ident {
             type Tensor = Self;
             type Indices = [#usize; #rank];
+            type Shape = ();
             const NAME: &'static ::core::primitive::str = "";
             const AXES: &'static [&'static ::core::primitive::str] = &[];
             const OFFSET_FN: &'static ::core::primitive::str = "";
@@ -108,7 +139,8 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
             fn from_indices(_: &[#usize]) -> ::core::option::Option<Self> { #unreachable }
             fn offset(&self, _: ()) -> #usize { #unreachable }
             fn in_bounds(&self, _: ()) -> ::core::primitive::bool { #unreachable }
-            fn shape(_: ()) -> [#usize; #rank] { #unreachable }
+            fn shape(_: ()) {}
+            fn dims(_: ()) -> [#usize; #rank] { #unreachable }
             fn view() -> &'static #krate::layout::View { #unreachable }
         }
 

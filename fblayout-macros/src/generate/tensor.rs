@@ -1,14 +1,17 @@
-//! The tensor: its coordinate, extents, buffer size, WGSL, descriptor and view types.
+//! The tensor: its coordinate, extents, buffer length, WGSL, descriptor and view types.
 
+use fblayout_core::emit::tokens;
 use fblayout_core::layout::{ElemType, Extent, LayoutSpec, Order};
+use fblayout_core::typed::{ViewSpec, ViewStep};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use syn::Ident;
 
-use super::coord::{CoordSpec, str_slice, usize_ty};
+use super::coord::{CoordSpec, extent_bindings, extents_unused, str_slice, usize_ty};
 use super::docs;
-use crate::check::{Model, OwnedStep, ViewModel};
-use crate::parse::name_of;
+use super::index::body;
+use crate::check::{Model, ViewModel};
+use crate::parse::{Name, name_of};
 
 /// Everything `#[derive(Tensor)]` adds for a checked declaration.
 pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
@@ -18,7 +21,17 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
     let vis = input.vis;
     let extents = format_ident!("{}Extents", ident);
     let layout = &model.descriptor.layout;
-    let extent_axes: Vec<String> = layout.dynamic_axes().map(|a| a.name.clone()).collect();
+    let extent_axes: Vec<Ident> = layout
+        .dynamic_axes()
+        .map(|a| {
+            let span = input
+                .fields
+                .iter()
+                .find(|f| f.name == a.name)
+                .map_or_else(proc_macro2::Span::call_site, |f| f.ident.span());
+            Ident::new(&a.name, span)
+        })
+        .collect();
     let usize = usize_ty();
 
     let fields: Vec<(Ident, syn::Type)> = input
@@ -42,44 +55,31 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
     let extents_struct = extents_struct(model, &krate, &extents, &extent_axes);
     let name = layout.name();
 
-    // Buffer length: the product of padded extents, constants folded.
-    let mut static_part: u64 = 1;
-    let mut dynamic_parts = Vec::new();
-    for axis in layout.axes() {
-        match axis.extent {
-            Extent::Static(n) => static_part *= axis.padded_static(n),
-            Extent::Dynamic => {
-                let field = format_ident!("{}", axis.name);
-                dynamic_parts.push(if axis.tile > 1 {
-                    let t = Literal::u32_unsuffixed(axis.tile);
-                    quote!(extents.#field.div_ceil(#t) * #t)
-                } else {
-                    quote!(extents.#field)
-                });
-            }
-        }
-    }
-    let static_lit = Literal::u64_unsuffixed(static_part);
-    let len_expr = dynamic_parts
-        .iter()
-        .fold(quote!(#static_lit), |acc, p| quote!(#acc * #p));
-    let len_unused = dynamic_parts.is_empty().then(|| quote!(let _ = extents;));
+    // The buffer length: the core's length function, simplified, as tokens.
+    let len_fn = layout.len_fn().simplified();
+    let len_block = tokens::block(&len_fn.graph, len_fn.offset);
+    let bindings = extent_bindings(&extent_axes);
+    let len_unused = extents_unused(&len_block, &bindings);
+    let len_body = body(&len_block, &bindings, ident.span())?;
     let doc_len = docs(&format!(
         "The length of the buffer of `{name}` in elements, padding included."
     ));
-    let len_const = layout.static_len().map(|n| {
-        let n = Literal::u64_unsuffixed(n);
+    let len_const = layout.is_static().then(|| {
         let doc = docs(&format!("The length of the buffer of `{name}` in elements, padding included (every extent is static)."));
         quote! {
             #doc
-            #vis const LEN: #usize = #n;
+            #vis const LEN: #usize = Self::len(#extents);
         }
     });
 
-    let wgsl = Literal::string(model.descriptor.wgsl.source());
+    let wgsl = Literal::string(model.descriptor.wgsl());
     let tile_elems = Literal::u64_unsuffixed(layout.tile_elems());
     let spec = spec_literal(&krate, &model.spec);
-    let view_specs = model.views.iter().map(|v| view_spec_literal(&krate, v));
+    let axes = axes_literal(&krate, layout.axes());
+    let view_specs = model
+        .views
+        .iter()
+        .map(|v| view_spec_literal(&krate, &v.decl.spec));
 
     let mut views = Vec::new();
     for (i, view) in model.views.iter().enumerate() {
@@ -94,7 +94,7 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
             #[inline]
             #vis const fn len(extents: #extents) -> #usize {
                 #len_unused
-                #len_expr
+                #len_body
             }
 
             #len_const
@@ -112,7 +112,12 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
                 static DESCRIPTOR: ::std::sync::OnceLock<#krate::typed::TensorDescriptor> =
                     ::std::sync::OnceLock::new();
                 DESCRIPTOR.get_or_init(|| {
-                    #krate::typed::TensorDescriptor::declared(&#spec, &[#(#view_specs),*])
+                    #krate::__private::descriptor(
+                        &#spec,
+                        #axes,
+                        &[#(#view_specs),*],
+                        <Self as #krate::typed::Tensor>::WGSL,
+                    )
                 })
             }
 
@@ -130,7 +135,7 @@ fn extents_struct(
     model: &Model<'_>,
     krate: &TokenStream,
     extents: &Ident,
-    axes: &[String],
+    fields: &[Ident],
 ) -> TokenStream {
     let ident = model.input.ident;
     let vis = model.input.vis;
@@ -143,6 +148,7 @@ fn extents_struct(
         ::core::cmp::Eq,
         ::core::hash::Hash
     );
+    let axes: Vec<String> = fields.iter().map(ToString::to_string).collect();
     let names = str_slice(axes.iter().map(String::as_str));
     if axes.is_empty() {
         let doc = docs(&format!(
@@ -166,18 +172,6 @@ fn extents_struct(
     let doc = docs(&format!(
         "The run-time extents of [`{ident}`]: one per axis declared `dyn`."
     ));
-    let fields: Vec<Ident> = axes
-        .iter()
-        .map(|a| {
-            let span = model
-                .input
-                .fields
-                .iter()
-                .find(|f| &f.name == a)
-                .map_or_else(proc_macro2::Span::call_site, |f| f.ident.span());
-            Ident::new(a, span)
-        })
-        .collect();
     let field_docs = axes
         .iter()
         .map(|a| docs(&format!("The extent of axis `{a}`.")));
@@ -209,12 +203,12 @@ fn view_struct(
     index: usize,
     krate: &TokenStream,
     extents: &Ident,
-    extent_axes: &[String],
+    extent_axes: &[Ident],
 ) -> syn::Result<TokenStream> {
     let input = model.input;
     let tensor = input.ident;
     let vis = input.vis;
-    let ident = &view.decl.ident;
+    let ident = view.decl.ident();
     let Some(built) = model.descriptor.views.get(index) else {
         return Err(syn::Error::new(
             ident.span(),
@@ -234,20 +228,19 @@ fn view_struct(
         descriptor_view: quote!(views[#index_lit]),
     }
     .generate()?;
-    let steps =
-        crate::check::with_view_specs(&[(view.name.clone(), view.steps.clone())], |specs| {
-            let steps: Vec<String> = specs
-                .iter()
-                .flat_map(|v| v.steps)
-                .map(ToString::to_string)
-                .collect();
-            steps.join(", then ")
-        });
+    let steps: Vec<String> = view
+        .decl
+        .spec
+        .steps
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let steps = steps.join(", then ");
     let doc = docs(&format!(
         "A coordinate of view `{}` of [`{tensor}`]: `{steps}`.\n\n\
          Its offsets address the buffer of [`{tensor}`]; reading through it costs an index \
          remap, not a copy.",
-        view.name
+        view.name()
     ));
     let fields = view.axes.iter().map(|(i, _)| i);
     let types = view.axes.iter().map(|(_, t)| t);
@@ -295,13 +288,7 @@ fn spec_literal(krate: &TokenStream, spec: &LayoutSpec) -> TokenStream {
     );
     let axes = spec.axes.iter().map(|a| {
         let name = string(&a.name);
-        let extent = match a.extent {
-            Extent::Static(n) => {
-                let n = Literal::u32_unsuffixed(n);
-                quote!(#krate::layout::Extent::Static(#n))
-            }
-            Extent::Dynamic => quote!(#krate::layout::Extent::Dynamic),
-        };
+        let extent = extent_literal(krate, a.extent);
         let tile = match a.tile {
             Some(t) => {
                 let t = Literal::u32_unsuffixed(t);
@@ -342,40 +329,66 @@ fn elem_variant(elem: ElemType) -> &'static str {
     }
 }
 
-/// The `ViewSpec` literal of one view.
-fn view_spec_literal(krate: &TokenStream, view: &ViewModel<'_>) -> TokenStream {
-    let name = &view.name;
+/// The checked axes (tiles chosen), for the descriptor.
+fn axes_literal(krate: &TokenStream, axes: &[fblayout_core::layout::Axis]) -> TokenStream {
+    let axes = axes.iter().map(|a| {
+        let name = string(&a.name);
+        let extent = extent_literal(krate, a.extent);
+        let tile = Literal::u32_unsuffixed(a.tile);
+        quote!(#krate::layout::Axis { name: #name, extent: #extent, tile: #tile })
+    });
+    quote!(::std::vec![#(#axes),*])
+}
+
+fn extent_literal(krate: &TokenStream, extent: Extent) -> TokenStream {
+    match extent {
+        Extent::Static(n) => {
+            let n = Literal::u32_unsuffixed(n);
+            quote!(#krate::layout::Extent::Static(#n))
+        }
+        Extent::Dynamic => quote!(#krate::layout::Extent::Dynamic),
+    }
+}
+
+/// The `ViewSpec` literal of one view, names as `&'static str`.
+fn view_spec_literal(krate: &TokenStream, view: &ViewSpec<Name>) -> TokenStream {
+    let name = &view.name.name;
     let step = quote!(#krate::typed::ViewStep);
-    let steps = view.steps.iter().map(|s| match s {
-        OwnedStep::Permute(axes) => quote!(#step::Permute(&[#(#axes),*])),
-        OwnedStep::Transpose(a, b) => quote!(#step::Transpose(#a, #b)),
-        OwnedStep::Split { axis, parts } => {
-            let parts = parts.iter().map(|(n, e)| match e {
-                Some(e) => {
-                    let e = Literal::u32_unsuffixed(*e);
-                    quote!((#n, ::core::option::Option::Some(#e)))
-                }
-                None => quote!((#n, ::core::option::Option::None)),
-            });
-            quote!(#step::Split { axis: #axis, parts: &[#(#parts),*] })
+    let vec = |items: Vec<TokenStream>| quote!(::std::vec![#(#items),*]);
+    let steps = view.steps.iter().map(|s| match s.map(|n| n.name.clone()) {
+        ViewStep::Permute(axes) => {
+            let axes = vec(axes.iter().map(|a| quote!(#a)).collect());
+            quote!(#step::Permute(#axes))
         }
-        OwnedStep::Merge { axes, into } => {
-            quote!(#step::Merge { axes: &[#(#axes),*], into: #into })
+        ViewStep::Transpose(a, b) => quote!(#step::Transpose(#a, #b)),
+        ViewStep::Split { axis, parts } => {
+            let parts = vec(parts
+                .iter()
+                .map(|(n, e)| match e {
+                    Some(e) => {
+                        let e = Literal::u32_unsuffixed(*e);
+                        quote!((#n, ::core::option::Option::Some(#e)))
+                    }
+                    None => quote!((#n, ::core::option::Option::None)),
+                })
+                .collect());
+            quote!(#step::Split { axis: #axis, parts: #parts })
         }
-        OwnedStep::Slice { axis, start, len } => {
-            let (start, len) = (
-                Literal::u32_unsuffixed(*start),
-                Literal::u32_unsuffixed(*len),
-            );
+        ViewStep::Merge { axes, into } => {
+            let axes = vec(axes.iter().map(|a| quote!(#a)).collect());
+            quote!(#step::Merge { axes: #axes, into: #into })
+        }
+        ViewStep::Slice { axis, start, len } => {
+            let (start, len) = (Literal::u32_unsuffixed(start), Literal::u32_unsuffixed(len));
             quote!(#step::Slice { axis: #axis, start: #start, len: #len })
         }
-        OwnedStep::Broadcast { axis, extent, at } => {
+        ViewStep::Broadcast { axis, extent, at } => {
             let (extent, at) = (
-                Literal::u32_unsuffixed(*extent),
-                Literal::usize_unsuffixed(*at),
+                Literal::u32_unsuffixed(extent),
+                Literal::usize_unsuffixed(at),
             );
             quote!(#step::Broadcast { axis: #axis, extent: #extent, at: #at })
         }
     });
-    quote!(#krate::typed::ViewSpec { name: #name, steps: &[#(#steps),*] })
+    quote!(#krate::typed::ViewSpec { name: #name, steps: ::std::vec![#(#steps),*] })
 }

@@ -10,6 +10,7 @@
 //! The field's type is `Ix<A>` for an axis marker type `A`.
 
 use fblayout_core::layout::Extent;
+use fblayout_core::typed::suggest::did_you_mean;
 use quote::quote;
 use syn::parse::ParseStream;
 use syn::{Ident, Token};
@@ -31,11 +32,20 @@ pub(crate) struct AxisField<'a> {
     pub(crate) tile: Option<Spanned<u32>>,
     /// `pad`.
     pub(crate) pad: Option<Ident>,
+    /// Whether an extent was written but could not be read (reported already).
+    extent_unreadable: bool,
 }
 
 impl<'a> AxisField<'a> {
     /// Parses a named field; `None` for an unnamed one (the caller rejects tuple structs).
-    pub(crate) fn parse(cx: &Ctxt, field: &'a syn::Field) -> Option<Self> {
+    ///
+    /// `like` is the tensor named by `#[tensor(like = ..)]`, whose declaration gives the axes
+    /// their extents: the field then takes no `#[axis(...)]`.
+    pub(crate) fn parse(
+        cx: &Ctxt,
+        field: &'a syn::Field,
+        like: Option<&syn::Path>,
+    ) -> Option<Self> {
         let ident = field.ident.as_ref()?;
         let mut axis = Self {
             ident,
@@ -44,6 +54,7 @@ impl<'a> AxisField<'a> {
             extent: None,
             tile: None,
             pad: None,
+            extent_unreadable: false,
         };
         if axis.axis_ty.is_none() {
             let ty = &field.ty;
@@ -69,12 +80,22 @@ impl<'a> AxisField<'a> {
                 continue;
             }
             seen = true;
+            if let Some(like) = like {
+                cx.error_spanned_by(
+                    attr,
+                    format!(
+                        "`like = {}` takes the axes' extents and tiles from that tensor's declaration; remove #[axis(...)] here",
+                        quote!(#like)
+                    ),
+                );
+                continue;
+            }
             let parsed = attr.parse_args_with(|input: ParseStream<'_>| {
                 parse_list(cx, input, |input| axis.item(cx, input))
             });
             if let Err(e) = parsed {
                 cx.syn_error(e);
-            } else if axis.extent.is_none() {
+            } else if axis.extent.is_none() && !axis.extent_unreadable {
                 cx.error_spanned_by(
                     attr,
                     format!(
@@ -84,7 +105,7 @@ impl<'a> AxisField<'a> {
                 );
             }
         }
-        if !seen {
+        if !seen && like.is_none() {
             cx.error_spanned_by(
                 ident,
                 format!(
@@ -141,11 +162,22 @@ impl<'a> AxisField<'a> {
                 );
                 skip_item(input);
             }
-            _ => {
+            name if is_constant_name(name) => {
+                self.extent_unreadable = true;
                 cx.error_spanned_by(
                     &key,
                     format!(
-                        "unknown axis attribute `{key}`; expected an extent (a number or `dyn`), `tile = n` or `pad`"
+                        "`{key}` looks like a constant, but an extent must be a number written here: #[derive(Tensor)] lays the tensor out, checks it and writes its WGSL while it expands, before constants have values; write the number (`#[axis(768)]`), or `#[axis(dyn)]` and pass `{key}` in the extents at run time"
+                    ),
+                );
+                skip_item(input);
+            }
+            other => {
+                let hint = did_you_mean(other, ["dyn", "tile", "pad"]);
+                cx.error_spanned_by(
+                    &key,
+                    format!(
+                        "unknown axis attribute `{key}`; expected an extent (a number or `dyn`), `tile = n` or `pad`{hint}"
                     ),
                 );
                 skip_item(input);
@@ -167,6 +199,14 @@ impl<'a> AxisField<'a> {
             self.extent = Some(extent);
         }
     }
+}
+
+/// `HIDDEN`, `MAX_LEN`: how constants are named.
+fn is_constant_name(name: &str) -> bool {
+    name.chars().any(|c| c.is_ascii_uppercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// `A` in `Ix<A>` (any path ending in `Ix`).

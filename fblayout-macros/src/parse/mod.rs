@@ -18,7 +18,7 @@ use syn::{Ident, Token};
 
 pub(crate) use axis::AxisField;
 pub(crate) use tensor::TensorAttrs;
-pub(crate) use view::{StepDecl, StepKind, ViewDecl};
+pub(crate) use view::{Name, ViewDecl};
 
 use crate::ctxt::Ctxt;
 
@@ -94,7 +94,7 @@ impl<'a> Input<'a> {
         let fields = fields
             .named
             .iter()
-            .filter_map(|f| AxisField::parse(cx, f))
+            .filter_map(|f| AxisField::parse(cx, f, attrs.like.as_ref()))
             .collect();
         Some(Self {
             original: input,

@@ -3,14 +3,16 @@
 //! ```text
 //! #[tensor(layout = row_major | col_major | rtile,
 //!          elem = f32 | f16 | u32 | i32,
-//!          reduce(forward = [axis, ..], backward = [axis, ..]),
+//!          reduce(forward = [axis, ..], backward = axis),
 //!          view(Name = step, Name = [step, step, ..], ..),
+//!          like = OtherTensor,
 //!          crate = path::to::fblayout)]
 //! ```
 //!
 //! Items may be spread over several `#[tensor]` attributes; each key may be given once.
 
-use fblayout_core::layout::{ElemType, Order};
+use fblayout_core::layout::{ElemType, Order, Pass};
+use fblayout_core::typed::suggest::did_you_mean;
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::parse::ParseStream;
@@ -27,18 +29,26 @@ pub(crate) struct TensorAttrs {
     pub(crate) krate: Option<syn::Path>,
     /// `layout = ...`.
     pub(crate) layout: Option<Spanned<Order>>,
+    /// Whether a `layout = ...` was given but could not be read (reported): checks that
+    /// depend on the order are then skipped rather than reported against the default.
+    pub(crate) layout_unreadable: bool,
+    /// `like = Path`: the tensor whose declaration this one shares.
+    pub(crate) like: Option<syn::Path>,
     /// `elem = ...`.
     pub(crate) elem: Option<Spanned<ElemType>>,
-    /// `reduce(forward = [...])`, as written.
-    pub(crate) forward: Option<Vec<Ident>>,
-    /// `reduce(backward = [...])`, as written.
-    pub(crate) backward: Option<Vec<Ident>>,
+    /// `reduce(forward = [...])`, as written; the tokens are `forward`.
+    pub(crate) forward: Option<Spanned<Vec<Ident>>>,
+    /// `reduce(backward = [...])`, as written; the tokens are `backward`.
+    pub(crate) backward: Option<Spanned<Vec<Ident>>>,
     /// `view(...)` entries, in order.
     pub(crate) views: Vec<ViewDecl>,
 }
 
-/// The keys `#[tensor]` accepts, for messages.
-const KEYS: &str = "`layout`, `elem`, `reduce`, `view` or `crate`";
+/// The keys `#[tensor]` accepts.
+const KEYS: [&str; 6] = ["layout", "elem", "reduce", "view", "like", "crate"];
+
+/// The layouts `layout = ...` accepts.
+const ORDERS: [Order; 3] = [Order::RowMajor, Order::ColMajor, Order::RTile];
 
 impl TensorAttrs {
     /// Parses every `#[tensor(...)]` in `attrs` and reports misplaced `#[axis]`.
@@ -69,33 +79,41 @@ impl TensorAttrs {
         match key.to_string().as_str() {
             "layout" => {
                 input.parse::<Token![=]>()?;
-                let value: Ident = super::key(input)?;
-                let order = match value.to_string().as_str() {
-                    "row_major" => Order::RowMajor,
-                    "col_major" => Order::ColMajor,
-                    "rtile" => Order::RTile,
-                    other => {
+                let order = value(cx, input, "layout").and_then(|value| {
+                    let order = ORDERS.into_iter().find(|o| value.value == o.name());
+                    let tokens = &value.tokens;
+                    order.map(|o| Spanned::new(o, quote!(#key = #tokens))).ok_or_else(|| {
+                        let names = ORDERS.map(Order::name);
                         let msg = format!(
-                            "unknown layout `{other}`; expected `row_major`, `col_major` or `rtile`"
+                            "unknown layout `{}`; expected `row_major`, `col_major` or `rtile`{}",
+                            value.value,
+                            did_you_mean(&value.value, names)
                         );
-                        return Err(syn::Error::new(value.span(), msg));
+                        syn::Error::new_spanned(&value.tokens, msg)
+                    })
+                });
+                match order {
+                    Ok(order) => set_once(cx, &mut self.layout, &key, order),
+                    Err(e) => {
+                        self.layout_unreadable = true;
+                        return Err(e);
                     }
-                };
-                set_once(
-                    cx,
-                    &mut self.layout,
-                    &key,
-                    Spanned::new(order, quote!(#key = #value)),
-                );
+                }
             }
             "elem" => {
                 input.parse::<Token![=]>()?;
-                let value: Ident = super::key(input)?;
-                let elem = value
-                    .to_string()
-                    .parse::<ElemType>()
-                    .map_err(|e| syn::Error::new(value.span(), e))?;
-                set_once(cx, &mut self.elem, &key, Spanned::new(elem, value));
+                let value = value(cx, input, "elem")?;
+                let elem = value.value.parse::<ElemType>().map_err(|e| {
+                    let names = ["f32", "f16", "u32", "i32"];
+                    let hint = did_you_mean(&value.value, names);
+                    syn::Error::new_spanned(&value.tokens, format!("{e}{hint}"))
+                })?;
+                set_once(cx, &mut self.elem, &key, Spanned::new(elem, value.tokens));
+            }
+            "like" => {
+                input.parse::<Token![=]>()?;
+                let path = syn::Path::parse_mod_style(input)?;
+                set_once(cx, &mut self.like, &key, path);
             }
             "reduce" => {
                 let content;
@@ -132,9 +150,11 @@ impl TensorAttrs {
                 skip_item(input);
             }
             _ => {
+                let list = KEYS.map(|k| format!("`{k}`")).join(", ");
+                let hint = did_you_mean(&key.to_string(), KEYS);
                 cx.error_spanned_by(
                     &key,
-                    format!("unknown tensor attribute `{key}`; expected {KEYS}"),
+                    format!("unknown tensor attribute `{key}`; expected one of {list}{hint}"),
                 );
                 skip_item(input);
             }
@@ -149,15 +169,25 @@ impl TensorAttrs {
             "backward" => &mut self.backward,
             other => {
                 let msg = format!(
-                    "unknown pass `{other}` in `reduce(...)`; expected `forward` or `backward`"
+                    "unknown pass `{other}` in `reduce(...)`; expected `forward` or `backward`{}",
+                    did_you_mean(other, ["forward", "backward"])
                 );
                 return Err(syn::Error::new(key.span(), msg));
             }
         };
         input.parse::<Token![=]>()?;
         let axes = axis_list(input)?;
-        set_once(cx, slot, &key, axes);
+        set_once(cx, slot, &key, Spanned::new(axes, &key));
         Ok(())
+    }
+
+    /// The axes named for `pass`, as written.
+    pub(crate) fn reduced(&self, pass: Pass) -> &[Ident] {
+        let list = match pass {
+            Pass::Forward => &self.forward,
+            Pass::Backward => &self.backward,
+        };
+        list.as_ref().map_or(&[], |l| l.value.as_slice())
     }
 
     /// The path to the fblayout crate in generated code.
@@ -169,7 +199,23 @@ impl TensorAttrs {
     }
 }
 
-/// `[a, b, c]`, or a single axis name.
+/// A value written as a bare word (`rtile`) or, by mistake, a string (`"rtile"`), which is
+/// reported with the fix and read anyway so that nothing else is reported about it.
+fn value(cx: &Ctxt, input: ParseStream<'_>, key: &str) -> syn::Result<Spanned<String>> {
+    if input.peek(syn::LitStr) {
+        let lit: syn::LitStr = input.parse()?;
+        let word = lit.value();
+        cx.error_spanned_by(
+            &lit,
+            format!("write `{key} = {word}` without quotes: the value is a word, not a string"),
+        );
+        return Ok(Spanned::new(word, lit));
+    }
+    let word: Ident = super::key(input)?;
+    Ok(Spanned::new(word.to_string(), word))
+}
+
+/// `[a, b, c]`, or a single axis name (`forward = hidden` is `forward = [hidden]`).
 pub(crate) fn axis_list(input: ParseStream<'_>) -> syn::Result<Vec<Ident>> {
     if input.peek(syn::token::Bracket) {
         let content;

@@ -12,52 +12,68 @@
 //! New axes (`split`, `merge`, `broadcast`) name their axis type, which becomes the type of the
 //! view struct's field.
 
+use fblayout_core::typed::suggest::did_you_mean;
+use fblayout_core::typed::{ViewSpec, ViewStep};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::ParseStream;
 use syn::{Ident, Token, bracketed, parenthesized};
 
-use super::{Spanned, key, span_to, u32_lit};
+use super::{key, name_of, span_to, u32_lit};
+use crate::check::snake_case;
 use crate::ctxt::Ctxt;
 
-/// One declared view.
+/// A name in a view declaration, as written: the view's own name, an axis it reads, or a new
+/// axis with its axis type. The core's [`ViewStep`] and [`ViewSpec`] take it as their name
+/// type, so the steps the core checks are the steps the user wrote, spans included.
+#[derive(Debug, Clone)]
+pub(crate) struct Name {
+    /// The identifier the user typed.
+    pub(crate) ident: Ident,
+    /// The name it stands for (`r#type` is `type`; a view's name is in `snake_case`).
+    pub(crate) name: String,
+    /// For a new axis (split part, merged axis, broadcast axis), its axis type.
+    pub(crate) ty: Option<syn::Type>,
+}
+
+impl Name {
+    fn axis(ident: Ident) -> Self {
+        Self {
+            name: name_of(&ident),
+            ident,
+            ty: None,
+        }
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        &self.name
+    }
+}
+
+/// One declared view: its name and steps, with the span of each step.
 pub(crate) struct ViewDecl {
-    /// The view struct's name.
-    pub(crate) ident: Ident,
-    /// Its steps, in order.
-    pub(crate) steps: Vec<StepDecl>,
+    /// The view struct's name (`ident`) and the view's name in the layout (`name`).
+    pub(crate) spec: ViewSpec<Name>,
+    /// For each step, the tokens `kw(...)` it was written as.
+    pub(crate) step_tokens: Vec<TokenStream>,
 }
 
-/// One step of a view, as written.
-pub(crate) struct StepDecl {
-    /// `permute`, `split`, ...
-    pub(crate) kw: Ident,
-    /// The span of the closing parenthesis.
-    pub(crate) close: Span,
-    /// What the step does.
-    pub(crate) kind: StepKind,
+impl ViewDecl {
+    /// The view struct's identifier.
+    pub(crate) fn ident(&self) -> &Ident {
+        &self.spec.name.ident
+    }
 }
 
-/// A new axis: `name: Type` with, for splits and broadcasts, `= n` (or `= _` in a split).
-pub(crate) struct NewAxis {
-    /// Its name.
-    pub(crate) ident: Ident,
-    /// Its axis type.
-    pub(crate) ty: syn::Type,
-    /// Its extent; `None` for `_` (inferred) and in merges.
-    pub(crate) size: Option<Spanned<u32>>,
-}
-
-/// The steps a view can take.
-pub(crate) enum StepKind {
-    Permute(Vec<Ident>),
-    Transpose(Ident, Ident),
-    Split { axis: Ident, parts: Vec<NewAxis> },
-    Merge { axes: Vec<Ident>, into: NewAxis },
-    Slice { axis: Ident, start: u32, len: u32 },
-    Broadcast { axis: NewAxis, at: usize },
-}
-
-const STEPS: &str = "`permute`, `transpose`, `split`, `merge`, `slice` or `broadcast`";
+const STEPS: [&str; 6] = [
+    "permute",
+    "transpose",
+    "split",
+    "merge",
+    "slice",
+    "broadcast",
+];
 
 impl ViewDecl {
     /// Parses `Name = step` or `Name = [step, ..]`.
@@ -70,154 +86,147 @@ impl ViewDecl {
             )
         })?;
         let mut steps = Vec::new();
+        let mut step_tokens = Vec::new();
+        let mut one = |input: ParseStream<'_>| {
+            let (step, tokens) = parse_step(input)?;
+            steps.push(step);
+            step_tokens.push(tokens);
+            Ok(())
+        };
         if input.peek(syn::token::Bracket) {
             let content;
             bracketed!(content in input);
-            super::parse_list(cx, &content, |input| {
-                steps.push(StepDecl::parse(input)?);
-                Ok(())
-            })?;
+            super::parse_list(cx, &content, one)?;
         } else {
-            steps.push(StepDecl::parse(input)?);
+            one(input)?;
         }
-        Ok(Self { ident, steps })
+        let name = Name {
+            name: snake_case(&name_of(&ident)),
+            ident,
+            ty: None,
+        };
+        Ok(Self {
+            spec: ViewSpec { name, steps },
+            step_tokens,
+        })
     }
 }
 
-impl StepDecl {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        let kw: Ident = key(input)?;
-        let content;
-        let paren = parenthesized!(content in input);
-        let close = paren.span.close();
-        let kind = Self::parse_kind(&kw, &content).inspect_err(|_| {
-            // Consume the rest, so that syn doesn't add "unexpected token" to the real error.
-            let _ = content.parse::<TokenStream>();
-        })?;
-        Ok(Self { kw, close, kind })
-    }
+/// Parses `kw(...)`: the step, and the tokens it spans.
+fn parse_step(input: ParseStream<'_>) -> syn::Result<(ViewStep<Name>, TokenStream)> {
+    let kw: Ident = key(input)?;
+    let content;
+    let paren = parenthesized!(content in input);
+    let close: Span = paren.span.close();
+    let step = step_kind(&kw, &content).inspect_err(|_| {
+        // Consume the rest, so that syn doesn't add "unexpected token" to the real error.
+        let _ = content.parse::<TokenStream>();
+    })?;
+    Ok((step, span_to(&kw, close)))
+}
 
-    fn parse_kind(kw: &Ident, content: ParseStream<'_>) -> syn::Result<StepKind> {
-        let kind = match kw.to_string().as_str() {
-            "permute" => StepKind::Permute(
-                content
-                    .parse_terminated(key, Token![,])?
-                    .into_iter()
-                    .collect(),
-            ),
-            "transpose" => {
-                let a = key(content)?;
-                content.parse::<Token![,]>()?;
-                let b = key(content)?;
-                content.parse::<Option<Token![,]>>()?;
-                StepKind::Transpose(a, b)
-            }
-            "split" => {
-                let axis = key(content)?;
-                content.parse::<Token![=>]>()?;
-                let parts =
-                    content.parse_terminated(|s| NewAxis::parse(s, Size::Inferable), Token![,])?;
-                StepKind::Split {
-                    axis,
-                    parts: parts.into_iter().collect(),
-                }
-            }
-            "merge" => {
-                let mut axes = vec![key(content)?];
-                while content.peek(Token![,]) {
-                    content.parse::<Token![,]>()?;
-                    axes.push(key(content)?);
-                }
-                content.parse::<Token![=>]>()?;
-                let into = NewAxis::parse(content, Size::None)?;
-                StepKind::Merge { axes, into }
-            }
-            "slice" => {
-                let axis = key(content)?;
-                content.parse::<Token![,]>()?;
-                let start = u32_lit(content, "the slice start")?;
-                let len = if content.peek(Token![..]) {
-                    content.parse::<Token![..]>()?;
-                    let end = u32_lit(content, "the slice end")?;
-                    if end.value <= start.value {
-                        return Err(syn::Error::new_spanned(
-                            &end.tokens,
-                            format!(
-                                "the slice `{}..{}` is empty; write `start..end` with end > start",
-                                start.value, end.value
-                            ),
-                        ));
-                    }
-                    end.value - start.value
-                } else {
-                    content.parse::<Token![,]>()?;
-                    u32_lit(content, "the slice length")?.value
-                };
-                StepKind::Slice {
-                    axis,
-                    start: start.value,
-                    len,
-                }
-            }
-            "broadcast" => {
-                let axis = NewAxis::parse(content, Size::Required)?;
-                let mut at = 0;
-                if content.peek(Token![,]) {
-                    content.parse::<Token![,]>()?;
-                    let at_key = key(content)?;
-                    if at_key != "at" {
-                        return Err(syn::Error::new(
-                            at_key.span(),
-                            "expected `at = n`, the position of the new axis",
-                        ));
-                    }
-                    content.parse::<Token![=]>()?;
-                    at = u32_lit(content, "the position of the new axis")?.value as usize;
-                }
-                StepKind::Broadcast { axis, at }
-            }
-            other => {
-                return Err(syn::Error::new(
-                    kw.span(),
-                    format!("unknown view step `{other}`; expected {STEPS}"),
-                ));
-            }
-        };
-        content.parse::<Option<Token![,]>>()?;
-        if !content.is_empty() {
-            return Err(content.error(format!("unexpected tokens at the end of `{kw}(...)`")));
-        }
-        Ok(kind)
-    }
+fn axis(input: ParseStream<'_>) -> syn::Result<Name> {
+    key(input).map(Name::axis)
+}
 
-    /// Tokens covering the whole step, `kw(...)`.
-    pub(crate) fn tokens(&self) -> TokenStream {
-        span_to(&self.kw, self.close)
-    }
-
-    /// The identifiers the step names, in order: existing axes, then new ones.
-    pub(crate) fn idents(&self) -> Vec<&Ident> {
-        match &self.kind {
-            StepKind::Permute(axes) => axes.iter().collect(),
-            StepKind::Transpose(a, b) => vec![a, b],
-            StepKind::Split { axis, parts } => std::iter::once(axis)
-                .chain(parts.iter().map(|p| &p.ident))
+fn step_kind(kw: &Ident, content: ParseStream<'_>) -> syn::Result<ViewStep<Name>> {
+    let step = match kw.to_string().as_str() {
+        "permute" => ViewStep::Permute(
+            content
+                .parse_terminated(axis, Token![,])?
+                .into_iter()
                 .collect(),
-            StepKind::Merge { axes, into } => axes.iter().chain([&into.ident]).collect(),
-            StepKind::Slice { axis, .. } => vec![axis],
-            StepKind::Broadcast { axis, .. } => vec![&axis.ident],
+        ),
+        "transpose" => {
+            let a = axis(content)?;
+            content.parse::<Token![,]>()?;
+            let b = axis(content)?;
+            content.parse::<Option<Token![,]>>()?;
+            ViewStep::Transpose(a, b)
         }
-    }
-
-    /// The new axes the step introduces.
-    pub(crate) fn new_axes(&self) -> Vec<&NewAxis> {
-        match &self.kind {
-            StepKind::Split { parts, .. } => parts.iter().collect(),
-            StepKind::Merge { into, .. } => vec![into],
-            StepKind::Broadcast { axis, .. } => vec![axis],
-            _ => Vec::new(),
+        "split" => {
+            let whole = axis(content)?;
+            content.parse::<Token![=>]>()?;
+            let parts = content.parse_terminated(|s| new_axis(s, Size::Inferable), Token![,])?;
+            ViewStep::Split {
+                axis: whole,
+                parts: parts.into_iter().collect(),
+            }
         }
+        "merge" => {
+            let mut axes = vec![axis(content)?];
+            while content.peek(Token![,]) {
+                content.parse::<Token![,]>()?;
+                axes.push(axis(content)?);
+            }
+            content.parse::<Token![=>]>()?;
+            let (into, _) = new_axis(content, Size::None)?;
+            ViewStep::Merge { axes, into }
+        }
+        "slice" => {
+            let sliced = axis(content)?;
+            content.parse::<Token![,]>()?;
+            let start = u32_lit(content, "the slice start")?;
+            let len = if content.peek(Token![..]) {
+                content.parse::<Token![..]>()?;
+                let end = u32_lit(content, "the slice end")?;
+                if end.value <= start.value {
+                    return Err(syn::Error::new_spanned(
+                        &end.tokens,
+                        format!(
+                            "the slice `{}..{}` is empty; write `start..end` with end > start",
+                            start.value, end.value
+                        ),
+                    ));
+                }
+                end.value - start.value
+            } else {
+                content.parse::<Token![,]>()?;
+                u32_lit(content, "the slice length")?.value
+            };
+            ViewStep::Slice {
+                axis: sliced,
+                start: start.value,
+                len,
+            }
+        }
+        "broadcast" => {
+            let (new, extent) = new_axis(content, Size::Required)?;
+            let mut at = 0;
+            if content.peek(Token![,]) {
+                content.parse::<Token![,]>()?;
+                let at_key = key(content)?;
+                if at_key != "at" {
+                    return Err(syn::Error::new(
+                        at_key.span(),
+                        "expected `at = n`, the position of the new axis",
+                    ));
+                }
+                content.parse::<Token![=]>()?;
+                at = u32_lit(content, "the position of the new axis")?.value as usize;
+            }
+            ViewStep::Broadcast {
+                axis: new,
+                extent: extent.unwrap_or(0),
+                at,
+            }
+        }
+        other => {
+            let list = STEPS.map(|s| format!("`{s}`")).join(", ");
+            return Err(syn::Error::new(
+                kw.span(),
+                format!(
+                    "unknown view step `{other}`; expected one of {list}{}",
+                    did_you_mean(other, STEPS)
+                ),
+            ));
+        }
+    };
+    content.parse::<Option<Token![,]>>()?;
+    if !content.is_empty() {
+        return Err(content.error(format!("unexpected tokens at the end of `{kw}(...)`")));
     }
+    Ok(step)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -230,44 +239,42 @@ enum Size {
     None,
 }
 
-impl NewAxis {
-    fn parse(input: ParseStream<'_>, size: Size) -> syn::Result<Self> {
-        let ident: Ident = key(input)?;
-        input.parse::<Token![:]>().map_err(|e| {
-            syn::Error::new(
-                e.span(),
-                format!("expected `: AxisType` after the new axis `{ident}`: each new axis of a view names its axis type"),
-            )
-        })?;
-        let ty: syn::Type = input.parse()?;
-        let parsed = match size {
-            Size::None => None,
-            Size::Inferable | Size::Required => {
-                input.parse::<Token![=]>().map_err(|e| {
-                    let expected = if size == Size::Inferable {
-                        "`= n` or `= _`"
-                    } else {
-                        "`= n`"
-                    };
-                    syn::Error::new(
-                        e.span(),
-                        format!(
-                            "expected {expected} after `{ident}: ..`, the extent of the new axis"
-                        ),
-                    )
-                })?;
-                if size == Size::Inferable && input.peek(Token![_]) {
-                    input.parse::<Token![_]>()?;
-                    None
+/// `name: Type`, then `= n` (or `= _` where `size` allows it): the new axis and its extent.
+fn new_axis(input: ParseStream<'_>, size: Size) -> syn::Result<(Name, Option<u32>)> {
+    let ident: Ident = key(input)?;
+    input.parse::<Token![:]>().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("expected `: AxisType` after the new axis `{ident}`: each new axis of a view names its axis type"),
+        )
+    })?;
+    let ty: syn::Type = input.parse()?;
+    let extent = match size {
+        Size::None => None,
+        Size::Inferable | Size::Required => {
+            input.parse::<Token![=]>().map_err(|e| {
+                let expected = if size == Size::Inferable {
+                    "`= n` or `= _`"
                 } else {
-                    Some(u32_lit(input, "the extent of the new axis")?)
-                }
+                    "`= n`"
+                };
+                syn::Error::new(
+                    e.span(),
+                    format!("expected {expected} after `{ident}: ..`, the extent of the new axis"),
+                )
+            })?;
+            if size == Size::Inferable && input.peek(Token![_]) {
+                input.parse::<Token![_]>()?;
+                None
+            } else {
+                Some(u32_lit(input, "the extent of the new axis")?.value)
             }
-        };
-        Ok(Self {
-            ident,
-            ty,
-            size: parsed,
-        })
-    }
+        }
+    };
+    let name = Name {
+        name: name_of(&ident),
+        ident,
+        ty: Some(ty),
+    };
+    Ok((name, extent))
 }

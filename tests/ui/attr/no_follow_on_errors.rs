@@ -19,8 +19,11 @@ pub struct X {
 
 fn reads_the_transpose(_: XT, _: XExtents) {}
 
+fn loops_over(_: XShape, _: XTShape) {}
+
 fn main() {
-    let _ = X::new(Ix::new(0), Ix::new(1));
+    let _ = X::new(Ix::of(Seq, 0), Ix::of(Hidden, 1));
     let _ = reads_the_transpose;
+    let _ = loops_over;
     let _ = XExtents { seq: 4 };
 }

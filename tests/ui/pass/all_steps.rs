@@ -39,28 +39,28 @@ struct X {
 
 fn main() {
     let ext = XExtents { batch: 2, seq: 7 };
-    let x = X::new(Ix::new(1), Ix::new(3), Ix::new(9));
+    let x = X::new(Ix::of(Batch, 1), Ix::of(Seq, 3), Ix::of(Hidden, 9));
     assert_eq!(XT::new(x.hidden, x.seq, x.batch).offset(ext), x.offset(ext));
     assert_eq!(SH::new(x.batch, x.hidden, x.seq).offset(ext), x.offset(ext));
     assert_eq!(
-        Q::new(x.batch, x.seq, Ix::new(1), Ix::new(1)).offset(ext),
+        Q::new(x.batch, x.seq, Ix::of(Heads, 1), Ix::of(HeadDim, 1)).offset(ext),
         x.offset(ext)
     );
     assert_eq!(
-        KT::new(x.batch, Ix::new(1), Ix::new(1), x.seq).offset(ext),
+        KT::new(x.batch, Ix::of(Heads, 1), Ix::of(HeadDim, 1), x.seq).offset(ext),
         x.offset(ext)
     );
     assert_eq!(
-        Merged::new(Ix::new(7 + 3), x.hidden).offset(ext),
+        Merged::new(Ix::of(Token, 7 + 3), x.hidden).offset(ext),
         x.offset(ext)
     );
     assert_eq!(
-        Window::new(x.batch, Ix::new(1), x.hidden).offset(ext),
+        Window::new(x.batch, Ix::of(Seq, 1), x.hidden).offset(ext),
         x.offset(ext)
     );
-    assert_eq!(Window2::shape(ext), Window::shape(ext));
+    assert_eq!(Window2::dims(ext), Window::dims(ext));
     assert_eq!(
-        Rows::new(x.batch, Ix::new(2), x.seq, x.hidden).offset(ext),
+        Rows::new(x.batch, Ix::of(Rep, 2), x.seq, x.hidden).offset(ext),
         x.offset(ext)
     );
     assert_eq!(<X as Coord>::NAME, "x");

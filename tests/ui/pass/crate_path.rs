@@ -22,7 +22,7 @@ pub struct M {
 }
 
 fn main() {
-    const AT: usize = M::new(Ix::new(1), Ix::new(2)).offset(MExtents);
+    const AT: usize = M::new(Ix::of(Row, 1), Ix::of(Col, 2)).offset(MExtents);
     assert_eq!(AT, 2 * 3 + 1);
     assert_eq!(M::LEN, 12);
 }
