@@ -28,6 +28,16 @@ pub enum WgslError {
         /// naga's report, with the offending source line.
         report: String,
     },
+    /// Two functions of one module would have the same name.
+    #[error(
+        "module `{name}` would define `{function}` twice: two index functions (views) share a name; give each view its own name"
+    )]
+    DuplicateFunction {
+        /// The module.
+        name: String,
+        /// The function defined twice.
+        function: String,
+    },
     /// The source parsed, but naga's validator rejected it.
     #[error("WGSL for `{name}` fails naga validation:\n{report}")]
     Invalid {

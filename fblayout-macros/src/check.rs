@@ -162,10 +162,10 @@ pub(crate) fn check_like(cx: &Ctxt, input: &Input<'_>, like: &syn::Path) -> bool
 fn layout_spec(input: &Input<'_>) -> LayoutSpec {
     let attrs = &input.attrs;
     let names = |list: &[Ident]| list.iter().map(name_of).collect();
-    LayoutSpec {
-        name: snake_case(&name_of(input.ident)),
-        elem: attrs.elem.as_ref().map_or(ElemType::F32, |e| e.value),
-        axes: input
+    LayoutSpec::from_parts(
+        snake_case(&name_of(input.ident)),
+        attrs.elem.as_ref().map_or(ElemType::F32, |e| e.value),
+        input
             .fields
             .iter()
             .map(|f| AxisSpec {
@@ -175,10 +175,10 @@ fn layout_spec(input: &Input<'_>) -> LayoutSpec {
                 pad: f.pad.is_some(),
             })
             .collect(),
-        order: attrs.layout.as_ref().map_or(Order::RowMajor, |l| l.value),
-        forward: names(attrs.reduced(fblayout_core::layout::Pass::Forward)),
-        backward: names(attrs.reduced(fblayout_core::layout::Pass::Backward)),
-    }
+        attrs.layout.as_ref().map_or(Order::RowMajor, |l| l.value),
+        names(attrs.reduced(fblayout_core::layout::Pass::Forward)),
+        names(attrs.reduced(fblayout_core::layout::Pass::Backward)),
+    )
 }
 
 fn type_key(ty: &syn::Type) -> String {

@@ -70,6 +70,14 @@ impl<W: Write> WgslWriter<W> {
 
 /// Writes `fns` into one WGSL module named `name` and validates it with naga.
 pub fn emit_module(name: &str, fns: &[&ValidIndexFn]) -> Result<WgslModule, WgslError> {
+    for (i, f) in fns.iter().enumerate() {
+        if fns[..i].iter().any(|g| g.name == f.name) {
+            return Err(WgslError::DuplicateFunction {
+                name: name.to_owned(),
+                function: f.offset_fn_name(),
+            });
+        }
+    }
     let mut w = WgslWriter::new(String::new());
     for (i, f) in fns.iter().enumerate() {
         if i > 0 {
@@ -121,6 +129,21 @@ mod tests {
         );
         assert!(!src.contains('/'), "powers of two become shifts:\n{src}");
         assert_eq!(module.naga_module().functions.len(), 4);
+    }
+
+    #[test]
+    fn two_views_of_one_name_are_refused_before_naga() {
+        let x = LayoutSpec::new("x")
+            .axis("a", 4)
+            .axis("b", 4)
+            .build()
+            .unwrap();
+        let t = x.view().named("t").unwrap().transpose("a", "b").unwrap();
+        let err = emit_views("x", &[&t, &t]).unwrap_err();
+        assert!(
+            matches!(&err, WgslError::DuplicateFunction { function, .. } if function == "t_offset"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::error::{LayoutError, MAX_ELEMENTS};
 use super::spec::Extent;
 use super::tensor::TensorLayout;
 use super::unravel::unravel;
-use super::view::View;
+use super::view::{Requirement, View};
 use crate::expr::CpuIndexFn;
 
 /// A view with every extent known (see the module docs).
@@ -31,11 +31,13 @@ impl TensorLayout {
         self.view().bind(extents)
     }
 
-    /// The run-time extents in parameter order, checked, and the buffer length.
+    /// Checks the run-time extents (`(axis, extent)` pairs): each run-time axis bound once, to
+    /// a non-zero extent that its tile divides unless it consented to padding, and the buffer
+    /// within the u32 index space.
     pub(crate) fn bind_extents(
         &self,
         extents: &[(&str, u32)],
-    ) -> Result<(Vec<u64>, u64), LayoutError> {
+    ) -> Result<BoundExtents, LayoutError> {
         let fail = |detail: String| LayoutError::Bind {
             tensor: self.name().to_owned(),
             detail,
@@ -52,60 +54,106 @@ impl TensorLayout {
             }
         }
         let mut args = Vec::new();
-        let mut len: u64 = 1;
-        for axis in self.axes() {
-            let n = match axis.extent {
-                Extent::Static(n) => n,
-                Extent::Dynamic => {
-                    let given: Vec<u32> = extents
-                        .iter()
-                        .filter(|(a, _)| *a == axis.name)
-                        .map(|&(_, v)| v)
-                        .collect();
-                    match given.as_slice() {
-                        [] => {
-                            return Err(fail(format!(
-                                "no extent given for run-time axis `{}`",
-                                axis.name
-                            )));
-                        }
-                        [0] => return Err(fail(format!("axis `{}` bound to extent 0", axis.name))),
-                        [v] => {
-                            args.push(u64::from(*v));
-                            *v
-                        }
-                        _ => return Err(fail(format!("axis `{}` is bound twice", axis.name))),
-                    }
+        for axis in self.dynamic_axes() {
+            let given: Vec<u32> = extents
+                .iter()
+                .filter(|(a, _)| *a == axis.name)
+                .map(|&(_, v)| v)
+                .collect();
+            let n = match given.as_slice() {
+                [] => {
+                    return Err(fail(format!(
+                        "no extent given for run-time axis `{}`",
+                        axis.name
+                    )));
                 }
+                [0] => return Err(fail(format!("axis `{}` bound to extent 0", axis.name))),
+                [v] => *v,
+                _ => return Err(fail(format!("axis `{}` is bound twice", axis.name))),
             };
-            len = len.saturating_mul(axis.padded_static(n));
-            if len > MAX_ELEMENTS {
-                return Err(LayoutError::Overflow {
-                    tensor: self.name().to_owned(),
-                    axis: axis.name.clone(),
-                    elements: u128::from(len),
-                });
+            if !n.is_multiple_of(axis.tile) && !axis.pad {
+                return Err(fail(format!(
+                    "axis `{}` is bound to {n}, which its tile {} does not divide, and it \
+                     was not declared with `pad`; declare the tile with `pad` to accept \
+                     padding to {}, or bind a multiple of {}",
+                    axis.name,
+                    axis.tile,
+                    u64::from(n).next_multiple_of(u64::from(axis.tile)),
+                    axis.tile
+                )));
             }
+            args.push(u64::from(n));
         }
-        Ok((args, len))
+        let mut dynamic = args.iter().copied();
+        let extents = self.extents_with(|_| {
+            dynamic
+                .next()
+                .expect("one argument per run-time axis, in axis order")
+        });
+        if let Some((axis, elements)) = self.exceeds(&extents, MAX_ELEMENTS) {
+            return Err(LayoutError::Overflow {
+                tensor: self.name().to_owned(),
+                axis: self.axes()[axis].name.clone(),
+                elements,
+            });
+        }
+        let len = self
+            .len_for(&extents)
+            .expect("a length within the u32 index space does not overflow u64");
+        Ok(BoundExtents { args, extents, len })
     }
+}
+
+/// Run-time extents that passed [`TensorLayout::bind_extents`].
+#[derive(Debug, Clone)]
+pub(crate) struct BoundExtents {
+    /// The run-time extents, in parameter order.
+    pub args: Vec<u64>,
+    /// The logical extent of every axis.
+    pub extents: Vec<u64>,
+    /// The buffer length, padding included.
+    pub len: u64,
 }
 
 impl View {
     /// Binds the run-time extents of the viewed tensor (`(axis, extent)` pairs).
     pub fn bind(&self, extents: &[(&str, u32)]) -> Result<BoundView, LayoutError> {
         let layout = self.layout();
-        let (args, len) = layout.bind_extents(extents)?;
+        let BoundExtents {
+            args,
+            extents: values,
+            len,
+        } = layout.bind_extents(extents)?;
+        // View extents name axes of the tensor, each bound above.
         let value_of = |axis: &str| {
-            extents
-                .iter()
-                .find(|(a, _)| *a == axis)
-                .map_or(0, |&(_, v)| u64::from(v))
+            layout
+                .axis_index(axis)
+                .map(|i| values[i])
+                .expect("view extents name axes of the viewed tensor")
         };
         let fail = |detail: String| LayoutError::Bind {
             tensor: layout.name().to_owned(),
             detail,
         };
+        for requirement in self.requirements() {
+            match requirement {
+                Requirement::Divides { what, extent } => {
+                    if extent.eval(value_of).is_none() {
+                        return Err(fail(format!(
+                            "{what}, but the extent does not divide exactly ({extent} is not whole)"
+                        )));
+                    }
+                }
+                Requirement::AtLeast { what, extent, min } => {
+                    let n = extent
+                        .eval(value_of)
+                        .expect("a sliced extent is evaluated after the splits before it");
+                    if n < *min {
+                        return Err(fail(format!("{what}, but the extent is {n}")));
+                    }
+                }
+            }
+        }
         let mut shape = Vec::with_capacity(self.axes().len());
         for axis in self.axes() {
             let n = axis.extent.eval(value_of).ok_or_else(|| {
@@ -116,13 +164,24 @@ impl View {
                     axis.extent
                 ))
             })?;
+            if n > MAX_ELEMENTS {
+                return Err(LayoutError::ViewAxisTooLong {
+                    view: self.name().to_owned(),
+                    axis: axis.name.clone(),
+                    extent: u128::from(n),
+                });
+            }
             shape.push(n);
         }
-        for (what, extent, min) in self.minimums() {
-            let n = extent.eval(value_of).unwrap_or(0);
-            if n < *min {
-                return Err(fail(format!("{what}, but the extent is {n}")));
-            }
+        if shape
+            .iter()
+            .try_fold(1u64, |acc, &n| acc.checked_mul(n))
+            .is_none()
+        {
+            return Err(fail(format!(
+                "view `{}` of shape {shape:?} has more than 2^64 coordinates",
+                self.name()
+            )));
         }
         let cpu = CpuIndexFn::new(&self.index_fn().simplified());
         Ok(BoundView {
@@ -153,6 +212,8 @@ impl BoundView {
     }
 
     /// The number of logical elements (the product of the shape).
+    ///
+    /// Binding checked that it fits `u64`.
     pub fn logical_len(&self) -> u64 {
         self.shape.iter().product()
     }

@@ -77,6 +77,14 @@ pub enum LayoutError {
         /// The tensor.
         tensor: String,
     },
+    /// `tile` was called on a builder with no axis to apply it to.
+    #[error(
+        "tensor `{tensor}` sets a tile before declaring any axis; `tile` applies to the axis added just before it"
+    )]
+    TileBeforeAxis {
+        /// The tensor.
+        tensor: String,
+    },
     /// Two axes share a name.
     #[error("axis `{axis}` of tensor `{tensor}` is declared twice")]
     DuplicateAxis {
@@ -297,6 +305,52 @@ pub enum LayoutError {
         /// The axis extent.
         extent: String,
     },
+    /// A slice that keeps nothing.
+    #[error("view `{view}` slices axis `{axis}` to length 0; a slice keeps at least one index")]
+    EmptySlice {
+        /// The view.
+        view: String,
+        /// The axis.
+        axis: String,
+    },
+    /// A broadcast axis placed past the end of the view's axes.
+    #[error(
+        "view `{view}` broadcasts `{axis}` at position {at}, but it has only {rank} axes (positions 0..={rank})"
+    )]
+    BroadcastPosition {
+        /// The view.
+        view: String,
+        /// The new axis.
+        axis: String,
+        /// The position asked for.
+        at: usize,
+        /// The view's rank before the broadcast.
+        rank: usize,
+    },
+    /// A view axis named like the parameter that carries a run-time extent.
+    #[error(
+        "view `{view}` names an axis `{axis}`, but that is the parameter carrying the run-time extent of axis `{extent_of}`; choose another name"
+    )]
+    ViewNameClash {
+        /// The view.
+        view: String,
+        /// The new axis.
+        axis: String,
+        /// The run-time axis whose extent parameter it clashes with.
+        extent_of: String,
+    },
+    /// A view axis longer than a `u32` coordinate can run.
+    #[error(
+        "view `{view}` has axis `{axis}` of extent {extent}, more than the {MAX_ELEMENTS} a u32 coordinate can address"
+    )]
+    ViewAxisTooLong {
+        /// The view.
+        view: String,
+        /// The axis.
+        axis: String,
+        /// Its extent (saturating).
+        extent: u128,
+    },
     /// A run-time extent that was not supplied, or was zero, or overflowed.
     #[error("binding tensor `{tensor}`: {detail}")]
     Bind {
@@ -312,9 +366,10 @@ impl LayoutError {
     pub fn site(&self) -> Site {
         match self {
             Self::BadName { site, .. } => site.clone(),
-            Self::NoAxes { .. } | Self::RTileWithoutReduction { .. } | Self::Bind { .. } => {
-                Site::Tensor
-            }
+            Self::NoAxes { .. }
+            | Self::TileBeforeAxis { .. }
+            | Self::RTileWithoutReduction { .. }
+            | Self::Bind { .. } => Site::Tensor,
             Self::ReductionWithoutRTile { pass, .. } => Site::Pass(*pass),
             Self::UnsupportedElem { .. } => Site::Elem,
             Self::DuplicateAxis { axis, .. }
@@ -332,7 +387,11 @@ impl LayoutError {
             }
             Self::UnknownViewAxis { view, axis, .. }
             | Self::DuplicateViewAxis { view, axis }
-            | Self::SliceOutOfRange { view, axis, .. } => Site::View {
+            | Self::SliceOutOfRange { view, axis, .. }
+            | Self::EmptySlice { view, axis }
+            | Self::BroadcastPosition { view, axis, .. }
+            | Self::ViewNameClash { view, axis, .. }
+            | Self::ViewAxisTooLong { view, axis, .. } => Site::View {
                 view: view.clone(),
                 axis: Some(axis.clone()),
             },

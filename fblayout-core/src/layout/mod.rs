@@ -14,6 +14,7 @@
 //! // tokens (bias and weight gradients).
 //! let x = LayoutSpec::new("x")
 //!     .dyn_axis("tokens")
+//!     .tile(4, true) // a run-time extent is padded to whole tiles only with consent
 //!     .axis("hidden", 8)
 //!     .rtile()
 //!     .reduce_forward(["hidden"])
@@ -33,6 +34,7 @@ mod bound;
 mod cute;
 mod elem;
 mod error;
+mod leaves;
 mod spec;
 mod tensor;
 mod unravel;

@@ -90,6 +90,8 @@ pub struct LayoutSpec {
     pub forward: Vec<String>,
     /// Axes the backward pass reduces over.
     pub backward: Vec<String>,
+    /// Tiles given to [`tile`](Self::tile) before any axis existed: refused by `build`.
+    orphan_tiles: u32,
 }
 
 /// The tile R-Tile gives a reduction axis when none is declared: one `vec4` of `f32` (for a
@@ -99,13 +101,33 @@ pub const DEFAULT_REDUCTION_TILE: u32 = 4;
 impl LayoutSpec {
     /// A row-major `f32` tensor named `name` with no axes yet.
     pub fn new(name: impl Into<String>) -> Self {
+        Self::from_parts(
+            name,
+            ElemType::F32,
+            Vec::new(),
+            Order::RowMajor,
+            Vec::new(),
+            Vec::new(),
+        )
+    }
+
+    /// A description from all of its parts at once (what the derive writes).
+    pub fn from_parts(
+        name: impl Into<String>,
+        elem: ElemType,
+        axes: Vec<AxisSpec>,
+        order: Order,
+        forward: Vec<String>,
+        backward: Vec<String>,
+    ) -> Self {
         Self {
             name: name.into(),
-            elem: ElemType::F32,
-            axes: Vec::new(),
-            order: Order::RowMajor,
-            forward: Vec::new(),
-            backward: Vec::new(),
+            elem,
+            axes,
+            order,
+            forward,
+            backward,
+            orphan_tiles: 0,
         }
     }
 
@@ -131,11 +153,15 @@ impl LayoutSpec {
         self.axis(name, Extent::Dynamic)
     }
 
-    /// Sets the tile of the last axis added, and whether it may be padded.
+    /// Sets the tile of the last axis added, and whether it may be padded. Called before any
+    /// axis, it has nothing to apply to, and [`build`](Self::build) reports it.
     pub fn tile(mut self, tile: u32, pad: bool) -> Self {
-        if let Some(axis) = self.axes.last_mut() {
-            axis.tile = Some(tile);
-            axis.pad = pad;
+        match self.axes.last_mut() {
+            Some(axis) => {
+                axis.tile = Some(tile);
+                axis.pad = pad;
+            }
+            None => self.orphan_tiles += 1,
         }
         self
     }
@@ -169,9 +195,9 @@ impl LayoutSpec {
         self.check_names(&mut errors);
         self.check_reductions(&mut errors);
         let axes = self.resolve_axes(&mut errors);
-        if errors.is_empty() {
-            check_size(&self.name, &axes, &mut errors);
-        }
+        let layout = TensorLayout::from_checked(self, axes);
+        // The size is checked whatever else is wrong, so that every problem is reported.
+        check_size(&self.name, &layout, &mut errors);
         if let Some(why) = self.elem.wgsl_problem() {
             errors.push(LayoutError::UnsupportedElem {
                 tensor: self.name.clone(),
@@ -182,7 +208,7 @@ impl LayoutSpec {
         if let Some(errors) = LayoutErrors::from_vec(errors) {
             return Err(errors);
         }
-        Ok(TensorLayout::from_checked(self, axes))
+        Ok(layout)
     }
 
     /// Names must be identifiers; axes unique; extent parameters must not clash with axes.
@@ -198,6 +224,11 @@ impl LayoutSpec {
         }
         if self.axes.is_empty() {
             errors.push(LayoutError::NoAxes {
+                tensor: tensor.clone(),
+            });
+        }
+        if self.orphan_tiles > 0 {
+            errors.push(LayoutError::TileBeforeAxis {
                 tensor: tensor.clone(),
             });
         }
@@ -347,6 +378,7 @@ impl LayoutSpec {
                 name,
                 extent: spec.extent,
                 tile: tile.max(1),
+                pad: spec.pad,
             });
         }
         axes
@@ -362,21 +394,15 @@ fn default_tile(n: u32) -> u32 {
         .unwrap_or(1)
 }
 
-/// Static parts of the buffer must fit the u32 index space (dynamic parts are checked when
-/// the layout is bound).
-fn check_size(tensor: &str, axes: &[Axis], errors: &mut Vec<LayoutError>) {
-    let mut elements: u128 = 1;
-    for axis in axes {
-        if let Extent::Static(n) = axis.extent {
-            elements = elements.saturating_mul(u128::from(axis.padded_static(n)));
-            if elements > u128::from(MAX_ELEMENTS) {
-                errors.push(LayoutError::Overflow {
-                    tensor: tensor.to_owned(),
-                    axis: axis.name.clone(),
-                    elements,
-                });
-                return;
-            }
-        }
+/// Static parts of the buffer must fit the u32 index space (run-time extents count as 1 here;
+/// the whole buffer is checked again when the layout is bound).
+fn check_size(tensor: &str, layout: &TensorLayout, errors: &mut Vec<LayoutError>) {
+    let extents = layout.extents_with(|_| 1);
+    if let Some((axis, elements)) = layout.exceeds(&extents, MAX_ELEMENTS) {
+        errors.push(LayoutError::Overflow {
+            tensor: tensor.to_owned(),
+            axis: layout.axes()[axis].name.clone(),
+            elements,
+        });
     }
 }

@@ -23,9 +23,10 @@
 use std::sync::Arc;
 
 use super::elem::ElemType;
+use super::leaves::{Concrete, Part};
 use super::spec::{Extent, LayoutSpec, Order};
 use super::view::View;
-use crate::expr::{Assumptions, BinOp, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, VarKind};
+use crate::expr::{Assumptions, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, VarKind};
 
 /// One checked axis.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -36,13 +37,9 @@ pub struct Axis {
     pub extent: Extent,
     /// Its tile (1 when the axis is not tiled).
     pub tile: u32,
-}
-
-impl Axis {
-    /// The extent padded up to a multiple of the tile, for a static extent `n`.
-    pub fn padded_static(&self, n: u32) -> u64 {
-        u64::from(n).div_ceil(u64::from(self.tile)) * u64::from(self.tile)
-    }
+    /// Whether the declaration consented to padding the extent up to a multiple of the tile.
+    /// A run-time extent that the tile does not divide is refused at bind without it.
+    pub pad: bool,
 }
 
 /// A checked layout (see the module docs).
@@ -138,6 +135,11 @@ impl TensorLayout {
             .collect()
     }
 
+    /// The tiled axes (by position) in in-tile order, outermost first.
+    pub(crate) fn in_tile_axes(&self) -> &[usize] {
+        &self.in_tile
+    }
+
     /// The number of elements in one tile.
     pub fn tile_elems(&self) -> u64 {
         self.axes.iter().map(|a| u64::from(a.tile)).product()
@@ -160,33 +162,42 @@ impl TensorLayout {
         format!("{axis}_len")
     }
 
-    /// The buffer size in elements, padding included, when every extent is static.
-    pub fn static_len(&self) -> Option<u64> {
+    /// The logical extent of every axis, with `dynamic` standing for each run-time one.
+    pub(crate) fn extents_with(&self, mut dynamic: impl FnMut(&Axis) -> u64) -> Vec<u64> {
         self.axes
             .iter()
             .map(|a| match a.extent {
-                Extent::Static(n) => Some(a.padded_static(n)),
-                Extent::Dynamic => None,
+                Extent::Static(n) => u64::from(n),
+                Extent::Dynamic => dynamic(a),
             })
-            .product()
+            .collect()
+    }
+
+    /// The buffer length in elements, padding included, for these logical extents (one per
+    /// axis); `None` when it overflows `u64`.
+    pub fn len_for(&self, extents: &[u64]) -> Option<u64> {
+        self.buffer_len(&mut Concrete { extents })
+    }
+
+    /// The buffer size in elements, padding included, when every extent is static.
+    pub fn static_len(&self) -> Option<u64> {
+        if !self.is_static() {
+            return None;
+        }
+        self.len_for(&self.extents_with(|_| 1))
     }
 
     /// The buffer length in elements, padding included, as an index function `<name>_len`
     /// over the run-time extents `<axis>_len` (in axis order): its `offset` root is the
-    /// length, `(E + t - 1) / t * t` per axis, multiplied out; its `in_bounds` root is `true`.
+    /// length, the product of the extents of the layout's leaves; its `in_bounds` root is
+    /// `true`.
     ///
     /// Emitters turn it into code, so that the derive, the WGSL and the CPU path compute the
     /// length from one expression.
     pub fn len_fn(&self) -> ValidIndexFn {
         let mut g = ExprGraph::unshared();
         let params = self.declare_extents(&mut g);
-        let mut factors = Vec::with_capacity(self.rank());
-        for i in 0..self.rank() {
-            let grid = self.grid_expr(&mut g, i);
-            let t = g.constant(u64::from(self.axes[i].tile));
-            factors.push(g.mul(grid, t));
-        }
-        let offset = Self::product(&mut g, factors);
+        let offset = self.buffer_len(&mut g);
         let in_bounds = g.boolean(true);
         let f = IndexFn {
             name: format!("{}_len", self.name),
@@ -222,94 +233,9 @@ impl TensorLayout {
             .collect()
     }
 
-    /// The logical extent of axis `i`: a constant, or its run-time parameter.
-    pub(crate) fn extent_expr(&self, g: &mut ExprGraph, i: usize) -> ExprId {
-        match self.axes[i].extent {
-            Extent::Static(n) => g.constant(u64::from(n)),
-            Extent::Dynamic => {
-                let v = g.declare(Self::extent_param(&self.axes[i].name), VarKind::Extent);
-                g.var(v)
-            }
-        }
-    }
-
-    /// The number of tiles along axis `i`: `(E + t - 1) / t`.
-    fn grid_expr(&self, g: &mut ExprGraph, i: usize) -> ExprId {
-        let e = self.extent_expr(g, i);
-        let t = u64::from(self.axes[i].tile);
-        let tm1 = g.constant(t - 1);
-        let sum = g.add(e, tm1);
-        let tc = g.constant(t);
-        g.div(sum, tc)
-    }
-
-    fn product(g: &mut ExprGraph, factors: Vec<ExprId>) -> ExprId {
-        let mut it = factors.into_iter();
-        let first = it.next().unwrap_or_else(|| g.constant(1));
-        it.fold(first, |acc, f| g.mul(acc, f))
-    }
-
-    /// `Σ_a x_a · Π_{b in inner(a)} e_b`, written in Horner form
-    /// (`((x_0 · e_1 + x_1) · e_2 + x_2) ...`): one multiplication and one addition per axis,
-    /// and no products of extents, which matters when extents are only known at run time.
-    fn linear(
-        g: &mut ExprGraph,
-        terms: &[usize],
-        coord: &mut dyn FnMut(&mut ExprGraph, usize) -> ExprId,
-        extent: &mut dyn FnMut(&mut ExprGraph, usize) -> ExprId,
-    ) -> ExprId {
-        let Some((&first, rest)) = terms.split_first() else {
-            return g.constant(0);
-        };
-        let mut acc = coord(g, first);
-        for &a in rest {
-            let e = extent(g, a);
-            let scaled = g.mul(acc, e);
-            let x = coord(g, a);
-            acc = g.add(scaled, x);
-        }
-        acc
-    }
-
     /// The physical offset of the logical coordinate `coords` (one expression per axis).
     pub fn offset_expr(&self, g: &mut ExprGraph, coords: &[ExprId]) -> ExprId {
-        let all: Vec<usize> = (0..self.rank()).collect();
-        match self.order {
-            Order::RowMajor => Self::linear(g, &all, &mut |_, a| coords[a], &mut |g, b| {
-                self.extent_expr(g, b)
-            }),
-            Order::ColMajor => {
-                let reversed: Vec<usize> = all.iter().rev().copied().collect();
-                Self::linear(g, &reversed, &mut |_, a| coords[a], &mut |g, b| {
-                    self.extent_expr(g, b)
-                })
-            }
-            Order::RTile => {
-                let tile = |a: usize| u64::from(self.axes[a].tile);
-                let grid = Self::linear(
-                    g,
-                    &all,
-                    &mut |g, a| {
-                        let t = g.constant(tile(a));
-                        g.bin(BinOp::Div, coords[a], t)
-                    },
-                    &mut |g, b| self.grid_expr(g, b),
-                );
-                let tile_elems: Vec<ExprId> = all.iter().map(|&a| g.constant(tile(a))).collect();
-                let tile_size = Self::product(g, tile_elems);
-                let base = g.mul(grid, tile_size);
-                let inner = Self::linear(
-                    g,
-                    &self.in_tile,
-                    &mut |g, a| {
-                        let t = g.constant(tile(a));
-                        g.bin(BinOp::Rem, coords[a], t)
-                    },
-                    &mut |g, b| g.constant(tile(b)),
-                );
-                g.add(base, inner)
-            }
-        }
+        self.fold_leaves(g, |g, leaf| self.leaf_coord(g, leaf, coords[leaf.axis]))
     }
 
     /// The offset of the first element of the tile at grid coordinate `tiles`, and whether that
@@ -326,16 +252,17 @@ impl TensorLayout {
             .collect();
         let tiles: Vec<ExprId> = params.iter().map(|&p| g.var(p)).collect();
         params.extend(self.declare_extents(&mut g));
-        let all: Vec<usize> = (0..self.rank()).collect();
-        let grid = Self::linear(&mut g, &all, &mut |_, a| tiles[a], &mut |g, b| {
-            self.grid_expr(g, b)
+        // The tile's first element: its grid coordinates, every in-tile coordinate 0.
+        let offset = self.fold_leaves(&mut g, |g, leaf| match leaf.part {
+            Part::InTile => g.constant(0),
+            Part::Grid | Part::Whole => tiles[leaf.axis],
         });
-        let size = g.constant(self.tile_elems());
-        let offset = g.mul(grid, size);
         let mut checks = Vec::new();
-        for (a, &t) in tiles.iter().enumerate() {
-            let n = self.grid_expr(&mut g, a);
-            checks.push(g.lt(t, n));
+        for leaf in self.leaves() {
+            if leaf.part != Part::InTile {
+                let n = self.leaf_extent(&mut g, leaf);
+                checks.push(g.lt(tiles[leaf.axis], n));
+            }
         }
         let in_bounds = Self::conjunction(&mut g, checks);
         let f = IndexFn {

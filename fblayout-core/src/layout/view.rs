@@ -17,7 +17,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::error::LayoutError;
+use super::error::{LayoutError, MAX_ELEMENTS};
 use super::spec::Extent;
 use super::tensor::TensorLayout;
 use crate::expr::{Assumptions, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, VarKind};
@@ -64,14 +64,15 @@ impl ViewExtent {
         }
     }
 
-    fn times(&self, other: &Self) -> Self {
+    /// The product of two extents; `None` when a constant part overflows `u64`.
+    fn times(&self, other: &Self) -> Option<Self> {
         let mut dynamic = self.dynamic.clone();
         dynamic.extend(other.dynamic.iter().cloned());
-        Self {
-            factor: self.factor.saturating_mul(other.factor),
+        Some(Self {
+            factor: self.factor.checked_mul(other.factor)?,
             dynamic,
-            divisor: self.divisor.saturating_mul(other.divisor),
-        }
+            divisor: self.divisor.checked_mul(other.divisor)?,
+        })
     }
 
     /// The extent as an expression over the run-time extent parameters.
@@ -139,6 +140,27 @@ enum Step {
     Broadcast { at: usize },
 }
 
+/// What a view needs of the run-time extents, checked when it is bound.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Requirement {
+    /// A split of a run-time extent: its divisor must divide exactly.
+    Divides {
+        /// What was split, for the error message.
+        what: String,
+        /// The extent of the inferred part.
+        extent: ViewExtent,
+    },
+    /// A slice of a run-time extent: the extent must reach the slice's end.
+    AtLeast {
+        /// What was sliced, for the error message.
+        what: String,
+        /// The sliced extent.
+        extent: ViewExtent,
+        /// The slice's end.
+        min: u64,
+    },
+}
+
 /// A way to read a tensor (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct View {
@@ -146,8 +168,9 @@ pub struct View {
     name: String,
     axes: Vec<ViewAxis>,
     steps: Vec<Step>,
-    /// Run-time requirements: (what, extent, minimum) checked when binding.
-    minimums: Vec<(String, ViewExtent, u64)>,
+    /// Run-time requirements, checked when binding: every split of a run-time extent and
+    /// every slice of one, whatever steps come after it.
+    requirements: Vec<Requirement>,
 }
 
 /// A part of a split: its name and its extent, or `None` to infer it from the others.
@@ -167,7 +190,7 @@ impl View {
             layout,
             axes,
             steps: Vec::new(),
-            minimums: Vec::new(),
+            requirements: Vec::new(),
         }
     }
 
@@ -242,17 +265,37 @@ impl View {
                 site,
             });
         }
-        let clash_param = self
+        if let Some(dynamic) = self
             .layout
             .dynamic_axes()
-            .any(|a| TensorLayout::extent_param(&a.name) == name);
-        if axes.iter().filter(|a| a.name == name).count() > 1 || clash_param {
+            .find(|a| TensorLayout::extent_param(&a.name) == name)
+        {
+            return Err(LayoutError::ViewNameClash {
+                view: self.name.clone(),
+                axis: name.into(),
+                extent_of: dynamic.name.clone(),
+            });
+        }
+        if axes.iter().filter(|a| a.name == name).count() > 1 {
             return Err(LayoutError::DuplicateViewAxis {
                 view: self.name.clone(),
                 axis: name.into(),
             });
         }
         Ok(())
+    }
+
+    /// Refuses a static view extent that a `u32` coordinate can't run over (run-time ones are
+    /// checked when the view is bound).
+    fn check_index_space(&self, axis: &str, extent: &ViewExtent) -> Result<(), LayoutError> {
+        match extent.as_static() {
+            Some(n) if n > MAX_ELEMENTS => Err(LayoutError::ViewAxisTooLong {
+                view: self.name.clone(),
+                axis: axis.into(),
+                extent: u128::from(n),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn with_step(&self, axes: Vec<ViewAxis>, step: Step) -> Self {
@@ -263,7 +306,7 @@ impl View {
             name: self.name.clone(),
             axes,
             steps,
-            minimums: self.minimums.clone(),
+            requirements: self.requirements.clone(),
         }
     }
 
@@ -319,7 +362,13 @@ impl View {
                 detail,
             }
         };
-        let known: u64 = parts.iter().filter_map(|(_, e)| e.map(u64::from)).product();
+        let Some(known) = parts
+            .iter()
+            .filter_map(|(_, e)| e.map(u64::from))
+            .try_fold(1u64, u64::checked_mul)
+        else {
+            return Err(mismatch("the parts multiply past 2^64".into()));
+        };
         let inferred = parts.iter().filter(|(_, e)| e.is_none()).count();
         if parts.iter().any(|(_, e)| *e == Some(0)) {
             return Err(mismatch("a part has extent 0".into()));
@@ -344,7 +393,10 @@ impl View {
             (None, _) => Some(ViewExtent {
                 factor: whole.factor,
                 dynamic: whole.dynamic.clone(),
-                divisor: whole.divisor.saturating_mul(known),
+                divisor: whole
+                    .divisor
+                    .checked_mul(known)
+                    .ok_or_else(|| mismatch("the divisors multiply past 2^64".into()))?,
             }),
         };
         let extents: Vec<ViewExtent> = parts
@@ -362,10 +414,23 @@ impl View {
                 extent: e.clone(),
             }),
         );
-        for (name, _) in parts {
+        for ((name, _), extent) in parts.iter().zip(&extents) {
             self.check_new_name(&axes, name)?;
+            self.check_index_space(name, extent)?;
         }
-        Ok(self.with_step(axes, Step::Split { at, parts: extents }))
+        let mut view = self.with_step(axes, Step::Split { at, parts: extents });
+        if let Some(extent) = rest.filter(|r| r.as_static().is_none()) {
+            // Whatever steps follow (a merge multiplies the divisor back out), the run-time
+            // extent must split exactly.
+            view.requirements.push(Requirement::Divides {
+                what: format!(
+                    "view `{}` splits `{axis}` ({whole}) into {known} parts",
+                    self.name
+                ),
+                extent,
+            });
+        }
+        Ok(view)
     }
 
     /// Merges `axes`, which must be adjacent and in view order, into one axis `into`.
@@ -393,7 +458,16 @@ impl View {
         let merged = extents
             .iter()
             .skip(1)
-            .fold(extents[0].clone(), |acc, e| acc.times(e));
+            .try_fold(extents[0].clone(), |acc, e| acc.times(e))
+            .ok_or_else(|| LayoutError::ViewAxisTooLong {
+                view: self.name.clone(),
+                axis: into.into(),
+                extent: extents
+                    .iter()
+                    .filter_map(ViewExtent::as_static)
+                    .fold(1u128, |acc, n| acc.saturating_mul(u128::from(n))),
+            })?;
+        self.check_index_space(into, &merged)?;
         let mut new_axes = self.axes.clone();
         new_axes.splice(
             at..at + positions.len(),
@@ -419,29 +493,39 @@ impl View {
             extent: whole.to_string(),
         };
         if len == 0 {
-            return Err(out_of_range());
+            return Err(LayoutError::EmptySlice {
+                view: self.name.clone(),
+                axis: axis.into(),
+            });
         }
-        let mut minimums = self.minimums.clone();
+        let mut requirements = self.requirements.clone();
         match whole.as_static() {
             Some(e) if end > e => return Err(out_of_range()),
             Some(_) => {}
-            None => minimums.push((
-                format!("view `{}` slices `{axis}` up to {end}", self.name),
-                whole,
-                end,
-            )),
+            None => requirements.push(Requirement::AtLeast {
+                what: format!("view `{}` slices `{axis}` up to {end}", self.name),
+                extent: whole,
+                min: end,
+            }),
         }
         let mut axes = self.axes.clone();
         axes[at].extent = ViewExtent::fixed(u64::from(len));
         let mut view = self.with_step(axes, Step::Slice { at, start });
-        view.minimums = minimums;
+        view.requirements = requirements;
         Ok(view)
     }
 
     /// Adds an axis `name` of extent `extent` at position `at`; every index along it reads the
     /// same element.
     pub fn broadcast(&self, name: &str, extent: u32, at: usize) -> Result<Self, LayoutError> {
-        let at = at.min(self.axes.len());
+        if at > self.axes.len() {
+            return Err(LayoutError::BroadcastPosition {
+                view: self.name.clone(),
+                axis: name.into(),
+                at,
+                rank: self.axes.len(),
+            });
+        }
         if extent == 0 {
             return Err(LayoutError::ZeroExtent {
                 tensor: self.name.clone(),
@@ -460,9 +544,9 @@ impl View {
         Ok(self.with_step(axes, Step::Broadcast { at }))
     }
 
-    /// Run-time minimums that binding checks: (what, extent, minimum).
-    pub(crate) fn minimums(&self) -> &[(String, ViewExtent, u64)] {
-        &self.minimums
+    /// What binding checks of the run-time extents.
+    pub(crate) fn requirements(&self) -> &[Requirement] {
+        &self.requirements
     }
 
     /// Maps view coordinates back to the tensor's logical coordinates.

@@ -34,13 +34,7 @@ pub(crate) struct Logical<'v> {
 impl<'v> Logical<'v> {
     /// Evaluates every offset of `view`, refusing views of more than [`MAX_CELLS`] cells.
     pub(crate) fn new(view: &'v BoundView) -> Result<Self, PrintError> {
-        // Counted here rather than by `BoundView::logical_len`, whose u64 product overflows
-        // (and panics in debug builds) for a view with several huge broadcast axes: such a
-        // view must be refused as too large, not crash the printer.
-        let cells = view
-            .shape()
-            .iter()
-            .fold(1u128, |acc, &n| acc.saturating_mul(u128::from(n)));
+        let cells = u128::from(view.logical_len());
         check_size(view, "logical cells", cells)?;
         let mut offsets = Vec::with_capacity(cells as usize);
         view.for_each(|_, _, offset| offsets.push(offset));

@@ -396,6 +396,7 @@ mod tests {
     fn dynamic_extents_are_bound_for_the_padding() {
         let x = LayoutSpec::new("x")
             .dyn_axis("tokens")
+            .tile(4, true)
             .axis("hidden", 8)
             .rtile()
             .reduce_forward(["hidden"])
@@ -425,22 +426,6 @@ mod tests {
         let err = physical_map(&x.view().bind(&[]).unwrap(), &short).unwrap_err();
         assert!(
             err.to_string().contains("holds 10 elements, the view's 64"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn views_too_large_to_count_are_refused() {
-        // Three broadcasts of u32::MAX: 2^96 cells, more than a u64 counts.
-        let one = LayoutSpec::new("one").axis("i", 1).build().unwrap();
-        let mut huge = one.view();
-        for axis in ["a", "b", "c"] {
-            huge = huge.broadcast(axis, u32::MAX, 0).unwrap();
-        }
-        let err = grid(&huge.bind(&[]).unwrap()).unwrap_err();
-        assert!(
-            matches!(err, PrintError::TooLarge { what: "logical cells", cells, .. }
-                if cells == u128::from(u32::MAX).pow(3)),
             "{err}"
         );
     }

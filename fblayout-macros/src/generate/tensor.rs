@@ -302,14 +302,14 @@ fn spec_literal(krate: &TokenStream, spec: &LayoutSpec) -> TokenStream {
     let forward = strings(&spec.forward);
     let backward = strings(&spec.backward);
     quote! {
-        #krate::layout::LayoutSpec {
-            name: #name,
-            elem: #krate::layout::ElemType::#elem,
-            axes: ::std::vec![#(#axes),*],
-            order: #krate::layout::Order::#order,
-            forward: #forward,
-            backward: #backward,
-        }
+        #krate::layout::LayoutSpec::from_parts(
+            #name,
+            #krate::layout::ElemType::#elem,
+            ::std::vec![#(#axes),*],
+            #krate::layout::Order::#order,
+            #forward,
+            #backward,
+        )
     }
 }
 
@@ -335,7 +335,8 @@ fn axes_literal(krate: &TokenStream, axes: &[fblayout_core::layout::Axis]) -> To
         let name = string(&a.name);
         let extent = extent_literal(krate, a.extent);
         let tile = Literal::u32_unsuffixed(a.tile);
-        quote!(#krate::layout::Axis { name: #name, extent: #extent, tile: #tile })
+        let pad = a.pad;
+        quote!(#krate::layout::Axis { name: #name, extent: #extent, tile: #tile, pad: #pad })
     });
     quote!(::std::vec![#(#axes),*])
 }
