@@ -21,7 +21,7 @@
 //! #[tensor(layout = rtile, reduce(forward = [hidden], backward = [tokens]))]
 //! #[tensor(view(XT = transpose(tokens, hidden)))]
 //! pub struct X {
-//!     #[axis(dyn, tile = 4)]
+//!     #[axis(dyn, tile = 4, pad)]
 //!     pub tokens: Ix<Tokens>,
 //!     #[axis(768, tile = 4)]
 //!     pub hidden: Ix<Hidden>,

@@ -197,9 +197,10 @@ pub fn apply_steps(case: &Case, choices: &[StepChoice]) -> ViewCase {
             StepChoice::Split(a, d) => {
                 let i = pick(a);
                 let e = shape[i];
-                let static_axis = view.axes()[i].extent.as_static().is_some();
+                // Run-time axes are split too, by a divisor of the value they are bound to
+                // (a split that doesn't divide must fail to bind: see `layout_laws`).
                 let divisors: Vec<u64> = (2..e).filter(|&k| e.is_multiple_of(k)).collect();
-                if !static_axis || divisors.is_empty() {
+                if divisors.is_empty() {
                     continue;
                 }
                 let inner = divisors[d as usize % divisors.len()];
@@ -296,7 +297,12 @@ pub fn arb_case() -> impl Strategy<Value = Case> {
                     spec.backward = vec![format!("a{b}")];
                 }
             }
-            spec.build().ok().map(|layout| Case { layout, extents })
+            // Only cases whose extents bind: a run-time extent that its tile doesn't divide
+            // needs `pad`, which a default tile never has.
+            let layout = spec.build().ok()?;
+            let case = Case { layout, extents };
+            case.layout.check_extents(&case.bindings()).ok()?;
+            Some(case)
         })
 }
 

@@ -169,3 +169,31 @@ mod cute {
         }
     }
 }
+
+/// Splits of run-time extents are checked when bound, whatever steps follow them.
+mod run_time_splits {
+    use fblayout_core::layout::LayoutSpec;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// A split of a run-time axis binds exactly when its known part divides the extent,
+        /// merged back or not; and when it binds, the merged view reads the tensor in place.
+        #[test]
+        fn a_split_binds_only_when_it_divides(n in 1u32..=64, k in 2u32..=8, merge in any::<bool>()) {
+            let x = LayoutSpec::new("x").dyn_axis("n").build().unwrap();
+            let mut v = x.view().split("n", &[("a", None), ("b", Some(k))]).unwrap();
+            if merge {
+                v = v.merge(&["a", "b"], "m").unwrap();
+            }
+            let bound = v.bind(&[("n", n)]);
+            prop_assert_eq!(bound.is_ok(), n % k == 0, "n = {}, k = {}", n, k);
+            if let (Ok(bound), true) = (bound, merge) {
+                for i in 0..u64::from(n) {
+                    prop_assert_eq!(bound.offset(&[i]), Some(i));
+                }
+            }
+        }
+    }
+}

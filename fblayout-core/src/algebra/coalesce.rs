@@ -27,8 +27,9 @@ pub fn coalesce(layout: &Layout) -> Layout {
         }
         match out.last_mut() {
             Some((s0, d0)) if s0.value().checked_mul(d0.value()) == Some(d.value()) => {
-                // s0 * s divides the layout's size, so it cannot overflow.
-                *s0 = s0.checked_mul(s).unwrap_or(*s0);
+                *s0 = s0
+                    .checked_mul(s)
+                    .expect("s0 · s divides the layout's size, which fits usize");
             }
             _ => out.push((s, d)),
         }

@@ -27,8 +27,9 @@ pub fn right_inverse(layout: &Layout) -> Layout {
     let mut acc = Int::Static(1);
     for (s, _) in &modes {
         index_strides.push(acc);
-        // The product of all extents is the layout's size, so this cannot overflow.
-        acc = acc.checked_mul(*s).unwrap_or(acc);
+        acc = acc
+            .checked_mul(*s)
+            .expect("a product of extents divides the layout's size, which fits usize");
     }
     let mut shape = Vec::new();
     let mut stride = Vec::new();

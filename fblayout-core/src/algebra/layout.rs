@@ -117,7 +117,7 @@ impl Layout {
         self.leaves()
             .into_iter()
             .fold(Int::Static(1), |acc, (s, _)| {
-                mul(acc, s, "size").unwrap_or(acc)
+                mul(acc, s, "size").expect("Layout::new checked that the size fits usize")
             })
     }
 

@@ -31,9 +31,10 @@ fn apply(op: BinOp, a: u64, b: u64) -> u64 {
         BinOp::Add => a.wrapping_add(b),
         BinOp::Sub => a.wrapping_sub(b),
         BinOp::Mul => a.wrapping_mul(b),
-        // Validation rejects constant zero divisors; run-time extents are checked non-zero
-        // when a layout is bound. A zero here can only come from an unchecked argument.
-        BinOp::Div => a.checked_div(b).unwrap_or(0),
+        // Validation rejects constant zero divisors and binding refuses zero extents, so a
+        // zero here comes only from an argument nobody checked. It then follows WGSL, which
+        // defines `x / 0u == x` and `x % 0u == 0u`, so that the CPU and the GPU still agree.
+        BinOp::Div => a.checked_div(b).unwrap_or(a),
         BinOp::Rem => a.checked_rem(b).unwrap_or(0),
         BinOp::Shl => a.wrapping_shl(b as u32),
         BinOp::Shr => a.wrapping_shr(b as u32),
@@ -48,15 +49,23 @@ impl CpuIndexFn {
     pub fn new(f: &ValidIndexFn) -> Self {
         let roots = [f.offset, f.in_bounds];
         let order = f.graph.reachable(&roots);
-        let slot = |id: ExprId| order.binary_search(&id).map(|i| i as u32).unwrap_or(0);
+        let slot = |id: ExprId| {
+            order
+                .binary_search(&id)
+                .map(|i| i as u32)
+                .expect("operands are reachable from the roots, so they have a slot")
+        };
         let code = order
             .iter()
             .map(|&id| match f.graph.node(id) {
                 Node::Const(c) => Instr::Const(c),
                 Node::Bool(b) => Instr::Const(u64::from(b)),
-                Node::Var(v) => {
-                    Instr::Arg(f.params.iter().position(|&p| p == v).unwrap_or(usize::MAX))
-                }
+                Node::Var(v) => Instr::Arg(
+                    f.params
+                        .iter()
+                        .position(|&p| p == v)
+                        .expect("validation checked that every variable is a parameter"),
+                ),
                 Node::Bin(op, a, b) => Instr::Bin(op, slot(a), slot(b)),
                 Node::Select(c, a, b) => Instr::Select(slot(c), slot(a), slot(b)),
             })

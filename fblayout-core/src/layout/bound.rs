@@ -31,6 +31,12 @@ impl TensorLayout {
         self.view().bind(extents)
     }
 
+    /// Checks the run-time extents (`(axis, extent)` pairs) as [`bind`](Self::bind) does and
+    /// returns the buffer length, padding included.
+    pub fn check_extents(&self, extents: &[(&str, u32)]) -> Result<u64, LayoutError> {
+        self.bind_extents(extents).map(|b| b.len)
+    }
+
     /// Checks the run-time extents (`(axis, extent)` pairs): each run-time axis bound once, to
     /// a non-zero extent that its tile divides unless it consented to padding, and the buffer
     /// within the u32 index space.
@@ -259,8 +265,10 @@ impl BoundView {
         let mut regs = Vec::new();
         for linear in 0..self.logical_len() as usize {
             unravel(linear as u64, &self.shape, &mut args[..rank]);
-            // Every coordinate of the shape is in bounds.
-            let offset = self.cpu.eval_with(&args, &mut regs).unwrap_or(u64::MAX);
+            let offset = self
+                .cpu
+                .eval_with(&args, &mut regs)
+                .expect("every coordinate of a view's shape is inside the view");
             f(linear, &args[..rank], offset);
         }
     }

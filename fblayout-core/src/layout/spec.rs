@@ -388,10 +388,13 @@ impl LayoutSpec {
 /// The tile R-Tile gives a reduction axis of static extent `n` with no declared tile: the
 /// largest of 4, 2 and 1 that divides `n`, so that a default never pads.
 fn default_tile(n: u32) -> u32 {
-    [DEFAULT_REDUCTION_TILE, 2, 1]
-        .into_iter()
-        .find(|&t| n.is_multiple_of(t))
-        .unwrap_or(1)
+    if n.is_multiple_of(DEFAULT_REDUCTION_TILE) {
+        DEFAULT_REDUCTION_TILE
+    } else if n.is_multiple_of(2) {
+        2
+    } else {
+        1
+    }
 }
 
 /// Static parts of the buffer must fit the u32 index space (run-time extents count as 1 here;

@@ -1,9 +1,10 @@
 //! Checked tensor layouts and their index expressions.
 //!
 //! A [`TensorLayout`] is a [`LayoutSpec`](super::LayoutSpec) that passed its checks, with every
-//! tile chosen. It lowers a logical coordinate to a physical offset as an expression
-//! ([`TensorLayout::offset_expr`]), written plainly: linear combinations in Horner form
-//! (`(c_0 · E_1 + c_1) · E_2 + c_2`), a division and a remainder per axis of an R-Tile, the
+//! tile chosen. Its memory order is a list of leaves ([`super::leaves`]), from which the offset
+//! expression ([`TensorLayout::offset_expr`]), the tile offsets, the buffer length
+//! ([`TensorLayout::len_fn`]) and the CuTe form are all derived: linear combinations in Horner
+//! form (`(c_0 · E_1 + c_1) · E_2 + c_2`), a division and a remainder per tiled axis, the
 //! number of tiles as `(E + t - 1) / t`. The simplifier ([`crate::expr::simplify`]) folds
 //! constants and turns the divisions into shifts and masks.
 //!
@@ -18,7 +19,14 @@
 //!
 //! A reduction along any declared axis therefore walks whole tiles, each `T` contiguous
 //! elements (a `vec4` row of the forward axis at a time), in the forward and backward pass
-//! alike. Padding is counted in the buffer size and masked by `in_bounds`.
+//! alike. Padding is counted in the buffer size and masked by `in_bounds`; it happens only with
+//! consent (`pad`), checked at build for static extents and at bind for run-time ones.
+//!
+//! **The in-tile order** with several reduction axes: tiled axes that no pass reduces come
+//! outermost (in axis order), then the axes only the backward pass reduces (in the order the
+//! backward list names them), then the forward axes (in the order the forward list names
+//! them, so the *last* forward axis is innermost). An axis named in both lists counts as
+//! forward.
 
 use std::sync::Arc;
 

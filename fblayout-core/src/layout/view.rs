@@ -403,7 +403,9 @@ impl View {
             .iter()
             .map(|(_, e)| match e {
                 Some(n) => ViewExtent::fixed(u64::from(*n)),
-                None => rest.clone().unwrap_or_else(|| ViewExtent::fixed(1)),
+                None => rest
+                    .clone()
+                    .expect("a part left to infer has its extent inferred above"),
             })
             .collect();
         let mut axes = self.axes.clone();

@@ -125,6 +125,18 @@ pub trait Tensor: Coord<Tensor = Self> {
     fn wgsl_module() -> &'static WgslModule {
         Self::descriptor().wgsl_module()
     }
+
+    /// Checks run-time extents before a buffer is sized or indexed with them, as
+    /// [`View::bind`] does: each extent non-zero and within `u32`, divided by its tile unless
+    /// the axis was declared with `pad`, and the buffer within the u32 index space. Returns
+    /// the buffer length. The `const fn` offsets assume extents that passed this check.
+    fn check_extents(extents: Self::Extents) -> Result<usize, LayoutError> {
+        let bindings = bindings::<Self>(extents)?;
+        Self::descriptor()
+            .layout
+            .check_extents(&bindings)
+            .map(|len| len as usize)
+    }
 }
 
 /// Iterates over every coordinate of `C`'s shape, row-major (last axis fastest).

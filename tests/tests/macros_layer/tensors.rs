@@ -45,10 +45,10 @@ pub struct Token;
 ))]
 pub struct X {
     /// The sequence in the batch.
-    #[axis(dyn)]
+    #[axis(dyn, tile = 4, pad)]
     pub batch: Ix<Batch>,
     /// The position in the sequence.
-    #[axis(dyn, tile = 4)]
+    #[axis(dyn, tile = 4, pad)]
     pub seq: Ix<Seq>,
     /// The feature.
     #[axis(32, tile = 4)]
@@ -82,7 +82,7 @@ pub struct Attn {
     #[axis(dyn)]
     pub batch: Ix<Batch>,
     /// The position in the sequence.
-    #[axis(dyn, tile = 2)]
+    #[axis(dyn, tile = 2, pad)]
     pub seq: Ix<Seq>,
     /// The head.
     #[axis(4)]
@@ -108,7 +108,7 @@ pub struct Scores {
     #[axis(dyn)]
     pub query: Ix<Seq>,
     /// The key position.
-    #[axis(dyn, tile = 4)]
+    #[axis(dyn, tile = 4, pad)]
     pub key: Ix<KeySeq>,
 }
 
