@@ -207,16 +207,7 @@ impl TensorLayout {
         let params = self.declare_extents(&mut g);
         let offset = self.buffer_len(&mut g);
         let in_bounds = g.boolean(true);
-        let f = IndexFn {
-            name: format!("{}_len", self.name),
-            graph: g,
-            params,
-            offset,
-            in_bounds,
-            assume: Assumptions::default(),
-        };
-        f.validate()
-            .expect("the length function of a checked layout is well formed")
+        Self::layout_fn(format!("{}_len", self.name), g, params, offset, in_bounds)
     }
 
     /// Shares the layout, for views.
@@ -273,16 +264,28 @@ impl TensorLayout {
             }
         }
         let in_bounds = Self::conjunction(&mut g, checks);
+        Self::layout_fn(format!("{}_tile", self.name), g, params, offset, in_bounds)
+    }
+
+    /// A function the layout derives from itself (no assumptions on its parameters). Its
+    /// names were checked when the layout was built, so it is always valid.
+    fn layout_fn(
+        name: String,
+        graph: ExprGraph,
+        params: Vec<VarId>,
+        offset: ExprId,
+        in_bounds: ExprId,
+    ) -> ValidIndexFn {
         let f = IndexFn {
-            name: format!("{}_tile", self.name),
-            graph: g,
+            name,
+            graph,
             params,
             offset,
             in_bounds,
             assume: Assumptions::default(),
         };
         f.validate()
-            .expect("tile index functions of a checked layout are well formed")
+            .expect("the functions of a checked layout are well formed")
     }
 
     /// `a && b && ...` (true when empty).

@@ -160,6 +160,14 @@ impl CoordSpec<'_> {
             .map(|f| docs(&format!("The extent of axis `{f}`.")))
             .collect();
         let private = quote!(#krate::__private);
+        let methods = coord_methods(
+            &private,
+            &rank_lit,
+            &fields,
+            &types,
+            &quote!(#extents),
+            &quote!(#shape_ident),
+        );
 
         let assert_axes = types
             .iter()
@@ -235,35 +243,7 @@ impl CoordSpec<'_> {
                 const OFFSET_FN: &'static ::core::primitive::str = #offset_fn;
                 const IN_BOUNDS_FN: &'static ::core::primitive::str = #in_bounds_fn;
 
-                fn indices(&self) -> [#usize; #rank_lit] {
-                    [#(self.#fields.get()),*]
-                }
-
-                fn from_indices(indices: &[#usize]) -> ::core::option::Option<Self> {
-                    if indices.len() == #rank_lit {
-                        ::core::option::Option::Some(Self {
-                            #(#fields: #private::ix::<#types>(indices[#indices])),*
-                        })
-                    } else {
-                        ::core::option::Option::None
-                    }
-                }
-
-                fn offset(&self, extents: #extents) -> #usize {
-                    Self::offset(self, extents)
-                }
-
-                fn in_bounds(&self, extents: #extents) -> ::core::primitive::bool {
-                    Self::in_bounds(self, extents)
-                }
-
-                fn shape(extents: #extents) -> #shape_ident {
-                    Self::shape(extents)
-                }
-
-                fn dims(extents: #extents) -> [#usize; #rank_lit] {
-                    Self::dims(extents)
-                }
+                #methods
 
                 fn view() -> &'static #krate::layout::View {
                     &<#tensor as #krate::typed::Tensor>::descriptor().#descriptor_view
@@ -278,5 +258,50 @@ impl CoordSpec<'_> {
                 #(#assert_axes)*
             };
         })
+    }
+}
+
+/// The methods of `Coord` that forward to a coordinate type's inherent methods (shared by
+/// declared coordinates and `like` coordinates).
+pub(super) fn coord_methods(
+    private: &TokenStream,
+    rank: &Literal,
+    fields: &[&Ident],
+    types: &[&syn::Type],
+    extents: &TokenStream,
+    shape: &TokenStream,
+) -> TokenStream {
+    let usize = usize_ty();
+    let indices = (0..fields.len()).map(Literal::usize_unsuffixed);
+    quote! {
+        fn indices(&self) -> [#usize; #rank] {
+            [#(self.#fields.get()),*]
+        }
+
+        fn from_indices(indices: &[#usize]) -> ::core::option::Option<Self> {
+            if indices.len() == #rank {
+                ::core::option::Option::Some(Self {
+                    #(#fields: #private::ix::<#types>(indices[#indices])),*
+                })
+            } else {
+                ::core::option::Option::None
+            }
+        }
+
+        fn offset(&self, extents: #extents) -> #usize {
+            Self::offset(self, extents)
+        }
+
+        fn in_bounds(&self, extents: #extents) -> ::core::primitive::bool {
+            Self::in_bounds(self, extents)
+        }
+
+        fn shape(extents: #extents) -> #shape {
+            Self::shape(extents)
+        }
+
+        fn dims(extents: #extents) -> [#usize; #rank] {
+            Self::dims(extents)
+        }
     }
 }

@@ -23,13 +23,20 @@ pub(crate) fn generate(input: &Input<'_>, like: &syn::Path) -> TokenStream {
     let fields: Vec<&syn::Ident> = input.fields.iter().map(|f| f.ident).collect();
     let types: Vec<&syn::Type> = input.fields.iter().filter_map(|f| f.axis_ty).collect();
     let rank = Literal::usize_unsuffixed(fields.len());
-    let indices: Vec<Literal> = (0..fields.len()).map(Literal::usize_unsuffixed).collect();
     let extents = format_ident!("{}Extents", ident);
     let shape = format_ident!("{}Shape", ident);
     let like_name = quote!(#like).to_string().replace(' ', "");
     let tensor = quote!(<#like as #krate::typed::Tensor>);
     let coord = quote!(<#like as #krate::typed::Coord>);
     let private = quote!(#krate::__private);
+    let methods = super::coord::coord_methods(
+        &private,
+        &rank,
+        &fields,
+        &types,
+        &quote!(#extents),
+        &quote!(#shape),
+    );
     // `X::new(self.a, self.b)`, each argument spanned at the field it comes from, so that a
     // field that is not X's axis at that position is reported there.
     let as_like = {
@@ -138,35 +145,7 @@ pub(crate) fn generate(input: &Input<'_>, like: &syn::Path) -> TokenStream {
             const OFFSET_FN: &'static ::core::primitive::str = #coord::OFFSET_FN;
             const IN_BOUNDS_FN: &'static ::core::primitive::str = #coord::IN_BOUNDS_FN;
 
-            fn indices(&self) -> [#usize; #rank] {
-                [#(self.#fields.get()),*]
-            }
-
-            fn from_indices(indices: &[#usize]) -> ::core::option::Option<Self> {
-                if indices.len() == #rank {
-                    ::core::option::Option::Some(Self {
-                        #(#fields: #private::ix::<#types>(indices[#indices])),*
-                    })
-                } else {
-                    ::core::option::Option::None
-                }
-            }
-
-            fn offset(&self, extents: #extents) -> #usize {
-                Self::offset(self, extents)
-            }
-
-            fn in_bounds(&self, extents: #extents) -> ::core::primitive::bool {
-                Self::in_bounds(self, extents)
-            }
-
-            fn shape(extents: #extents) -> #shape {
-                Self::shape(extents)
-            }
-
-            fn dims(extents: #extents) -> [#usize; #rank] {
-                Self::dims(extents)
-            }
+            #methods
 
             fn view() -> &'static #krate::layout::View {
                 #coord::view()
