@@ -34,16 +34,16 @@ pub fn simplify(
     roots: &[ExprId],
     assume: &Assumptions,
 ) -> (ExprGraph, Vec<ExprId>) {
-    let mut algebra = Rebuild::new(src, assume, Pass::Algebra);
+    let mut algebra = Rebuild::new(src, assume, Stage::Algebra);
     let roots1: Vec<ExprId> = roots.iter().map(|&r| algebra.copy(src, r)).collect();
     let stage1 = algebra.out;
-    let mut strength = Rebuild::new(&stage1, assume, Pass::Strength);
+    let mut strength = Rebuild::new(&stage1, assume, Stage::Strength);
     let roots2 = roots1.iter().map(|&r| strength.copy(&stage1, r)).collect();
     (strength.out, roots2)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Pass {
+enum Stage {
     Algebra,
     Strength,
 }
@@ -52,7 +52,7 @@ struct Rebuild<'a> {
     out: ExprGraph,
     bounds: Vec<Option<u64>>,
     assume: &'a Assumptions,
-    pass: Pass,
+    stage: Stage,
     memo: HashMap<ExprId, ExprId>,
 }
 
@@ -61,7 +61,7 @@ fn pow2_exponent(c: u64) -> Option<u64> {
 }
 
 impl<'a> Rebuild<'a> {
-    fn new(src: &ExprGraph, assume: &'a Assumptions, pass: Pass) -> Self {
+    fn new(src: &ExprGraph, assume: &'a Assumptions, stage: Stage) -> Self {
         let mut out = ExprGraph::new();
         for var in src.vars() {
             out.declare(var.name.clone(), var.kind);
@@ -70,7 +70,7 @@ impl<'a> Rebuild<'a> {
             out,
             bounds: Vec::new(),
             assume,
-            pass,
+            stage,
             memo: HashMap::new(),
         }
     }
@@ -186,9 +186,9 @@ impl<'a> Rebuild<'a> {
         if let Some(folded) = self.fold(op, a, b) {
             return folded;
         }
-        let rewritten = match self.pass {
-            Pass::Algebra => self.algebra(op, a, b),
-            Pass::Strength => self.strength(op, a, b),
+        let rewritten = match self.stage {
+            Stage::Algebra => self.algebra(op, a, b),
+            Stage::Strength => self.strength(op, a, b),
         };
         rewritten.unwrap_or_else(|| self.intern(Node::Bin(op, a, b)))
     }
