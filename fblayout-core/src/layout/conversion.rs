@@ -591,4 +591,27 @@ mod tests {
         let err = classify_layouts(&padded(4), &padded(3), &[]).unwrap_err();
         assert!(err.to_string().contains("padded to 8"), "{err}");
     }
+
+    #[test]
+    fn tiles_that_do_not_nest_fall_back_to_the_exact_comparison() {
+        // Axis 0 (extent 6) in tiles of 3 against tiles of 2: B ∘ A⁻¹ is not admissible.
+        let a: Layout = "((3,2),(2,2)):((1,12),(3,6))".parse().unwrap();
+        let b: Layout = "((2,3),(2,2)):((1,8),(2,4))".parse().unwrap();
+        assert!(composition(&b, &right_inverse(&a)).is_err());
+        let brute = |block: usize| (0..24).all(|i| a.call(i) / block == b.call(i) / block);
+        let want = [4u64, 6]
+            .into_iter()
+            .find(|&k| brute(k as usize))
+            .map_or(Conversion::GlobalCopy { bytes: 2 * 24 * 4 }, |block| {
+                Conversion::InTile { block }
+            });
+        assert_eq!(classify_cute(&a, &b, &[4, 6], 4), want);
+        assert_eq!(want, Conversion::GlobalCopy { bytes: 192 });
+        // Blocks of 24 (the whole buffer) are kept trivially, and found by the fallback.
+        assert!(brute(24));
+        assert_eq!(
+            classify_cute(&a, &b, &[4, 24], 4),
+            Conversion::InTile { block: 24 }
+        );
+    }
 }
