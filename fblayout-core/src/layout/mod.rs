@@ -31,6 +31,7 @@
 //! ```
 
 mod bound;
+mod conversion;
 mod cute;
 mod elem;
 mod error;
@@ -41,6 +42,7 @@ mod unravel;
 mod view;
 
 pub use bound::BoundView;
+pub use conversion::{Conversion, classify_conversion, classify_layouts};
 pub use elem::{ElemType, UnknownElemType};
 pub use error::{LayoutError, LayoutErrors, MAX_ELEMENTS, Pass, Site};
 pub use spec::{AxisSpec, DEFAULT_REDUCTION_TILE, Extent, LayoutSpec, Order};
