@@ -67,7 +67,7 @@ fn main() -> Result<(), Failure> {
         .map_err(context("building the transposed view `xt`"))?;
 
     // 6 × 10 in 4 × 4 tiles: both axes padded, to 8 × 12.
-    let p = fblayout_core::catalog::padded_rtile("p").map_err(context("building layout `p`"))?;
+    let p = fblayout_tests::catalog::padded_rtile("p").map_err(context("building layout `p`"))?;
     let padded = p.view().bind(&[]).map_err(context("binding `p`"))?;
 
     for (file, view, layout) in [

@@ -1,6 +1,5 @@
 //! The layout core of fblayout.
 pub mod algebra;
-pub mod catalog;
 pub mod emit;
 mod error_list;
 pub mod expr;

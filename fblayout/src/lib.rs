@@ -40,10 +40,10 @@
 //!
 //! The modules re-export the layout core: [`layout`] (layouts and views), [`typed`] (the
 //! traits the derive implements), [`expr`] (index expressions), [`emit`] (Rust and WGSL
-//! emitters), [`wgsl`] (validated WGSL), [`algebra`] (CuTe-style layout algebra), [`catalog`]
-//! and [`print`](mod@print).
+//! emitters), [`wgsl`] (validated WGSL), [`algebra`] (CuTe-style layout algebra) and
+//! [`print`](mod@print).
 
-pub use fblayout_core::{algebra, catalog, emit, expr, layout, typed, wgsl};
+pub use fblayout_core::{algebra, emit, expr, layout, typed, wgsl};
 
 #[cfg(feature = "pictures")]
 pub use fblayout_core::print;

@@ -4,6 +4,19 @@
 //! The oracle is written from the definitions (row-major strides, R-Tile's tile-then-element
 //! order, each view step as concrete integer arithmetic), not from the library's expression
 //! code, so agreement between the two is evidence rather than tautology.
+//!
+//! [`catalog`] holds the canonical layouts that the tests, snapshots, benchmarks and pictures
+//! share.
+//!
+//! The public-surface test (`tests/public_api.rs`) lists every public item of `fblayout-core`
+//! and of the `fblayout` facade (modules, re-exports, types with their public fields, variants
+//! and methods, traits with their items, functions and constants; items behind a feature are
+//! marked with it) and compares the list with its snapshot. It guards against changing what
+//! users can name by accident: adding, removing or renaming a public item fails it. To accept
+//! an intended change, run `cargo insta review` (or the test with `INSTA_UPDATE=always`) and
+//! commit the updated snapshot with the change.
+
+pub mod catalog;
 
 use fblayout_core::layout::{Extent, LayoutSpec, Order, TensorLayout, View};
 use proptest::prelude::*;
@@ -323,7 +336,7 @@ pub fn arb_steps() -> impl Strategy<Value = Vec<StepChoice>> {
 /// element), each once, in catalog order: the layouts whose tile helpers
 /// (`TensorLayout::tile_index_fn`) the tests snapshot and run.
 pub fn canonical_tiled_layouts() -> Vec<TensorLayout> {
-    fblayout_core::catalog::canonical_views()
+    catalog::canonical_views()
         .expect("the canonical views build")
         .into_iter()
         .filter(|c| c.view.is_identity() && c.view.layout().tile_elems() > 1)

@@ -1,7 +1,7 @@
 //! The gather kernel materialises views on the GPU exactly as the CPU path reads them.
 
-use fblayout_core::catalog::canonical_views;
 use fblayout_kernels::{Gather, GpuBuffer, GpuError};
+use fblayout_tests::catalog::canonical_views;
 use fblayout_tests::test_gpu;
 
 #[test]

@@ -3,8 +3,8 @@
 //! past every edge, where the mask must be false). CI runs this on Mesa's lavapipe; it fails,
 //! never skips, when no adapter is found.
 
-use fblayout_core::catalog::canonical_views;
 use fblayout_core::expr::CpuIndexFn;
+use fblayout_tests::catalog::canonical_views;
 use fblayout_tests::{apply_steps, arb_case, arb_steps, coords_of, gpu_offsets};
 use proptest::prelude::*;
 

@@ -104,7 +104,7 @@ proptest! {
 #[test]
 fn oracle_matches_a_hand_worked_rtile() {
     // 6×10 in 4×4 tiles (padded to 8×12): tiles are 16 elements, 3 tiles per row of tiles.
-    let layout = fblayout_core::catalog::padded_rtile("p").unwrap();
+    let layout = fblayout_tests::catalog::padded_rtile("p").unwrap();
     let case = Case {
         layout,
         extents: vec![6, 10],

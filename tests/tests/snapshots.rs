@@ -5,10 +5,10 @@
 //! reviewer reading a changed snapshot therefore reads valid code. In CI (`CI=true`) a changed
 //! snapshot fails the run instead of being written.
 
-use fblayout_core::catalog::canonical_views;
 use fblayout_core::emit::rust::{RustFlags, to_rust};
 use fblayout_core::emit::wgsl::emit_module;
 use fblayout_tests::canonical_tiled_layouts;
+use fblayout_tests::catalog::canonical_views;
 
 #[test]
 fn canonical_layouts_emit_valid_code() {

@@ -7,16 +7,16 @@
 //! what the simplifier is worth inside a memory-bound kernel, and what a transposed view costs
 //! for row-major against R-Tile storage.
 //!
-//! Run: `cargo run --release -p fblayout-examples --bin bench_gather [-- --rows 8192 --cols 8192]`
+//! Run: `cargo run --release -p fblayout-examples --example bench_gather [-- --rows 8192 --cols 8192]`
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use fblayout_core::catalog;
 use fblayout_core::expr::ValidIndexFn;
 use fblayout_core::layout::{BoundView, LayoutSpec, Order, View};
 use fblayout_kernels::{Gather, Gpu, GpuBuffer};
+use fblayout_tests::catalog;
 
 /// Times gathers through views on the first GPU adapter.
 #[derive(Parser)]

@@ -6,7 +6,7 @@
 //! attention tensor with the permuted and key-transposed views attention reads, and an R-Tile
 //! whose extents the tile does not divide.
 
-use crate::layout::{LayoutErrors, LayoutSpec, Order, TensorLayout, View};
+use fblayout_core::layout::{LayoutErrors, LayoutSpec, Order, TensorLayout, View};
 
 /// One canonical view.
 #[derive(Debug, Clone)]

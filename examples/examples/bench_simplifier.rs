@@ -6,16 +6,16 @@
 //! the median time per coordinate of evaluating each form on the CPU over every coordinate of
 //! the bound view (the baseline being the unsimplified form, measured in the same run).
 //!
-//! Run: `cargo run --release -p fblayout-examples --bin bench_simplifier [-- --reps N]`
+//! Run: `cargo run --release -p fblayout-examples --example bench_simplifier [-- --reps N]`
 
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use fblayout_core::catalog::canonical_views;
 use fblayout_core::expr::{CpuIndexFn, ValidIndexFn};
 use fblayout_core::layout::BoundView;
+use fblayout_tests::catalog::canonical_views;
 
 /// Reports the simplifier's effect on the canonical layouts.
 #[derive(Parser)]
