@@ -151,7 +151,7 @@ fn print_plan(plan: &[PlannedView]) {
 
 fn check(
     plan: &[PlannedView],
-    module: &fblayout_core::wgsl::WgslModule,
+    module: &fblayout_core::shader::WgslModule,
     gpu: Option<&Gpu>,
 ) -> Result<(), String> {
     if let Some(gpu) = gpu {

@@ -8,7 +8,7 @@ pub mod layout;
 #[cfg(feature = "pictures")]
 pub mod print;
 pub mod typed;
-pub mod wgsl;
+pub mod shader;
 
 pub use error_list::ErrorList;
 pub use ident::ident_problem;

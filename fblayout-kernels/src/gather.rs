@@ -16,10 +16,10 @@ use std::fmt::Write as _;
 use fblayout_core::emit::wgsl::emit_module;
 use fblayout_core::expr::ValidIndexFn;
 use fblayout_core::layout::{BoundView, View};
-use fblayout_core::wgsl::WgslModule;
+use fblayout_core::shader::WgslModule;
 
 use crate::runtime::{Binding, Gpu, GpuBuffer, GpuError};
-use crate::shader::{Access, LinearEntry, storage_array, workgroups};
+use crate::entry_point::{Access, LinearEntry, storage_array, workgroups};
 
 /// The gather entry point's name.
 pub const GATHER_ENTRY: &str = "fblayout_gather_main";

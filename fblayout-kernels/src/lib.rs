@@ -2,7 +2,7 @@
 //!
 //! - [`runtime`]: the [`Gpu`] handle (adapter choice, device, pipeline cache), typed
 //!   [`GpuBuffer`]s and a compute dispatch that only takes naga-validated
-//!   [`WgslModule`](fblayout_core::wgsl::WgslModule)s.
+//!   [`WgslModule`](fblayout_core::shader::WgslModule)s.
 //! - [`probe`]: evaluates a layout's WGSL `<name>_offset`/`<name>_in_bounds` functions on the GPU
 //!   for every coordinate of a shape, so tests can compare them with the CPU path.
 //! - [`gather`]: materialises a view as a dense row-major tensor.
@@ -18,7 +18,7 @@
 pub mod gather;
 pub mod probe;
 pub mod runtime;
-mod shader;
+mod entry_point;
 
 pub use gather::Gather;
 pub use probe::{ProbeRequest, probe_offsets};

@@ -15,11 +15,11 @@
 //! layout's module with [`WgslModule::extend`], so the combined WGSL is validated by naga before
 //! wgpu sees it.
 
-use fblayout_core::wgsl::WgslModule;
+use fblayout_core::shader::WgslModule;
 use wgpu::naga;
 
 use crate::runtime::{Binding, Gpu, GpuBuffer, GpuError};
-use crate::shader::{Access, LinearEntry, storage_array, workgroups};
+use crate::entry_point::{Access, LinearEntry, storage_array, workgroups};
 
 /// The name of the compute entry point that the probe appends to the module.
 pub const PROBE_ENTRY: &str = "fblayout_probe_main";
@@ -215,7 +215,7 @@ fn entry_point_source(offset_fn: &str, in_bounds_fn: &str, coords: usize, arity:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shader::WORKGROUP_SIZE;
+    use crate::entry_point::WORKGROUP_SIZE;
 
     const ROW_MAJOR: &str = "
 fn rm_offset(i: u32, j: u32, n: u32) -> u32 { return i * n + j; }

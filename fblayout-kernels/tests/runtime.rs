@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use fblayout_core::wgsl::WgslModule;
+use fblayout_core::shader::WgslModule;
 use fblayout_kernels::probe::{MAX_PROBE_COORDS, PROBE_ENTRY, ProbeRequest, probe_offsets};
 use fblayout_kernels::runtime::{
     AdapterChoice, Binding, BufferKind, Gpu, GpuBuffer, GpuError, linear_grid,

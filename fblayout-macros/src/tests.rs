@@ -5,7 +5,7 @@
 //! validated with naga again before it is snapshotted: a snapshot of invalid WGSL would be
 //! worthless.
 
-use fblayout_core::wgsl::WgslModule;
+use fblayout_core::shader::WgslModule;
 use syn::parse_quote;
 
 use crate::check::check;

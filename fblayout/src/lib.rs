@@ -40,10 +40,10 @@
 //!
 //! The modules re-export the layout core: [`layout`] (layouts and views), [`typed`] (the
 //! traits the derive implements), [`expr`] (index expressions), [`emit`] (Rust and WGSL
-//! emitters), [`wgsl`] (validated WGSL), [`algebra`] (CuTe-style layout algebra) and
+//! emitters), [`shader`] (naga-validated WGSL modules), [`algebra`] (CuTe-style layout algebra) and
 //! [`print`](mod@print).
 
-pub use fblayout_core::{algebra, emit, expr, layout, typed, wgsl};
+pub use fblayout_core::{algebra, emit, expr, layout, shader, typed};
 
 #[cfg(feature = "pictures")]
 pub use fblayout_core::print;

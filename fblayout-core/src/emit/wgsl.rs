@@ -10,7 +10,7 @@ use std::fmt::{self, Write};
 
 use super::{Body, Syntax};
 use crate::expr::{ExprId, ValidIndexFn};
-use crate::wgsl::{WgslError, WgslModule};
+use crate::shader::{WgslError, WgslModule};
 
 struct WgslSyntax;
 

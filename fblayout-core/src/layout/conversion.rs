@@ -297,7 +297,7 @@ impl Side {
                         .find(|(a, _)| *a == axis.name)
                         .map_or(1, |&(_, v)| v),
                 };
-                (axis.name.clone(), u64::from(n), axis.padded_static(n))
+                (axis.name.clone(), u64::from(n), axis.padded(u64::from(n)))
             })
             .collect();
         if !view.is_identity() {

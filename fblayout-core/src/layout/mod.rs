@@ -46,6 +46,6 @@ pub use conversion::{Conversion, classify_conversion, classify_layouts};
 pub use elem::{ElemType, UnknownElemType};
 pub use error::{LayoutError, LayoutErrors, MAX_ELEMENTS, Pass, Site};
 pub use spec::{AxisSpec, DEFAULT_REDUCTION_TILE, Extent, LayoutSpec, Order};
-pub use tensor::{Axis, TensorLayout};
+pub use tensor::{LayoutAxis, TensorLayout};
 pub use unravel::unravel;
 pub use view::{SplitPart, View, ViewAxis, ViewExtent};

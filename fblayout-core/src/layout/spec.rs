@@ -12,7 +12,7 @@ use std::fmt;
 
 use super::elem::ElemType;
 use super::error::{LayoutError, LayoutErrors, MAX_ELEMENTS, Pass, Site};
-use super::tensor::{Axis, TensorLayout};
+use super::tensor::{LayoutAxis, TensorLayout};
 use crate::ident::ident_problem;
 
 /// The length of an axis.
@@ -293,7 +293,7 @@ impl LayoutSpec {
     }
 
     /// Chooses each axis's tile and checks it against the extent.
-    fn resolve_axes(&self, errors: &mut Vec<LayoutError>) -> Vec<Axis> {
+    fn resolve_axes(&self, errors: &mut Vec<LayoutError>) -> Vec<LayoutAxis> {
         let tensor = &self.name;
         let any_tile = self.axes.iter().any(|a| a.tile.is_some());
         if self.order == Order::RTile
@@ -374,7 +374,7 @@ impl LayoutSpec {
                     });
                 }
             }
-            axes.push(Axis {
+            axes.push(LayoutAxis {
                 name,
                 extent: spec.extent,
                 tile: tile.max(1),

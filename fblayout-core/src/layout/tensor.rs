@@ -38,7 +38,7 @@ use crate::expr::{Assumptions, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, 
 
 /// One checked axis.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Axis {
+pub struct LayoutAxis {
     /// The axis name.
     pub name: String,
     /// Its length.
@@ -50,12 +50,20 @@ pub struct Axis {
     pub pad: bool,
 }
 
+impl LayoutAxis {
+    /// The extent `n` of this axis padded up to a multiple of its tile: the product of the
+    /// extents of its leaves.
+    pub fn padded(&self, n: u64) -> u64 {
+        n.next_multiple_of(u64::from(self.tile))
+    }
+}
+
 /// A checked layout (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorLayout {
     name: String,
     elem: ElemType,
-    axes: Vec<Axis>,
+    axes: Vec<LayoutAxis>,
     order: Order,
     forward: Vec<String>,
     backward: Vec<String>,
@@ -65,7 +73,7 @@ pub struct TensorLayout {
 
 impl TensorLayout {
     /// Builds the layout from a spec whose checks passed.
-    pub(crate) fn from_checked(spec: &LayoutSpec, axes: Vec<Axis>) -> Self {
+    pub(crate) fn from_checked(spec: &LayoutSpec, axes: Vec<LayoutAxis>) -> Self {
         let position = |name: &str| axes.iter().position(|a| a.name == name);
         let mut in_tile: Vec<usize> = Vec::new();
         // Tiled axes that no pass reduces go outermost, then backward-only axes, then the
@@ -106,7 +114,7 @@ impl TensorLayout {
     }
 
     /// The axes, in logical order.
-    pub fn axes(&self) -> &[Axis] {
+    pub fn axes(&self) -> &[LayoutAxis] {
         &self.axes
     }
 
@@ -161,7 +169,7 @@ impl TensorLayout {
     }
 
     /// The axes of run-time extent, in logical order.
-    pub fn dynamic_axes(&self) -> impl Iterator<Item = &Axis> {
+    pub fn dynamic_axes(&self) -> impl Iterator<Item = &LayoutAxis> {
         self.axes.iter().filter(|a| a.extent == Extent::Dynamic)
     }
 
@@ -171,7 +179,7 @@ impl TensorLayout {
     }
 
     /// The logical extent of every axis, with `dynamic` standing for each run-time one.
-    pub(crate) fn extents_with(&self, mut dynamic: impl FnMut(&Axis) -> u64) -> Vec<u64> {
+    pub(crate) fn extents_with(&self, mut dynamic: impl FnMut(&LayoutAxis) -> u64) -> Vec<u64> {
         self.axes
             .iter()
             .map(|a| match a.extent {

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use super::declare::TensorDescriptor;
 use crate::layout::{BoundView, LayoutError, View};
-use crate::wgsl::WgslModule;
+use crate::shader::WgslModule;
 
 /// The run-time extents of a tensor: one `usize` per axis declared `dyn`.
 ///

@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use crate::emit::wgsl::WgslWriter;
 use crate::expr::ValidIndexFn;
-use crate::layout::{Axis, LayoutError, LayoutSpec, Order, SplitPart, TensorLayout, View};
-use crate::wgsl::{WgslError, WgslModule};
+use crate::layout::{LayoutAxis, LayoutError, LayoutSpec, Order, SplitPart, TensorLayout, View};
+use crate::shader::{WgslError, WgslModule};
 
 /// One step of a declared view (see [`View`] for what each does).
 ///
@@ -280,7 +280,7 @@ impl TensorDescriptor {
     /// derive passes here.
     pub(crate) fn from_validated(
         spec: &LayoutSpec,
-        axes: Vec<Axis>,
+        axes: Vec<LayoutAxis>,
         views: &[ViewSpec<&str>],
         wgsl: &'static str,
     ) -> Self {

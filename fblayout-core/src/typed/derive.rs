@@ -5,7 +5,7 @@
 
 use super::declare::{TensorDescriptor, ViewSpec};
 use super::index::{Ix, Len};
-use crate::layout::{Axis, LayoutSpec};
+use crate::layout::{LayoutAxis, LayoutSpec};
 
 /// The index `index` along `A`, where the generated code knows `A` from the field it fills.
 pub const fn ix<A>(index: usize) -> Ix<A> {
@@ -21,7 +21,7 @@ pub const fn len<A>(len: usize) -> Len<A> {
 /// [`TensorDescriptor::from_validated`].
 pub fn descriptor(
     spec: &LayoutSpec,
-    axes: Vec<Axis>,
+    axes: Vec<LayoutAxis>,
     views: &[ViewSpec<&str>],
     wgsl: &'static str,
 ) -> TensorDescriptor {

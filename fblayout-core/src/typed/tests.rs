@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use super::*;
 use crate::layout::{ElemType, LayoutError, LayoutSpec, Pass, Site, View};
-use crate::wgsl::WgslModule;
+use crate::shader::WgslModule;
 
 #[derive(Clone, Copy)]
 struct Seq;

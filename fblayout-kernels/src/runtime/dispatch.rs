@@ -14,7 +14,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::PoisonError;
 
-use fblayout_core::wgsl::WgslModule;
+use fblayout_core::shader::WgslModule;
 use wgpu::naga;
 
 use super::buffer::GpuBuffer;

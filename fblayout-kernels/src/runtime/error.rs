@@ -6,7 +6,7 @@
 //! scopes and come back as [`GpuError::Validation`] or [`GpuError::OutOfMemory`], so a kernel that
 //! fails never hands back wrong data.
 
-use fblayout_core::wgsl::WgslError;
+use fblayout_core::shader::WgslError;
 
 /// What the install hint in [`GpuError::NoAdapter`] says.
 pub(crate) const NO_ADAPTER_HINT: &str = "install Mesa's Vulkan drivers, e.g. \

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
-use fblayout_core::wgsl::WgslFeatures;
+use fblayout_core::shader::WgslFeatures;
 
 use super::choice::AdapterChoice;
 use super::dispatch::PipelineCache;
@@ -211,7 +211,7 @@ impl Gpu {
     }
 
     /// The optional WGSL features the device supports, for
-    /// [`WgslModule::validate_with`](fblayout_core::wgsl::WgslModule::validate_with).
+    /// [`WgslModule::validate_with`](fblayout_core::shader::WgslModule::validate_with).
     pub fn wgsl_features(&self) -> WgslFeatures {
         WgslFeatures {
             f16: self.device.features().contains(wgpu::Features::SHADER_F16),

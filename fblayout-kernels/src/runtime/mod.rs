@@ -4,12 +4,12 @@
 //!   `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND`), with a pipeline cache.
 //! - [`GpuBuffer`]: typed storage and uniform buffers, read back with [`GpuBuffer::read_back`].
 //! - [`Gpu::dispatch`] / [`Gpu::dispatch_linear`]: run an entry point of a validated
-//!   [`WgslModule`](fblayout_core::wgsl::WgslModule) with [`Binding`]s.
+//!   [`WgslModule`](fblayout_core::shader::WgslModule) with [`Binding`]s.
 //! - [`GpuError`]: everything that can go wrong, including wgpu validation errors caught in
 //!   error scopes.
 //!
 //! ```no_run
-//! use fblayout_core::wgsl::WgslModule;
+//! use fblayout_core::shader::WgslModule;
 //! use fblayout_kernels::runtime::{Binding, Gpu, GpuBuffer};
 //!
 //! let gpu = Gpu::new()?;

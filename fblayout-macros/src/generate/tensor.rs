@@ -330,13 +330,13 @@ fn elem_variant(elem: ElemType) -> &'static str {
 }
 
 /// The checked axes (tiles chosen), for the descriptor.
-fn axes_literal(krate: &TokenStream, axes: &[fblayout_core::layout::Axis]) -> TokenStream {
+fn axes_literal(krate: &TokenStream, axes: &[fblayout_core::layout::LayoutAxis]) -> TokenStream {
     let axes = axes.iter().map(|a| {
         let name = string(&a.name);
         let extent = extent_literal(krate, a.extent);
         let tile = Literal::u32_unsuffixed(a.tile);
         let pad = a.pad;
-        quote!(#krate::layout::Axis { name: #name, extent: #extent, tile: #tile, pad: #pad })
+        quote!(#krate::layout::LayoutAxis { name: #name, extent: #extent, tile: #tile, pad: #pad })
     });
     quote!(::std::vec![#(#axes),*])
 }

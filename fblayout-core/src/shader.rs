@@ -1,4 +1,4 @@
-//! Validated WGSL.
+//! Shader modules: WGSL source that naga has parsed and validated.
 //!
 //! Every WGSL module that fblayout emits passes through [`WgslModule::validate`] before it is
 //! snapshotted, spliced into a kernel or handed to a GPU: the WGSL is parsed by naga's front end

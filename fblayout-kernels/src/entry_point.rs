@@ -119,7 +119,7 @@ impl LinearEntry<'_> {
 
 #[cfg(test)]
 mod tests {
-    use fblayout_core::wgsl::WgslModule;
+    use fblayout_core::shader::WgslModule;
     use wgpu::naga;
 
     use super::*;
