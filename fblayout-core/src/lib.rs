@@ -7,8 +7,8 @@ mod ident;
 pub mod layout;
 #[cfg(feature = "pictures")]
 pub mod print;
-pub mod typed;
 pub mod shader;
+pub mod typed;
 
 pub use error_list::ErrorList;
 pub use ident::ident_problem;

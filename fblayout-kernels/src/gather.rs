@@ -18,8 +18,8 @@ use fblayout_core::expr::ValidIndexFn;
 use fblayout_core::layout::{BoundView, View};
 use fblayout_core::shader::WgslModule;
 
-use crate::runtime::{Binding, Gpu, GpuBuffer, GpuError};
 use crate::entry_point::{Access, LinearEntry, storage_array, workgroups};
+use crate::runtime::{Binding, Gpu, GpuBuffer, GpuError};
 
 /// The gather entry point's name.
 pub const GATHER_ENTRY: &str = "fblayout_gather_main";

@@ -15,10 +15,10 @@
 //! `FBLAYOUT_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`, `all`). Without a GPU, Mesa's lavapipe
 //! (`apt-get install mesa-vulkan-drivers`) runs everything on the CPU.
 
+mod entry_point;
 pub mod gather;
 pub mod probe;
 pub mod runtime;
-mod entry_point;
 
 pub use gather::Gather;
 pub use probe::{ProbeRequest, probe_offsets};

@@ -18,8 +18,8 @@
 use fblayout_core::shader::WgslModule;
 use wgpu::naga;
 
-use crate::runtime::{Binding, Gpu, GpuBuffer, GpuError};
 use crate::entry_point::{Access, LinearEntry, storage_array, workgroups};
+use crate::runtime::{Binding, Gpu, GpuBuffer, GpuError};
 
 /// The name of the compute entry point that the probe appends to the module.
 pub const PROBE_ENTRY: &str = "fblayout_probe_main";
