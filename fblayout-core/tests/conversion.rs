@@ -129,20 +129,7 @@ fn oracle(src: &TensorLayout, dst: &TensorLayout, extent: &[u64]) -> Option<Conv
             oracle_offset(dst, extent, &c),
         ));
     }
-    if pairs.iter().all(|(a, b)| a == b) {
-        return Some(Conversion::Free);
-    }
-    let mut blocks: Vec<u64> = [src.tile_elems(), dst.tile_elems()]
-        .into_iter()
-        .filter(|&t| t > 1)
-        .collect();
-    blocks.sort_unstable();
-    for block in blocks {
-        if pairs.iter().all(|(a, b)| a / block == b / block) {
-            return Some(Conversion::InTile { block });
-        }
-    }
-    Some(Conversion::GlobalCopy { bytes: 2 * n * 4 })
+    Some(classify_pairs(src, dst, &pairs, n))
 }
 
 /// Checks the oracle's offsets against the bound layout on every logical coordinate.
@@ -308,20 +295,7 @@ fn oracle_for(
             oracle_offset(dst, &dst_extent, &cd),
         ));
     }
-    if pairs.iter().all(|(a, b)| a == b) {
-        return Some(Conversion::Free);
-    }
-    let mut blocks: Vec<u64> = [src.tile_elems(), dst.tile_elems()]
-        .into_iter()
-        .filter(|&t| t > 1)
-        .collect();
-    blocks.sort_unstable();
-    for block in blocks {
-        if pairs.iter().all(|(a, b)| a / block == b / block) {
-            return Some(Conversion::InTile { block });
-        }
-    }
-    Some(Conversion::GlobalCopy { bytes: 2 * n * 4 })
+    Some(classify_pairs(src, dst, &pairs, n))
 }
 
 /// Sizes near the u32 limit: only the algebra path can answer in time.
@@ -406,4 +380,28 @@ fn huge_run_time_axis_is_classified_by_the_algebra() {
         "took {:?}",
         start.elapsed()
     );
+}
+
+/// The class the definitions give to `(src offset, dst offset)` pairs over all `n` coordinates
+/// of the padded space (f32 elements).
+fn classify_pairs(
+    src: &TensorLayout,
+    dst: &TensorLayout,
+    pairs: &[(u64, u64)],
+    n: u64,
+) -> Conversion {
+    if pairs.iter().all(|(a, b)| a == b) {
+        return Conversion::Free;
+    }
+    let mut blocks: Vec<u64> = [src.tile_elems(), dst.tile_elems()]
+        .into_iter()
+        .filter(|&t| t > 1)
+        .collect();
+    blocks.sort_unstable();
+    for block in blocks {
+        if pairs.iter().all(|(a, b)| a / block == b / block) {
+            return Conversion::InTile { block };
+        }
+    }
+    Conversion::GlobalCopy { bytes: 2 * n * 4 }
 }
