@@ -4,6 +4,7 @@ pub mod emit;
 mod error_list;
 pub mod expr;
 mod ident;
+pub mod kernel;
 pub mod layout;
 #[cfg(feature = "pictures")]
 pub mod print;

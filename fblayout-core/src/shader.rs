@@ -53,6 +53,9 @@ pub enum WgslError {
 pub struct WgslFeatures {
     /// `enable f16;` and the `f16` type (adapters with `SHADER_F16`).
     pub f16: bool,
+    /// Subgroup operations (`subgroupAdd`, `subgroupMax`, ...) in compute shaders (adapters with
+    /// `SUBGROUP`). WGSL needs no `enable` for them in naga; the validator needs the capability.
+    pub subgroups: bool,
 }
 
 impl WgslModule {
@@ -81,6 +84,10 @@ impl WgslModule {
         let mut capabilities = naga::valid::Capabilities::default();
         if features.f16 {
             capabilities |= naga::valid::Capabilities::SHADER_FLOAT16;
+        }
+        if features.subgroups {
+            capabilities |=
+                naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SUBGROUP_BARRIER;
         }
         let mut validator =
             naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities);
@@ -181,7 +188,10 @@ mod tests {
     fn f16_needs_the_feature() {
         let src = "enable f16;\nfn f(a: f16) -> f16 { return a; }";
         assert!(WgslModule::validate("h", src).is_err());
-        let features = WgslFeatures { f16: true };
+        let features = WgslFeatures {
+            f16: true,
+            ..Default::default()
+        };
         assert!(WgslModule::validate_with("h", src, features).is_ok());
     }
 }

@@ -15,10 +15,14 @@
 //! `FBLAYOUT_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`, `all`). Without a GPU, Mesa's lavapipe
 //! (`apt-get install mesa-vulkan-drivers`) runs everything on the CPU.
 
+pub mod cpu;
 mod entry_point;
 pub mod gather;
+pub mod ops;
 pub mod probe;
 pub mod runtime;
+pub mod tensor;
+mod wgsl;
 
 pub use gather::Gather;
 pub use probe::{ProbeRequest, probe_offsets};

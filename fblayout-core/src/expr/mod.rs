@@ -10,6 +10,7 @@
 mod eval;
 mod func;
 mod graph;
+mod runs;
 mod simplify;
 
 pub use eval::CpuIndexFn;

@@ -178,6 +178,21 @@ impl TensorLayout {
         format!("{axis}_len")
     }
 
+    /// The WGSL struct `type_name` that carries this layout's run-time extents: one `u32`
+    /// field [`extent_param`](Self::extent_param) per run-time axis, in axis order (the order
+    /// the index functions take them in). Empty when every extent is static: WGSL has no empty
+    /// structs.
+    pub fn extents_struct(&self, type_name: &str) -> String {
+        let fields: Vec<String> = self
+            .dynamic_axes()
+            .map(|a| format!("    {}: u32,\n", Self::extent_param(&a.name)))
+            .collect();
+        if fields.is_empty() {
+            return String::new();
+        }
+        format!("struct {type_name} {{\n{}}}\n", fields.concat())
+    }
+
     /// The logical extent of every axis, with `dynamic` standing for each run-time one.
     pub(crate) fn extents_with(&self, mut dynamic: impl FnMut(&LayoutAxis) -> u64) -> Vec<u64> {
         self.axes

@@ -11,7 +11,7 @@ use crate::shader::WgslModule;
 ///
 /// The derive generates a struct with one field per run-time axis (or a unit struct when every
 /// extent is static); the offset functions of the tensor and all its views take it.
-pub trait Extents: Copy + fmt::Debug + 'static {
+pub trait Extents: Copy + fmt::Debug + Send + Sync + 'static {
     /// The run-time axes, in the tensor's axis order.
     const AXES: &'static [&'static str];
 

@@ -8,10 +8,11 @@
 //! buffer underneath is padded to a multiple of 4 bytes (and at least 4 bytes, since wgpu cannot
 //! bind an empty buffer).
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use super::error::GpuError;
 use super::gpu::{Gpu, scoped};
+use super::pool::{Lease, granular};
 
 /// What a [`GpuBuffer`] is bound as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,14 +25,25 @@ pub enum BufferKind {
 
 /// A buffer on the GPU, bindable to a kernel and readable back.
 ///
-/// Cloning a `GpuBuffer` clones the handle: both clones refer to the same GPU memory.
-#[derive(Debug, Clone)]
+/// Cloning a `GpuBuffer` clones the handle: both clones refer to the same GPU memory. The memory
+/// comes from the device's pool (see [`Gpu::pool_stats`]) and goes back to it when the last
+/// handle is dropped.
+#[derive(Clone)]
 pub struct GpuBuffer {
-    buffer: wgpu::Buffer,
+    lease: Arc<Lease>,
     len_bytes: u64,
     kind: BufferKind,
     device: wgpu::Device,
     queue: wgpu::Queue,
+}
+
+impl std::fmt::Debug for GpuBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuBuffer")
+            .field("len_bytes", &self.len_bytes)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Rounds `bytes` up to wgpu's copy alignment, and to at least one aligned unit.
@@ -57,24 +69,35 @@ impl GpuBuffer {
 
     /// A storage buffer of `len` zeroed elements of type `T`.
     pub fn zeroed<T: bytemuck::Pod>(gpu: &Gpu, len: usize) -> Result<Self, GpuError> {
+        let buffer = Self::scratch::<T>(gpu, len)?;
+        if buffer.len_bytes > 0 {
+            scoped(
+                gpu.device(),
+                || describe::<T>(BufferKind::Storage, len),
+                || {
+                    let mut encoder =
+                        gpu.device()
+                            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                                label: Some("fblayout zero"),
+                            });
+                    encoder.clear_buffer(buffer.buffer(), 0, None);
+                    gpu.queue().submit([encoder.finish()]);
+                },
+            )?;
+        }
+        Ok(buffer)
+    }
+
+    /// A storage buffer of `len` elements of type `T` whose contents are unspecified (a reused
+    /// buffer keeps what it held): for outputs a kernel writes in full.
+    pub fn scratch<T: bytemuck::Pod>(gpu: &Gpu, len: usize) -> Result<Self, GpuError> {
         let what = || describe::<T>(BufferKind::Storage, len);
         let bytes = checked_bytes::<T>(len).ok_or_else(|| GpuError::BufferTooLarge {
             what: what(),
             bytes: u64::MAX,
             limit: storage_limit(gpu),
         })?;
-        Self::check_size(gpu, BufferKind::Storage, bytes, what)?;
-        let kind = BufferKind::Storage;
-        // wgpu zero-initialises new buffers.
-        let buffer = scoped(gpu.device(), what, || {
-            gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("fblayout zeroed buffer"),
-                size: padded(bytes),
-                usage: usage(kind),
-                mapped_at_creation: false,
-            })
-        })?;
-        Ok(Self::wrap(gpu, buffer, bytes, kind))
+        Self::allocate(gpu, BufferKind::Storage, bytes, &what)
     }
 
     /// A uniform buffer holding `value`. WGSL's uniform layout rules apply: the struct's size
@@ -85,28 +108,54 @@ impl GpuBuffer {
         })
     }
 
+    /// A uniform buffer holding `bytes` (a parameter block).
+    pub(crate) fn uniform_bytes(gpu: &Gpu, bytes: &[u8]) -> Result<Self, GpuError> {
+        Self::create(gpu, BufferKind::Uniform, bytes, || {
+            format!("a uniform block of {} bytes", bytes.len())
+        })
+    }
+
     fn create(
         gpu: &Gpu,
         kind: BufferKind,
         bytes: &[u8],
         what: impl Fn() -> String,
     ) -> Result<Self, GpuError> {
-        let len_bytes = bytes.len() as u64;
-        Self::check_size(gpu, kind, len_bytes, &what)?;
-        let size = padded(len_bytes);
-        let buffer = scoped(gpu.device(), &what, || {
-            let buffer = gpu.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("fblayout buffer"),
-                size,
-                usage: usage(kind),
-                mapped_at_creation: false,
-            });
-            if !bytes.is_empty() {
-                write_padded(gpu.queue(), &buffer, bytes);
-            }
-            buffer
+        let buffer = Self::allocate(gpu, kind, bytes.len() as u64, &what)?;
+        if !bytes.is_empty() {
+            scoped(gpu.device(), &what, || {
+                write_padded(gpu.queue(), buffer.buffer(), bytes);
+            })?;
+        }
+        Ok(buffer)
+    }
+
+    /// A buffer of `len_bytes` logical bytes from the pool, contents unspecified.
+    fn allocate(
+        gpu: &Gpu,
+        kind: BufferKind,
+        len_bytes: u64,
+        what: &impl Fn() -> String,
+    ) -> Result<Self, GpuError> {
+        Self::check_size(gpu, kind, len_bytes, what)?;
+        let usage = usage(kind);
+        let lease = gpu.pool().take(len_bytes, usage, |size| {
+            scoped(gpu.device(), what, || {
+                gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("fblayout buffer"),
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            })
         })?;
-        Ok(Self::wrap(gpu, buffer, len_bytes, kind))
+        Ok(Self {
+            lease,
+            len_bytes,
+            kind,
+            device: gpu.device().clone(),
+            queue: gpu.queue().clone(),
+        })
     }
 
     fn check_size(
@@ -122,7 +171,7 @@ impl GpuBuffer {
                 .max_uniform_buffer_binding_size
                 .min(gpu.limits().max_buffer_size),
         };
-        if padded(bytes) > limit {
+        if granular(bytes) > limit {
             return Err(GpuError::BufferTooLarge {
                 what: what(),
                 bytes,
@@ -132,19 +181,20 @@ impl GpuBuffer {
         Ok(())
     }
 
-    fn wrap(gpu: &Gpu, buffer: wgpu::Buffer, len_bytes: u64, kind: BufferKind) -> Self {
-        Self {
-            buffer,
-            len_bytes,
-            kind,
-            device: gpu.device().clone(),
-            queue: gpu.queue().clone(),
-        }
+    /// The wgpu buffer (possibly padded past [`GpuBuffer::len_bytes`], to a multiple of 16
+    /// bytes).
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        self.lease.buffer()
     }
 
-    /// The wgpu buffer (possibly padded past [`GpuBuffer::len_bytes`]).
-    pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.buffer
+    /// The size of the wgpu buffer in bytes: [`len_bytes`](Self::len_bytes) rounded up to 16.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.lease.size()
+    }
+
+    /// Whether `self` and `other` are handles of the same GPU memory.
+    pub fn same_memory(&self, other: &GpuBuffer) -> bool {
+        Arc::ptr_eq(&self.lease, &other.lease)
     }
 
     /// The buffer's logical length in bytes.
@@ -182,7 +232,7 @@ impl GpuBuffer {
         scoped(
             &self.device,
             || format!("a write of {} bytes to a buffer", bytes.len()),
-            || write_padded(&self.queue, &self.buffer, bytes),
+            || write_padded(&self.queue, self.buffer(), bytes),
         )
     }
 
@@ -218,7 +268,7 @@ impl GpuBuffer {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("read-back"),
                 });
-            encoder.copy_buffer_to_buffer(&self.buffer, 0, &staging, 0, copy_size);
+            encoder.copy_buffer_to_buffer(self.buffer(), 0, &staging, 0, copy_size);
             self.queue.submit([encoder.finish()]);
             staging.map_async(wgpu::MapMode::Read, .., move |result| {
                 // The receiver only goes away if read_back already returned an error.

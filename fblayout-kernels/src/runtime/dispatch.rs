@@ -199,7 +199,7 @@ impl Gpu {
     }
 
     /// The compute pipeline for `entry` of `module`, compiled on first use.
-    fn pipeline(
+    pub(crate) fn pipeline(
         &self,
         module: &WgslModule,
         entry: &str,
@@ -246,7 +246,7 @@ impl Gpu {
                     module: &cached.shader,
                     entry_point: Some(entry),
                     compilation_options: wgpu::PipelineCompilationOptions::default(),
-                    cache: None,
+                    cache: self.pipeline_cache.as_ref().map(|(cache, _)| cache),
                 })
             },
         )?;
@@ -256,7 +256,7 @@ impl Gpu {
 }
 
 /// Checks that `module` has a compute entry point named `entry`.
-fn check_compute_entry(module: &WgslModule, entry: &str) -> Result<(), GpuError> {
+pub(crate) fn check_compute_entry(module: &WgslModule, entry: &str) -> Result<(), GpuError> {
     let entry_points = &module.naga_module().entry_points;
     match entry_points.iter().find(|ep| ep.name == entry) {
         Some(ep) if ep.stage == naga::ShaderStage::Compute => Ok(()),

@@ -84,6 +84,17 @@ pub enum GpuError {
         /// wgpu's report.
         message: String,
     },
+    /// The pipeline cache file could not be written.
+    #[error("could not save the pipeline cache to {}: {message}", path.display())]
+    Cache {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A kernel's shader could not be assembled from its operands.
+    #[error(transparent)]
+    Kernel(#[from] fblayout_core::kernel::KernelError),
     /// The caller's arguments do not fit together (lengths, names, limits).
     #[error("bad input to {what}: {reason}")]
     BadInput {

@@ -1,19 +1,53 @@
 //! The GPU handle: a wgpu instance, the chosen adapter, its device and queue.
 //!
-//! [`Gpu::new`] picks an adapter as [`AdapterChoice::from_env`] says and opens a device on it,
+//! [`Gpu::new`] picks an adapter as [`GpuOptions::from_env`] says and opens a device on it,
 //! blocking on wgpu's futures with `pollster`. The device gets the adapter's own buffer, binding
-//! and compute limits, so big buffers work on real GPUs, and `SHADER_F16` when the adapter has it.
-//! [`GpuInfo`] describes the adapter for logs. Every wgpu call that can fail runs inside error
-//! scopes ([`scoped`]), so failures come back as [`GpuError`] instead of wgpu's default panic.
+//! and compute limits, so big buffers work on real GPUs, and the optional features kernels use
+//! (see [`features`](super::features)) when the adapter has them. [`GpuInfo`] describes the
+//! adapter for logs. Every wgpu call that can fail runs inside error scopes ([`scoped`]), so
+//! failures come back as [`GpuError`] instead of wgpu's default panic.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
 use fblayout_core::shader::WgslFeatures;
 
 use super::choice::AdapterChoice;
+use super::disk_cache::{CacheLoad, DiskCache, default_cache_dir};
 use super::dispatch::PipelineCache;
 use super::error::GpuError;
+use super::features::{DISABLE_ENV, Disabled, GpuFeatures};
+use super::gated;
+use super::pool::{BufferPool, PoolStats};
+
+/// How [`Gpu::with_options`] opens a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Which adapter.
+    pub choice: AdapterChoice,
+    /// Optional features not to use, even where the adapter has them.
+    pub disabled: Disabled,
+    /// Where compiled pipelines are kept between runs (`None`: nowhere).
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl GpuOptions {
+    /// The options the environment gives: `FBLAYOUT_ADAPTER` and `FBLAYOUT_BACKEND` (see
+    /// [`AdapterChoice::from_env`]), `FBLAYOUT_DISABLE` (see [`Disabled::parse`]) and
+    /// `FBLAYOUT_CACHE_DIR` (see [`default_cache_dir`](super::default_cache_dir)).
+    pub fn from_env() -> Result<Self, GpuError> {
+        let disabled = match std::env::var(DISABLE_ENV) {
+            Ok(list) => Disabled::parse(&list)?,
+            Err(_) => Disabled::default(),
+        };
+        Ok(Self {
+            choice: AdapterChoice::from_env()?,
+            disabled,
+            cache_dir: default_cache_dir(),
+        })
+    }
+}
 
 /// The largest workgroup count per dimension that [`Gpu::dispatch`] uses: WebGPU's guaranteed
 /// minimum. Devices that allow more are still held to it, so kernels see the same grids on every
@@ -32,7 +66,12 @@ pub struct Gpu {
     queue: wgpu::Queue,
     limits: wgpu::Limits,
     info: GpuInfo,
+    features: GpuFeatures,
     pub(super) pipelines: Mutex<PipelineCache>,
+    pool: BufferPool,
+    /// The driver's pipeline cache and the file it is saved to, where the backend has one.
+    pub(super) pipeline_cache: Option<(wgpu::PipelineCache, DiskCache)>,
+    cache_load: CacheLoad,
 }
 
 /// A description of the adapter a [`Gpu`] runs on.
@@ -93,18 +132,34 @@ impl fmt::Debug for Gpu {
 }
 
 impl Gpu {
-    /// Opens a device on the adapter that `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND` pick (see
-    /// [`AdapterChoice::from_env`]), or on wgpu's preferred adapter when they are unset.
+    /// Opens a device as the environment says (see [`GpuOptions::from_env`]): on the adapter
+    /// that `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND` pick, or on wgpu's preferred adapter when they
+    /// are unset.
     pub fn new() -> Result<Self, GpuError> {
-        Self::with_choice(AdapterChoice::from_env()?)
+        Self::with_options(GpuOptions::from_env()?)
     }
 
-    /// Opens a device on the adapter that `choice` picks.
+    /// Opens a device on the adapter that `choice` picks, with every feature it has and the
+    /// default pipeline cache directory.
     pub fn with_choice(choice: AdapterChoice) -> Result<Self, GpuError> {
-        pollster::block_on(Self::open(choice))
+        Self::with_options(GpuOptions {
+            choice,
+            disabled: Disabled::default(),
+            cache_dir: default_cache_dir(),
+        })
     }
 
-    async fn open(choice: AdapterChoice) -> Result<Self, GpuError> {
+    /// Opens a device as `options` say.
+    pub fn with_options(options: GpuOptions) -> Result<Self, GpuError> {
+        pollster::block_on(Self::open(options))
+    }
+
+    async fn open(options: GpuOptions) -> Result<Self, GpuError> {
+        let GpuOptions {
+            choice,
+            disabled,
+            cache_dir,
+        } = options;
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = choice.backends;
         desc.flags = wgpu::InstanceFlags::from_env_or_default();
@@ -162,7 +217,7 @@ impl Gpu {
         };
 
         let required_limits = required_limits(&adapter.limits());
-        let required_features = adapter.features() & wgpu::Features::SHADER_F16;
+        let required_features = disabled.request(adapter.features());
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("fblayout"),
@@ -172,7 +227,25 @@ impl Gpu {
             })
             .await?;
         let limits = device.limits();
-        let info = GpuInfo::from_adapter_info(&adapter.get_info());
+        let adapter_info = adapter.get_info();
+        let info = GpuInfo::from_adapter_info(&adapter_info);
+        let features = GpuFeatures::of(device.features(), &adapter);
+        let (pipeline_cache, cache_load) = match (&cache_dir, features.pipeline_cache) {
+            (None, _) | (_, false) => (None, CacheLoad::Off),
+            (Some(dir), true) => match super::disk_cache::key(&adapter_info) {
+                None => (None, CacheLoad::Unsupported),
+                Some(key) => {
+                    let disk = DiskCache::new(dir, key);
+                    let (data, load) = disk.load();
+                    let cache = scoped(
+                        &device,
+                        || "the pipeline cache".to_owned(),
+                        || gated::pipeline_cache(&device, data.as_deref()),
+                    )?;
+                    (Some((cache, disk)), load)
+                }
+            },
+        };
         Ok(Self {
             _instance: instance,
             adapter,
@@ -180,8 +253,56 @@ impl Gpu {
             queue,
             limits,
             info,
+            features,
             pipelines: Mutex::new(PipelineCache::default()),
+            pool: BufferPool::default(),
+            pipeline_cache,
+            cache_load,
         })
+    }
+
+    /// The optional features the device has (see [`features`](super::features)).
+    pub fn features(&self) -> GpuFeatures {
+        self.features
+    }
+
+    /// What happened to the pipeline cache file when the device opened.
+    pub fn pipeline_cache_load(&self) -> &CacheLoad {
+        &self.cache_load
+    }
+
+    /// Where the pipeline cache is saved, when the backend has one and a directory was given.
+    pub fn pipeline_cache_path(&self) -> Option<&std::path::Path> {
+        self.pipeline_cache.as_ref().map(|(_, d)| d.path.as_path())
+    }
+
+    /// Writes the driver's compiled pipelines to the cache file (atomically). Does nothing
+    /// where there is no pipeline cache. [`Gpu`] also saves when it is dropped.
+    pub fn save_pipeline_cache(&self) -> Result<(), GpuError> {
+        let Some((cache, disk)) = &self.pipeline_cache else {
+            return Ok(());
+        };
+        let Some(data) = cache.get_data() else {
+            return Ok(());
+        };
+        disk.save(&data).map_err(|err| GpuError::Cache {
+            path: disk.path.clone(),
+            message: err.to_string(),
+        })
+    }
+
+    /// The buffer pool's counters: allocations, reuses and bytes.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Frees the pool's idle buffers.
+    pub fn trim_pool(&self) {
+        self.pool.trim();
+    }
+
+    pub(crate) fn pool(&self) -> &BufferPool {
+        &self.pool
     }
 
     /// The adapter's name, backend, device type and driver.
@@ -214,7 +335,8 @@ impl Gpu {
     /// [`WgslModule::validate_with`](fblayout_core::shader::WgslModule::validate_with).
     pub fn wgsl_features(&self) -> WgslFeatures {
         WgslFeatures {
-            f16: self.device.features().contains(wgpu::Features::SHADER_F16),
+            f16: self.features.f16,
+            subgroups: self.features.subgroups,
         }
     }
 
@@ -244,6 +366,15 @@ impl Gpu {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pipeline_count()
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // Best effort: a cache that can't be written only makes the next start slower.
+        if let Err(err) = self.save_pipeline_cache() {
+            eprintln!("fblayout: {err}");
+        }
     }
 }
 

@@ -28,14 +28,25 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod buffer;
 mod choice;
+mod disk_cache;
 mod dispatch;
 mod error;
+pub mod features;
+// The one module allowed `unsafe` code (see its docs); the workspace denies it elsewhere.
+#[allow(unsafe_code)]
+mod gated;
 mod gpu;
+mod pool;
 
+pub use batch::{Batch, Timing};
 pub use buffer::{BufferKind, GpuBuffer};
 pub use choice::{ADAPTER_ENV, AdapterChoice, BACKEND_ENV};
+pub use disk_cache::{CacheLoad, default_cache_dir};
 pub use dispatch::{Binding, linear_grid};
 pub use error::GpuError;
-pub use gpu::{Gpu, GpuInfo, MAX_WORKGROUPS_PER_DIMENSION};
+pub use features::{Disabled, GpuFeatures};
+pub use gpu::{Gpu, GpuInfo, GpuOptions, MAX_WORKGROUPS_PER_DIMENSION};
+pub use pool::{GRANULE, PoolStats};

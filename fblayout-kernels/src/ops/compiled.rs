@@ -1,0 +1,115 @@
+//! A kernel's validated shader with the views it was built for, and how its dispatches are
+//! recorded: every op goes through here.
+
+use fblayout_core::kernel::{KernelModule, KernelSource, ParamValue};
+
+use super::error::OpError;
+use crate::runtime::{Batch, Gpu};
+use crate::tensor::GpuArg;
+
+/// A built kernel (see the module docs).
+#[derive(Clone)]
+pub(crate) struct Compiled {
+    op: &'static str,
+    module: KernelModule,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("op", &self.op)
+            .field("shader", &self.module.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Compiled {
+    /// Builds `source` with the optional features of `gpu`.
+    pub(crate) fn new(op: &'static str, gpu: &Gpu, source: KernelSource) -> Result<Self, OpError> {
+        let module = source.features(gpu.wgsl_features()).build()?;
+        Ok(Self { op, module })
+    }
+
+    /// The validated shader.
+    pub(crate) fn module(&self) -> &KernelModule {
+        &self.module
+    }
+
+    /// Records `entry` over `grid`, with each operand's argument by role (each read through
+    /// the view the kernel was built for) and the kernel's scalars; the run-time extents of
+    /// the operands fill the rest of the parameter block.
+    pub(crate) fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        entry: &str,
+        args: &[(&'static str, &GpuArg<'_>)],
+        scalars: &[(&str, ParamValue)],
+        grid: [u32; 3],
+    ) -> Result<(), OpError> {
+        let (buffers, params) = self.bind(args, scalars)?;
+        let params: Vec<(&str, ParamValue)> =
+            params.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        batch.dispatch(&self.module, entry, &buffers, &params, grid)?;
+        Ok(())
+    }
+
+    /// Like [`record`](Self::record), over `workgroups` folded into a 2-D grid.
+    pub(crate) fn record_linear(
+        &self,
+        batch: &mut Batch<'_>,
+        entry: &str,
+        args: &[(&'static str, &GpuArg<'_>)],
+        scalars: &[(&str, ParamValue)],
+        workgroups: u32,
+    ) -> Result<(), OpError> {
+        let (buffers, params) = self.bind(args, scalars)?;
+        let params: Vec<(&str, ParamValue)> =
+            params.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        batch.dispatch_linear(&self.module, entry, &buffers, &params, workgroups)?;
+        Ok(())
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn bind<'b>(
+        &self,
+        args: &[(&'static str, &'b GpuArg<'_>)],
+        scalars: &[(&str, ParamValue)],
+    ) -> Result<
+        (
+            Vec<(&'static str, &'b crate::runtime::GpuBuffer)>,
+            Vec<(String, ParamValue)>,
+        ),
+        OpError,
+    > {
+        let mut buffers = Vec::with_capacity(args.len());
+        let mut params: Vec<(String, ParamValue)> = Vec::new();
+        for &(role, arg) in args {
+            let slot = self.module.slot(role).ok_or_else(|| OpError::Unsupported {
+                op: self.op,
+                role,
+                view: arg.view().name().to_owned(),
+                why: "the kernel has no such operand".into(),
+            })?;
+            if &slot.view != arg.view() {
+                let describe = |v: &fblayout_core::layout::View| {
+                    format!(
+                        "view `{}` of `{}` ({})",
+                        v.name(),
+                        v.layout().name(),
+                        v.layout().order().name()
+                    )
+                };
+                return Err(OpError::WrongView {
+                    op: self.op,
+                    role,
+                    given: describe(arg.view()),
+                    built: describe(&slot.view),
+                });
+            }
+            buffers.push((role, arg.buffer()));
+            params.extend(arg.params(role));
+        }
+        params.extend(scalars.iter().map(|(n, v)| ((*n).to_owned(), *v)));
+        Ok((buffers, params))
+    }
+}

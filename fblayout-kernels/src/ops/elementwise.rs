@@ -1,0 +1,319 @@
+//! Elementwise kernels: every output element is a function of the input elements at the same
+//! logical coordinate.
+//!
+//! The generator takes the operands (inputs and outputs of one logical shape, each through its
+//! own view, so a bias broadcast along rows or a transposed input are just views) and one WGSL
+//! expression per output over the inputs' values. It writes one entry point that walks the
+//! logical shape; where every operand has wide accesses along the last axis
+//! ([`Operand::vectorized`]) an invocation handles four neighbours with `load4`/`store4` and the
+//! same expression (WGSL's arithmetic and built-ins work on `vec4<f32>` as on `f32`), and a
+//! partial last run falls back to single elements. Nothing in the generated body computes an
+//! offset: operands are addressed by coordinates only.
+//!
+//! The CPU twin ([`map_cpu`]) evaluates the same function in `f64` over the same coordinates.
+
+use std::fmt::Write as _;
+
+use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
+use fblayout_core::layout::View;
+use rayon::prelude::*;
+
+use super::compiled::Compiled;
+use super::error::OpError;
+use crate::cpu::{Logical, LogicalMut, Real};
+use crate::entry_point::{LinearEntry, workgroups};
+use crate::runtime::{Batch, Gpu};
+use crate::tensor::GpuArg;
+
+/// The entry point of every elementwise kernel.
+pub(crate) const ENTRY: &str = "elementwise";
+
+/// What an elementwise kernel computes.
+pub(crate) struct Spec<'a> {
+    /// The kernel's name.
+    pub op: &'static str,
+    /// The inputs: role and view. In the expressions an input's value is its role.
+    pub inputs: Vec<(&'static str, &'a View)>,
+    /// The outputs: role, view and WGSL expression.
+    pub outputs: Vec<(&'static str, &'a View, String)>,
+    /// Scalar parameters, `params.<name>` in the expressions.
+    pub scalars: Vec<(&'static str, Scalar)>,
+    /// WGSL functions the expressions call, written once for both widths: `{T}` stands for
+    /// the value type (`f32` or `vec4<f32>`) and `{S}` for a suffix (`_1` or `_4`) that the
+    /// function names and the expressions' calls carry.
+    pub helpers: &'static str,
+}
+
+/// A built elementwise kernel.
+#[derive(Debug, Clone)]
+pub(crate) struct Elementwise {
+    compiled: Compiled,
+    roles: Vec<&'static str>,
+    vector: bool,
+}
+
+impl Elementwise {
+    /// Checks that all operands have one rank and builds the kernel.
+    pub(crate) fn new(gpu: &Gpu, spec: Spec<'_>) -> Result<Self, OpError> {
+        let all: Vec<(&'static str, &View)> = spec
+            .inputs
+            .iter()
+            .copied()
+            .chain(spec.outputs.iter().map(|(r, v, _)| (*r, *v)))
+            .collect();
+        let (first_role, first) = spec
+            .outputs
+            .first()
+            .map(|(r, v, _)| (*r, *v))
+            .ok_or_else(|| OpError::shape(spec.op, "an elementwise kernel needs an output"))?;
+        let rank = first.axes().len();
+        for (role, view) in &all {
+            if view.axes().len() != rank {
+                return Err(OpError::shape(
+                    spec.op,
+                    format!(
+                        "`{role}` has rank {}, `{first_role}` rank {rank}",
+                        view.axes().len()
+                    ),
+                ));
+            }
+            for (d, (a, b)) in view.axes().iter().zip(first.axes()).enumerate() {
+                if let (Some(n), Some(m)) = (a.extent.as_static(), b.extent.as_static()) {
+                    if n != m {
+                        return Err(OpError::shape(
+                            spec.op,
+                            format!("axis {d} of `{role}` has extent {n}, of `{first_role}` {m}"),
+                        ));
+                    }
+                }
+            }
+        }
+        let last = rank.checked_sub(1);
+        let mut operands = Vec::with_capacity(all.len());
+        for (i, (role, view)) in all.iter().enumerate() {
+            let op = if i < spec.inputs.len() {
+                Operand::read(role, view)?
+            } else {
+                Operand::write(role, view)?
+            };
+            operands.push(match last {
+                Some(axis) => op.vectorized(axis),
+                None => op,
+            });
+        }
+        let vector = last.is_some() && operands.iter().all(|o| o.vector_axis() == last);
+        let body = entry_point(&spec, first_role, rank, vector);
+        let mut source = KernelSource::new(spec.op);
+        for o in operands {
+            source = source.operand(o);
+        }
+        for (name, scalar) in &spec.scalars {
+            source = source.scalar(*name, *scalar);
+        }
+        let mut source = source.body(widths(spec.helpers, false));
+        if vector {
+            source = source.body(widths(spec.helpers, true));
+        }
+        let source = source.body(body);
+        Ok(Self {
+            compiled: Compiled::new(spec.op, gpu, source)?,
+            roles: all.iter().map(|(r, _)| *r).collect(),
+            vector,
+        })
+    }
+
+    /// Whether the kernel moves four elements per invocation.
+    pub(crate) fn is_vectorized(&self) -> bool {
+        self.vector
+    }
+
+    /// The shader.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn source(&self) -> &str {
+        self.compiled.module().source()
+    }
+
+    /// Records the kernel over `args` (one per operand, inputs then outputs, all of one shape).
+    pub(crate) fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        op: &'static str,
+        args: &[&GpuArg<'_>],
+        scalars: &[(&str, ParamValue)],
+    ) -> Result<(), OpError> {
+        let dims = check_same_dims(op, &self.roles, args.iter().map(|a| a.dims()))?;
+        let mut units: u64 = 1;
+        for (d, &n) in dims.iter().enumerate() {
+            let n = if self.vector && d + 1 == dims.len() {
+                n.div_ceil(4)
+            } else {
+                n
+            };
+            units *= n as u64;
+        }
+        let units = u32::try_from(units)
+            .map_err(|_| OpError::shape(op, format!("{dims:?} has more than 2^32 elements")))?;
+        let named: Vec<(&'static str, &GpuArg<'_>)> = self
+            .roles
+            .iter()
+            .copied()
+            .zip(args.iter().copied())
+            .collect();
+        self.compiled
+            .record_linear(batch, ENTRY, &named, scalars, workgroups(u64::from(units)))
+    }
+}
+
+/// Checks that every argument has the first one's shape; returns it.
+pub(crate) fn check_same_dims(
+    op: &'static str,
+    roles: &[&'static str],
+    dims: impl Iterator<Item = Vec<usize>>,
+) -> Result<Vec<usize>, OpError> {
+    let dims: Vec<Vec<usize>> = dims.collect();
+    if dims.len() != roles.len() {
+        return Err(OpError::shape(
+            op,
+            format!(
+                "{} arguments given for {} operands",
+                dims.len(),
+                roles.len()
+            ),
+        ));
+    }
+    let out = roles.len() - 1;
+    for (role, d) in roles.iter().zip(&dims) {
+        if d != &dims[out] {
+            return Err(OpError::shape(
+                op,
+                format!("`{role}` has shape {d:?}, `{}` {:?}", roles[out], dims[out]),
+            ));
+        }
+    }
+    Ok(dims[out].clone())
+}
+
+/// `template` (see [`Spec::helpers`]) for one width.
+fn widths(template: &str, vector: bool) -> String {
+    let (ty, suffix) = if vector {
+        ("vec4<f32>", "_4")
+    } else {
+        ("f32", "_1")
+    };
+    template.replace("{T}", ty).replace("{S}", suffix)
+}
+
+fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> String {
+    let entry = LinearEntry {
+        name: ENTRY,
+        prefix: "ew",
+    };
+    let dim = |d: usize| format!("{shape_of}_dim{d}()");
+    // Invocations walk the shape with the last axis in units of four when wide.
+    let mut units: Vec<String> = (0..rank).map(dim).collect();
+    if vector {
+        units[rank - 1] = format!("(({} + 3u) >> 2u)", dim(rank - 1));
+    }
+    let count = if units.is_empty() {
+        "1u".to_owned()
+    } else {
+        units.join(" * ")
+    };
+    let mut s = String::new();
+    s += &entry.open(&count);
+    s += &entry.decode(&units);
+    let coords: Vec<String> = (0..rank).map(|d| entry.coord(d)).collect();
+    let at = |last: &str| -> String {
+        let mut c = coords.clone();
+        if let Some(l) = c.last_mut() {
+            *l = last.to_owned();
+        }
+        c.join(", ")
+    };
+    let body = |load: &str, store: &str, coords: &str, indent: &str| {
+        let suffix = if load == "load4" { "_4" } else { "_1" };
+        let mut b = String::new();
+        for (role, _) in &spec.inputs {
+            let _ = writeln!(b, "{indent}let {role} = {role}_{load}({coords});");
+        }
+        for (role, _, expr) in &spec.outputs {
+            let sep = if coords.is_empty() { "" } else { ", " };
+            let expr = expr.replace("{S}", suffix);
+            let _ = writeln!(b, "{indent}{role}_{store}({coords}{sep}{expr});");
+        }
+        b
+    };
+    if vector {
+        let last = coords[rank - 1].clone();
+        let _ = writeln!(s, "    let ew_first = {last} * 4u;");
+        let _ = writeln!(s, "    if (ew_first + 3u < {}) {{", dim(rank - 1));
+        s += &body("load4", "store4", &at("ew_first"), "        ");
+        let _ = writeln!(s, "    }} else {{");
+        let _ = writeln!(
+            s,
+            "        for (var ew_l = ew_first; ew_l < {}; ew_l = ew_l + 1u) {{",
+            dim(rank - 1)
+        );
+        s += &body("load", "store", &at("ew_l"), "            ");
+        let _ = writeln!(s, "        }}\n    }}");
+    } else {
+        s += &body("load", "store", &coords.join(", "), "    ");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The CPU twin of an elementwise kernel: `f(inputs, outputs)` at every coordinate, in `f64`,
+/// in parallel. `inputs` and `outputs` are read and written through their addressing; all have
+/// one shape.
+pub(crate) fn map_cpu<T: Real>(
+    op: &'static str,
+    inputs: &[&dyn Logical<T>],
+    outputs: &mut [&mut dyn LogicalMut<T>],
+    f: impl Fn(&[f64], &mut [f64]) + Sync,
+) -> Result<(), OpError> {
+    let dims: Vec<usize> = outputs
+        .first()
+        .map(|o| o.dims().to_vec())
+        .ok_or_else(|| OpError::shape(op, "no output"))?;
+    for (i, d) in inputs
+        .iter()
+        .map(|a| a.dims())
+        .chain(outputs.iter().map(|o| o.dims()))
+        .enumerate()
+    {
+        if d != dims.as_slice() {
+            return Err(OpError::shape(
+                op,
+                format!("operand {i} has shape {d:?}, the output {dims:?}"),
+            ));
+        }
+    }
+    let n: usize = dims.iter().product();
+    let n_out = outputs.len();
+    let dense: Vec<f64> = (0..n)
+        .into_par_iter()
+        .flat_map_iter(|linear| {
+            let mut index = vec![0usize; dims.len()];
+            let mut rest = linear;
+            for d in (0..dims.len()).rev() {
+                index[d] = rest % dims[d];
+                rest /= dims[d];
+            }
+            let args: Vec<f64> = inputs.iter().map(|a| a.get(&index).to_f64()).collect();
+            let mut out = vec![0.0; n_out];
+            f(&args, &mut out);
+            out
+        })
+        .collect();
+    for (k, o) in outputs.iter_mut().enumerate() {
+        let values: Vec<T> = dense
+            .iter()
+            .skip(k)
+            .step_by(n_out)
+            .map(|&v| T::from_f64(v))
+            .collect();
+        o.scatter(&values);
+    }
+    Ok(())
+}

@@ -1,0 +1,21 @@
+//! The kernels of on-device fine-tuning, forward and backward, each on the GPU and the CPU.
+//!
+//! Every kernel is built for the views of its operands: a [`View`](fblayout_core::layout::View)
+//! of any layout (row-major, column-major, R-Tile; transposed, split, merged, broadcast). Its
+//! WGSL is assembled by the core's kernel surface ([`fblayout_core::kernel`]) and validated by
+//! naga when the kernel is built; its body names coordinates only. Each GPU kernel records into
+//! a [`Batch`](crate::runtime::Batch) and has a CPU twin (`*_cpu`) that computes the same
+//! function in `f64` through the operands' addressing, which is what the GPU is tested against.
+//!
+//! The backward of a kernel reads the gradients through the views of the tensors they are the
+//! gradients of, so one layout definition serves both passes.
+//!
+//! - [`activation`]: GELU (erf and tanh), SiLU and SwiGLU.
+
+pub mod activation;
+mod compiled;
+pub(crate) mod elementwise;
+mod error;
+
+pub use activation::{Activation, ActivationOp, SwigluOp};
+pub use error::OpError;

@@ -1,0 +1,363 @@
+//! Shared support for the kernel tests: the GPU, layouts to test every kernel under, random
+//! data, poisoned outputs, tolerances scaled to the element type, and finite differences.
+//!
+//! Tests are written once: a case builds its operands as [`Tensor`]s (a view, its extents, and
+//! logical values), runs the CPU kernel and the GPU kernel on the same layouts, and compares
+//! both with a reference written from the kernel's definition on dense row-major `f64` arrays
+//! (never with the kernel's own code). Outputs are poisoned with NaN, padding included, so an
+//! element a kernel never writes fails the comparison; inputs carry NaN in their padding, so a
+//! kernel that reads padding fails too.
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::sync::OnceLock;
+
+use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, TensorLayout, View};
+use fblayout_kernels::runtime::{Gpu, GpuBuffer};
+use fblayout_kernels::tensor::{GpuArg, HostArg, HostArgMut};
+
+/// The GPU the tests run on. Fails, never skips: CI runs the tests on lavapipe.
+pub fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let gpu = Gpu::new().unwrap_or_else(|err| {
+            panic!(
+                "could not open a GPU for the kernel tests; install Mesa's Vulkan drivers \
+                 (`apt-get install mesa-vulkan-drivers`, which includes lavapipe) or set \
+                 FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
+            )
+        });
+        eprintln!("kernel tests run on {} ({})", gpu.info(), gpu.features());
+        gpu
+    })
+}
+
+/// The element types a kernel is tested in on the GPU: f32, and f16 where the adapter has it.
+pub fn gpu_elems() -> Vec<ElemType> {
+    let mut elems = vec![ElemType::F32];
+    if gpu().features().f16 {
+        elems.push(ElemType::F16);
+    }
+    elems
+}
+
+/// A small deterministic generator (xorshift64*), so failures reproduce.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        lo + (hi - lo) * unit
+    }
+
+    /// `n` values uniform in `[lo, hi)`, never exactly zero.
+    pub fn values(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                loop {
+                    let v = self.uniform(lo, hi);
+                    if v != 0.0 {
+                        break v;
+                    }
+                }
+            })
+            .collect()
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// How a 2-D tensor `[rows, cols]` is stored: the layouts every 2-D kernel is tested under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout2 {
+    /// Row-major.
+    RowMajor,
+    /// Column-major.
+    ColMajor,
+    /// R-Tile with `t × t` tiles, `cols` the forward (innermost) axis, both axes padded.
+    RTile(u32),
+    /// A row-major `[cols, rows]` tensor read through its transpose.
+    RowMajorT,
+    /// An R-Tile `[cols, rows]` tensor (forward axis `rows`) read through its transpose.
+    RTileT(u32),
+}
+
+impl Layout2 {
+    /// Every layout above, with 4×4 and 8×8 tiles.
+    pub const ALL: [Layout2; 7] = [
+        Layout2::RowMajor,
+        Layout2::ColMajor,
+        Layout2::RTile(4),
+        Layout2::RTile(8),
+        Layout2::RowMajorT,
+        Layout2::RTileT(4),
+        Layout2::RTileT(8),
+    ];
+}
+
+/// A tensor for a test: a view, the extents it is bound to, and its logical values (dense,
+/// row-major over the view's shape, `f64`).
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    pub view: View,
+    pub bind: Vec<(String, u32)>,
+    pub bound: BoundView,
+    pub values: Vec<f64>,
+}
+
+fn spec_2d(name: &str, outer: (&str, u32), inner: (&str, u32), dyn_outer: bool) -> LayoutSpec {
+    let spec = LayoutSpec::new(name);
+    let spec = if dyn_outer {
+        spec.dyn_axis(outer.0)
+    } else {
+        spec.axis(outer.0, outer.1)
+    };
+    spec.axis(inner.0, inner.1)
+}
+
+/// A `[rows, cols]` view of `elem`s stored as `layout`, with `rows` a run-time extent (bound
+/// to `rows`).
+pub fn view_2d(
+    name: &str,
+    layout: Layout2,
+    rows: u32,
+    cols: u32,
+    elem: ElemType,
+) -> (View, Vec<(String, u32)>) {
+    let build = |spec: LayoutSpec| -> TensorLayout {
+        spec.elem(elem)
+            .build()
+            .unwrap_or_else(|e| panic!("test layout {layout:?}: {e}"))
+    };
+    let bind = vec![("rows".to_owned(), rows)];
+    let view = match layout {
+        Layout2::RowMajor => build(spec_2d(name, ("rows", rows), ("cols", cols), true)).view(),
+        Layout2::ColMajor => build(
+            spec_2d(name, ("rows", rows), ("cols", cols), true)
+                .order(fblayout_core::layout::Order::ColMajor),
+        )
+        .view(),
+        Layout2::RTile(t) => build(
+            LayoutSpec::new(name)
+                .dyn_axis("rows")
+                .tile(t, true)
+                .axis("cols", cols)
+                .tile(t, true)
+                .rtile()
+                .reduce_forward(["cols"])
+                .reduce_backward(["rows"]),
+        )
+        .view(),
+        Layout2::RowMajorT => build(LayoutSpec::new(name).axis("cols", cols).dyn_axis("rows"))
+            .view()
+            .transpose("cols", "rows")
+            .unwrap(),
+        Layout2::RTileT(t) => build(
+            LayoutSpec::new(name)
+                .axis("cols", cols)
+                .tile(t, true)
+                .dyn_axis("rows")
+                .tile(t, true)
+                .rtile()
+                .reduce_forward(["rows"])
+                .reduce_backward(["cols"]),
+        )
+        .view()
+        .transpose("cols", "rows")
+        .unwrap(),
+    };
+    (view, bind)
+}
+
+/// A `[n]` vector (bias, norm weights) of `elem`s, static extent.
+pub fn view_1d(name: &str, axis: &str, n: u32, elem: ElemType) -> View {
+    LayoutSpec::new(name)
+        .axis(axis, n)
+        .elem(elem)
+        .build()
+        .unwrap()
+        .view()
+}
+
+impl Tensor {
+    /// `view` bound to `bind`, holding `values` (row-major over the view's shape).
+    pub fn new(view: View, bind: Vec<(String, u32)>, values: Vec<f64>) -> Self {
+        let pairs: Vec<(&str, u32)> = bind.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+        let bound = view
+            .bind(&pairs)
+            .unwrap_or_else(|e| panic!("binding {}: {e}", view.name()));
+        assert_eq!(
+            values.len() as u64,
+            bound.logical_len(),
+            "values of {}",
+            view.name()
+        );
+        Self {
+            view,
+            bind,
+            bound,
+            values,
+        }
+    }
+
+    /// `view` bound to `bind`, with random values in `[lo, hi)`.
+    pub fn random(rng: &mut Rng, view: View, bind: Vec<(String, u32)>, lo: f64, hi: f64) -> Self {
+        let pairs: Vec<(&str, u32)> = bind.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+        let n = view
+            .bind(&pairs)
+            .unwrap_or_else(|e| panic!("binding {}: {e}", view.name()))
+            .logical_len();
+        let values = rng.values(n as usize, lo, hi);
+        Self::new(view, bind, values)
+    }
+
+    /// The same view and extents with other values.
+    pub fn with_values(&self, values: Vec<f64>) -> Self {
+        assert_eq!(values.len(), self.values.len());
+        Self {
+            values,
+            ..self.clone()
+        }
+    }
+
+    pub fn dims(&self) -> Vec<usize> {
+        self.bound.shape().iter().map(|&n| n as usize).collect()
+    }
+
+    pub fn elem(&self) -> ElemType {
+        self.view.layout().elem()
+    }
+
+    /// The physical buffer as `T`s: values in place, padding NaN.
+    pub fn host<T: fblayout_kernels::cpu::Real>(&self) -> Vec<T> {
+        let mut buf = vec![T::from_f64(f64::NAN); self.bound.len() as usize];
+        self.bound
+            .for_each(|i, _, off| buf[off as usize] = T::from_f64(self.values[i]));
+        buf
+    }
+
+    /// A CPU argument over `data` (from [`host`](Self::host)).
+    pub fn arg<'a, T: Copy>(
+        &self,
+        data: &'a [T],
+    ) -> HostArg<'a, T, fblayout_kernels::cpu::OffsetTable> {
+        HostArg::bound(data, &self.bound).unwrap()
+    }
+
+    /// A CPU output over `data`.
+    pub fn arg_mut<'a, T: Copy>(
+        &self,
+        data: &'a mut [T],
+    ) -> HostArgMut<'a, T, fblayout_kernels::cpu::OffsetTable> {
+        HostArgMut::bound(data, &self.bound).unwrap()
+    }
+
+    /// The logical values of a physical CPU buffer.
+    pub fn read_host<T: fblayout_kernels::cpu::Real>(&self, data: &[T]) -> Vec<f64> {
+        let mut out = Vec::with_capacity(self.values.len());
+        self.bound
+            .for_each(|_, _, off| out.push(data[off as usize].to_f64()));
+        out
+    }
+
+    /// The tensor on the GPU in its element type, padding NaN.
+    pub fn upload(&self, gpu: &Gpu) -> GpuBuffer {
+        match self.elem() {
+            ElemType::F32 => GpuBuffer::from_slice(gpu, &self.host::<f32>()).unwrap(),
+            ElemType::F16 => GpuBuffer::from_slice(gpu, &self.host::<half::f16>()).unwrap(),
+            other => panic!("no test upload for {other}"),
+        }
+    }
+
+    /// A GPU output buffer for this tensor, every element (padding included) NaN.
+    pub fn poisoned(&self, gpu: &Gpu) -> GpuBuffer {
+        let poison = Tensor {
+            values: vec![f64::NAN; self.values.len()],
+            ..self.clone()
+        };
+        poison.upload(gpu)
+    }
+
+    /// The GPU argument over `buffer`.
+    pub fn gpu_arg<'a>(&'a self, buffer: &'a GpuBuffer) -> GpuArg<'a> {
+        GpuArg::bound(buffer, &self.view, self.bound.clone()).unwrap()
+    }
+
+    /// The logical values of a GPU buffer of this tensor.
+    pub fn download(&self, buffer: &GpuBuffer) -> Vec<f64> {
+        match self.elem() {
+            ElemType::F32 => {
+                self.read_host(&buffer.read_back::<f32>().unwrap()[..self.bound.len() as usize])
+            }
+            ElemType::F16 => self
+                .read_host(&buffer.read_back::<half::f16>().unwrap()[..self.bound.len() as usize]),
+            other => panic!("no test download for {other}"),
+        }
+    }
+}
+
+/// Compares `got` with `want` elementwise: `|g − w| ≤ tol · (1 + |w|)`. NaN never passes.
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / (1.0 + w.abs());
+        if !(err <= tol) {
+            panic!(
+                "{what}: element {i} is {g}, expected {w} (error {err:.3e} > tolerance {tol:.1e}); \
+                 {} of {} elements differ",
+                got.iter()
+                    .zip(want)
+                    .filter(|(g, w)| !((*g - *w).abs() / (1.0 + w.abs()) <= tol))
+                    .count(),
+                got.len()
+            );
+        }
+    }
+}
+
+/// The tolerance of a result computed in `elem`, stored in `elem`, after about `terms`
+/// rounding steps of `f32` arithmetic: `k · √terms` units of f32 round-off plus one unit of the
+/// storage type.
+pub fn tolerance(elem: ElemType, terms: usize) -> f64 {
+    let f32_unit = f64::from(f32::EPSILON);
+    let storage = match elem {
+        ElemType::F16 => 1.0 / 1024.0,
+        ElemType::F32 => f32_unit,
+        _ => f32_unit,
+    };
+    16.0 * f32_unit * (terms.max(1) as f64).sqrt() + 4.0 * storage
+}
+
+/// Central finite differences of `f` at `x`: `(f(x + h e_i) − f(x − h e_i)) / 2h` for each `i`.
+pub fn finite_differences(x: &[f64], h: f64, f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let mut x = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            let v = x[i];
+            x[i] = v + h;
+            let up = f(&x);
+            x[i] = v - h;
+            let down = f(&x);
+            x[i] = v;
+            (up - down) / (2.0 * h)
+        })
+        .collect()
+}
