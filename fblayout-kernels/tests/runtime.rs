@@ -608,3 +608,360 @@ fn probe_rejects_bad_requests() {
     assert!(matches!(err, GpuError::Shader(_)), "{err:?}");
     assert!(err.to_string().contains("clash+probe"), "{err}");
 }
+
+mod batches_pool_and_cache {
+    use super::gpu;
+    use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
+    use fblayout_core::layout::LayoutSpec;
+    use fblayout_kernels::runtime::{CacheLoad, Disabled, Gpu, GpuBuffer, GpuError, GpuOptions};
+
+    /// `y = x · k + i` over a run-time number of elements, with `k` a scalar parameter.
+    fn scale_kernel(gpu: &Gpu) -> KernelModule {
+        let x = LayoutSpec::new("x").dyn_axis("n").build().unwrap();
+        KernelSource::new("scale")
+            .operand(Operand::read("x", &x.view()).unwrap())
+            .operand(Operand::write("y", &x.view()).unwrap())
+            .scalar("k", Scalar::F32)
+            .features(gpu.wgsl_features())
+            .body(
+                "@compute @workgroup_size(64)
+                 fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+                     if (id.x < y_dim0()) {
+                         y_store(id.x, x_load(id.x) * params.k + f32(id.x));
+                     }
+                 }",
+            )
+            .build()
+            .unwrap()
+    }
+
+    fn params(n: u32, k: f32) -> [(&'static str, ParamValue); 3] {
+        [
+            ("x.n_len", ParamValue::U32(n)),
+            ("y.n_len", ParamValue::U32(n)),
+            ("k", ParamValue::F32(k)),
+        ]
+    }
+
+    #[test]
+    fn one_submit_runs_many_dispatches_each_with_its_own_parameters() {
+        let gpu = gpu();
+        let kernel = scale_kernel(gpu);
+        let n = 300u32;
+        let input: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let x = GpuBuffer::from_slice(gpu, &input).unwrap();
+        let outs: Vec<GpuBuffer> = (0..20)
+            .map(|_| GpuBuffer::from_slice(gpu, &vec![f32::NAN; n as usize]).unwrap())
+            .collect();
+        let mut batch = gpu.batch();
+        for (j, y) in outs.iter().enumerate() {
+            batch
+                .dispatch(
+                    &kernel,
+                    "main",
+                    &[("x", &x), ("y", y)],
+                    &params(n, j as f32),
+                    [5, 1, 1],
+                )
+                .unwrap();
+        }
+        assert_eq!(batch.len(), 20);
+        batch.submit().unwrap();
+        for (j, y) in outs.iter().enumerate() {
+            let got = y.read_back::<f32>().unwrap();
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(
+                    *g,
+                    input[i] * j as f32 + i as f32,
+                    "dispatch {j}, element {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn dispatches_chain_in_recorded_order_within_one_submit() {
+        let gpu = gpu();
+        let kernel = scale_kernel(gpu);
+        let n = 64u32;
+        let a = GpuBuffer::from_slice(gpu, &vec![1.0f32; n as usize]).unwrap();
+        let b = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
+        let c = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
+        let mut batch = gpu.batch();
+        batch
+            .dispatch(
+                &kernel,
+                "main",
+                &[("x", &a), ("y", &b)],
+                &params(n, 2.0),
+                [1, 1, 1],
+            )
+            .unwrap();
+        batch
+            .dispatch(
+                &kernel,
+                "main",
+                &[("x", &b), ("y", &c)],
+                &params(n, 3.0),
+                [1, 1, 1],
+            )
+            .unwrap();
+        batch.copy(&c, &a, u64::from(n) * 4).unwrap();
+        batch.clear(&b);
+        batch.submit().unwrap();
+        let want: Vec<f32> = (0..n).map(|i| (2.0 + i as f32) * 3.0 + i as f32).collect();
+        assert_eq!(a.read_back::<f32>().unwrap(), want);
+        assert_eq!(b.read_back::<f32>().unwrap(), vec![0.0; n as usize]);
+    }
+
+    #[test]
+    fn bad_dispatches_are_refused_before_anything_is_recorded() {
+        let gpu = gpu();
+        let kernel = scale_kernel(gpu);
+        let x = GpuBuffer::from_slice(gpu, &[1.0f32; 8]).unwrap();
+        let y = GpuBuffer::scratch::<f32>(gpu, 8).unwrap();
+        let mut batch = gpu.batch();
+        let p = params(8, 1.0);
+        let err = |r: Result<(), GpuError>| r.unwrap_err().to_string();
+        assert!(
+            err(batch.dispatch(&kernel, "main", &[("x", &x)], &p, [1, 1, 1]))
+                .contains("`y` is not bound")
+        );
+        assert!(
+            err(batch.dispatch(
+                &kernel,
+                "main",
+                &[("x", &x), ("y", &y), ("z", &y)],
+                &p,
+                [1, 1, 1]
+            ))
+            .contains("no operand `z`")
+        );
+        assert!(
+            err(batch.dispatch(&kernel, "main", &[("x", &x), ("x", &y)], &p, [1, 1, 1]))
+                .contains("twice")
+        );
+        assert!(
+            err(batch.dispatch(&kernel, "main", &[("x", &y), ("y", &y)], &p, [1, 1, 1]))
+                .contains("one buffer")
+        );
+        assert!(
+            err(batch.dispatch(&kernel, "nope", &[("x", &x), ("y", &y)], &p, [1, 1, 1]))
+                .contains("nope")
+        );
+        let short = [("x.n_len", ParamValue::U32(8)), ("k", ParamValue::F32(1.0))];
+        assert!(
+            err(batch.dispatch(&kernel, "main", &[("x", &x), ("y", &y)], &short, [1, 1, 1]))
+                .contains("y.n_len")
+        );
+        let wrong_type = [
+            ("x.n_len", ParamValue::U32(8)),
+            ("y.n_len", ParamValue::U32(8)),
+            ("k", ParamValue::U32(1)),
+        ];
+        assert!(
+            err(batch.dispatch(
+                &kernel,
+                "main",
+                &[("x", &x), ("y", &y)],
+                &wrong_type,
+                [1, 1, 1]
+            ))
+            .contains("f32")
+        );
+        let too_wide = [gpu.max_workgroups_per_dimension() + 1, 1, 1];
+        assert!(
+            err(batch.dispatch(&kernel, "main", &[("x", &x), ("y", &y)], &p, too_wide))
+                .contains("grid")
+        );
+        assert!(batch.is_empty());
+    }
+
+    #[test]
+    fn a_repeated_step_allocates_nothing_after_its_first_run() {
+        // A device of its own, so other tests' buffers don't count.
+        let gpu = Gpu::with_options(GpuOptions {
+            cache_dir: None,
+            ..GpuOptions::from_env().unwrap()
+        })
+        .unwrap();
+        let kernel = scale_kernel(&gpu);
+        let step = |gpu: &Gpu| {
+            let x = GpuBuffer::from_slice(gpu, &[1.5f32; 1000]).unwrap();
+            let h = GpuBuffer::scratch::<f32>(gpu, 1000).unwrap();
+            let y = GpuBuffer::scratch::<f32>(gpu, 1000).unwrap();
+            let mut batch = gpu.batch();
+            batch
+                .dispatch(
+                    &kernel,
+                    "main",
+                    &[("x", &x), ("y", &h)],
+                    &params(1000, 2.0),
+                    [16, 1, 1],
+                )
+                .unwrap();
+            batch
+                .dispatch(
+                    &kernel,
+                    "main",
+                    &[("x", &h), ("y", &y)],
+                    &params(1000, 0.5),
+                    [16, 1, 1],
+                )
+                .unwrap();
+            batch.submit().unwrap();
+            y.read_back::<f32>().unwrap()
+        };
+        let first = step(&gpu);
+        let after_first = gpu.pool_stats();
+        assert!(after_first.allocations > 0);
+        for _ in 0..3 {
+            assert_eq!(step(&gpu), first);
+        }
+        let after = gpu.pool_stats();
+        assert_eq!(after.allocations, after_first.allocations, "{after:?}");
+        assert!(after.reuses >= after_first.reuses + 3 * 4, "{after:?}");
+        gpu.trim_pool();
+        assert_eq!(gpu.pool_stats().bytes_free, 0);
+    }
+
+    #[test]
+    fn timed_batches_time_every_dispatch() {
+        let gpu = gpu();
+        let kernel = scale_kernel(gpu);
+        let x = GpuBuffer::from_slice(gpu, &[1.0f32; 4096]).unwrap();
+        let y = GpuBuffer::scratch::<f32>(gpu, 4096).unwrap();
+        let mut batch = gpu.batch();
+        for _ in 0..3 {
+            batch
+                .dispatch(
+                    &kernel,
+                    "main",
+                    &[("x", &x), ("y", &y)],
+                    &params(4096, 1.0),
+                    [64, 1, 1],
+                )
+                .unwrap();
+        }
+        let timings = batch.submit_timed().unwrap();
+        assert_eq!(timings.len(), 3);
+        for t in &timings {
+            assert_eq!(t.label, "scale:main");
+            assert!(t.nanos >= 0.0 && t.nanos.is_finite(), "{t:?}");
+            assert_eq!(t.gpu_timestamps, gpu.features().timestamps);
+        }
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("fblayout-runtime-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn the_pipeline_cache_persists_and_a_corrupt_file_is_rebuilt() {
+        let dir = temp_dir("cache");
+        let open = || {
+            Gpu::with_options(GpuOptions {
+                cache_dir: Some(dir.clone()),
+                ..GpuOptions::from_env().unwrap()
+            })
+            .unwrap()
+        };
+        let gpu = open();
+        if !gpu.features().pipeline_cache {
+            assert_eq!(gpu.pipeline_cache_load(), &CacheLoad::Off);
+            return;
+        }
+        let Some(path) = gpu.pipeline_cache_path().map(std::path::Path::to_path_buf) else {
+            assert_eq!(gpu.pipeline_cache_load(), &CacheLoad::Unsupported);
+            return;
+        };
+        assert_eq!(gpu.pipeline_cache_load(), &CacheLoad::Empty);
+        let run = |gpu: &Gpu| {
+            let kernel = scale_kernel(gpu);
+            let x = GpuBuffer::from_slice(gpu, &[2.0f32; 64]).unwrap();
+            let y = GpuBuffer::scratch::<f32>(gpu, 64).unwrap();
+            let mut batch = gpu.batch();
+            batch
+                .dispatch(
+                    &kernel,
+                    "main",
+                    &[("x", &x), ("y", &y)],
+                    &params(64, 3.0),
+                    [1, 1, 1],
+                )
+                .unwrap();
+            batch.submit().unwrap();
+            y.read_back::<f32>().unwrap()
+        };
+        let want = run(&gpu);
+        gpu.save_pipeline_cache().unwrap();
+        drop(gpu);
+        assert!(path.exists());
+
+        let again = open();
+        assert!(matches!(again.pipeline_cache_load(), CacheLoad::Loaded { bytes } if *bytes > 0));
+        assert_eq!(run(&again), want);
+        drop(again);
+
+        // Flip a byte of the driver's data: the checksum catches it, the file is not handed to
+        // the driver, and everything still runs.
+        let mut raw = std::fs::read(&path).unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 0x5a;
+        std::fs::write(&path, &raw).unwrap();
+        let rebuilt = open();
+        assert!(
+            matches!(rebuilt.pipeline_cache_load(), CacheLoad::Rebuilt { reason } if reason.contains("checksum")),
+            "{:?}",
+            rebuilt.pipeline_cache_load()
+        );
+        assert_eq!(run(&rebuilt), want);
+        rebuilt.save_pipeline_cache().unwrap();
+        drop(rebuilt);
+        assert!(matches!(
+            open().pipeline_cache_load(),
+            CacheLoad::Loaded { .. }
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn turning_features_off_leaves_a_working_device_without_them() {
+        let gpu = Gpu::with_options(GpuOptions {
+            disabled: Disabled::ALL,
+            cache_dir: None,
+            ..GpuOptions::from_env().unwrap()
+        })
+        .unwrap();
+        let f = gpu.features();
+        assert!(
+            !f.f16 && !f.subgroups && !f.timestamps && !f.pipeline_cache,
+            "{f:?}"
+        );
+        assert_eq!(gpu.wgsl_features(), Default::default());
+        assert_eq!(gpu.pipeline_cache_load(), &CacheLoad::Off);
+        // Timing falls back to the wall clock.
+        let kernel = scale_kernel(&gpu);
+        let x = GpuBuffer::from_slice(&gpu, &[1.0f32; 64]).unwrap();
+        let y = GpuBuffer::scratch::<f32>(&gpu, 64).unwrap();
+        let mut batch = gpu.batch();
+        batch
+            .dispatch(
+                &kernel,
+                "main",
+                &[("x", &x), ("y", &y)],
+                &params(64, 1.0),
+                [1, 1, 1],
+            )
+            .unwrap();
+        let t = batch.submit_timed().unwrap();
+        assert!(!t[0].gpu_timestamps && t[0].nanos > 0.0);
+        println!(
+            "features of the default device: {}",
+            super::gpu().features()
+        );
+    }
+}
