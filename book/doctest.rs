@@ -25,6 +25,9 @@ pub mod views {}
 #[doc = include_str!("src/codegen.md")]
 pub mod codegen {}
 
+#[doc = include_str!("src/kernels.md")]
+pub mod kernels {}
+
 #[doc = include_str!("src/testing.md")]
 pub mod testing {}
 
