@@ -4,7 +4,7 @@
 use fblayout_core::kernel::{KernelModule, KernelSource, ParamValue};
 
 use super::error::OpError;
-use crate::runtime::{Batch, Gpu};
+use crate::runtime::{Batch, Gpu, linear_grid};
 use crate::tensor::GpuArg;
 
 /// A built kernel (see the module docs).
@@ -62,11 +62,14 @@ impl Compiled {
         scalars: &[(&str, ParamValue)],
         workgroups: u32,
     ) -> Result<(), OpError> {
-        let (buffers, params) = self.bind(args, scalars)?;
-        let params: Vec<(&str, ParamValue)> =
-            params.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-        batch.dispatch_linear(&self.module, entry, &buffers, &params, workgroups)?;
-        Ok(())
+        let max = batch.gpu().max_workgroups_per_dimension();
+        let grid = linear_grid(workgroups, max).ok_or_else(|| {
+            OpError::shape(
+                self.op,
+                format!("{workgroups} workgroups do not fit a {max} × {max} grid"),
+            )
+        })?;
+        self.record(batch, entry, args, scalars, grid)
     }
 
     #[allow(clippy::type_complexity)]

@@ -26,12 +26,11 @@
 //! ```
 
 use std::num::NonZeroU64;
-use std::sync::mpsc;
 use std::time::Instant;
 
 use fblayout_core::kernel::{Access, KernelModule, ParamValue};
 
-use super::buffer::{BufferKind, GpuBuffer};
+use super::buffer::{BufferKind, GpuBuffer, map_read};
 use super::dispatch::{check_compute_entry, linear_grid};
 use super::error::GpuError;
 use super::gpu::{Gpu, scoped};
@@ -393,7 +392,9 @@ impl<'g> Batch<'g> {
                 (resolve, readback)
             },
         )?;
-        let ticks: Vec<u64> = map_read(gpu, &readback)?;
+        let ticks: Vec<u64> = map_read(gpu.device(), &readback, queries as usize * 8, || {
+            "timestamps".to_owned()
+        })?;
         drop(resolve);
         let period = f64::from(gpu.queue().get_timestamp_period());
         let labels = self.items.iter().filter_map(|i| match i {
@@ -499,31 +500,4 @@ fn record_transfer(encoder: &mut wgpu::CommandEncoder, item: &Item) {
         Item::Clear(buffer) => encoder.clear_buffer(buffer.buffer(), 0, None),
         Item::Dispatch(_) => unreachable!("dispatches are recorded into passes"),
     }
-}
-
-/// Maps `buffer` (MAP_READ) after the queued work and reads it as `T`s.
-fn map_read<T: bytemuck::Pod>(gpu: &Gpu, buffer: &wgpu::Buffer) -> Result<Vec<T>, GpuError> {
-    let (sender, receiver) = mpsc::channel();
-    buffer.map_async(wgpu::MapMode::Read, .., move |r| {
-        let _ = sender.send(r);
-    });
-    let fail = |message: String| GpuError::Map {
-        what: "timestamps".into(),
-        message,
-    };
-    gpu.device()
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| fail(e.to_string()))?;
-    receiver
-        .recv()
-        .map_err(|_| fail("the map callback never ran".into()))?
-        .map_err(|e| fail(e.to_string()))?;
-    let values = {
-        let view = buffer
-            .get_mapped_range(..)
-            .map_err(|e| fail(e.to_string()))?;
-        bytemuck::pod_collect_to_vec(&view)
-    };
-    buffer.unmap();
-    Ok(values)
 }

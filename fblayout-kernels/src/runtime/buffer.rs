@@ -255,7 +255,6 @@ impl GpuBuffer {
             return Ok(Vec::new());
         }
         let copy_size = padded(self.len_bytes);
-        let (sender, receiver) = mpsc::channel();
         let staging = scoped(&self.device, what, || {
             let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("fblayout read-back"),
@@ -270,32 +269,44 @@ impl GpuBuffer {
                 });
             encoder.copy_buffer_to_buffer(self.buffer(), 0, &staging, 0, copy_size);
             self.queue.submit([encoder.finish()]);
-            staging.map_async(wgpu::MapMode::Read, .., move |result| {
-                // The receiver only goes away if read_back already returned an error.
-                let _ = sender.send(result);
-            });
             staging
         })?;
-        let map_err = |message: String| GpuError::Map {
-            what: what(),
-            message,
-        };
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|err| map_err(err.to_string()))?;
-        receiver
-            .recv()
-            .map_err(|_| map_err("the map callback never ran".to_string()))?
-            .map_err(|err| map_err(err.to_string()))?;
-        let values = {
-            let view = staging
-                .get_mapped_range(..)
-                .map_err(|err| map_err(err.to_string()))?;
-            bytemuck::pod_collect_to_vec(&view[..self.len_bytes as usize])
-        };
-        staging.unmap();
-        Ok(values)
+        map_read(&self.device, &staging, self.len_bytes as usize, what)
     }
+}
+
+/// Maps `staging` (a `MAP_READ` buffer) once the work queued so far is done and reads its
+/// first `len` bytes as `T`s.
+pub(crate) fn map_read<T: bytemuck::Pod>(
+    device: &wgpu::Device,
+    staging: &wgpu::Buffer,
+    len: usize,
+    what: impl Fn() -> String,
+) -> Result<Vec<T>, GpuError> {
+    let (sender, receiver) = mpsc::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |result| {
+        // The receiver only goes away if this function already returned an error.
+        let _ = sender.send(result);
+    });
+    let map_err = |message: String| GpuError::Map {
+        what: what(),
+        message,
+    };
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|err| map_err(err.to_string()))?;
+    receiver
+        .recv()
+        .map_err(|_| map_err("the map callback never ran".to_string()))?
+        .map_err(|err| map_err(err.to_string()))?;
+    let values = {
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|err| map_err(err.to_string()))?;
+        bytemuck::pod_collect_to_vec(&view[..len])
+    };
+    staging.unmap();
+    Ok(values)
 }
 
 fn usage(kind: BufferKind) -> wgpu::BufferUsages {
