@@ -237,3 +237,31 @@ fn reductions_belong_to_rtile() {
         "{errors:?}"
     );
 }
+
+/// A view that reorders elements is not a permutation of the tensor's axes, even where it keeps
+/// every coordinate that a probe grid looks at (it was classified `Free`). Splitting `m` into
+/// `(h, x, y, l)` and merging it back with `x` and `y` swapped keeps `0..4`, the middle and the
+/// last two coordinates, and moves almost every other element.
+#[test]
+fn a_reordering_split_and_merge_is_not_classified_as_free() -> Result {
+    use fblayout_core::layout::classify_conversion;
+    let x = LayoutSpec::new("x").axis("m", 2 * 64 * 64 * 4).build()?;
+    let parts = [
+        ("h", Some(2)),
+        ("x", Some(64)),
+        ("y", Some(64)),
+        ("l", Some(4)),
+    ];
+    let v = x
+        .view()
+        .named("swapped")?
+        .split("m", &parts)?
+        .permute(&["h", "y", "x", "l"])?
+        .merge(&["h", "y", "x", "l"], "m")?;
+    let bound = v.bind(&[])?;
+    // Coordinate x = 1 (m = 256) reads the element at y = 1 (offset 4): not in place.
+    assert_eq!(bound.offset(&[256]), Some(4));
+    let err = classify_conversion(&v, &x.view(), &[]).unwrap_err();
+    assert!(err.to_string().contains("permute/transpose"), "{err}");
+    Ok(())
+}

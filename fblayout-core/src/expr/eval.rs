@@ -1,12 +1,16 @@
-//! The CPU path for index functions that are only known at run time.
+//! Evaluating expressions on the CPU.
 //!
-//! [`CpuIndexFn`] compiles a [`ValidIndexFn`] into a flat register program: one instruction a
-//! node, operands before users, evaluated in one pass with no allocation. (Layouts known when
-//! the crate is compiled get real Rust functions from the macros instead; see
+//! [`CpuIndexFn`] is the path for index functions that are only known at run time: it compiles
+//! a [`ValidIndexFn`] into a flat register program, one instruction a node, operands before
+//! users, evaluated in one pass with no allocation, with the GPU's arithmetic. (Layouts known
+//! when the crate is compiled get real Rust functions from the macros instead; see
 //! [`crate::emit::rust`].)
+//!
+//! [`eval_exact`] evaluates one expression with exact, checked arithmetic instead: the
+//! arithmetic of extents, whose divisions must come out whole.
 
 use super::func::ValidIndexFn;
-use super::graph::{BinOp, ExprId, Node};
+use super::graph::{BinOp, ExprGraph, ExprId, Node, Var};
 
 #[derive(Debug, Clone, Copy)]
 enum Instr {
@@ -41,6 +45,53 @@ fn apply(op: BinOp, a: u64, b: u64) -> u64 {
         BinOp::BitAnd => a & b,
         BinOp::Lt => u64::from(a < b),
         BinOp::And => u64::from(a != 0 && b != 0),
+    }
+}
+
+/// Evaluates the expression at `root` of `graph` exactly: natural numbers, every operation
+/// checked, each variable's value given by `value_of`.
+///
+/// `None` when a variable has no value, a result does not fit `u64`, a divisor is zero, or a
+/// division (`/`, `>>`) leaves a remainder. This is the arithmetic of extents, which divide
+/// exactly by construction (a [`ViewExtent`](crate::layout::ViewExtent) is checked to when it
+/// is bound); offsets, whose divisions round down, run on [`CpuIndexFn`].
+pub(crate) fn eval_exact(
+    graph: &ExprGraph,
+    root: ExprId,
+    value_of: impl Fn(&Var) -> Option<u64>,
+) -> Option<u64> {
+    let mut values = vec![0u64; graph.nodes().len()];
+    // Operands are created before the nodes that use them, so ascending ids are an
+    // evaluation order.
+    for id in graph.reachable(&[root]) {
+        let at = |e: ExprId| values[e.index()];
+        let value = match graph.node(id) {
+            Node::Const(c) => c,
+            Node::Bool(b) => u64::from(b),
+            Node::Var(v) => value_of(graph.var_decl(v))?,
+            Node::Bin(op, a, b) => apply_exact(op, at(a), at(b))?,
+            Node::Select(c, a, b) => at(if at(c) != 0 { a } else { b }),
+        };
+        values[id.index()] = value;
+    }
+    Some(values[root.index()])
+}
+
+/// `op` on natural numbers: `None` when the exact result is not a `u64`.
+fn apply_exact(op: BinOp, a: u64, b: u64) -> Option<u64> {
+    let divide = |d: u64| (a.checked_rem(d)? == 0).then(|| a / d);
+    let power = || 1u64.checked_shl(u32::try_from(b).ok()?);
+    match op {
+        BinOp::Add => a.checked_add(b),
+        BinOp::Sub => a.checked_sub(b),
+        BinOp::Mul => a.checked_mul(b),
+        BinOp::Div => divide(b),
+        BinOp::Rem => a.checked_rem(b),
+        BinOp::Shl => a.checked_mul(power()?),
+        BinOp::Shr => divide(power()?),
+        BinOp::BitAnd => Some(a & b),
+        BinOp::Lt => Some(u64::from(a < b)),
+        BinOp::And => Some(u64::from(a != 0 && b != 0)),
     }
 }
 
@@ -135,8 +186,37 @@ impl CpuIndexFn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::expr::graph::{ExprGraph, VarKind};
+    use crate::expr::graph::VarKind;
     use crate::expr::{Assumptions, IndexFn};
+
+    #[test]
+    fn exact_evaluation_refuses_what_is_not_a_natural_number() {
+        let mut g = ExprGraph::unshared();
+        let n = g.declare("n", VarKind::Extent);
+        let vn = g.var(n);
+        let twelve = g.constant(12);
+        let four = g.constant(4);
+        let product = g.mul(twelve, vn);
+        let quotient = g.div(product, four);
+        let n_is = |v: u64| move |_: &Var| Some(v);
+        assert_eq!(eval_exact(&g, quotient, n_is(5)), Some(15));
+        // 12 · 5 / 8 is not whole; the index arithmetic would round it down to 7.
+        let eight = g.constant(8);
+        let inexact = g.div(product, eight);
+        assert_eq!(eval_exact(&g, inexact, n_is(5)), None);
+        assert_eq!(eval_exact(&g, product, n_is(u64::MAX)), None);
+        assert_eq!(eval_exact(&g, product, |_| None), None);
+        let zero = g.constant(0);
+        let by_zero = g.div(vn, zero);
+        assert_eq!(eval_exact(&g, by_zero, n_is(3)), None);
+        let two = g.constant(2);
+        let shr = g.bin(BinOp::Shr, vn, two);
+        assert_eq!(eval_exact(&g, shr, n_is(12)), Some(3));
+        assert_eq!(eval_exact(&g, shr, n_is(13)), None);
+        let sixty_four = g.constant(64);
+        let shl = g.bin(BinOp::Shl, vn, sixty_four);
+        assert_eq!(eval_exact(&g, shl, n_is(1)), None);
+    }
 
     #[test]
     fn evaluates_offset_and_mask() {

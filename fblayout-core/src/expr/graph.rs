@@ -99,6 +99,17 @@ impl BinOp {
         }
     }
 
+    /// Operators of one group have the same precedence and associate to the left: `+ -`
+    /// (0) and `* / %` (1); `None` for the others, which [`ExprGraph::display`] always
+    /// parenthesises.
+    fn arithmetic_group(self) -> Option<u8> {
+        match self {
+            Self::Add | Self::Sub => Some(0),
+            Self::Mul | Self::Div | Self::Rem => Some(1),
+            Self::Shl | Self::Shr | Self::BitAnd | Self::Lt | Self::And => None,
+        }
+    }
+
     /// The type of the operands.
     pub fn operand_ty(self) -> Ty {
         if self == Self::And { Ty::Bool } else { Ty::Int }
@@ -373,13 +384,32 @@ impl ExprGraph {
     }
 
     /// Writes the expression at `id` as one infix string (for messages and tests).
+    ///
+    /// An operand that is itself an operation is parenthesised, except the left operand of an
+    /// operation of the same arithmetic group, which reads the same without them:
+    /// `a * b / c` is `(a * b) / c`, `a + b - c` is `(a + b) - c`.
     pub fn display(&self, id: ExprId) -> String {
+        self.infix(id, None)
+    }
+
+    /// [`display`](Self::display) of `id` as the left (`true`) or right operand of `parent`.
+    fn infix(&self, id: ExprId, parent: Option<(BinOp, bool)>) -> String {
         match self.node(id) {
             Node::Const(c) => c.to_string(),
             Node::Bool(b) => b.to_string(),
             Node::Var(v) => self.var_decl(v).name.clone(),
             Node::Bin(op, a, b) => {
-                format!("({} {} {})", self.display(a), op.symbol(), self.display(b))
+                let text = format!(
+                    "{} {} {}",
+                    self.infix(a, Some((op, true))),
+                    op.symbol(),
+                    self.infix(b, Some((op, false)))
+                );
+                let bare = parent.is_none_or(|(p, left)| {
+                    left && op.arithmetic_group().is_some()
+                        && op.arithmetic_group() == p.arithmetic_group()
+                });
+                if bare { text } else { format!("({text})") }
             }
             Node::Select(c, a, b) => format!(
                 "select({}, {}, {})",
@@ -433,7 +463,33 @@ mod tests {
         let b = g.mul(vx2, c2);
         let s = g.add(a, b);
         assert_eq!(g.op_count(&[s]), 3);
-        assert_eq!(g.display(s), "((x * 3) + (x * 3))");
+        assert_eq!(g.display(s), "(x * 3) + (x * 3)");
+    }
+
+    #[test]
+    fn display_drops_only_parentheses_that_change_nothing() {
+        let mut g = ExprGraph::unshared();
+        let [a, b, c] = ["a", "b", "c"].map(|n| {
+            let v = g.declare(n, VarKind::Extent);
+            g.var(v)
+        });
+        let ab = g.mul(a, b);
+        assert_eq!(g.display(ab), "a * b");
+        let ab_c = g.div(ab, c);
+        assert_eq!(g.display(ab_c), "a * b / c");
+        let bc = g.mul(b, c);
+        let a_bc = g.div(a, bc);
+        assert_eq!(g.display(a_bc), "a / (b * c)");
+        let sum = g.add(a, b);
+        let diff = g.bin(BinOp::Sub, sum, c);
+        assert_eq!(g.display(diff), "a + b - c");
+        let scaled = g.mul(sum, c);
+        // Commutative operands are ordered by id, and `c` is older than `a + b`.
+        assert_eq!(g.display(scaled), "c * (a + b)");
+        let sum_ab = g.add(a, ab);
+        assert_eq!(g.display(sum_ab), "a + (a * b)");
+        let shifted = g.bin(BinOp::Shl, ab, c);
+        assert_eq!(g.display(shifted), "(a * b) << c");
     }
 
     #[test]
@@ -446,7 +502,7 @@ mod tests {
         let mut b = ExprGraph::new();
         b.declare("y", VarKind::Coord);
         let copied = b.import(&a, e);
-        assert_eq!(b.display(copied), "(x * 2)");
+        assert_eq!(b.display(copied), "x * 2");
         assert_eq!(b.vars().len(), 2);
     }
 }

@@ -14,6 +14,7 @@ mod runs;
 mod simplify;
 
 pub use eval::CpuIndexFn;
+pub(crate) use eval::eval_exact;
 pub use func::{ExprError, IndexFn, ValidIndexFn};
 pub use graph::{BinOp, ExprGraph, ExprId, Node, Ty, Var, VarId, VarKind};
 pub use simplify::{Assumptions, simplify};

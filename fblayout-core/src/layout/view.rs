@@ -10,23 +10,33 @@
 //! - **slice** keeps a window `start..start+len` of one axis;
 //! - **broadcast** adds an axis along which every index reads the same element.
 //!
-//! [`View::index_fn`] substitutes the steps, last to first, into the layout's offset
-//! expression: a transposed R-Tile costs an index remap, not a copy. Every step checks its
-//! input and reports a [`LayoutError`] that names the view and the axis at fault.
+//! A view keeps the steps it was made of, as [`ViewStep`]s that name axes, each with the axes
+//! it was applied to. [`View::index_fn`] substitutes the steps, last to first, into the
+//! layout's offset expression, resolving each step's names against those axes: a transposed
+//! R-Tile costs an index remap, not a copy. Every step checks its input and reports a
+//! [`LayoutError`] that names the view and the axis at fault.
 
 use std::fmt;
 use std::sync::Arc;
 
 use super::error::{LayoutError, MAX_ELEMENTS};
 use super::spec::Extent;
+use super::step::ViewStep;
 use super::tensor::TensorLayout;
-use crate::expr::{Assumptions, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, VarKind};
+use crate::expr::{
+    Assumptions, ExprGraph, ExprId, IndexFn, ValidIndexFn, VarId, VarKind, eval_exact,
+};
 use crate::ident::ident_problem;
 
 /// The extent of a view axis: `factor · Π dynamic / divisor`, exact.
 ///
 /// `dynamic` names axes of the viewed tensor whose run-time extents multiply in; `divisor`
 /// comes from splitting a run-time axis, and binding checks that it divides.
+///
+/// Its value is defined once, as an index expression over the run-time extent parameters:
+/// its text ([`Display`](fmt::Display), such as `12 * seq_len / 4`) is that expression
+/// printed, [`eval`](Self::eval) and [`as_static`](Self::as_static) evaluate it exactly, and
+/// the index code and the derive's view shapes are built from it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ViewExtent {
     /// The constant factor.
@@ -47,9 +57,9 @@ impl ViewExtent {
         }
     }
 
-    /// The value when static.
+    /// The value when static: the extent evaluated with no run-time extent known.
     pub fn as_static(&self) -> Option<u64> {
-        self.dynamic.is_empty().then(|| self.factor / self.divisor)
+        self.value(|_| None)
     }
 
     fn of_axis(layout: &TensorLayout, i: usize) -> Self {
@@ -75,44 +85,55 @@ impl ViewExtent {
         })
     }
 
-    /// The extent as an expression over the run-time extent parameters.
+    /// The extent as an expression over the run-time extent parameters (`<axis>_len`): the
+    /// one definition of its value (see the type's docs). A factor or divisor of 1 is left out.
     pub(crate) fn expr(&self, g: &mut ExprGraph) -> ExprId {
-        let mut e = g.constant(self.factor);
+        let mut factors = Vec::with_capacity(self.dynamic.len() + 1);
+        if self.factor != 1 || self.dynamic.is_empty() {
+            factors.push(g.constant(self.factor));
+        }
         for axis in &self.dynamic {
             let v = g.declare(TensorLayout::extent_param(axis), VarKind::Extent);
-            let ve = g.var(v);
-            e = g.mul(e, ve);
+            factors.push(g.var(v));
         }
-        if self.divisor != 1 {
+        let product = factors
+            .into_iter()
+            .reduce(|a, b| g.mul(a, b))
+            .expect("an extent with no run-time part keeps its constant factor");
+        if self.divisor == 1 {
+            product
+        } else {
             let d = g.constant(self.divisor);
-            e = g.div(e, d);
+            g.div(product, d)
         }
-        e
     }
 
     /// Evaluates the extent given the run-time extent of each named axis; `None` when the
-    /// division is not exact.
+    /// division is not exact (or the product does not fit `u64`).
     pub fn eval(&self, value_of: impl Fn(&str) -> u64) -> Option<u64> {
-        let n = self
-            .dynamic
-            .iter()
-            .try_fold(self.factor, |acc, a| acc.checked_mul(value_of(a)))?;
-        n.is_multiple_of(self.divisor).then(|| n / self.divisor)
+        self.value(|axis| Some(value_of(axis)))
+    }
+
+    /// [`expr`](Self::expr) evaluated exactly, with the run-time extent of each named axis
+    /// given by `value_of`.
+    fn value(&self, value_of: impl Fn(&str) -> Option<u64>) -> Option<u64> {
+        let mut g = ExprGraph::unshared();
+        let e = self.expr(&mut g);
+        eval_exact(&g, e, |var| {
+            self.dynamic
+                .iter()
+                .find(|axis| TensorLayout::extent_param(axis) == var.name)
+                .and_then(|axis| value_of(axis))
+        })
     }
 }
 
+/// The extent's expression, printed (`seq_len`, `batch_len * seq_len`, `12 * seq_len / 4`).
 impl fmt::Display for ViewExtent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts: Vec<String> = Vec::new();
-        if self.factor != 1 || self.dynamic.is_empty() {
-            parts.push(self.factor.to_string());
-        }
-        parts.extend(self.dynamic.iter().map(|a| TensorLayout::extent_param(a)));
-        write!(f, "{}", parts.join("*"))?;
-        if self.divisor != 1 {
-            write!(f, "/{}", self.divisor)?;
-        }
-        Ok(())
+        let mut g = ExprGraph::unshared();
+        let e = self.expr(&mut g);
+        f.write_str(&g.display(e))
     }
 }
 
@@ -125,19 +146,13 @@ pub struct ViewAxis {
     pub extent: ViewExtent,
 }
 
-/// One step of a view, mapping the coordinates after it to those before it.
+/// A step of a view with the axes it was applied to, against which its names resolve.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Step {
-    /// `after[i] = before[perm[i]]`.
-    Permute(Vec<usize>),
-    /// Axis `at` becomes `parts.len()` axes of these extents.
-    Split { at: usize, parts: Vec<ViewExtent> },
-    /// Axes `at..at + extents.len()` (of these extents) become one.
-    Merge { at: usize, extents: Vec<ViewExtent> },
-    /// Axis `at` starts at `start`.
-    Slice { at: usize, start: u32 },
-    /// Axis `at` is new and ignored.
-    Broadcast { at: usize },
+struct Applied {
+    /// The axes before the step (those after it are the next step's, or the view's own).
+    before: Vec<ViewAxis>,
+    /// The step.
+    step: ViewStep<String>,
 }
 
 /// What a view needs of the run-time extents, checked when it is bound.
@@ -167,7 +182,8 @@ pub struct View {
     layout: Arc<TensorLayout>,
     name: String,
     axes: Vec<ViewAxis>,
-    steps: Vec<Step>,
+    /// The steps that made the view from the identity, first to last.
+    steps: Vec<Applied>,
     /// Run-time requirements, checked when binding: every split of a run-time extent and
     /// every slice of one, whatever steps come after it.
     requirements: Vec<Requirement>,
@@ -298,9 +314,12 @@ impl View {
         }
     }
 
-    fn with_step(&self, axes: Vec<ViewAxis>, step: Step) -> Self {
+    fn with_step(&self, axes: Vec<ViewAxis>, step: ViewStep<String>) -> Self {
         let mut steps = self.steps.clone();
-        steps.push(step);
+        steps.push(Applied {
+            before: self.axes.clone(),
+            step,
+        });
         Self {
             layout: Arc::clone(&self.layout),
             name: self.name.clone(),
@@ -327,7 +346,8 @@ impl View {
             });
         }
         let axes = perm.iter().map(|&i| self.axes[i].clone()).collect();
-        Ok(self.with_step(axes, Step::Permute(perm)))
+        let step = ViewStep::Permute(order.iter().map(|&n| n.to_owned()).collect());
+        Ok(self.with_step(axes, step))
     }
 
     /// Swaps two axes.
@@ -420,7 +440,11 @@ impl View {
             self.check_new_name(&axes, name)?;
             self.check_index_space(name, extent)?;
         }
-        let mut view = self.with_step(axes, Step::Split { at, parts: extents });
+        let step = ViewStep::Split {
+            axis: axis.to_owned(),
+            parts: parts.iter().map(|&(n, e)| (n.to_owned(), e)).collect(),
+        };
+        let mut view = self.with_step(axes, step);
         if let Some(extent) = rest.filter(|r| r.as_static().is_none()) {
             // Whatever steps follow (a merge multiplies the divisor back out), the run-time
             // extent must split exactly.
@@ -453,10 +477,7 @@ impl View {
                 axes: axes.join(", "),
             });
         }
-        let extents: Vec<ViewExtent> = positions
-            .iter()
-            .map(|&p| self.axes[p].extent.clone())
-            .collect();
+        let extents: Vec<&ViewExtent> = positions.iter().map(|&p| &self.axes[p].extent).collect();
         let merged = extents
             .iter()
             .skip(1)
@@ -466,7 +487,7 @@ impl View {
                 axis: into.into(),
                 extent: extents
                     .iter()
-                    .filter_map(ViewExtent::as_static)
+                    .filter_map(|e| e.as_static())
                     .fold(1u128, |acc, n| acc.saturating_mul(u128::from(n))),
             })?;
         self.check_index_space(into, &merged)?;
@@ -479,7 +500,11 @@ impl View {
             }],
         );
         self.check_new_name(&new_axes, into)?;
-        Ok(self.with_step(new_axes, Step::Merge { at, extents }))
+        let step = ViewStep::Merge {
+            axes: axes.iter().map(|&a| a.to_owned()).collect(),
+            into: into.to_owned(),
+        };
+        Ok(self.with_step(new_axes, step))
     }
 
     /// Keeps `start..start + len` of `axis`, renumbered from 0.
@@ -512,7 +537,12 @@ impl View {
         }
         let mut axes = self.axes.clone();
         axes[at].extent = ViewExtent::fixed(u64::from(len));
-        let mut view = self.with_step(axes, Step::Slice { at, start });
+        let step = ViewStep::Slice {
+            axis: axis.to_owned(),
+            start,
+            len,
+        };
+        let mut view = self.with_step(axes, step);
         view.requirements = requirements;
         Ok(view)
     }
@@ -543,7 +573,12 @@ impl View {
             },
         );
         self.check_new_name(&axes, name)?;
-        Ok(self.with_step(axes, Step::Broadcast { at }))
+        let step = ViewStep::Broadcast {
+            axis: name.to_owned(),
+            extent,
+            at,
+        };
+        Ok(self.with_step(axes, step))
     }
 
     /// What binding checks of the run-time extents.
@@ -551,24 +586,40 @@ impl View {
         &self.requirements
     }
 
-    /// Maps view coordinates back to the tensor's logical coordinates.
+    /// The steps that made this view from the identity, first to last.
+    pub(crate) fn steps(&self) -> impl Iterator<Item = &ViewStep<String>> {
+        self.steps.iter().map(|a| &a.step)
+    }
+
+    /// Maps view coordinates back to the tensor's logical coordinates, step by step from the
+    /// last, each step's names resolved against the axes before and after it.
     fn pull_back(&self, g: &mut ExprGraph, mut cur: Vec<ExprId>) -> Vec<ExprId> {
-        for step in self.steps.iter().rev() {
+        let after = self
+            .steps
+            .iter()
+            .skip(1)
+            .map(|a| a.before.as_slice())
+            .chain([self.axes.as_slice()]);
+        let steps: Vec<(&Applied, &[ViewAxis])> = self.steps.iter().zip(after).collect();
+        for (Applied { before, step }, after) in steps.into_iter().rev() {
+            let at = |axes: &[ViewAxis], name: &str| {
+                axes.iter()
+                    .position(|a| a.name == name)
+                    .expect("a step names the axes it was applied to and made")
+            };
             cur = match step {
-                Step::Permute(perm) => {
-                    let mut before = cur.clone();
-                    for (i, &p) in perm.iter().enumerate() {
-                        before[p] = cur[i];
-                    }
-                    before
+                ViewStep::Permute(_) | ViewStep::Transpose(..) => {
+                    before.iter().map(|a| cur[at(after, &a.name)]).collect()
                 }
-                Step::Split { at, parts } => {
+                ViewStep::Split { axis, parts } => {
+                    let at = at(before, axis);
                     let n = parts.len();
+                    let extents = &after[at..at + n];
                     let mut sum = None;
                     for j in 0..n {
                         let mut stride = g.constant(1);
-                        for part in &parts[j + 1..] {
-                            let e = part.expr(g);
+                        for part in &extents[j + 1..] {
+                            let e = part.extent.expr(g);
                             stride = g.mul(stride, e);
                         }
                         let term = g.mul(cur[at + j], stride);
@@ -577,38 +628,41 @@ impl View {
                             Some(s) => g.add(s, term),
                         });
                     }
-                    let mut before = cur[..*at].to_vec();
+                    let mut before = cur[..at].to_vec();
                     before.push(sum.unwrap_or_else(|| g.constant(0)));
                     before.extend_from_slice(&cur[at + n..]);
                     before
                 }
-                Step::Merge { at, extents } => {
-                    let m = cur[*at];
+                ViewStep::Merge { axes, .. } => {
+                    let at = at(before, &axes[0]);
+                    let extents = &before[at..at + axes.len()];
+                    let m = cur[at];
                     let mut parts = Vec::new();
                     for j in 0..extents.len() {
                         let mut inner = g.constant(1);
                         for e in &extents[j + 1..] {
-                            let ee = e.expr(g);
+                            let ee = e.extent.expr(g);
                             inner = g.mul(inner, ee);
                         }
                         let q = g.div(m, inner);
-                        let ej = extents[j].expr(g);
+                        let ej = extents[j].extent.expr(g);
                         parts.push(g.rem(q, ej));
                     }
-                    let mut before = cur[..*at].to_vec();
+                    let mut before = cur[..at].to_vec();
                     before.extend(parts);
                     before.extend_from_slice(&cur[at + 1..]);
                     before
                 }
-                Step::Slice { at, start } => {
+                ViewStep::Slice { axis, start, .. } => {
+                    let at = at(before, axis);
                     let s = g.constant(u64::from(*start));
                     let mut before = cur.clone();
-                    before[*at] = g.add(cur[*at], s);
+                    before[at] = g.add(cur[at], s);
                     before
                 }
-                Step::Broadcast { at } => {
+                ViewStep::Broadcast { axis, .. } => {
                     let mut before = cur.clone();
-                    before.remove(*at);
+                    before.remove(at(after, axis));
                     before
                 }
             };
@@ -651,5 +705,84 @@ impl View {
         };
         f.validate()
             .expect("views check their names when they are built")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(factor: u64, dynamic: &[&str], divisor: u64) -> ViewExtent {
+        ViewExtent {
+            factor,
+            dynamic: dynamic.iter().map(|&a| a.to_owned()).collect(),
+            divisor,
+        }
+    }
+
+    #[test]
+    fn an_extent_reads_as_its_formula() {
+        assert_eq!(ViewExtent::fixed(6).to_string(), "6");
+        assert_eq!(extent(1, &["seq"], 1).to_string(), "seq_len");
+        assert_eq!(
+            extent(1, &["batch", "seq"], 1).to_string(),
+            "batch_len * seq_len"
+        );
+        assert_eq!(extent(1, &["seq"], 16).to_string(), "seq_len / 16");
+        assert_eq!(extent(12, &["seq"], 4).to_string(), "12 * seq_len / 4");
+    }
+
+    /// Steps name axes; a name that an earlier step gave to another axis resolves to the axis
+    /// that held it when the step was applied. Here `b` is split into a new `b` and `c`, then
+    /// `a` and the new `b` are merged into a new `a`: row-major `x[a, b]` (offset `6a + b`) read
+    /// as `(c, r, a')` is element `3a' + c`, whatever `r`.
+    #[test]
+    fn names_resolve_against_the_axes_at_each_step() {
+        let x = super::super::LayoutSpec::new("x")
+            .axis("a", 4)
+            .axis("b", 6)
+            .build()
+            .expect("valid");
+        let v = x
+            .view()
+            .split("b", &[("b", Some(2)), ("c", Some(3))])
+            .and_then(|v| v.merge(&["a", "b"], "a"))
+            .and_then(|v| v.transpose("a", "c"))
+            .and_then(|v| v.broadcast("r", 2, 1))
+            .expect("valid steps");
+        let bound = v.bind(&[]).expect("static");
+        assert_eq!(bound.shape(), [3, 2, 8]);
+        for c in 0..3 {
+            for r in 0..2 {
+                for a in 0..8 {
+                    assert_eq!(bound.offset(&[c, r, a]), Some(3 * a + c), "({c}, {r}, {a})");
+                }
+            }
+        }
+    }
+
+    /// `eval` against `factor · Π dynamic / divisor` worked out in `u128`: the value when the
+    /// division is exact and the product fits `u64`, else `None`.
+    #[test]
+    fn an_extent_evaluates_exactly() {
+        let values = [1u64, 2, 3, 5, 8, 12, 1 << 31, u64::from(u32::MAX)];
+        for factor in [1u64, 2, 3, 12, 1 << 32] {
+            for divisor in [1u64, 2, 4, 6, 16] {
+                for &a in &values {
+                    for &b in &values {
+                        let e = extent(factor, &["a", "b"], divisor);
+                        let product = u128::from(factor) * u128::from(a) * u128::from(b);
+                        let want = (product % u128::from(divisor) == 0)
+                            .then(|| product / u128::from(divisor))
+                            .filter(|_| product <= u128::from(u64::MAX))
+                            .map(|v| v as u64);
+                        let got = e.eval(|axis| if axis == "a" { a } else { b });
+                        assert_eq!(got, want, "{e} with a = {a}, b = {b}");
+                    }
+                }
+            }
+        }
+        assert_eq!(extent(12, &[], 4).as_static(), Some(3));
+        assert_eq!(extent(12, &["a"], 4).as_static(), None);
     }
 }

@@ -17,8 +17,8 @@ pub const fn len<A>(len: usize) -> Len<A> {
     Len::raw(len)
 }
 
-/// The descriptor of a declaration the derive checked: see
-/// [`TensorDescriptor::from_validated`].
+/// The descriptor of a declaration the derive checked: see `TensorDescriptor::from_validated`
+/// (crate-private).
 pub fn descriptor(
     spec: &LayoutSpec,
     axes: Vec<LayoutAxis>,

@@ -23,14 +23,16 @@
 //!   planner read. The derive builds that descriptor from what it checked while expanding;
 //!   nothing is checked again at run time.
 //!
-//! Views are declared as data ([`ViewSpec`], a list of [`ViewStep`]s) so that the derive can
-//! check them while it expands, with exactly the code that later builds the descriptor at run
-//! time: [`TensorDescriptor::declare`] is the one place where a declaration becomes a
-//! descriptor, and it reports every problem at once ([`DeclareErrors`]).
+//! Views are declared as data ([`ViewSpec`], a list of the layout core's
+//! [`ViewStep`](crate::layout::ViewStep)s, the one step type a [`View`](crate::layout::View)
+//! is also made of) so that the derive can check them while it expands, with exactly the code
+//! that later builds the descriptor at run time: [`TensorDescriptor::declare`] is the one place
+//! where a declaration becomes a descriptor, and it reports every problem at once
+//! ([`DeclareErrors`]).
 //!
 //! ```
-//! use fblayout_core::layout::LayoutSpec;
-//! use fblayout_core::typed::{TensorDescriptor, ViewSpec, ViewStep};
+//! use fblayout_core::layout::{LayoutSpec, ViewStep};
+//! use fblayout_core::typed::{TensorDescriptor, ViewSpec};
 //!
 //! let spec = LayoutSpec::new("x").dyn_axis("tokens").axis("hidden", 8).rtile().reduce_forward(["hidden"]);
 //! let views = [ViewSpec { name: "xt", steps: vec![ViewStep::Transpose("tokens", "hidden")] }];
@@ -50,5 +52,5 @@ pub mod suggest;
 mod tests;
 
 pub use coord::{Coord, Each, Extents, Tensor, bindings, each};
-pub use declare::{DeclareError, DeclareErrors, TensorDescriptor, ViewSpec, ViewStep};
+pub use declare::{DeclareError, DeclareErrors, TensorDescriptor, ViewSpec};
 pub use index::{Axis, Ix, IxRange, Len};

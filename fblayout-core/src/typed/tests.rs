@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::layout::{ElemType, LayoutError, LayoutSpec, Pass, Site, View};
+use crate::layout::{ElemType, LayoutError, LayoutSpec, Pass, Site, View, ViewStep};
 use crate::shader::WgslModule;
 
 #[derive(Clone, Copy)]

@@ -1,8 +1,8 @@
 //! The tensor: its coordinate, extents, buffer length, WGSL, descriptor and view types.
 
 use fblayout_core::emit::tokens;
-use fblayout_core::layout::{ElemType, Extent, LayoutSpec, Order};
-use fblayout_core::typed::{ViewSpec, ViewStep};
+use fblayout_core::layout::{ElemType, Extent, LayoutSpec, Order, ViewStep};
+use fblayout_core::typed::ViewSpec;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use syn::Ident;
@@ -354,7 +354,7 @@ fn extent_literal(krate: &TokenStream, extent: Extent) -> TokenStream {
 /// The `ViewSpec` literal of one view, names as `&'static str`.
 fn view_spec_literal(krate: &TokenStream, view: &ViewSpec<Name>) -> TokenStream {
     let name = &view.name.name;
-    let step = quote!(#krate::typed::ViewStep);
+    let step = quote!(#krate::layout::ViewStep);
     let vec = |items: Vec<TokenStream>| quote!(::std::vec![#(#items),*]);
     let steps = view.steps.iter().map(|s| match s.map(|n| n.name.clone()) {
         ViewStep::Permute(axes) => {
