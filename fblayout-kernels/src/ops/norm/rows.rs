@@ -572,44 +572,57 @@ fn backward_source(
     );
     let _ = writeln!(s, "        let r = block * {across}u + wk_across;");
     let _ = writeln!(s, "        let live = r < x_dim0();");
-    let _ = writeln!(s, "        var mean = 0.0;\n        var rstd = 0.0;");
-    let _ = writeln!(s, "        if (live) {{");
+    if layer {
+        let _ = writeln!(s, "        var mean = 0.0;");
+    }
+    let _ = writeln!(s, "        var rstd = 0.0;\n        if (live) {{");
     if layer {
         let _ = writeln!(s, "            mean = mean_load(r);");
     }
     let _ = writeln!(s, "            rstd = rstd_load(r);\n        }}");
-    let _ = writeln!(s, "        var p1 = 0.0;\n        var p2 = 0.0;");
+    // LayerNorm sums g and g·x̂ over the row, RMSNorm g·x only.
+    let sums: &[&str] = if layer { &["p1", "p2"] } else { &["p2"] };
+    for p in sums {
+        let _ = writeln!(s, "        var {p} = 0.0;");
+    }
     let _ = writeln!(
         s,
         "        for (var k = 0u; k < {per_lane}u; k = k + 1u) {{\n            \
          let c = k * {span}u + wk_fast;\n            var xv = nm_zero();\n            \
          var dv = nm_zero();\n            if (live) {{\n                xv = x_get{w}(r, c);\n                \
-         dv = dy_get{w}(r, c);\n            }}\n            let g = dv * gamma_get{w}(c);"
+         dv = dy_get{w}(r, c);\n            }}\n            let g = dv * gamma_get{w}(c);\n            \
+         gs[k] = g;"
     );
     if layer {
         let _ = writeln!(
             s,
             "            let xhat = select(nm_zero(), (xv - mean) * rstd, nm_valid(c));\n            \
-             let t1 = g;\n            let t2 = g * xhat;\n            xh[k] = xhat;\n            \
-             acc_g[k] = acc_g[k] + dv * xhat;\n            acc_b[k] = acc_b[k] + dv;"
+             xh[k] = xhat;\n            acc_g[k] = acc_g[k] + dv * xhat;\n            \
+             acc_b[k] = acc_b[k] + dv;\n            p1 = p1 + {};\n            let t2 = g * xhat;",
+            components_sum("g", w)
         );
     } else {
         let _ = writeln!(
             s,
-            "            let t1 = nm_zero();\n            let t2 = g * xv;\n            xh[k] = xv;\n            \
-             acc_g[k] = acc_g[k] + dv * xv * rstd;"
+            "            xh[k] = xv;\n            acc_g[k] = acc_g[k] + dv * xv * rstd;\n            \
+             let t2 = g * xv;"
         );
     }
     let _ = writeln!(
         s,
-        "            gs[k] = g;\n            p1 = p1 + {};\n            p2 = p2 + {};\n        }}",
-        components_sum("t1", w),
+        "            p2 = p2 + {};\n        }}",
         components_sum("t2", w)
     );
+    if layer {
+        let _ = writeln!(
+            s,
+            "        let a = {} / {cols}.0;",
+            row_sum_call("p1", subgroups)
+        );
+    }
     let _ = writeln!(
         s,
-        "        let a = {} / {cols}.0;\n        let b = {} / {cols}.0;",
-        row_sum_call("p1", subgroups),
+        "        let b = {} / {cols}.0;",
         row_sum_call("p2", subgroups)
     );
     let dx_value = match kind {
