@@ -661,8 +661,11 @@ pub(crate) struct PartialsSum {
 
 const PARTIALS_SUM: &str = "partials_sum";
 
-/// Lanes of pass 2 along the columns, and along the partial rows.
-const SUM_COLS: u32 = 8;
+/// Lanes of pass 2 along the columns, and along the partial rows. There are as many partial
+/// rows as pass 1 had workgroups in a column (about a thousand on a large GPU), so a workgroup
+/// spreads its lanes over the partial rows of two runs of columns (32 bytes of each partial
+/// row), which keeps the loads per lane few.
+const SUM_COLS: u32 = 2;
 const SUM_ROWS: u32 = LANES / SUM_COLS;
 
 /// The roles of pass 2's `k`-th partials and output.
