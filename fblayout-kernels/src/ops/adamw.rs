@@ -24,16 +24,16 @@
 use std::fmt::Write as _;
 
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::{ElemType, LayoutSpec, View, unravel};
+use fblayout_core::layout::{View, unravel};
 use rayon::prelude::*;
 
 use super::compiled::Compiled;
 use super::elementwise::{Elementwise, Spec, map_cpu};
 use super::error::OpError;
-use super::reduce_rows::{FILL_WORKGROUPS, components_sum, getter};
+use super::reduce_rows::{FILL_WORKGROUPS, Partials, components_sum, getter};
 use crate::cpu::{Logical, LogicalMut, Real};
 use crate::entry_point::LinearEntry;
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
 use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
 
@@ -233,7 +233,7 @@ pub fn adamw_step_cpu<T: Real>(
 pub struct SumSquaresOp {
     chunks: Compiled,
     total: Compiled,
-    partials: View,
+    partials: Partials,
     width: u32,
 }
 
@@ -253,19 +253,14 @@ impl SumSquaresOp {
                 format!("`out` ({}) must have shape [1]", out.name()),
             ));
         }
-        let partials = LayoutSpec::new("partials")
-            .dyn_axis("chunks")
-            .elem(ElemType::F32)
-            .build()
-            .map_err(|e| OpError::shape(SUM_SQUARES, e.to_string()))?
-            .view();
+        let partials = Partials::new(SUM_SQUARES, None)?;
         let subgroups = gpu.features().subgroups;
         let g = match rank.checked_sub(1) {
             Some(last) => Operand::read("g", grad)?.vectorized(last),
             None => Operand::read("g", grad)?,
         };
         let width = if g.vector_axis().is_some() { 4 } else { 1 };
-        let part = Operand::write("part", &partials)?;
+        let part = Operand::write("part", partials.view())?;
         let mut body = workgroup_reduce(LANES, subgroups);
         if let Some(last) = rank.checked_sub(1) {
             body += &getter(&g, last, width);
@@ -297,7 +292,7 @@ impl SumSquaresOp {
             SUM_SQUARES,
             gpu,
             KernelSource::new(SUM_SQUARES)
-                .operand(Operand::read("part", &partials)?)
+                .operand(Operand::read("part", partials.view())?)
                 .operand(Operand::write("out", out)?)
                 .scalar("accumulate", Scalar::U32)
                 .body(body),
@@ -342,9 +337,8 @@ impl SumSquaresOp {
                 .map_err(|_| OpError::shape(SUM_SQUARES, "too many elements"))?,
             groups as u32,
         );
-        let len = self.partials.bind(&[("chunks", groups)])?.len();
-        let buffer = GpuBuffer::scratch::<f32>(batch.gpu(), len as usize)?;
-        let part = GpuArg::new(&buffer, &self.partials, &[("chunks", groups)])?;
+        let buffer = self.partials.scratch(batch.gpu(), groups)?;
+        let part = self.partials.arg(&buffer, groups)?;
         self.chunks.record_linear(
             batch,
             "sum_squares_chunks",

@@ -29,5 +29,5 @@ pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
 pub use bias::BiasOp;
 pub use error::OpError;
 pub use norm::{
-    LayerNormGrads, LayerNormOp, LayerNormTensors, RmsNormGrads, RmsNormOp, RmsNormTensors,
+    LayerNormGrads, LayerNormOp, LayerNormTensors, NormOp, RmsNormGrads, RmsNormOp, RmsNormTensors,
 };

@@ -308,7 +308,8 @@ pub(crate) fn chunk_rows(
     rows_per_chunk.next_multiple_of(align.max(1))
 }
 
-/// A scratch tensor of partial rows: `[chunks, cols]` `f32`s, row-major.
+/// A scratch tensor of partial results, one per chunk: `[chunks, cols]` `f32`s, row-major (or
+/// `[chunks]` for partial scalars).
 #[derive(Debug, Clone)]
 pub(crate) struct Partials {
     view: View,
@@ -318,11 +319,14 @@ pub(crate) struct Partials {
 const CHUNKS: &str = "chunks";
 
 impl Partials {
-    /// Partial rows of `cols` columns.
-    pub(crate) fn new(op: &'static str, cols: u32) -> Result<Self, OpError> {
-        let layout = LayoutSpec::new("partials")
-            .dyn_axis(CHUNKS)
-            .axis("cols", cols)
+    /// Partial rows of `cols` columns, or partial scalars.
+    pub(crate) fn new(op: &'static str, cols: Option<u32>) -> Result<Self, OpError> {
+        let spec = LayoutSpec::new("partials").dyn_axis(CHUNKS);
+        let spec = match cols {
+            Some(cols) => spec.axis("cols", cols),
+            None => spec,
+        };
+        let layout = spec
             .elem(ElemType::F32)
             .build()
             .map_err(|e| OpError::shape(op, e.to_string()))?;
@@ -497,7 +501,7 @@ impl ColumnSum {
     ) -> Result<Self, OpError> {
         check_2d(op, role, view)?;
         let cols = static_extent(op, role, view, 1)?;
-        let partials = Partials::new(op, cols)?;
+        let partials = Partials::new(op, Some(cols))?;
         // Lanes step along the axis that is contiguous in memory: four-wide where the operand
         // allows it, else the one with the longer run.
         let x = Operand::read(role, view)?;

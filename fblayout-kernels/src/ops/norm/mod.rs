@@ -89,37 +89,35 @@ pub struct RmsNormGrads<T> {
     pub dgamma: T,
 }
 
-/// LayerNorm's kernels, built for the views of its tensors.
+/// LayerNorm, as a kind of [`NormOp`].
+#[derive(Debug, Clone, Copy)]
+pub struct LayerNorm;
+
+/// RMSNorm, as a kind of [`NormOp`].
+#[derive(Debug, Clone, Copy)]
+pub struct RmsNorm;
+
+/// A norm's kernels, built for the views of its tensors: [`LayerNormOp`] or [`RmsNormOp`].
 #[derive(Debug, Clone)]
-pub struct LayerNormOp {
+pub struct NormOp<K> {
     kernels: NormKernels,
     chunk: Option<u32>,
+    kind: std::marker::PhantomData<K>,
 }
 
-/// RMSNorm's kernels, built for the views of its tensors.
-#[derive(Debug, Clone)]
-pub struct RmsNormOp {
-    kernels: NormKernels,
-    chunk: Option<u32>,
-}
+/// LayerNorm's kernels.
+pub type LayerNormOp = NormOp<LayerNorm>;
 
-impl LayerNormOp {
-    /// The kernels for tensors read through `views`, with `ε = eps`. `x` and `y` are
-    /// `[rows, cols]` with a static `cols`; `γ`, `β` are vectors of `cols`, `mean` and `rstd`
-    /// vectors of the rows.
-    pub fn new(gpu: &Gpu, views: &LayerNormTensors<&View>, eps: f32) -> Result<Self, OpError> {
-        let v = Views {
-            x: views.x,
-            gamma: views.gamma,
-            beta: Some(views.beta),
-            y: views.y,
-            mean: Some(views.mean),
-            rstd: views.rstd,
-        };
-        Ok(Self {
-            kernels: NormKernels::new(gpu, Kind::Layer, &v, eps)?,
+/// RMSNorm's kernels.
+pub type RmsNormOp = NormOp<RmsNorm>;
+
+impl<K> NormOp<K> {
+    fn built(kernels: NormKernels) -> Self {
+        Self {
+            kernels,
             chunk: None,
-        })
+            kind: std::marker::PhantomData,
+        }
     }
 
     /// Makes each workgroup of the backward take `rows` rows (rounded up to whole blocks)
@@ -143,6 +141,23 @@ impl LayerNormOp {
     /// The shaders: forward, backward, and the weight gradients' second pass.
     pub fn shaders(&self) -> [&KernelModule; 3] {
         self.kernels.modules()
+    }
+}
+
+impl NormOp<LayerNorm> {
+    /// The kernels for tensors read through `views`, with `ε = eps`. `x` and `y` are
+    /// `[rows, cols]` with a static `cols`; `γ`, `β` are vectors of `cols`, `mean` and `rstd`
+    /// vectors of the rows.
+    pub fn new(gpu: &Gpu, views: &LayerNormTensors<&View>, eps: f32) -> Result<Self, OpError> {
+        let v = Views {
+            x: views.x,
+            gamma: views.gamma,
+            beta: Some(views.beta),
+            y: views.y,
+            mean: Some(views.mean),
+            rstd: views.rstd,
+        };
+        Ok(Self::built(NormKernels::new(gpu, Kind::Layer, &v, eps)?))
     }
 
     /// Records the forward: `y`, `mean` and `rstd` from `x`, `γ` and `β`.
@@ -190,7 +205,7 @@ impl LayerNormOp {
     }
 }
 
-impl RmsNormOp {
+impl NormOp<RmsNorm> {
     /// The kernels for tensors read through `views`, with `ε = eps` (see
     /// [`LayerNormOp::new`]).
     pub fn new(gpu: &Gpu, views: &RmsNormTensors<&View>, eps: f32) -> Result<Self, OpError> {
@@ -202,31 +217,7 @@ impl RmsNormOp {
             mean: None,
             rstd: views.rstd,
         };
-        Ok(Self {
-            kernels: NormKernels::new(gpu, Kind::Rms, &v, eps)?,
-            chunk: None,
-        })
-    }
-
-    /// See [`LayerNormOp::with_chunk_rows`].
-    pub fn with_chunk_rows(mut self, rows: u32) -> Self {
-        self.chunk = Some(rows);
-        self
-    }
-
-    /// See [`LayerNormOp::rows_per_block`].
-    pub fn rows_per_block(&self) -> u32 {
-        self.kernels.walk().across
-    }
-
-    /// Whether the row kernels move four elements per access.
-    pub fn is_vectorized(&self) -> bool {
-        self.kernels.walk().width == 4
-    }
-
-    /// The shaders: forward, backward, and the weight gradient's second pass.
-    pub fn shaders(&self) -> [&KernelModule; 3] {
-        self.kernels.modules()
+        Ok(Self::built(NormKernels::new(gpu, Kind::Rms, &v, eps)?))
     }
 
     /// Records the forward: `y` and `rstd` from `x` and `γ`.

@@ -187,7 +187,7 @@ impl NormKernels {
         };
         let subgroups = gpu.features().subgroups;
         let forward = Compiled::new(fwd, gpu, forward_source(kind, v, shape, subgroups)?)?;
-        let partials = Partials::new(bwd, cols)?;
+        let partials = Partials::new(bwd, Some(cols))?;
         let backward = Compiled::new(
             bwd,
             gpu,
