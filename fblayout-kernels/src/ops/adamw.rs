@@ -11,7 +11,7 @@
 //! ```
 //!
 //! (PyTorch's `AdamW`: the weight decay is decoupled and uses `p` before the step.) The step is
-//! an elementwise kernel ([`elementwise`](super::elementwise)) over `param`, `grad`, `m` and
+//! an elementwise kernel (the crate's elementwise generator) over `param`, `grad`, `m` and
 //! `v`, each through its own view; `param`, `m` and `v` are updated in place, each read and
 //! written through one read-write operand. The bias corrections are computed on the host, in
 //! `f64`, from `t`.

@@ -5,7 +5,7 @@
 //! itself, `[rows, cols]`, whose every row reads the same `cols` elements: no copy, and the
 //! generated body is the same `x + b` as for any other operand. A broadcast axis has a static
 //! extent, so the forward kernel is built for each number of rows it meets (and kept). The
-//! backward is a column reduction ([`reduce_rows`](super::reduce_rows)): `dy` is read through
+//! backward is a column reduction (chunks of rows, then their partial sums): `dy` is read through
 //! `y`'s view, `db` written through `b`'s, or added to with `accumulate` (gradient
 //! accumulation over micro-batches).
 

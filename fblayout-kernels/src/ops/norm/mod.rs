@@ -15,9 +15,43 @@
 //! passes. Sums are accumulated in `f32` on the GPU whatever the storage, and in `f64` on the
 //! CPU ([`layer_norm_forward_cpu`] and the other `*_cpu` twins).
 //!
-//! How the work is laid out on the GPU (rows per workgroup, the fused backward and its column
-//! reduction) is described in the private `rows` module and in
-//! [`reduce_rows`](super::reduce_rows).
+//! On the GPU a workgroup normalises one row, or the rows of one tile row of an R-Tile at once
+//! (so that the lanes running together read whole tiles), keeping the row in registers: `x` is
+//! read once. The backward is fused: `dx` and the partial sums of `dγ` (and `dβ`) over a chunk
+//! of rows come out of one pass over `x` and `dy`, and a second, small pass adds the partial
+//! sums.
+//!
+//! The CPU twins take any addressing; here a 3 × 8 R-Tile (4 × 4 tiles, rows padded):
+//!
+//! ```
+//! use fblayout_core::layout::LayoutSpec;
+//! use fblayout_kernels::ops::norm::layer_norm_forward_cpu;
+//! use fblayout_kernels::tensor::{HostArg, HostArgMut};
+//!
+//! let x = LayoutSpec::new("x").dyn_axis("rows").tile(4, true).axis("cols", 8).tile(4, true)
+//!     .rtile().reduce_forward(["cols"]).reduce_backward(["rows"]).build()?;
+//! let vector = |name: &str, axis: &str, n| LayoutSpec::new(name).axis(axis, n).build();
+//! let (cols, rows) = (vector("gamma", "cols", 8)?, vector("stat", "rows", 3)?);
+//! let bound = x.bind(&[("rows", 3)])?;
+//! let xs: Vec<f64> = (0..bound.len()).map(|i| (i % 5) as f64).collect();
+//! let ones = vec![1.0; 8];
+//! let zeros = vec![0.0; 8];
+//! let (mut y, mut mean, mut rstd) = (vec![0.0; xs.len()], vec![0.0; 3], vec![0.0; 3]);
+//! let (cols, rows) = (cols.bind(&[])?, rows.bind(&[])?);
+//! layer_norm_forward_cpu(
+//!     &HostArg::bound(&xs, &bound)?,
+//!     &HostArg::bound(&ones, &cols)?,
+//!     &HostArg::bound(&zeros, &cols)?,
+//!     1e-5,
+//!     &mut HostArgMut::bound(&mut y, &bound)?,
+//!     &mut HostArgMut::bound(&mut mean, &rows)?,
+//!     &mut HostArgMut::bound(&mut rstd, &rows)?,
+//! )?;
+//! // Every row of y has mean 0.
+//! let row0: f64 = (0..8).map(|c| y[bound.offset(&[0, c]).unwrap() as usize]).sum();
+//! assert!(row0.abs() < 1e-12);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod cpu;
 mod rows;
