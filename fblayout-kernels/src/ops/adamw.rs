@@ -391,7 +391,10 @@ fn chunk_entry(rank: usize, width: u32, subgroups: bool) -> String {
         "    for (var unit = first + lid; unit < end; unit = unit + {LANES}u) {{"
     );
     let _ = writeln!(s, "        let {} = unit;", entry.index());
-    s += &entry.decode(&units);
+    // Inside the loop: one more level of indentation.
+    for line in entry.decode(&units).lines() {
+        let _ = writeln!(s, "    {line}");
+    }
     let value = if rank == 0 {
         "g_load()".to_owned()
     } else {

@@ -12,6 +12,9 @@
 //! The backward is fused: a workgroup walks a chunk of blocks of rows, writes `dx` for each and
 //! accumulates `Σ dy·x̂` (and `Σ dy`) per column in registers, then writes one partial row per
 //! chunk; [`PartialsSum`] adds the partial rows into `dγ` (and `dβ`). `x` and `dy` are read once.
+//! Its blocks hold at least four rows whatever the layout: a workgroup then has more rows in
+//! flight per partial row it writes, so that the partial rows stay few (a few percent of the
+//! traffic) while enough rows are read at once to fill a large GPU.
 
 use std::fmt::Write as _;
 
@@ -83,6 +86,8 @@ const MAX_LANES: u32 = 256;
 const MIN_LANES: u32 = 32;
 /// Values of a row each lane aims to hold.
 const PER_LANE: u32 = 4;
+/// Fewest rows the backward takes at once.
+const BACKWARD_ROWS: u32 = 4;
 /// Fewest rows per chunk of the backward.
 const MIN_CHUNK_ROWS: u32 = 16;
 
@@ -94,7 +99,8 @@ pub(crate) struct NormKernels {
     backward: Compiled,
     sum: PartialsSum,
     partials: Partials,
-    walk: Walk,
+    /// The walks of the forward and of the backward.
+    walks: [Walk; 2],
     cols: u32,
     eps: f32,
     /// The views of the weight gradients: `γ`'s (and `β`'s).
@@ -166,32 +172,37 @@ impl NormKernels {
         });
         let width = if wide { 4 } else { 1 };
         let order = memory_order(v.x, 1);
-        // Several rows at once only where a row's run is short (an R-Tile's tile row, a
-        // column-major row), so that the lanes running together read whole blocks.
+        // Several rows at once where a row's run is short (an R-Tile's tile row, a column-major
+        // row), so that the lanes running together read whole blocks; the backward takes at
+        // least BACKWARD_ROWS rows, so that each of its workgroups keeps more rows in flight
+        // for the partial row it writes.
         let across = if order.run < SHORT_RUN {
             order.block.min(MAX_ACROSS)
         } else {
             1
         };
-        let per_row = cols.div_ceil(width);
-        let along = per_row
-            .div_ceil(PER_LANE)
-            .next_power_of_two()
-            .max(MIN_LANES / across)
-            .min(MAX_LANES / across);
-        let walk = Walk::new(1, width, order, along, along * across);
-        let shape = Shape {
-            walk,
-            per_lane: per_row.div_ceil(walk.span() / width),
-            cols,
+        let shape = |across: u32| {
+            let per_row = cols.div_ceil(width);
+            let along = per_row
+                .div_ceil(PER_LANE)
+                .next_power_of_two()
+                .max(MIN_LANES / across)
+                .min(MAX_LANES / across);
+            let walk = Walk::new(1, width, order, along, along * across);
+            Shape {
+                walk,
+                per_lane: per_row.div_ceil(walk.span() / width),
+                cols,
+            }
         };
+        let (forward_shape, backward_shape) = (shape(across), shape(across.max(BACKWARD_ROWS)));
         let subgroups = gpu.features().subgroups;
-        let forward = Compiled::new(fwd, gpu, forward_source(kind, v, shape, subgroups)?)?;
+        let forward = Compiled::new(fwd, gpu, forward_source(kind, v, forward_shape, subgroups)?)?;
         let partials = Partials::new(bwd, Some(cols))?;
         let backward = Compiled::new(
             bwd,
             gpu,
-            backward_source(kind, v, shape, subgroups, &partials)?,
+            backward_source(kind, v, backward_shape, subgroups, &partials)?,
         )?;
         let mut outputs = vec![("dgamma", v.gamma)];
         if let Some(beta) = v.beta {
@@ -205,16 +216,16 @@ impl NormKernels {
             backward,
             sum,
             partials,
-            walk,
+            walks: [forward_shape.walk, backward_shape.walk],
             cols,
             eps,
             grad_views,
         })
     }
 
-    /// The walk of the row kernels.
+    /// The walk of the forward.
     pub(crate) fn walk(&self) -> Walk {
-        self.walk
+        self.walks[0]
     }
 
     /// The shaders: forward, backward, weight gradients.
@@ -224,10 +235,6 @@ impl NormKernels {
             self.backward.module(),
             self.sum.module(),
         ]
-    }
-
-    fn blocks(&self, rows: u32) -> u32 {
-        rows.div_ceil(self.walk.across)
     }
 
     /// Records the forward; `args` by role.
@@ -243,7 +250,7 @@ impl NormKernels {
             &entry(self.kind, true),
             args,
             &[("eps", ParamValue::F32(self.eps))],
-            self.blocks(rows),
+            rows.div_ceil(self.walks[0].across),
         )
     }
 
@@ -271,9 +278,9 @@ impl NormKernels {
             check_view(bwd, role, arg, view)?;
             expect_dims(bwd, role, &arg.dims(), &[self.cols as usize])?;
         }
-        let across = self.walk.across;
+        let across = self.walks[1].across;
         let per_chunk = chunk_rows(rows, 1, across, MIN_CHUNK_ROWS, chunk) / across;
-        let chunks = self.blocks(rows).div_ceil(per_chunk);
+        let chunks = rows.div_ceil(across).div_ceil(per_chunk);
         let gpu = batch.gpu();
         let buffers = (0..grads.len())
             .map(|_| self.partials.scratch(gpu, chunks))
