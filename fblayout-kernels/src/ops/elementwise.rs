@@ -10,6 +10,11 @@
 //! partial last run falls back to single elements. Nothing in the generated body computes an
 //! offset: operands are addressed by coordinates only.
 //!
+//! An operand can be updated in place (an optimiser's parameters and moments): its role is
+//! named among the inputs *and* the outputs, and the kernel reads and writes it through one
+//! read-write operand. Every input, the updated ones included, is loaded before the first
+//! store, so each expression sees the old values.
+//!
 //! The CPU twin ([`map_cpu`]) evaluates the same function in `f64` over the same coordinates.
 
 use std::fmt::Write as _;
@@ -34,7 +39,8 @@ pub(crate) struct Spec<'a> {
     pub op: &'static str,
     /// The inputs: role and view. In the expressions an input's value is its role.
     pub inputs: Vec<(&'static str, &'a View)>,
-    /// The outputs: role, view and WGSL expression.
+    /// The outputs: role, view and WGSL expression. An output whose role is also an input is
+    /// updated in place (one read-write operand; the input's view must be the output's).
     pub outputs: Vec<(&'static str, &'a View, String)>,
     /// Scalar parameters, `params.<name>` in the expressions.
     pub scalars: Vec<(&'static str, Scalar)>,
@@ -55,11 +61,32 @@ pub(crate) struct Elementwise {
 impl Elementwise {
     /// Checks that all operands have one rank and builds the kernel.
     pub(crate) fn new(gpu: &Gpu, spec: Spec<'_>) -> Result<Self, OpError> {
+        let updated = |role: &str| spec.outputs.iter().any(|(r, _, _)| *r == role);
+        for (role, view, _) in &spec.outputs {
+            if let Some((_, input)) = spec.inputs.iter().find(|(r, _)| r == role) {
+                if input != view {
+                    return Err(OpError::Unsupported {
+                        op: spec.op,
+                        role,
+                        view: view.name().to_owned(),
+                        why: "it is updated in place, so it is read and written through one view"
+                            .into(),
+                    });
+                }
+            }
+        }
+        // The operands in binding order: the inputs (updated ones read-write), then the outputs
+        // that are not inputs.
         let all: Vec<(&'static str, &View)> = spec
             .inputs
             .iter()
             .copied()
-            .chain(spec.outputs.iter().map(|(r, v, _)| (*r, *v)))
+            .chain(
+                spec.outputs
+                    .iter()
+                    .filter(|(r, _, _)| !spec.inputs.iter().any(|(i, _)| i == r))
+                    .map(|(r, v, _)| (*r, *v)),
+            )
             .collect();
         let (first_role, first) = spec
             .outputs
@@ -91,7 +118,7 @@ impl Elementwise {
         let last = rank.checked_sub(1);
         let mut operands = Vec::with_capacity(all.len());
         for (i, (role, view)) in all.iter().enumerate() {
-            let op = if i < spec.inputs.len() {
+            let op = if i < spec.inputs.len() && !updated(role) {
                 Operand::read(role, view)?
             } else {
                 Operand::write(role, view)?
@@ -133,7 +160,8 @@ impl Elementwise {
         self.compiled.module().source()
     }
 
-    /// Records the kernel over `args` (one per operand, inputs then outputs, all of one shape).
+    /// Records the kernel over `args` (one per operand, all of one shape: the inputs, then the
+    /// outputs that are not updated inputs).
     pub(crate) fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -265,7 +293,8 @@ fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> St
 
 /// The CPU twin of an elementwise kernel: `f(inputs, outputs)` at every coordinate, in `f64`,
 /// in parallel. `inputs` and `outputs` are read and written through their addressing; all have
-/// one shape.
+/// one shape. Each output's slot holds the output's current value when `f` is called, so an
+/// update in place reads its old value there.
 pub(crate) fn map_cpu<T: Real>(
     op: &'static str,
     inputs: &[&dyn Logical<T>],
@@ -291,6 +320,7 @@ pub(crate) fn map_cpu<T: Real>(
     }
     let n: usize = dims.iter().product();
     let n_out = outputs.len();
+    let current: Vec<&dyn Logical<T>> = outputs.iter().map(|o| &**o as &dyn Logical<T>).collect();
     let dense: Vec<f64> = (0..n)
         .into_par_iter()
         .flat_map_iter(|linear| {
@@ -301,7 +331,7 @@ pub(crate) fn map_cpu<T: Real>(
                 rest /= dims[d];
             }
             let args: Vec<f64> = inputs.iter().map(|a| a.get(&index).to_f64()).collect();
-            let mut out = vec![0.0; n_out];
+            let mut out: Vec<f64> = current.iter().map(|o| o.get(&index).to_f64()).collect();
             f(&args, &mut out);
             out
         })

@@ -11,11 +11,23 @@
 //! gradients of, so one layout definition serves both passes.
 //!
 //! - [`activation`]: GELU (erf and tanh), SiLU and SwiGLU.
+//! - [`norm`]: LayerNorm and RMSNorm.
+//! - [`bias`]: bias add and its gradient.
+//! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
 
 pub mod activation;
+pub mod adamw;
+pub mod bias;
 mod compiled;
 pub(crate) mod elementwise;
 mod error;
+pub mod norm;
+pub(crate) mod reduce_rows;
 
 pub use activation::{Activation, ActivationOp, SwigluOp};
+pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
+pub use bias::BiasOp;
 pub use error::OpError;
+pub use norm::{
+    LayerNormGrads, LayerNormOp, LayerNormTensors, NormOp, RmsNormGrads, RmsNormOp, RmsNormTensors,
+};

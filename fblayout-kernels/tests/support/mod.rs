@@ -9,11 +9,13 @@
 //! kernel that reads padding fails too.
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
+// `!(err <= tol)` is meant: it is true for NaN, so a NaN never passes a comparison.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
 
 use std::sync::OnceLock;
 
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, TensorLayout, View};
-use fblayout_kernels::runtime::{Gpu, GpuBuffer};
+use fblayout_kernels::runtime::{Disabled, Gpu, GpuBuffer, GpuOptions};
 use fblayout_kernels::tensor::{GpuArg, HostArg, HostArgMut};
 
 /// The GPU the tests run on. Fails, never skips: CI runs the tests on lavapipe.
@@ -28,6 +30,23 @@ pub fn gpu() -> &'static Gpu {
             )
         });
         eprintln!("kernel tests run on {} ({})", gpu.info(), gpu.features());
+        gpu
+    })
+}
+
+/// A second device on the same adapter with subgroup operations turned off: kernels built for
+/// it take the workgroup-memory fallback of their reductions.
+pub fn gpu_without_subgroups() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let mut options = GpuOptions::from_env().expect("the GPU options");
+        options.disabled = Disabled {
+            subgroups: true,
+            ..options.disabled
+        };
+        let gpu = Gpu::with_options(options)
+            .unwrap_or_else(|err| panic!("could not open the GPU without subgroups: {err}"));
+        assert!(!gpu.features().subgroups);
         gpu
     })
 }
@@ -194,6 +213,17 @@ pub fn view_1d(name: &str, axis: &str, n: u32, elem: ElemType) -> View {
         .build()
         .unwrap()
         .view()
+}
+
+/// A `[n]` vector of `elem`s whose extent is a run-time one (per-row statistics), bound to `n`.
+pub fn view_1d_dyn(name: &str, axis: &str, n: u32, elem: ElemType) -> (View, Vec<(String, u32)>) {
+    let view = LayoutSpec::new(name)
+        .dyn_axis(axis)
+        .elem(elem)
+        .build()
+        .unwrap()
+        .view();
+    (view, vec![(axis.to_owned(), n)])
 }
 
 impl Tensor {

@@ -1,0 +1,436 @@
+//! AdamW: one optimiser step over a parameter tensor of any layout, and the sum of squares of a
+//! gradient (for clipping by the global norm).
+//!
+//! With the gradient scaled by `s` (`g' = s · g`: `s < 1` clips, `1/loss_scale` undoes loss
+//! scaling) and the step number `t` (from 1):
+//!
+//! ```text
+//! m ← β1 · m + (1 − β1) · g'
+//! v ← β2 · v + (1 − β2) · g'²
+//! p ← p − lr · (m̂ / (√v̂ + ε) + wd · p),   m̂ = m / (1 − β1^t),  v̂ = v / (1 − β2^t)
+//! ```
+//!
+//! (PyTorch's `AdamW`: the weight decay is decoupled and uses `p` before the step.) The step is
+//! an elementwise kernel (the crate's elementwise generator) over `param`, `grad`, `m` and
+//! `v`, each through its own view; `param`, `m` and `v` are updated in place, each read and
+//! written through one read-write operand. The bias corrections are computed on the host, in
+//! `f64`, from `t`.
+//!
+//! [`SumSquaresOp`] computes `Σ g²` over every element of a tensor in two passes: each workgroup
+//! sums a chunk with `fbl_wg_sum` into a partial, one workgroup adds the partials in a fixed
+//! order and writes (or adds, to sum over several tensors) the total. The clipping scale
+//! `min(1, max_norm / √total)` is the caller's.
+
+use std::fmt::Write as _;
+
+use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
+use fblayout_core::layout::{View, unravel};
+use rayon::prelude::*;
+
+use super::compiled::Compiled;
+use super::elementwise::{Elementwise, Spec, map_cpu};
+use super::error::OpError;
+use super::reduce_rows::{FILL_WORKGROUPS, Partials, components_sum, getter};
+use crate::cpu::{Logical, LogicalMut, Real};
+use crate::entry_point::LinearEntry;
+use crate::runtime::{Batch, Gpu};
+use crate::tensor::GpuArg;
+use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
+
+/// AdamW's hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamW {
+    /// The learning rate.
+    pub lr: f32,
+    /// The decay of the first moment.
+    pub beta1: f32,
+    /// The decay of the second moment.
+    pub beta2: f32,
+    /// Added to `√v̂`.
+    pub eps: f32,
+    /// The decoupled weight decay.
+    pub weight_decay: f32,
+}
+
+impl Default for AdamW {
+    /// PyTorch's defaults.
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+        }
+    }
+}
+
+impl AdamW {
+    /// The bias corrections `1 − β1^t` and `√(1 − β2^t)` of step `t`.
+    fn corrections(&self, step: u32) -> (f64, f64) {
+        let t = i32::try_from(step).unwrap_or(i32::MAX);
+        let b1 = 1.0 - f64::from(self.beta1).powi(t);
+        let b2 = 1.0 - f64::from(self.beta2).powi(t);
+        (b1, b2.sqrt())
+    }
+
+    fn check(&self, step: u32) -> Result<(), OpError> {
+        if step == 0 {
+            return Err(OpError::shape(
+                STEP,
+                "steps are counted from 1 (the bias corrections divide by 1 − β^t)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The tensors of an AdamW step, each a `T`: views to build the kernel, GPU arguments to run it.
+#[derive(Debug, Clone, Copy)]
+pub struct AdamWTensors<T> {
+    /// The parameters, updated in place.
+    pub param: T,
+    /// Their gradient.
+    pub grad: T,
+    /// The first moment, updated in place.
+    pub m: T,
+    /// The second moment, updated in place.
+    pub v: T,
+}
+
+const STEP: &str = "adamw step";
+
+/// WGSL of the step, for both widths (see the elementwise kernels' helpers).
+const HELPERS: &str = "
+fn fbl_adam_m{S}(m: {T}, g: {T}) -> {T} {
+    return params.beta1 * m + (1.0 - params.beta1) * (g * params.grad_scale);
+}
+fn fbl_adam_v{S}(v: {T}, g: {T}) -> {T} {
+    let gs = g * params.grad_scale;
+    return params.beta2 * v + (1.0 - params.beta2) * gs * gs;
+}
+fn fbl_adam_p{S}(p: {T}, m: {T}, v: {T}, g: {T}) -> {T} {
+    let m_hat = fbl_adam_m{S}(m, g) / params.bias1;
+    let v_root = sqrt(fbl_adam_v{S}(v, g)) / params.bias2_sqrt;
+    return p - params.lr * (m_hat / (v_root + params.eps) + params.weight_decay * p);
+}
+";
+
+/// The AdamW step's kernel, built for the views of its tensors.
+#[derive(Debug, Clone)]
+pub struct AdamWOp {
+    kernel: Elementwise,
+}
+
+impl AdamWOp {
+    /// The kernel for tensors read through `views` (all of one shape, any layouts).
+    pub fn new(gpu: &Gpu, views: &AdamWTensors<&View>) -> Result<Self, OpError> {
+        let AdamWTensors { param, grad, m, v } = *views;
+        let kernel = Elementwise::new(
+            gpu,
+            Spec {
+                op: STEP,
+                inputs: vec![("grad", grad), ("param", param), ("m", m), ("v", v)],
+                outputs: vec![
+                    ("m", m, "fbl_adam_m{S}(m, grad)".to_owned()),
+                    ("v", v, "fbl_adam_v{S}(v, grad)".to_owned()),
+                    (
+                        "param",
+                        param,
+                        "fbl_adam_p{S}(param, m, v, grad)".to_owned(),
+                    ),
+                ],
+                scalars: [
+                    "lr",
+                    "beta1",
+                    "beta2",
+                    "eps",
+                    "weight_decay",
+                    "grad_scale",
+                    "bias1",
+                    "bias2_sqrt",
+                ]
+                .into_iter()
+                .map(|n| (n, Scalar::F32))
+                .collect(),
+                helpers: HELPERS,
+            },
+        )?;
+        Ok(Self { kernel })
+    }
+
+    /// Whether an invocation updates four elements.
+    pub fn is_vectorized(&self) -> bool {
+        self.kernel.is_vectorized()
+    }
+
+    /// The shader.
+    pub fn shader(&self) -> &str {
+        self.kernel.source()
+    }
+
+    /// Records step `step` (from 1) with the gradient scaled by `grad_scale`.
+    pub fn step(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &AdamWTensors<&GpuArg<'_>>,
+        hyper: &AdamW,
+        step: u32,
+        grad_scale: f32,
+    ) -> Result<(), OpError> {
+        hyper.check(step)?;
+        let (bias1, bias2_sqrt) = hyper.corrections(step);
+        let f = ParamValue::F32;
+        self.kernel.record(
+            batch,
+            STEP,
+            &[t.grad, t.param, t.m, t.v],
+            &[
+                ("lr", f(hyper.lr)),
+                ("beta1", f(hyper.beta1)),
+                ("beta2", f(hyper.beta2)),
+                ("eps", f(hyper.eps)),
+                ("weight_decay", f(hyper.weight_decay)),
+                ("grad_scale", f(grad_scale)),
+                ("bias1", f(bias1 as f32)),
+                ("bias2_sqrt", f(bias2_sqrt as f32)),
+            ],
+        )
+    }
+}
+
+/// AdamW step `step` (from 1) on the CPU, in `f64`: updates `param`, `m` and `v` in place.
+pub fn adamw_step_cpu<T: Real>(
+    param: &mut dyn LogicalMut<T>,
+    grad: &dyn Logical<T>,
+    m: &mut dyn LogicalMut<T>,
+    v: &mut dyn LogicalMut<T>,
+    hyper: &AdamW,
+    step: u32,
+    grad_scale: f64,
+) -> Result<(), OpError> {
+    hyper.check(step)?;
+    let (bias1, bias2_sqrt) = hyper.corrections(step);
+    let (b1, b2) = (f64::from(hyper.beta1), f64::from(hyper.beta2));
+    let (lr, eps, wd) = (
+        f64::from(hyper.lr),
+        f64::from(hyper.eps),
+        f64::from(hyper.weight_decay),
+    );
+    map_cpu(STEP, &[grad], &mut [param, m, v], |a, out| {
+        let g = a[0] * grad_scale;
+        let m1 = b1 * out[1] + (1.0 - b1) * g;
+        let v1 = b2 * out[2] + (1.0 - b2) * g * g;
+        let p = out[0];
+        out[0] = p - lr * ((m1 / bias1) / (v1.sqrt() / bias2_sqrt + eps) + wd * p);
+        out[1] = m1;
+        out[2] = v1;
+    })
+}
+
+/// `Σ g²` over every element of a tensor of any layout, on the GPU (see the module docs).
+#[derive(Debug, Clone)]
+pub struct SumSquaresOp {
+    chunks: Compiled,
+    total: Compiled,
+    partials: Partials,
+    width: u32,
+}
+
+const SUM_SQUARES: &str = "sum of squares";
+const LANES: u32 = 256;
+/// Fewest elements (or four-element runs) a lane of pass 1 adds.
+const MIN_PER_LANE: u64 = 4;
+
+impl SumSquaresOp {
+    /// The kernels for a gradient read through `grad`, and a total written through `out` (one
+    /// element: shape `[1]`).
+    pub fn new(gpu: &Gpu, grad: &View, out: &View) -> Result<Self, OpError> {
+        let rank = grad.axes().len();
+        if out.axes().len() != 1 || out.axes()[0].extent.as_static() != Some(1) {
+            return Err(OpError::shape(
+                SUM_SQUARES,
+                format!("`out` ({}) must have shape [1]", out.name()),
+            ));
+        }
+        let partials = Partials::new(SUM_SQUARES, None)?;
+        let subgroups = gpu.features().subgroups;
+        let g = match rank.checked_sub(1) {
+            Some(last) => Operand::read("g", grad)?.vectorized(last),
+            None => Operand::read("g", grad)?,
+        };
+        let width = if g.vector_axis().is_some() { 4 } else { 1 };
+        let part = Operand::write("part", partials.view())?;
+        let mut body = workgroup_reduce(LANES, subgroups);
+        if let Some(last) = rank.checked_sub(1) {
+            body += &getter(&g, last, width);
+        }
+        body += &chunk_entry(rank, width, subgroups);
+        let chunks = Compiled::new(
+            SUM_SQUARES,
+            gpu,
+            KernelSource::new(SUM_SQUARES)
+                .operand(g)
+                .operand(part)
+                .scalar("per_group", Scalar::U32)
+                .body(body),
+        )?;
+        let mut body = workgroup_reduce(LANES, subgroups);
+        let _ = write!(
+            body,
+            "@compute @workgroup_size({LANES})\nfn sum_squares_total(\
+             @builtin(local_invocation_index) lid: u32, {}) {{\n    var acc = 0.0;\n    \
+             for (var q = lid; q < part_dim0(); q = q + {LANES}u) {{\n        \
+             acc = acc + part_load(q);\n    }}\n    \
+             var total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u) {{\n        \
+             if (params.accumulate != 0u) {{\n            total = total + out_load(0u);\n        }}\n        \
+             out_store(0u, total);\n    }}\n}}\n",
+            entry_params(subgroups),
+            subgroup_call_args(subgroups)
+        );
+        let total = Compiled::new(
+            SUM_SQUARES,
+            gpu,
+            KernelSource::new(SUM_SQUARES)
+                .operand(Operand::read("part", partials.view())?)
+                .operand(Operand::write("out", out)?)
+                .scalar("accumulate", Scalar::U32)
+                .body(body),
+        )?;
+        Ok(Self {
+            chunks,
+            total,
+            partials,
+            width,
+        })
+    }
+
+    /// The shaders: pass 1, pass 2.
+    pub fn shaders(&self) -> [&KernelModule; 2] {
+        [self.chunks.module(), self.total.module()]
+    }
+
+    /// Records `out = Σ g²` (or `out += Σ g²`, with `accumulate`).
+    pub fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        grad: &GpuArg<'_>,
+        out: &GpuArg<'_>,
+        accumulate: bool,
+    ) -> Result<(), OpError> {
+        let dims = grad.dims();
+        let mut units: u64 = 1;
+        for (d, &n) in dims.iter().enumerate() {
+            let n = if d + 1 == dims.len() {
+                (n as u64).div_ceil(u64::from(self.width))
+            } else {
+                n as u64
+            };
+            units *= n;
+        }
+        let lanes = u64::from(LANES);
+        let per_group =
+            (units.div_ceil(FILL_WORKGROUPS).max(MIN_PER_LANE * lanes)).next_multiple_of(lanes);
+        let groups = units.div_ceil(per_group).max(1);
+        let (per_group, groups) = (
+            u32::try_from(per_group)
+                .map_err(|_| OpError::shape(SUM_SQUARES, "too many elements"))?,
+            groups as u32,
+        );
+        let buffer = self.partials.scratch(batch.gpu(), groups)?;
+        let part = self.partials.arg(&buffer, groups)?;
+        self.chunks.record_linear(
+            batch,
+            "sum_squares_chunks",
+            &[("g", grad), ("part", &part)],
+            &[("per_group", ParamValue::U32(per_group))],
+            groups,
+        )?;
+        self.total.record(
+            batch,
+            "sum_squares_total",
+            &[("part", &part), ("out", out)],
+            &[("accumulate", ParamValue::U32(u32::from(accumulate)))],
+            [1, 1, 1],
+        )
+    }
+}
+
+fn chunk_entry(rank: usize, width: u32, subgroups: bool) -> String {
+    let entry = LinearEntry {
+        name: "sum_squares_chunks",
+        prefix: "ss",
+    };
+    // Units: elements, with the last axis in runs of `width`.
+    let mut units: Vec<String> = (0..rank).map(|d| format!("g_dim{d}()")).collect();
+    if let Some(last) = units.last_mut() {
+        *last = format!("(({last} + {}u) / {width}u)", width - 1);
+    }
+    let count = if units.is_empty() {
+        "1u".to_owned()
+    } else {
+        units.join(" * ")
+    };
+    let mut s = format!(
+        "@compute @workgroup_size({LANES})\nfn sum_squares_chunks(\
+         @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, \
+         @builtin(local_invocation_index) lid: u32, {}) {{\n",
+        entry_params(subgroups)
+    );
+    let _ = writeln!(s, "    let group = wg.x + wg.y * nwg.x;");
+    let _ = writeln!(
+        s,
+        "    if (group >= part_dim0()) {{\n        return;\n    }}"
+    );
+    let _ = writeln!(s, "    let count = {count};");
+    let _ = writeln!(s, "    let first = group * params.per_group;");
+    let _ = writeln!(s, "    let end = min(first + params.per_group, count);");
+    let _ = writeln!(s, "    var acc = 0.0;");
+    let _ = writeln!(
+        s,
+        "    for (var unit = first + lid; unit < end; unit = unit + {LANES}u) {{"
+    );
+    let _ = writeln!(s, "        let {} = unit;", entry.index());
+    // Inside the loop: one more level of indentation.
+    for line in entry.decode(&units).lines() {
+        let _ = writeln!(s, "    {line}");
+    }
+    let value = if rank == 0 {
+        "g_load()".to_owned()
+    } else {
+        let mut coords: Vec<String> = (0..rank).map(|d| entry.coord(d)).collect();
+        let last = coords.len() - 1;
+        coords[last] = format!("{} * {width}u", coords[last]);
+        format!("g_get{width}({})", coords.join(", "))
+    };
+    let _ = writeln!(s, "        let v = {value};");
+    let _ = writeln!(s, "        let sq = v * v;");
+    let _ = writeln!(
+        s,
+        "        acc = acc + {};\n    }}",
+        components_sum("sq", width)
+    );
+    let _ = writeln!(
+        s,
+        "    let total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u) {{\n        \
+         part_store(group, total);\n    }}\n}}",
+        subgroup_call_args(subgroups)
+    );
+    s
+}
+
+/// `Σ g²` over every element of `grad`, on the CPU in `f64`.
+pub fn sum_squares_cpu<T: Real>(grad: &dyn Logical<T>) -> f64 {
+    let shape: Vec<u64> = grad.dims().iter().map(|&n| n as u64).collect();
+    let n: u64 = shape.iter().product();
+    (0..n)
+        .into_par_iter()
+        .map(|linear| {
+            let mut coords = vec![0u64; shape.len()];
+            unravel(linear, &shape, &mut coords);
+            let index: Vec<usize> = coords.iter().map(|&c| c as usize).collect();
+            let v = grad.get(&index).to_f64();
+            v * v
+        })
+        .sum()
+}

@@ -1,0 +1,198 @@
+//! Pass 1 of a plain column sum.
+
+use std::fmt::Write as _;
+
+use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
+use fblayout_core::layout::View;
+
+use super::{
+    LANES, Partials, Walk, check_2d, chunk_rows, components_sum, getter, memory_order, putter,
+    static_extent,
+};
+use crate::ops::compiled::Compiled;
+use crate::ops::error::OpError;
+use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::tensor::GpuArg;
+
+/// Pass 1 of a plain column sum: partial rows of `Σ_rows x` (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct ColumnSum {
+    role: &'static str,
+    compiled: Compiled,
+    walk: Walk,
+    cols: u32,
+    partials: Partials,
+}
+
+const COLUMN_SUM: &str = "column_sum";
+
+impl ColumnSum {
+    /// The kernel summing operand `role` (a `[rows, cols]` view, `cols` static) over its rows.
+    pub(crate) fn new(
+        gpu: &Gpu,
+        op: &'static str,
+        role: &'static str,
+        view: &View,
+    ) -> Result<Self, OpError> {
+        check_2d(op, role, view)?;
+        let cols = static_extent(op, role, view, 1)?;
+        let partials = Partials::new(op, Some(cols))?;
+        // Lanes step along the axis that is contiguous in memory: four-wide where the operand
+        // allows it, else the one with the longer run.
+        let x = Operand::read(role, view)?;
+        let (fast, width, x) = match (x.clone().vectorized(1), x.clone().vectorized(0)) {
+            (o, _) if o.vector_axis().is_some() => (1, 4, o),
+            (_, o) if o.vector_axis().is_some() => (0, 4, o),
+            _ if memory_order(view, 0).run > memory_order(view, 1).run => (0, 1, x),
+            _ => (1, 1, x),
+        };
+        let order = memory_order(view, fast);
+        let walk = if fast == 1 {
+            // Lanes along the columns, the rest across rows: at least one whole tile of rows.
+            let along = lanes_along(cols.div_ceil(width));
+            let across = order.block.min(16).max(LANES / along);
+            Walk::new(1, width, order, LANES / across, LANES)
+        } else {
+            // Lanes along the rows, `across` columns per workgroup.
+            let inner = (order.run / width).clamp(1, 64);
+            let across = order.block.min(16).min(LANES / inner);
+            Walk::new(0, width, order, LANES / across, LANES)
+        };
+        let part = Operand::write("part", partials.view())?.vectorized(1);
+        let part_width = if fast == 1 { width } else { 1 };
+        let mut body = getter(&x, fast, width) + &putter(&part, 1, part_width);
+        body += &column_sum_entry(role, &walk);
+        let source = KernelSource::new(op)
+            .operand(x)
+            .operand(part)
+            .scalar("chunk_rows", Scalar::U32)
+            .body(body);
+        Ok(Self {
+            role,
+            compiled: Compiled::new(op, gpu, source)?,
+            walk,
+            cols,
+            partials,
+        })
+    }
+
+    /// The walk of the workgroups.
+    pub(crate) fn walk(&self) -> Walk {
+        self.walk
+    }
+
+    /// The partial rows it writes.
+    pub(crate) fn partials(&self) -> &Partials {
+        &self.partials
+    }
+
+    /// The shader.
+    pub(crate) fn module(&self) -> &KernelModule {
+        self.compiled.module()
+    }
+
+    /// Records pass 1 over `x`; returns the scratch buffer of partial rows and their number.
+    /// `chunk` overrides the rows per chunk.
+    pub(crate) fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        chunk: Option<u32>,
+    ) -> Result<(GpuBuffer, u32), OpError> {
+        let rows = x.dims()[0] as u32;
+        let walk = self.walk;
+        let (column_groups, align) = if walk.fast == 1 {
+            (self.cols.div_ceil(walk.span()), walk.across)
+        } else {
+            (self.cols.div_ceil(walk.across), walk.span())
+        };
+        let per_chunk = chunk_rows(rows, column_groups, align, 32, chunk);
+        let chunks = rows.div_ceil(per_chunk);
+        let buffer = self.partials.scratch(batch.gpu(), chunks)?;
+        let part = self.partials.arg(&buffer, chunks)?;
+        self.compiled.record(
+            batch,
+            COLUMN_SUM,
+            &[(self.role, x), ("part", &part)],
+            &[("chunk_rows", ParamValue::U32(per_chunk))],
+            [column_groups, chunks, 1],
+        )?;
+        Ok((buffer, chunks))
+    }
+}
+
+fn column_sum_entry(x: &str, walk: &Walk) -> String {
+    let ty = walk.value_type();
+    let w = walk.width;
+    let Walk {
+        inner,
+        across,
+        outer,
+        ..
+    } = *walk;
+    let lanes = walk.lanes();
+    let span = walk.span();
+    let mut s = String::new();
+    let tile_ty = if walk.fast == 1 { ty } else { "f32" };
+    let _ = writeln!(s, "var<workgroup> cs_tile: array<{tile_ty}, {lanes}>;");
+    let _ = writeln!(
+        s,
+        "@compute @workgroup_size({lanes})\nfn {COLUMN_SUM}(@builtin(workgroup_id) wg: vec3<u32>, \
+         @builtin(local_invocation_index) lid: u32) {{"
+    );
+    s += &walk.decode("lid");
+    let _ = writeln!(s, "    let r0 = wg.y * params.chunk_rows;");
+    let _ = writeln!(s, "    let r1 = min(r0 + params.chunk_rows, {x}_dim0());");
+    let _ = writeln!(s, "    var acc = {ty}(0.0);");
+    if walk.fast == 1 {
+        // Lanes hold `w` columns each and walk the chunk's rows `across` at a time.
+        let _ = writeln!(s, "    let c = wg.x * {span}u + wk_fast;");
+        let _ = writeln!(
+            s,
+            "    for (var r = r0 + wk_across; r < r1; r = r + {across}u) {{\n        \
+             acc = acc + {x}_get{w}(r, c);\n    }}"
+        );
+        let _ = writeln!(s, "    cs_tile[lid] = acc;\n    workgroupBarrier();");
+        let _ = writeln!(
+            s,
+            "    if (wk_across == 0u) {{\n        var sum = cs_tile[lid];\n        \
+             for (var q = 1u; q < {across}u; q = q + 1u) {{\n            \
+             sum = sum + cs_tile[{}];\n        }}\n        part_put{w}(wg.y, c, sum);\n    }}",
+            walk.lane_at_across("q")
+        );
+    } else {
+        // Lanes hold `w` rows of one column each; `across` columns per workgroup.
+        let _ = writeln!(s, "    let c = wg.x * {across}u + wk_across;");
+        let _ = writeln!(
+            s,
+            "    if (c < {x}_dim1()) {{\n        \
+             for (var r = r0 + wk_fast; r < r1; r = r + {span}u) {{\n            \
+             acc = acc + {x}_get{w}(r, c);\n        }}\n    }}"
+        );
+        let _ = writeln!(
+            s,
+            "    cs_tile[lid] = {};\n    workgroupBarrier();",
+            components_sum("acc", w)
+        );
+        let _ = writeln!(
+            s,
+            "    if (wk_inner == 0u && wk_outer == 0u) {{\n        var sum = 0.0;\n        \
+             for (var o = 0u; o < {outer}u; o = o + 1u) {{\n            \
+             for (var i = 0u; i < {inner}u; i = i + 1u) {{\n                \
+             sum = sum + cs_tile[i + {inner}u * (wk_across + {across}u * o)];\n            }}\n        \
+             }}\n        part_put1(wg.y, c, sum);\n    }}"
+        );
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Lanes of a column-sum workgroup along a line of `n` values (or four-value runs): 16, 32 or
+/// 64, whichever leaves the fewest lanes past the line's end in the last block of columns (the
+/// widest among equals).
+fn lanes_along(n: u32) -> u32 {
+    [64, 32, 16]
+        .into_iter()
+        .min_by_key(|&a| n.next_multiple_of(a) - n)
+        .unwrap_or(64)
+}

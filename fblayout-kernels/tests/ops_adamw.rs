@@ -1,0 +1,297 @@
+//! The AdamW step and the sum of squares: against their definitions, and the GPU against the
+//! CPU under every 2-D layout and element type, with the subgroup reductions and their
+//! workgroup-memory fallback.
+
+mod support;
+
+use fblayout_core::layout::ElemType;
+use fblayout_kernels::cpu::Real;
+use fblayout_kernels::ops::adamw::{adamw_step_cpu, sum_squares_cpu};
+use fblayout_kernels::ops::{AdamW, AdamWOp, AdamWTensors, OpError, SumSquaresOp};
+use fblayout_kernels::runtime::Gpu;
+use support::{
+    Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, gpu_without_subgroups, tolerance, view_1d,
+    view_2d,
+};
+
+const HYPER: AdamW = AdamW {
+    lr: 0.01,
+    beta1: 0.9,
+    beta2: 0.99,
+    eps: 1e-6,
+    weight_decay: 0.1,
+};
+
+/// Parameters, gradient and both moments, each in its own layout.
+fn tensors(
+    rng: &mut Rng,
+    layouts: [Layout2; 4],
+    rows: u32,
+    cols: u32,
+    elem: ElemType,
+) -> [Tensor; 4] {
+    let names = ["param", "grad", "m", "v"];
+    let ranges = [(-1.0, 1.0), (-2.0, 2.0), (-0.1, 0.1), (0.01, 0.2)];
+    std::array::from_fn(|i| {
+        let (view, bind) = view_2d(names[i], layouts[i], rows, cols, elem);
+        Tensor::random(rng, view, bind, ranges[i].0, ranges[i].1)
+    })
+}
+
+/// The step on dense values, written from the formulas: `(p, m, v)` after steps `1..=steps`
+/// with the same gradient.
+fn reference(p: &[f64], g: &[f64], m: &[f64], v: &[f64], steps: u32, scale: f64) -> [Vec<f64>; 3] {
+    let (b1, b2) = (f64::from(HYPER.beta1), f64::from(HYPER.beta2));
+    let (mut p, mut m, mut v) = (p.to_vec(), m.to_vec(), v.to_vec());
+    for t in 1..=steps {
+        for i in 0..p.len() {
+            let gs = g[i] * scale;
+            m[i] = b1 * m[i] + (1.0 - b1) * gs;
+            v[i] = b2 * v[i] + (1.0 - b2) * gs * gs;
+            let m_hat = m[i] / (1.0 - b1.powi(t as i32));
+            let v_hat = v[i] / (1.0 - b2.powi(t as i32));
+            p[i] -= f64::from(HYPER.lr)
+                * (m_hat / (v_hat.sqrt() + f64::from(HYPER.eps))
+                    + f64::from(HYPER.weight_decay) * p[i]);
+        }
+    }
+    [p, m, v]
+}
+
+/// Runs `steps` CPU steps in `T` on the tensors' values; returns `(p, m, v)`.
+fn cpu_steps<T: Real>(t: &[Tensor; 4], steps: u32, scale: f64) -> [Vec<f64>; 3] {
+    let [p, g, m, v] = t;
+    let (mut ps, gs, mut ms, mut vs) = (p.host::<T>(), g.host::<T>(), m.host::<T>(), v.host::<T>());
+    for step in 1..=steps {
+        adamw_step_cpu(
+            &mut p.arg_mut(&mut ps),
+            &g.arg(&gs),
+            &mut m.arg_mut(&mut ms),
+            &mut v.arg_mut(&mut vs),
+            &HYPER,
+            step,
+            scale,
+        )
+        .unwrap();
+    }
+    [p.read_host(&ps), m.read_host(&ms), v.read_host(&vs)]
+}
+
+fn layout_quads() -> impl Iterator<Item = [Layout2; 4]> {
+    let all = Layout2::ALL;
+    (0..all.len())
+        .map(move |i| std::array::from_fn(|k| all[(i + k) % all.len()]))
+        .chain([[Layout2::RowMajor; 4], [Layout2::RTile(4); 4]])
+}
+
+#[test]
+fn cpu_steps_match_the_definition_under_every_layout() {
+    let mut rng = Rng::new(1);
+    for layouts in layout_quads() {
+        let t = tensors(&mut rng, layouts, 13, 36, ElemType::F32);
+        let got = cpu_steps::<f64>(&t, 3, 0.5);
+        let want = reference(
+            &t[0].values,
+            &t[1].values,
+            &t[2].values,
+            &t[3].values,
+            3,
+            0.5,
+        );
+        for (k, name) in ["param", "m", "v"].iter().enumerate() {
+            assert_close(&format!("{layouts:?}: {name}"), &got[k], &want[k], 1e-13);
+        }
+    }
+}
+
+fn gpu_steps(gpu: &Gpu, t: &[Tensor; 4], steps: u32, scale: f32) -> [Vec<f64>; 3] {
+    let views = AdamWTensors {
+        param: &t[0].view,
+        grad: &t[1].view,
+        m: &t[2].view,
+        v: &t[3].view,
+    };
+    let op = AdamWOp::new(gpu, &views).unwrap();
+    let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
+    let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
+    let a = AdamWTensors {
+        param: &args[0],
+        grad: &args[1],
+        m: &args[2],
+        v: &args[3],
+    };
+    let mut batch = gpu.batch();
+    for step in 1..=steps {
+        op.step(&mut batch, &a, &HYPER, step, scale).unwrap();
+    }
+    batch.submit().unwrap();
+    [
+        t[0].download(&bufs[0]),
+        t[2].download(&bufs[2]),
+        t[3].download(&bufs[3]),
+    ]
+}
+
+#[test]
+fn gpu_steps_match_the_cpu_under_every_layout_and_element_type() {
+    let gpu = gpu();
+    let mut rng = Rng::new(2);
+    for elem in gpu_elems() {
+        for layouts in layout_quads() {
+            let t = tensors(&mut rng, layouts, 13, 36, elem);
+            let got = gpu_steps(gpu, &t, 3, 0.5);
+            let want = match elem {
+                ElemType::F16 => cpu_steps::<half::f16>(&t, 3, 0.5),
+                _ => cpu_steps::<f32>(&t, 3, 0.5),
+            };
+            for (k, name) in ["param", "m", "v"].iter().enumerate() {
+                assert_close(
+                    &format!("{elem} {layouts:?}: {name}"),
+                    &got[k],
+                    &want[k],
+                    tolerance(elem, 16),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn contiguous_parameters_update_four_at_once() {
+    let gpu = gpu();
+    let v = |l| view_2d("p", l, 13, 36, ElemType::F32).0;
+    let wide = |a, b| {
+        let (p, g) = (v(a), v(b));
+        AdamWOp::new(
+            gpu,
+            &AdamWTensors {
+                param: &p,
+                grad: &g,
+                m: &p,
+                v: &p,
+            },
+        )
+        .unwrap()
+        .is_vectorized()
+    };
+    assert!(wide(Layout2::RowMajor, Layout2::RowMajor));
+    assert!(wide(Layout2::RTile(4), Layout2::RowMajor));
+    assert!(!wide(Layout2::ColMajor, Layout2::RowMajor));
+}
+
+fn sum_squares_gpu(gpu: &Gpu, g: &Tensor, accumulate_onto: Option<f64>) -> f64 {
+    let out = Tensor::new(
+        view_1d("norm", "one", 1, ElemType::F32),
+        vec![],
+        vec![accumulate_onto.unwrap_or(f64::NAN)],
+    );
+    let op = SumSquaresOp::new(gpu, &g.view, &out.view).unwrap();
+    let (gb, ob) = (g.upload(gpu), out.upload(gpu));
+    let mut batch = gpu.batch();
+    op.record(
+        &mut batch,
+        &g.gpu_arg(&gb),
+        &out.gpu_arg(&ob),
+        accumulate_onto.is_some(),
+    )
+    .unwrap();
+    batch.submit().unwrap();
+    out.download(&ob)[0]
+}
+
+#[test]
+fn sum_of_squares_matches_its_definition_on_both_reduction_paths() {
+    let mut rng = Rng::new(3);
+    for gpu in [gpu(), gpu_without_subgroups()] {
+        for elem in gpu_elems() {
+            for layout in Layout2::ALL {
+                // Enough elements for several workgroups of pass 1.
+                for (rows, cols) in [(13, 36), (517, 300)] {
+                    let (view, bind) = view_2d("g", layout, rows, cols, elem);
+                    let g = Tensor::random(&mut rng, view, bind, -1.0, 1.0);
+                    let stored: Vec<f64> = g.read_host(&g.host::<half::f16>());
+                    let values = if elem == ElemType::F16 {
+                        &stored
+                    } else {
+                        &g.values
+                    };
+                    let want: f64 = values.iter().map(|v| v * v).sum();
+                    let exact: f64 = g.values.iter().map(|v| v * v).sum();
+                    let gh = g.host::<f64>();
+                    assert_close("cpu", &[sum_squares_cpu(&g.arg(&gh))], &[exact], 1e-12);
+                    let what = format!("{} {elem} {layout:?} {rows}×{cols}", gpu.features());
+                    let tol = tolerance(ElemType::F32, (rows * cols) as usize);
+                    assert_close(&what, &[sum_squares_gpu(gpu, &g, None)], &[want], tol);
+                    assert_close(
+                        &format!("{what}, accumulated"),
+                        &[sum_squares_gpu(gpu, &g, Some(2.5))],
+                        &[want + 2.5],
+                        tol,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_steps_and_shapes_are_typed_errors() {
+    let gpu = gpu();
+    let mut rng = Rng::new(4);
+    let t = tensors(&mut rng, [Layout2::RowMajor; 4], 13, 36, ElemType::F32);
+    let (wide, _) = view_2d("grad", Layout2::RowMajor, 13, 40, ElemType::F32);
+    let err = AdamWOp::new(
+        gpu,
+        &AdamWTensors {
+            param: &t[0].view,
+            grad: &wide,
+            m: &t[2].view,
+            v: &t[3].view,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    let views = AdamWTensors {
+        param: &t[0].view,
+        grad: &t[1].view,
+        m: &t[2].view,
+        v: &t[3].view,
+    };
+    let op = AdamWOp::new(gpu, &views).unwrap();
+    let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
+    let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
+    let a = AdamWTensors {
+        param: &args[0],
+        grad: &args[1],
+        m: &args[2],
+        v: &args[3],
+    };
+    let mut batch = gpu.batch();
+    let err = op.step(&mut batch, &a, &HYPER, 0, 1.0).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    // One buffer as both moments: the kernel writes both.
+    let shared = AdamWTensors { v: &args[2], ..a };
+    let err = op.step(&mut batch, &shared, &HYPER, 1, 1.0).unwrap_err();
+    assert!(
+        matches!(err, OpError::Gpu(_) | OpError::WrongView { .. }),
+        "{err}"
+    );
+    // Other run-time rows for the gradient.
+    let taller = Tensor::random(
+        &mut rng,
+        t[1].view.clone(),
+        vec![("rows".into(), 14)],
+        -1.0,
+        1.0,
+    );
+    let tb = taller.upload(gpu);
+    let ta = taller.gpu_arg(&tb);
+    let err = op
+        .step(&mut batch, &AdamWTensors { grad: &ta, ..a }, &HYPER, 1, 1.0)
+        .unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    assert!(batch.is_empty(), "nothing was recorded for refused calls");
+    let out = view_1d("norm", "two", 2, ElemType::F32);
+    let err = SumSquaresOp::new(gpu, &t[1].view, &out).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+}

@@ -1,0 +1,108 @@
+//! The WGSL of the norm, bias and AdamW kernels, for a row-major and an R-Tile configuration.
+//!
+//! Every shader was validated by naga when its kernel was built. They are built on the device
+//! with subgroups turned off, so that the snapshots are the same on every adapter; the subgroup
+//! forms differ only in the reduction helpers (`fbl_wg_sum` with `subgroupAdd`) and the builtins
+//! passed to them.
+
+mod support;
+
+use fblayout_core::layout::ElemType;
+use fblayout_kernels::ops::{
+    AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, RmsNormOp, RmsNormTensors,
+    SumSquaresOp,
+};
+use support::{Layout2, gpu_without_subgroups, view_1d, view_1d_dyn, view_2d};
+
+const COLS: u32 = 64;
+
+fn configurations() -> [(&'static str, Layout2); 2] {
+    [
+        ("row_major", Layout2::RowMajor),
+        ("rtile4", Layout2::RTile(4)),
+    ]
+}
+
+#[test]
+fn norm_shaders() {
+    let gpu = gpu_without_subgroups();
+    for (name, layout) in configurations() {
+        let (x, _) = view_2d("x", layout, 8, COLS, ElemType::F32);
+        let (y, _) = view_2d("y", layout, 8, COLS, ElemType::F32);
+        let gamma = view_1d("gamma", "cols", COLS, ElemType::F32);
+        let beta = view_1d("beta", "cols", COLS, ElemType::F32);
+        let (mean, _) = view_1d_dyn("mean", "rows", 8, ElemType::F32);
+        let (rstd, _) = view_1d_dyn("rstd", "rows", 8, ElemType::F32);
+        let ln = LayerNormOp::new(
+            gpu,
+            &LayerNormTensors {
+                x: &x,
+                gamma: &gamma,
+                beta: &beta,
+                y: &y,
+                mean: &mean,
+                rstd: &rstd,
+            },
+            1e-5,
+        )
+        .unwrap();
+        let rms = RmsNormOp::new(
+            gpu,
+            &RmsNormTensors {
+                x: &x,
+                gamma: &gamma,
+                y: &y,
+                rstd: &rstd,
+            },
+            1e-5,
+        )
+        .unwrap();
+        for (norm, shaders) in [("layer_norm", ln.shaders()), ("rms_norm", rms.shaders())] {
+            for (pass, shader) in ["forward", "backward", "weight_grads"].iter().zip(shaders) {
+                insta::assert_snapshot!(format!("{norm}_{pass}_{name}"), shader.source());
+            }
+        }
+    }
+}
+
+#[test]
+fn bias_shaders() {
+    let gpu = gpu_without_subgroups();
+    for (name, layout) in configurations() {
+        let (x, _) = view_2d("x", layout, 8, COLS, ElemType::F32);
+        let (y, _) = view_2d("y", layout, 8, COLS, ElemType::F32);
+        let b = view_1d("b", "cols", COLS, ElemType::F32);
+        let op = BiasOp::new(gpu, &x, &b, &y).unwrap();
+        let shaders = op.shaders(gpu, 8).unwrap();
+        for (pass, shader) in ["forward", "column_sum", "partials_sum"]
+            .iter()
+            .zip(&shaders)
+        {
+            insta::assert_snapshot!(format!("bias_{pass}_{name}"), shader);
+        }
+    }
+}
+
+#[test]
+fn adamw_and_sum_of_squares_shaders() {
+    let gpu = gpu_without_subgroups();
+    for (name, layout) in configurations() {
+        let (p, _) = view_2d("param", layout, 8, COLS, ElemType::F32);
+        let op = AdamWOp::new(
+            gpu,
+            &AdamWTensors {
+                param: &p,
+                grad: &p,
+                m: &p,
+                v: &p,
+            },
+        )
+        .unwrap();
+        insta::assert_snapshot!(format!("adamw_{name}"), op.shader());
+        let out = view_1d("norm", "one", 1, ElemType::F32);
+        let ss = SumSquaresOp::new(gpu, &p, &out).unwrap();
+        for (pass, shader) in ["chunks", "total"].iter().zip(ss.shaders()) {
+            insta::assert_snapshot!(format!("sum_squares_{pass}_{name}"), shader.source());
+        }
+    }
+}
