@@ -161,7 +161,7 @@ proptest! {
             }
             // Runs proved contiguous may end in a partial run, which kernels read one element
             // at a time; this copy kernel goes wide only when every run is whole.
-            let whole = vc.shape[rank - 1] % 4 == 0;
+            let whole = vc.shape[rank - 1].is_multiple_of(4);
             let wide = whole && v.vector_axis().is_some() && out.vector_axis().is_some();
             let kernel = KernelSource::new("gather").operand(v).operand(out)
                 .body(copy_body(rank, "v", "d", wide)).build().unwrap();

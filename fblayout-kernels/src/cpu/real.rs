@@ -54,14 +54,21 @@ impl Real for half::f16 {
 mod tests {
     use super::*;
 
+    /// `EPSILON` is the unit round-off: 1 + 2·EPSILON is the next value after 1, and a value
+    /// less than EPSILON above 1 rounds back to 1.
+    fn check_unit_roundoff<T: Real>() {
+        let eps = T::EPSILON;
+        assert_eq!(T::from_f64(1.0 + 2.0 * eps).to_f64(), 1.0 + 2.0 * eps);
+        assert_eq!(T::from_f64(1.0 + 0.9 * eps).to_f64(), 1.0);
+        assert_eq!(T::from_f64(1.0 + 1.1 * eps).to_f64(), 1.0 + 2.0 * eps);
+    }
+
     #[test]
-    fn round_trips_and_epsilons() {
+    fn epsilons_are_the_unit_round_off() {
+        check_unit_roundoff::<f32>();
+        check_unit_roundoff::<half::f16>();
         assert_eq!(f32::from_f64(0.5).to_f64(), 0.5);
-        assert_eq!(
-            half::f16::from_f64(1.0 + 1.0 / 1024.0).to_f64(),
-            1.0 + 1.0 / 1024.0
-        );
-        assert!(<half::f16 as Real>::EPSILON > <f32 as Real>::EPSILON);
-        assert!(<f32 as Real>::EPSILON > <f64 as Real>::EPSILON);
+        // f64 stores exactly what it computes.
+        assert_eq!(f64::from_f64(0.1 + 0.2).to_f64(), 0.1 + 0.2);
     }
 }
