@@ -14,9 +14,11 @@
 //! - [`norm`]: LayerNorm and RMSNorm.
 //! - [`bias`]: bias add and its gradient.
 //! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
+//! - [`add`]: sums (residual connections; gradients that meet).
 
 pub mod activation;
 pub mod adamw;
+pub mod add;
 pub mod bias;
 mod compiled;
 pub(crate) mod elementwise;
@@ -26,6 +28,7 @@ pub(crate) mod reduce_rows;
 
 pub use activation::{Activation, ActivationOp, SwigluOp};
 pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
+pub use add::AddOp;
 pub use bias::BiasOp;
 pub use error::OpError;
 pub use norm::{
