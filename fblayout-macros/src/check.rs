@@ -281,6 +281,12 @@ fn report(cx: &Ctxt, input: &Input<'_>, error: &DeclareError) {
             Some(decl) => cx.error_spanned_by(decl.ident(), error),
             None => cx.error_spanned_by(input.ident, error),
         },
+        DeclareError::ConstName { second, .. } => {
+            match input.fields.iter().find(|f| f.name == *second) {
+                Some(field) => cx.error_spanned_by(field.ident, error),
+                None => cx.error_spanned_by(input.ident, error),
+            }
+        }
         DeclareError::Wgsl(e) => cx.error_spanned_by(
             input.ident,
             format!("the WGSL generated for this tensor fails naga validation (a bug in fblayout; please report it): {e}"),

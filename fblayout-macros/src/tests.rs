@@ -41,6 +41,18 @@ fn wgsl(input: &syn::DeriveInput) -> String {
     source
 }
 
+/// The messages of the errors `input` gives, checked to give no model.
+fn errors_of(input: &syn::DeriveInput) -> Vec<String> {
+    let cx = Ctxt::new();
+    let parsed = Input::parse(&cx, input).expect("a struct");
+    assert!(check(&cx, &parsed).is_none());
+    cx.check()
+        .expect_err("errors")
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
 fn row_major() -> syn::DeriveInput {
     parse_quote! {
         /// A 3×4 matrix, row-major.
@@ -145,15 +157,7 @@ fn errors_accumulate() {
             pub other: Ix<Seq>,
         }
     };
-    let cx = Ctxt::new();
-    let parsed = Input::parse(&cx, &input).expect("a struct");
-    assert!(check(&cx, &parsed).is_none());
-    let messages: Vec<String> = cx
-        .check()
-        .expect_err("errors")
-        .into_iter()
-        .map(|e| e.to_string())
-        .collect();
+    let messages = errors_of(&input);
     let expected = [
         "unknown tensor attribute `colour`",
         "axis `seq` already has extent `dyn`",
@@ -184,15 +188,7 @@ fn view_errors_point_at_steps() {
             pub hidden: Ix<Hidden>,
         }
     };
-    let cx = Ctxt::new();
-    let parsed = Input::parse(&cx, &input).expect("a struct");
-    assert!(check(&cx, &parsed).is_none());
-    let messages: Vec<String> = cx
-        .check()
-        .expect_err("errors")
-        .into_iter()
-        .map(|e| e.to_string())
-        .collect();
+    let messages = errors_of(&input);
     assert_eq!(messages.len(), 3, "{messages:#?}");
     assert!(
         messages[0].contains("`hidden` is named twice"),
@@ -208,5 +204,28 @@ fn view_errors_point_at_steps() {
         messages[2].contains("names axis `heads`"),
         "{}",
         messages[2]
+    );
+}
+
+/// Axes whose names differ only in case would give one constant twice (`SEQ_TILE`): the core
+/// refuses the declaration, and the error names both axes.
+#[test]
+fn constants_clash_when_axis_names_differ_only_in_case() {
+    let input: syn::DeriveInput = parse_quote! {
+        #[derive(Clone, Copy, Tensor)]
+        #[allow(non_snake_case)]
+        pub struct X {
+            #[axis(4)]
+            pub seq: Ix<Seq>,
+            #[axis(dyn)]
+            pub Seq: Ix<Seq2>,
+        }
+    };
+    let messages = errors_of(&input);
+    assert_eq!(
+        messages,
+        [
+            "axis `Seq` gives the constant `SEQ_TILE`, as axis `seq` does; axis names must differ in more than case"
+        ]
     );
 }

@@ -64,5 +64,5 @@ pub use fblayout_macros::Tensor;
 /// derive's version is pinned exactly.
 #[doc(hidden)]
 pub mod __private {
-    pub use fblayout_core::typed::derive::{descriptor, ix, len};
+    pub use fblayout_core::typed::derive::{descriptor, gpu_extents, ix, len};
 }

@@ -18,6 +18,10 @@ struct str;
 struct Option;
 struct Some;
 struct None;
+struct Result;
+struct Ok;
+struct Err;
+struct LayoutError;
 struct Vec;
 struct String;
 struct OnceLock;
@@ -104,6 +108,9 @@ const M_AT: ::core::primitive::usize =
     M::new(::fblayout::Ix::of(Seq, 1), ::fblayout::Ix::of(Hidden, 5)).offset(MExtents);
 const MT_AT: ::core::primitive::usize =
     MT::new(::fblayout::Ix::of(Hidden, 5), ::fblayout::Ix::of(Seq, 1)).offset(MExtents);
+// The named constants and the tile helpers are `const` too.
+const M_HIDDEN: [::core::primitive::usize; 3] = [M::HIDDEN_EXTENT, M::HIDDEN_TILE, M::SEQ_TILE];
+const M_LAST_TILE: ::core::primitive::usize = M::tile_offset(5, 2, MExtents);
 
 #[test]
 fn expansions_work_without_the_prelude() {
@@ -154,4 +161,19 @@ fn expansions_work_without_the_prelude() {
     ::core::assert_eq!(<Rows as Coord>::view().name(), "rows");
     ::core::assert_eq!(X::descriptor().views.len(), 6);
     ::core::assert_eq!(<M as Tensor>::wgsl_module().source(), <M as Tensor>::WGSL);
+
+    // The kernel author's surface: constants, tile helpers, the GPU twin of the extents.
+    ::core::assert_eq!(M_HIDDEN, [10, 4, 1]);
+    ::core::assert_eq!(M_LAST_TILE, M_LEN - <M as Tensor>::TILE_ELEMS);
+    ::core::assert!(M::tile_in_bounds(5, 2, MExtents));
+    ::core::assert_eq!([X::HIDDEN_EXTENT, X::BATCH_TILE, X::SEQ_TILE], [16, 4, 4]);
+    ::core::assert!(X::tile_in_bounds(0, 0, 3, ext) && !X::tile_in_bounds(0, 1, 0, ext));
+    ::core::assert_eq!(X::tile_offset(0, 0, 1, ext), <X as Tensor>::TILE_ELEMS);
+    // Checked as `check_extents` checks: `batch` and `seq` are tiled by 4 without `pad`.
+    ::core::assert!(X::gpu_extents(ext).is_err());
+    let twin: XGpuExtents = X::gpu_extents(XExtents { batch: 4, seq: 8 }).unwrap();
+    ::core::assert_eq!(twin, [4, 8]);
+    let none: MGpuExtents = M::gpu_extents(MExtents).unwrap();
+    ::core::assert_eq!(none.len(), 0);
+    ::core::assert!(<X as Tensor>::WGSL.contains("struct x_extents {"));
 }

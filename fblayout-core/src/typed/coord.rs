@@ -105,9 +105,11 @@ pub trait Tensor: Coord<Tensor = Self> {
     type Extents: Extents;
 
     /// The WGSL of the tensor and all its views, validated by naga when the derive expanded:
-    /// `<name>_offset`/`<name>_in_bounds` for the tensor and each view, and for R-Tile layouts
-    /// the tile helpers `<name>_tile_offset`/`<name>_tile_in_bounds` and the constant
-    /// `<NAME>_TILE_ELEMS`.
+    /// the struct `<name>_extents` of the run-time extents (when there are any), the
+    /// constants `<NAME>_<AXIS>_EXTENT` of each static extent and `<NAME>_<AXIS>_TILE` of each
+    /// axis (see [`axis_consts`](super::axis_consts)), `<name>_offset`/`<name>_in_bounds` for
+    /// the tensor and each view, and for R-Tile layouts the tile helpers
+    /// `<name>_tile_offset`/`<name>_tile_in_bounds` and the constant `<NAME>_TILE_ELEMS`.
     const WGSL: &'static str;
 
     /// The number of elements in one tile (1 unless R-Tile); a tile is contiguous.

@@ -5,6 +5,9 @@ use std::fmt::Write as _;
 use std::hash::Hash;
 use std::sync::OnceLock;
 
+use super::constants::{
+    AxisConstKind, axis_consts, const_clash, extents_struct_name, tile_elems_name,
+};
 use crate::emit::wgsl::WgslWriter;
 use crate::expr::ValidIndexFn;
 use crate::layout::{LayoutAxis, LayoutError, LayoutSpec, Order, TensorLayout, View, ViewStep};
@@ -44,6 +47,19 @@ pub enum DeclareError {
         name: String,
         /// What holds the name already.
         taken_by: String,
+    },
+    /// Two axes give one named constant (`SEQ_EXTENT` for `seq` and `Seq`): their names differ
+    /// only in case.
+    #[error(
+        "axis `{second}` gives the constant `{name}`, as axis `{first}` does; axis names must differ in more than case"
+    )]
+    ConstName {
+        /// The constant's name (the Rust one; the WGSL one has the tensor's name before it).
+        name: String,
+        /// The axis that gives it first.
+        first: String,
+        /// The axis that gives it again.
+        second: String,
     },
     /// The emitted WGSL failed naga validation (a bug in the emitter, reported rather than
     /// hidden).
@@ -86,6 +102,13 @@ impl TensorDescriptor {
             .map_err(|errors| errors.map(DeclareError::Layout))?;
         let identity = layout.view();
         let mut errors = Vec::new();
+        if let Some((first, second)) = const_clash(&layout) {
+            errors.push(DeclareError::ConstName {
+                name: second.rust_name(),
+                first: first.axis,
+                second: second.axis,
+            });
+        }
         let mut built = Vec::with_capacity(views.len());
         for (i, spec) in views.iter().enumerate() {
             let name = spec.name.as_ref();
@@ -234,11 +257,18 @@ impl TensorDescriptor {
 
     /// The name of the WGSL constant holding the tile size, `<NAME>_TILE_ELEMS`.
     pub fn tile_elems_const(&self) -> String {
-        format!("{}_TILE_ELEMS", self.layout.name().to_uppercase())
+        tile_elems_name(self.layout.name())
     }
 
-    /// Writes the WGSL of the tensor, its tile helpers (R-Tile only) and its views, and
-    /// validates it with naga.
+    /// The name of the WGSL struct of the run-time extents, `<name>_extents`, when the tensor
+    /// has run-time axes (WGSL has no empty structs).
+    pub fn extents_struct_name(&self) -> Option<String> {
+        let name = extents_struct_name(self.layout.name());
+        (self.layout.dynamic_axes().count() > 0).then_some(name)
+    }
+
+    /// Writes the WGSL of the tensor (its extents struct and named constants, its index
+    /// functions), its tile helpers (R-Tile only) and its views, and validates it with naga.
     fn emit_wgsl(
         layout: &TensorLayout,
         identity: &View,
@@ -265,10 +295,31 @@ impl TensorDescriptor {
             layout.order().name(),
             describe(identity)
         );
-        write(&mut w, &header, &identity.index_fn().simplified());
+        let _ = w.write_raw(&header);
+        let extents = layout.extents_struct(&extents_struct_name(layout.name()));
+        if !extents.is_empty() {
+            let _ = w.write_raw("// Its run-time extents, in axis order.");
+            let _ = w.write_raw(extents.trim_end());
+        }
+        let consts = axis_consts(layout);
+        let _ = w.write_raw(if consts.iter().any(|c| c.kind == AxisConstKind::Extent) {
+            "// Its static extents, then its tiles (1 along an axis that is not tiled)."
+        } else {
+            "// Its tiles (1 along an axis that is not tiled)."
+        });
+        for c in consts {
+            let _ = w.write_raw(&format!(
+                "const {}: u32 = {}u;",
+                c.wgsl_name(layout.name()),
+                c.value
+            ));
+        }
+        let _ = w.write_raw("");
+        let comment = "// The offset of a coordinate, and whether it lies inside the tensor.";
+        write(&mut w, comment, &identity.index_fn().simplified());
         if layout.order() == Order::RTile {
             let elems = layout.tile_elems();
-            let konst = format!("{}_TILE_ELEMS", layout.name().to_uppercase());
+            let konst = tile_elems_name(layout.name());
             let _ = w.write_raw(&format!(
                 "// One R-Tile: {elems} contiguous elements, in-tile order [{}].",
                 layout.in_tile_order().join(", ")

@@ -22,6 +22,10 @@
 //!   [`TensorDescriptor`]: the layout, its views and their WGSL, which the kernel crate and the
 //!   planner read. The derive builds that descriptor from what it checked while expanding;
 //!   nothing is checked again at run time.
+//! - The numbers a declaration holds have one name on both sides ([`axis_consts`]): each static
+//!   extent and each axis's tile are Rust associated constants (`X::HIDDEN_EXTENT`) and WGSL
+//!   constants (`X_HIDDEN_EXTENT`); the run-time extents are a WGSL struct
+//!   (`x_extents`, [`extents_struct_name`]) whose Rust twin is a plain `[u32; N]`.
 //!
 //! Views are declared as data ([`ViewSpec`], a list of the layout core's
 //! [`ViewStep`](crate::layout::ViewStep)s, the one step type a [`View`](crate::layout::View)
@@ -42,6 +46,7 @@
 //! # Ok::<(), fblayout_core::typed::DeclareErrors>(())
 //! ```
 
+mod constants;
 mod coord;
 mod declare;
 #[doc(hidden)]
@@ -51,6 +56,7 @@ pub mod suggest;
 #[cfg(test)]
 mod tests;
 
+pub use constants::{AxisConst, AxisConstKind, axis_consts, extents_struct_name};
 pub use coord::{Coord, Each, Extents, Tensor, bindings, each};
 pub use declare::{DeclareError, DeclareErrors, TensorDescriptor, ViewSpec};
 pub use index::{Axis, Ix, IxRange, Len};

@@ -213,7 +213,82 @@ fn declare_builds_views_and_validated_wgsl() {
 fn row_major_has_no_tile_helpers() {
     let spec = LayoutSpec::new("m").axis("r", 3).axis("c", 5);
     let d = TensorDescriptor::declare::<&str>(&spec, &[]).unwrap();
-    assert!(!d.wgsl().contains("tile"), "{}", d.wgsl());
+    for helper in ["fn m_tile_", "M_TILE_ELEMS"] {
+        assert!(!d.wgsl().contains(helper), "{}", d.wgsl());
+    }
+    // Every axis still names its tile (1), so kernel code reads alike for every layout.
+    assert!(
+        d.wgsl().contains("const M_R_TILE: u32 = 1u;"),
+        "{}",
+        d.wgsl()
+    );
+    // Every extent is static: no extents struct (WGSL has no empty structs).
+    assert_eq!(d.extents_struct_name(), None);
+    assert!(!d.wgsl().contains("struct"), "{}", d.wgsl());
+}
+
+#[test]
+fn wgsl_names_extents_and_tiles() {
+    let spec = LayoutSpec::new("act")
+        .dyn_axis("batch")
+        .dyn_axis("tokens")
+        .axis("hidden", 16)
+        .rtile()
+        .reduce_forward(["hidden"])
+        .reduce_backward(["tokens"]);
+    let d = TensorDescriptor::declare::<&str>(&spec, &[]).unwrap();
+    let src = d.wgsl();
+    // The struct is the one `TensorLayout::extents_struct` writes, under the tensor's name.
+    assert_eq!(d.extents_struct_name().as_deref(), Some("act_extents"));
+    assert!(
+        src.contains(d.layout.extents_struct("act_extents").trim_end()),
+        "{src}"
+    );
+    assert!(
+        src.contains("    batch_len: u32,\n    tokens_len: u32,\n}"),
+        "{src}"
+    );
+    for c in axis_consts(&d.layout) {
+        let line = format!("const {}: u32 = {}u;", c.wgsl_name("act"), c.value);
+        assert!(src.contains(&line), "{line} missing:\n{src}");
+    }
+    for line in [
+        "const ACT_HIDDEN_EXTENT: u32 = 16u;",
+        "const ACT_BATCH_TILE: u32 = 1u;",
+        "const ACT_TOKENS_TILE: u32 = 4u;",
+        "const ACT_HIDDEN_TILE: u32 = 4u;",
+    ] {
+        assert!(src.contains(line), "{line} missing:\n{src}");
+    }
+    assert!(
+        !src.contains("ACT_TOKENS_EXTENT"),
+        "a run-time extent has no constant"
+    );
+}
+
+#[test]
+fn axes_differing_only_in_case_are_refused() {
+    let spec = LayoutSpec::new("x").axis("seq", 4).dyn_axis("Seq");
+    let errs = TensorDescriptor::declare::<&str>(&spec, &[]).unwrap_err();
+    match errs.errors() {
+        [
+            DeclareError::ConstName {
+                name,
+                first,
+                second,
+            },
+        ] => {
+            assert_eq!(
+                (name.as_str(), first.as_str(), second.as_str()),
+                ("SEQ_TILE", "seq", "Seq")
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        errs.to_string().contains("differ in more than case"),
+        "{errs}"
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@
 
 use fblayout_core::emit::tokens::{Block, Term};
 use fblayout_core::expr::BinOp;
-use proc_macro2::{Literal, Span, TokenStream};
+use proc_macro2::{Literal, Span, TokenStream, TokenTree};
 use quote::quote;
 use syn::Ident;
 
@@ -19,7 +19,8 @@ pub(crate) type Bindings = Vec<(String, TokenStream)>;
 /// The body of a function computing `block`: `let`s for the variables it reads (each bound
 /// from `bindings`), `let`s for its shared subexpressions, then its value.
 ///
-/// A variable without a binding is a bug in fblayout, reported at the tensor.
+/// A variable bound to [`param`]`(name)` is a parameter of the function and needs no `let`. A
+/// variable without a binding is a bug in fblayout, reported at the tensor.
 pub(crate) fn body(block: &Block, bindings: &Bindings, at: Span) -> syn::Result<TokenStream> {
     if let (true, Term::Var(var)) = (block.lets.is_empty(), &block.result) {
         if let Some((_, value)) = bindings.iter().find(|(name, _)| name == var) {
@@ -36,8 +37,15 @@ pub(crate) fn body(block: &Block, bindings: &Bindings, at: Span) -> syn::Result<
                 ),
             ));
         };
-        let local = local(var);
-        lets.push(quote!(let #local = #value;));
+        let mut tokens = value.clone().into_iter();
+        let is_param = matches!(
+            (tokens.next(), tokens.next()),
+            (Some(TokenTree::Ident(ident)), None) if ident == var
+        );
+        if !is_param {
+            let local = local(var);
+            lets.push(quote!(let #local = #value;));
+        }
     }
     for (i, term) in block.lets.iter().enumerate() {
         let temp = temp(i);
@@ -46,6 +54,12 @@ pub(crate) fn body(block: &Block, bindings: &Bindings, at: Span) -> syn::Result<
     }
     let result = tokens(&block.result);
     Ok(quote!(#(#lets)* #result))
+}
+
+/// A parameter of a generated function that the index code reads as the variable `name`: the
+/// same mixed-site identifier as the code's own locals, so the code reads it directly.
+pub(crate) fn param(name: &str) -> Ident {
+    local(name)
 }
 
 fn local(name: &str) -> Ident {

@@ -6,11 +6,15 @@
 //! What only generated code may call is reached through `::fblayout::__private`.
 
 mod axis;
+mod consts;
 mod coord;
+mod extents;
 mod index;
 mod like;
 mod tensor;
+mod tile;
 
+use fblayout_core::typed::{AxisConst, AxisConstKind};
 use proc_macro2::TokenStream;
 use quote::quote;
 
@@ -108,10 +112,15 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
             #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
             #vis type #extents = <#like as #krate::typed::Tensor>::Extents;
         },
-        None => quote! {
-            #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
-            #vis struct #extents { #(pub #dynamic: #usize),* }
-        },
+        None => {
+            let dynamic: Vec<&syn::Ident> = dynamic.collect();
+            let surface = surface_stub(input, &extents, dynamic.len());
+            quote! {
+                #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+                #vis struct #extents { #(pub #dynamic: #usize),* }
+                #surface
+            }
+        }
     };
     quote! {
         #errors
@@ -150,6 +159,69 @@ fn fallback(input: Option<&Input<'_>>, errors: syn::Error) -> TokenStream {
             const TILE_ELEMS: #usize = 1;
             fn descriptor() -> &'static #krate::typed::TensorDescriptor { #unreachable }
             fn len(_: ()) -> #usize { #unreachable }
+        }
+    }
+}
+
+/// Stubs of the kernel author's surface of a declared (not `like`) tensor: the GPU twin of the
+/// extents, `gpu_extents`, the axis constants and, for an R-Tile declaration, the tile helpers.
+fn surface_stub(input: &Input<'_>, extents: &syn::Ident, dynamic: usize) -> TokenStream {
+    let krate = input.attrs.krate();
+    let ident = input.ident;
+    let vis = input.vis;
+    let usize = quote!(::core::primitive::usize);
+    let unreachable = quote!(::core::unreachable!("the tensor's declaration has errors"));
+    let twin = quote::format_ident!("{}GpuExtents", ident);
+    let n = proc_macro2::Literal::usize_unsuffixed(dynamic);
+    // Each name once: axes whose names differ only in case are among the errors reported.
+    let mut consts: Vec<syn::Ident> = Vec::new();
+    for f in &input.fields {
+        let extent = f.extent.as_ref().map(|e| e.value);
+        let is_static = matches!(extent, Some(fblayout_core::layout::Extent::Static(_)));
+        let kinds = [
+            is_static.then_some(AxisConstKind::Extent),
+            Some(AxisConstKind::Tile),
+        ];
+        for kind in kinds.into_iter().flatten() {
+            let name = AxisConst {
+                axis: f.name.clone(),
+                kind,
+                value: 0,
+            }
+            .rust_name();
+            if !consts.iter().any(|c| *c == name) {
+                consts.push(syn::Ident::new(&name, f.ident.span()));
+            }
+        }
+    }
+    let rtile = input
+        .attrs
+        .layout
+        .as_ref()
+        .is_some_and(|l| l.value == fblayout_core::layout::Order::RTile);
+    // `panic!` with a literal is allowed in a `const fn`; `unreachable!` with one is not.
+    let stub_panic = quote!(::core::panic!("the tensor's declaration has errors"));
+    let tile_fns = rtile.then(|| {
+        let params = input.fields.iter().map(|_| quote!(_: #usize));
+        let params: Vec<TokenStream> = params.collect();
+        quote! {
+            #[allow(missing_docs, clippy::too_many_arguments, reason = "a stub beside compile errors; the crate does not build")]
+            #vis const fn tile_offset(#(#params,)* _: #extents) -> #usize { #stub_panic }
+            #[allow(missing_docs, clippy::too_many_arguments, reason = "a stub beside compile errors; the crate does not build")]
+            #vis const fn tile_in_bounds(#(#params,)* _: #extents) -> ::core::primitive::bool { #stub_panic }
+        }
+    });
+    quote! {
+        #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+        #vis type #twin = [::core::primitive::u32; #n];
+
+        #[allow(missing_docs, reason = "a stub beside compile errors; the crate does not build")]
+        impl #ident {
+            #(#vis const #consts: #usize = 0;)*
+            #vis fn gpu_extents(_: #extents) -> ::core::result::Result<#twin, #krate::layout::LayoutError> {
+                #unreachable
+            }
+            #tile_fns
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The tensor: its coordinate, extents, buffer length, WGSL, descriptor and view types.
+//! The tensor: its coordinate, extents, buffer length, named constants, tile helpers, WGSL,
+//! descriptor and view types.
 
 use fblayout_core::emit::tokens;
 use fblayout_core::layout::{ElemType, Extent, LayoutSpec, Order, ViewStep};
@@ -7,9 +8,12 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use syn::Ident;
 
-use super::coord::{CoordSpec, extent_bindings, extents_unused, str_slice, usize_ty};
+use super::consts::axis_constants;
+use super::coord::{CoordSpec, extent_bindings, extents_unused, usize_ty};
 use super::docs;
+use super::extents::extents_items;
 use super::index::body;
+use super::tile::tile_fns;
 use crate::check::{Model, ViewModel};
 use crate::parse::{Name, name_of};
 
@@ -52,7 +56,9 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
     }
     .generate()?;
 
-    let extents_struct = extents_struct(model, &krate, &extents, &extent_axes);
+    let extents_items = extents_items(model, &krate, &extents, &extent_axes);
+    let axis_constants = axis_constants(model);
+    let tile_fns = tile_fns(model, &extents, &extent_axes)?;
     let name = layout.name();
 
     // The buffer length: the core's length function, simplified, as tokens.
@@ -98,9 +104,13 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
             }
 
             #len_const
+
+            #axis_constants
+
+            #tile_fns
         }
 
-        #extents_struct
+        #extents_items
 
         #[automatically_derived]
         impl #krate::typed::Tensor for #ident {
@@ -128,72 +138,6 @@ pub(crate) fn generate(model: &Model<'_>) -> syn::Result<TokenStream> {
 
         #(#views)*
     })
-}
-
-/// The extents struct: a field per run-time axis, or a unit struct.
-fn extents_struct(
-    model: &Model<'_>,
-    krate: &TokenStream,
-    extents: &Ident,
-    fields: &[Ident],
-) -> TokenStream {
-    let ident = model.input.ident;
-    let vis = model.input.vis;
-    let usize = usize_ty();
-    let derives = quote!(
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash
-    );
-    let axes: Vec<String> = fields.iter().map(ToString::to_string).collect();
-    let names = str_slice(axes.iter().map(String::as_str));
-    if axes.is_empty() {
-        let doc = docs(&format!(
-            "The run-time extents of [`{ident}`]: none, every extent is static."
-        ));
-        return quote! {
-            #doc
-            #[derive(#derives, ::core::default::Default)]
-            #vis struct #extents;
-
-            #[automatically_derived]
-            impl #krate::typed::Extents for #extents {
-                const AXES: &'static [&'static ::core::primitive::str] = #names;
-
-                fn values(&self) -> ::std::vec::Vec<#usize> {
-                    ::std::vec::Vec::new()
-                }
-            }
-        };
-    }
-    let doc = docs(&format!(
-        "The run-time extents of [`{ident}`]: one per axis declared `dyn`."
-    ));
-    let field_docs = axes
-        .iter()
-        .map(|a| docs(&format!("The extent of axis `{a}`.")));
-    quote! {
-        #doc
-        #[derive(#derives)]
-        #vis struct #extents {
-            #(
-                #field_docs
-                #vis #fields: #usize,
-            )*
-        }
-
-        #[automatically_derived]
-        impl #krate::typed::Extents for #extents {
-            const AXES: &'static [&'static ::core::primitive::str] = #names;
-
-            fn values(&self) -> ::std::vec::Vec<#usize> {
-                ::std::vec![#(self.#fields),*]
-            }
-        }
-    }
 }
 
 /// One view struct and its coordinate code.
