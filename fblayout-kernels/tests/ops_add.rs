@@ -3,7 +3,6 @@
 
 mod support;
 
-use fblayout_core::layout::ElemType;
 use fblayout_kernels::ops::AddOp;
 use fblayout_kernels::ops::add::add_cpu;
 use support::{Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, tolerance, view_2d};

@@ -131,7 +131,8 @@ impl Operand {
 
     /// The name of its extents struct in the shader, when its layout has run-time axes.
     pub(crate) fn extents_type(&self) -> Option<String> {
-        (self.view.layout().dynamic_axes().count() > 0).then(|| format!("{}_extents", self.role))
+        (self.view.layout().dynamic_axes().count() > 0)
+            .then(|| crate::typed::extents_struct_name(&self.role))
     }
 
     /// The WGSL type kernels compute with: `f32` for float storage, the integer type itself
