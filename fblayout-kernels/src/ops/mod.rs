@@ -11,11 +11,14 @@
 //! gradients of, so one layout definition serves both passes.
 //!
 //! - [`activation`]: GELU (erf and tanh), SiLU and SwiGLU.
+//! - [`matmul`]: batched GEMM through views of any layout, and a linear layer's three GEMMs.
 
 pub mod activation;
 mod compiled;
 pub(crate) mod elementwise;
 mod error;
+pub mod matmul;
 
 pub use activation::{Activation, ActivationOp, SwigluOp};
 pub use error::OpError;
+pub use matmul::{LinearOp, MatmulOp};
