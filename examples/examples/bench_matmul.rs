@@ -366,8 +366,22 @@ fn time_gather(gpu: &Gpu, args: &Args, m: &Matrix, view: &View, dst: &GpuBuffer)
     })
 }
 
-fn tflops(shape: GemmShape, seconds: f64) -> f64 {
-    shape.flops() / seconds / 1e12
+fn tflops(shape: GemmShape, seconds: f64) -> Rate {
+    Rate(shape.flops() / seconds / 1e12)
+}
+
+/// TFLOP/s, printed with two decimals, or four below 1 (a software device).
+#[derive(Clone, Copy)]
+struct Rate(f64);
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 >= 1.0 {
+            write!(f, "{:.2}", self.0)
+        } else {
+            write!(f, "{:.4}", self.0)
+        }
+    }
 }
 
 /// Times one product with the op's own plan; checks it; returns seconds.
@@ -449,7 +463,7 @@ fn sweep(gpu: &Gpu, args: &Args, name: &str, p: &Product<'_>, rng: &mut Rng) -> 
     for (t, plan) in &rows {
         let mark = if *plan == chosen { "chosen" } else { "" };
         println!(
-            "| {plan} | {:.3} | {:.1} | {mark} |",
+            "| {plan} | {:.3} | {} | {mark} |",
             t * 1e3,
             tflops(shape, *t)
         );
@@ -457,7 +471,7 @@ fn sweep(gpu: &Gpu, args: &Args, name: &str, p: &Product<'_>, rng: &mut Rng) -> 
     if let Some((t, _)) = rows.iter().find(|(_, plan)| *plan == chosen) {
         let best = rows[0].0;
         println!(
-            "\nchosen: {chosen} at {:.1} TFLOP/s, {:.0}% of the best ({})",
+            "\nchosen: {chosen} at {} TFLOP/s, {:.0}% of the best ({})",
             tflops(shape, *t),
             100.0 * best / t,
             rows[0].1
@@ -543,7 +557,7 @@ fn linear_layer(
             let (secs, plan) = time_product(gpu, args, p, elem, rng)?;
             total += secs;
             println!(
-                "| {label} | {name} | {plan} | {:.3} | {:.2} |",
+                "| {label} | {name} | {plan} | {:.3} | {} |",
                 secs * 1e3,
                 tflops(*shape, secs)
             );
@@ -599,7 +613,7 @@ fn linear_layer(
                 String::new()
             };
             println!(
-                "| {label} | {name} | {plan} | {:.3}{note} | {:.2} |",
+                "| {label} | {name} | {plan} | {:.3}{note} | {} |",
                 secs * 1e3,
                 tflops(*shape, secs + gather)
             );
@@ -613,9 +627,9 @@ fn linear_layer(
     let flops: f64 = shapes.iter().map(|(_, s)| s.flops()).sum();
     for (label, total) in &totals {
         println!(
-            "| {label} | {:.3} ms | {:.2} | {:.2}× |",
+            "| {label} | {:.3} ms | {} | {:.2}× |",
             total * 1e3,
-            flops / total / 1e12,
+            Rate(flops / total / 1e12),
             total / planned
         );
     }
@@ -651,7 +665,7 @@ fn square(gpu: &Gpu, args: &Args, elem: ElemType, rng: &mut Rng) -> Res<()> {
         let p = Product::new((&a, &a.view), (&b, &b.view), &c)?;
         let (secs, plan) = time_product(gpu, args, &p, elem, rng)?;
         println!(
-            "| {label} | {plan} | {:.3} | {:.2} |",
+            "| {label} | {plan} | {:.3} | {} |",
             secs * 1e3,
             tflops(p.shape(), secs)
         );
