@@ -72,6 +72,34 @@ impl Compiled {
         self.record(batch, entry, args, scalars, grid)
     }
 
+    /// Checks that `arg` is read through the view the kernel was built for its operand
+    /// `role` (ops that record several kernels check every argument before recording any).
+    pub(crate) fn check_view(&self, role: &'static str, arg: &GpuArg<'_>) -> Result<(), OpError> {
+        let slot = self.module.slot(role).ok_or_else(|| OpError::Unsupported {
+            op: self.op,
+            role,
+            view: arg.view().name().to_owned(),
+            why: "the kernel has no such operand".into(),
+        })?;
+        if &slot.view != arg.view() {
+            let describe = |v: &fblayout_core::layout::View| {
+                format!(
+                    "view `{}` of `{}` ({})",
+                    v.name(),
+                    v.layout().name(),
+                    v.layout().order().name()
+                )
+            };
+            return Err(OpError::WrongView {
+                op: self.op,
+                role,
+                given: describe(arg.view()),
+                built: describe(&slot.view),
+            });
+        }
+        Ok(())
+    }
+
     #[allow(clippy::type_complexity)]
     fn bind<'b>(
         &self,
@@ -87,28 +115,7 @@ impl Compiled {
         let mut buffers = Vec::with_capacity(args.len());
         let mut params: Vec<(String, ParamValue)> = Vec::new();
         for &(role, arg) in args {
-            let slot = self.module.slot(role).ok_or_else(|| OpError::Unsupported {
-                op: self.op,
-                role,
-                view: arg.view().name().to_owned(),
-                why: "the kernel has no such operand".into(),
-            })?;
-            if &slot.view != arg.view() {
-                let describe = |v: &fblayout_core::layout::View| {
-                    format!(
-                        "view `{}` of `{}` ({})",
-                        v.name(),
-                        v.layout().name(),
-                        v.layout().order().name()
-                    )
-                };
-                return Err(OpError::WrongView {
-                    op: self.op,
-                    role,
-                    given: describe(arg.view()),
-                    built: describe(&slot.view),
-                });
-            }
+            self.check_view(role, arg)?;
             buffers.push((role, arg.buffer()));
             params.extend(arg.params(role));
         }

@@ -15,6 +15,7 @@
 //! - [`bias`]: bias add and its gradient.
 //! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
 //! - [`add`]: sums (residual connections; gradients that meet).
+//! - [`matmul`]: batched GEMM through views of any layout, and a linear layer's three GEMMs.
 
 pub mod activation;
 pub mod adamw;
@@ -23,6 +24,7 @@ pub mod bias;
 mod compiled;
 pub(crate) mod elementwise;
 mod error;
+pub mod matmul;
 pub mod norm;
 pub(crate) mod reduce_rows;
 
@@ -31,6 +33,7 @@ pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
 pub use add::AddOp;
 pub use bias::BiasOp;
 pub use error::OpError;
+pub use matmul::{LinearOp, MatmulOp};
 pub use norm::{
     LayerNormGrads, LayerNormOp, LayerNormTensors, NormOp, RmsNormGrads, RmsNormOp, RmsNormTensors,
 };

@@ -1,0 +1,203 @@
+//! A linear layer's three GEMMs, built from the declarations of x, w and y.
+//!
+//! `y = x·w` with `x [tokens, d_in]`, `w [d_in, d_out]`, `y [tokens, d_out]`. With the loss's
+//! gradient `dy` (read through y's view):
+//!
+//! - `dx = dy · wᵀ`, written through x's view;
+//! - `dw = xᵀ · dy`, written through w's view.
+//!
+//! `wᵀ` and `xᵀ` are views of the same declarations (their two axes swapped): the backward reads
+//! the forward's tensors where they are, whatever their layouts. Each output can overwrite or
+//! accumulate ([`Output`]): gradient accumulation over micro-batches adds into `dw`, and a
+//! residual branch adds into `dx`.
+
+use fblayout_core::layout::View;
+
+use super::{MatmulOp, Scale, matmul_cpu};
+use crate::cpu::{Logical, LogicalMut, Real};
+use crate::ops::error::OpError;
+use crate::runtime::{Batch, Gpu};
+use crate::tensor::GpuArg;
+
+const OP: &str = "linear";
+
+/// Whether a product overwrites its output or adds to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// `out = product` (the old value is not read).
+    Overwrite,
+    /// `out += product`.
+    Accumulate,
+}
+
+impl Output {
+    /// The GEMM factors of this output.
+    pub fn scale(self) -> Scale {
+        match self {
+            Self::Overwrite => Scale::OVERWRITE,
+            Self::Accumulate => Scale::ACCUMULATE,
+        }
+    }
+}
+
+/// The view with its two axes swapped.
+fn transposed(view: &View) -> Result<View, OpError> {
+    match view.axes() {
+        [a, b] => Ok(view.transpose(&a.name, &b.name)?),
+        axes => Err(OpError::shape(
+            OP,
+            format!(
+                "`{}` has rank {}; a linear layer's operands are matrices",
+                view.name(),
+                axes.len()
+            ),
+        )),
+    }
+}
+
+/// `arg`'s buffer and extents read through `view` (another view of the same tensor).
+fn through<'a>(arg: &GpuArg<'a>, view: &'a View) -> Result<GpuArg<'a>, OpError> {
+    let names: Vec<String> = view
+        .layout()
+        .dynamic_axes()
+        .map(|a| a.name.clone())
+        .collect();
+    let extents: Vec<(&str, u32)> = names
+        .iter()
+        .map(String::as_str)
+        .zip(arg.bound_view().extent_args().iter().map(|&n| n as u32))
+        .collect();
+    Ok(GpuArg::new(arg.buffer(), view, &extents)?)
+}
+
+/// The forward and backward GEMMs of a linear layer (see the module docs).
+#[derive(Debug, Clone)]
+pub struct LinearOp {
+    forward: MatmulOp,
+    grad_x: MatmulOp,
+    grad_w: MatmulOp,
+    x_t: View,
+    w_t: View,
+}
+
+impl LinearOp {
+    /// The GEMMs of `y = x·w` for views `x [tokens, d_in]`, `w [d_in, d_out]` and `y [tokens,
+    /// d_out]`, and of its backward.
+    pub fn new(gpu: &Gpu, x: &View, w: &View, y: &View) -> Result<Self, OpError> {
+        let (x_t, w_t) = (transposed(x)?, transposed(w)?);
+        transposed(y)?;
+        Ok(Self {
+            forward: MatmulOp::new(gpu, x, w, y)?,
+            grad_x: MatmulOp::new(gpu, y, &w_t, x)?,
+            grad_w: MatmulOp::new(gpu, &x_t, y, w)?,
+            x_t,
+            w_t,
+        })
+    }
+
+    /// The three GEMMs: forward, `dx` and `dw` (to choose their plans, or read their kernels).
+    pub fn gemms(&self) -> [&MatmulOp; 3] {
+        [&self.forward, &self.grad_x, &self.grad_w]
+    }
+
+    /// Records `y = x·w` (or `y += x·w`).
+    pub fn forward(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        w: &GpuArg<'_>,
+        y: &GpuArg<'_>,
+        out: Output,
+    ) -> Result<(), OpError> {
+        self.forward.record(batch, x, w, y, out.scale())
+    }
+
+    /// Records the gradients of the inputs: `dx = dy · wᵀ` and `dw = xᵀ · dy`, each when asked
+    /// for, overwriting or accumulating. `dy` is read through y's view, `dx` written through
+    /// x's and `dw` through w's. Every argument is checked before anything is recorded.
+    pub fn backward(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        w: &GpuArg<'_>,
+        dy: &GpuArg<'_>,
+        dx: Option<(&GpuArg<'_>, Output)>,
+        dw: Option<(&GpuArg<'_>, Output)>,
+    ) -> Result<(), OpError> {
+        let gpu = batch.gpu();
+        // x and w must be read through the views the op was built for before their
+        // transposes are taken.
+        self.forward.extents(gpu, x, w, dy)?;
+        let (x_t, w_t) = (through(x, &self.x_t)?, through(w, &self.w_t)?);
+        if let Some((dx, _)) = dx {
+            self.grad_x.extents(gpu, dy, &w_t, dx)?;
+        }
+        if let Some((dw, _)) = dw {
+            self.grad_w.extents(gpu, &x_t, dy, dw)?;
+        }
+        if let Some((dx, out)) = dx {
+            self.grad_x.record(batch, dy, &w_t, dx, out.scale())?;
+        }
+        if let Some((dw, out)) = dw {
+            self.grad_w.record(batch, &x_t, dy, dw, out.scale())?;
+        }
+        Ok(())
+    }
+}
+
+/// A matrix read through its transpose.
+struct Transposed<'a, T> {
+    inner: &'a dyn Logical<T>,
+    dims: [usize; 2],
+}
+
+impl<'a, T> Transposed<'a, T> {
+    fn new(inner: &'a dyn Logical<T>) -> Result<Self, OpError> {
+        match *inner.dims() {
+            [r, c] => Ok(Self {
+                inner,
+                dims: [c, r],
+            }),
+            ref d => Err(OpError::shape(
+                OP,
+                format!("an operand has shape {d:?}; a linear layer's operands are matrices"),
+            )),
+        }
+    }
+}
+
+impl<T> Logical<T> for Transposed<'_, T> {
+    fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+    fn get(&self, index: &[usize]) -> T {
+        self.inner.get(&[index[1], index[0]])
+    }
+}
+
+/// `y = x·w` (or `y += x·w`) on the CPU.
+pub fn linear_forward_cpu<T: Real>(
+    x: &dyn Logical<T>,
+    w: &dyn Logical<T>,
+    y: &mut dyn LogicalMut<T>,
+    out: Output,
+) -> Result<(), OpError> {
+    matmul_cpu(x, w, y, out.scale())
+}
+
+/// `dx = dy · wᵀ` and `dw = xᵀ · dy` on the CPU, each when asked for.
+pub fn linear_backward_cpu<T: Real>(
+    x: &dyn Logical<T>,
+    w: &dyn Logical<T>,
+    dy: &dyn Logical<T>,
+    dx: Option<(&mut dyn LogicalMut<T>, Output)>,
+    dw: Option<(&mut dyn LogicalMut<T>, Output)>,
+) -> Result<(), OpError> {
+    if let Some((dx, out)) = dx {
+        matmul_cpu(dy, &Transposed::new(w)?, dx, out.scale())?;
+    }
+    if let Some((dw, out)) = dw {
+        matmul_cpu(&Transposed::new(x)?, dy, dw, out.scale())?;
+    }
+    Ok(())
+}

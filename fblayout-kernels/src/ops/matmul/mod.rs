@@ -1,0 +1,590 @@
+//! Matrix products: batched GEMM through views of any layout, and a linear layer's three GEMMs.
+//!
+//! [`MatmulOp`] computes `C[b.., m, n] = alpha · Σ_k A[b.., m, k] · B[b.., k, n] + beta ·
+//! C[b.., m, n]` for views A, B and C of rank 2 plus up to three leading batch axes of equal
+//! extents. Every transposition is a view: `Aᵀ` is A's view with its last two axes swapped,
+//! attention's `Q [b, s, h, d]` is read as `[b, h, s, d]` by a permute, `Kᵀ` as `[b, h, d, s]`,
+//! and grouped-query attention shares K between the heads of a group by a `broadcast` step
+//! (`[b, h_kv, g, d, s]`). Nothing is copied: the kernel reads each operand through its view.
+//!
+//! - [`tiling`]: [`TileConfig`] (workgroup tile, k-step, outputs per invocation) and [`Plan`]
+//!   (a configuration plus a split of the reduction), chosen by shape in one place.
+//! - `shader`: the generated WGSL. Tiles are staged through workgroup memory with `vec4`
+//!   loads along whichever axis the operand is contiguous in ([`Operand::vectorized`] on the
+//!   outer axis, then on `k`, else single elements), into one staging layout, so one
+//!   register-blocked inner loop serves every layout.
+//! - [`linear`]: [`LinearOp`], `y = x·w` and its backward `dx = dy·wᵀ`, `dw = xᵀ·dy`, built from
+//!   the three declarations.
+//! - [`cpu`]: the CPU twin, blocked and parallel, in `f64`.
+//!
+//! Storage is `f32` or `f16` (sums are `f32` on the GPU, `f64` on the CPU). `beta = 0` does
+//! not read C, so C may hold anything (NaN) then; `beta = 1` accumulates.
+//!
+//! ```no_run
+//! use fblayout_core::layout::LayoutSpec;
+//! use fblayout_kernels::ops::matmul::{MatmulOp, Scale};
+//! use fblayout_kernels::runtime::{Gpu, GpuBuffer};
+//! use fblayout_kernels::tensor::GpuArg;
+//!
+//! let gpu = Gpu::new()?;
+//! // Attention scores S = Q·Kᵀ per head, from Q and K stored as [batch, seq, heads, head_dim].
+//! let qk = LayoutSpec::new("q").dyn_axis("batch").dyn_axis("seq").axis("heads", 12).axis("head_dim", 64).build()?;
+//! let q = qk.view().permute(&["batch", "heads", "seq", "head_dim"])?;
+//! let k_t = qk.view().permute(&["batch", "heads", "head_dim", "seq"])?;
+//! let s = LayoutSpec::new("s").dyn_axis("batch").axis("heads", 12).dyn_axis("seq").axis("key", 128).build()?;
+//! let op = MatmulOp::new(&gpu, &q, &k_t, &s.view())?;
+//!
+//! let extents = [("batch", 8), ("seq", 128)];
+//! let elements = 8 * 128 * 12 * 64;
+//! let (qb, kb) = (GpuBuffer::zeroed::<f32>(&gpu, elements)?, GpuBuffer::zeroed::<f32>(&gpu, elements)?);
+//! let sb = GpuBuffer::scratch::<f32>(&gpu, 8 * 12 * 128 * 128)?;
+//! let mut batch = gpu.batch();
+//! op.record(
+//!     &mut batch,
+//!     &GpuArg::new(&qb, &q, &extents)?,
+//!     &GpuArg::new(&kb, &k_t, &extents)?,
+//!     &GpuArg::new(&sb, &s.view(), &extents)?,
+//!     Scale { alpha: 0.125, beta: 0.0 }, // 1/√head_dim
+//! )?;
+//! batch.submit()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`Operand::vectorized`]: fblayout_core::kernel::Operand::vectorized
+
+pub mod cpu;
+pub mod linear;
+mod shader;
+pub mod tiling;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use fblayout_core::expr::{Node, VarKind};
+use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
+use fblayout_core::layout::{ElemType, LayoutSpec, View};
+
+use self::shader::{Epilogue, GemmSpec, Staging, Store};
+use super::compiled::Compiled;
+use super::error::OpError;
+use crate::entry_point::workgroups;
+use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::tensor::GpuArg;
+
+pub use cpu::matmul_cpu;
+pub use linear::{LinearOp, Output};
+pub use tiling::{DEFAULT_COMPUTE_UNITS, GemmShape, Plan, TileConfig};
+
+const OP: &str = "matmul";
+const REDUCE_OP: &str = "matmul split-k reduction";
+/// Batch axes a product may have besides its two matrix axes.
+pub const MAX_BATCH_AXES: usize = 3;
+
+/// The factors of a GEMM: `C = alpha · A·B + beta · C`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scale {
+    /// The factor of the product.
+    pub alpha: f32,
+    /// The factor of C's old value; 0 does not read C.
+    pub beta: f32,
+}
+
+impl Scale {
+    /// `C = A·B`.
+    pub const OVERWRITE: Self = Self {
+        alpha: 1.0,
+        beta: 0.0,
+    };
+    /// `C += A·B`.
+    pub const ACCUMULATE: Self = Self {
+        alpha: 1.0,
+        beta: 1.0,
+    };
+}
+
+/// The extents of a product checked against each other: the batch axes and `m`, `n`, `k`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extents {
+    /// The extents of the batch axes (equal in A, B and C).
+    pub batch: Vec<usize>,
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B.
+    pub k: usize,
+}
+
+impl Extents {
+    /// The extents of `A [b.., m, k] · B [b.., k, n] → C [b.., m, n]`, or why they don't fit.
+    pub fn of(a: &[usize], b: &[usize], c: &[usize]) -> Result<Self, OpError> {
+        let rank = c.len();
+        if !(2..=2 + MAX_BATCH_AXES).contains(&rank) {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "C has rank {rank}; a product has 2 matrix axes and at most {MAX_BATCH_AXES} batch axes"
+                ),
+            ));
+        }
+        if a.len() != rank || b.len() != rank {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "A, B and C must have one rank (batch axes, then two matrix axes): A {a:?}, B {b:?}, C {c:?}"
+                ),
+            ));
+        }
+        let nb = rank - 2;
+        if a[..nb] != c[..nb] || b[..nb] != c[..nb] {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "the batch axes differ: A {:?}, B {:?}, C {:?} (a shared operand is a broadcast view)",
+                    &a[..nb],
+                    &b[..nb],
+                    &c[..nb]
+                ),
+            ));
+        }
+        let (m, k) = (a[nb], a[nb + 1]);
+        let (kb, n) = (b[nb], b[nb + 1]);
+        if k != kb {
+            return Err(OpError::shape(
+                OP,
+                format!("A is [.., {m}, {k}] but B is [.., {kb}, {n}]: the reduced extents differ"),
+            ));
+        }
+        if c[nb] != m || c[nb + 1] != n {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "A·B is [.., {m}, {n}] but C is [.., {}, {}]",
+                    c[nb],
+                    c[nb + 1]
+                ),
+            ));
+        }
+        Ok(Self {
+            batch: c[..nb].to_vec(),
+            m,
+            n,
+            k,
+        })
+    }
+
+    /// Products in the batch.
+    pub fn products(&self) -> usize {
+        self.batch.iter().product()
+    }
+
+    /// The shape the tiling is chosen for; `None` past the `u32` space.
+    pub fn gemm(&self) -> Option<GemmShape> {
+        Some(GemmShape {
+            batch: u32::try_from(self.products()).ok()?,
+            m: u32::try_from(self.m).ok()?,
+            n: u32::try_from(self.n).ok()?,
+            k: u32::try_from(self.k).ok()?,
+        })
+    }
+}
+
+/// Which kernel of an op: the direct GEMM or the split-k partial GEMM of a tiling, or the
+/// split-k reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kernel {
+    Gemm(TileConfig),
+    Partial(TileConfig),
+    Reduce,
+}
+
+/// A batched GEMM built for the views of A, B and C (see the module docs).
+///
+/// Kernels are generated per tiling on first use and kept; [`record`](Self::record) picks the
+/// tiling by shape ([`Plan::choose`]), [`record_plan`](Self::record_plan) takes one.
+#[derive(Debug, Clone)]
+pub struct MatmulOp {
+    a: Operand,
+    b: Operand,
+    c: Operand,
+    partial: Operand,
+    batch_axes: usize,
+    store: Store,
+    candidates: Vec<(TileConfig, f64)>,
+    units: u32,
+    kernels: Arc<Mutex<HashMap<Kernel, Arc<Compiled>>>>,
+}
+
+/// The layout of split-k's partial sums: `[product, split, rows, cols]`, f32, with `cols`
+/// padded to whole `vec4`s (it is `cols4 × 4` merged).
+fn partial_view() -> Result<View, OpError> {
+    let layout = LayoutSpec::new("mm_partial")
+        .dyn_axis("product")
+        .dyn_axis("split")
+        .dyn_axis("rows")
+        .dyn_axis("cols4")
+        .axis("lane", 4)
+        .build()
+        .map_err(|e| OpError::shape(OP, e.to_string()))?;
+    Ok(layout.view().merge(&["cols4", "lane"], "cols")?)
+}
+
+/// `op` with wide accesses along the first of `axes` that grants them.
+fn vectorized(op: Operand, axes: &[usize]) -> (Operand, Option<usize>) {
+    for &axis in axes {
+        let v = op.clone().vectorized(axis);
+        if v.vector_axis().is_some() {
+            return (v, Some(axis));
+        }
+    }
+    (op, None)
+}
+
+/// Fails when writing C through `view` would write one element from several products: a view
+/// whose offset ignores an axis longer than one (a broadcast).
+fn check_writable(view: &View) -> Result<(), OpError> {
+    let f = view.index_fn().simplified();
+    let reached = f.graph.reachable(&[f.offset]);
+    let coords = f
+        .params
+        .iter()
+        .filter(|&&p| f.graph.var_decl(p).kind == VarKind::Coord);
+    for (axis, &p) in view.axes().iter().zip(coords) {
+        let used = reached
+            .iter()
+            .any(|&id| matches!(f.graph.node(id), Node::Var(v) if v == p));
+        if !used && axis.extent.as_static() != Some(1) {
+            return Err(OpError::Unsupported {
+                op: OP,
+                role: "c",
+                view: view.name().to_owned(),
+                why: format!(
+                    "its offset ignores axis `{}` (a broadcast), so several products would \
+                     write one element",
+                    axis.name
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl MatmulOp {
+    /// The GEMM reading A and B through `a` and `b` and writing C through `c`.
+    ///
+    /// Checks the ranks, the static extents, the element types (`f32`, or `f16` where the
+    /// device has it) and that C is not written through a broadcast; builds the kernel of the
+    /// large tiling, so a problem with the views shows here.
+    pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        let rank = c.axes().len();
+        if a.axes().len() != rank
+            || b.axes().len() != rank
+            || !(2..=2 + MAX_BATCH_AXES).contains(&rank)
+        {
+            let ranks = |v: &View| vec![1; v.axes().len()];
+            Extents::of(&ranks(a), &ranks(b), &ranks(c))?;
+        }
+        let nb = rank - 2;
+        // The static extents must already fit; run-time ones are checked per call.
+        let agree = |what: &str,
+                     (x, vx, i): (&str, &View, usize),
+                     (y, vy, j): (&str, &View, usize)| {
+            match (
+                vx.axes()[i].extent.as_static(),
+                vy.axes()[j].extent.as_static(),
+            ) {
+                (Some(e), Some(f)) if e != f => Err(OpError::shape(
+                    OP,
+                    format!("{what} has extent {e} in {x} but {f} in {y}"),
+                )),
+                _ => Ok(()),
+            }
+        };
+        for d in 0..nb {
+            let what = format!("batch axis {d}");
+            agree(&what, ("A", a, d), ("C", c, d))?;
+            agree(&what, ("B", b, d), ("C", c, d))?;
+        }
+        agree("m", ("A", a, nb), ("C", c, nb))?;
+        agree("n", ("B", b, nb + 1), ("C", c, nb + 1))?;
+        agree("k", ("A", a, nb + 1), ("B", b, nb))?;
+        for (role, v) in [("a", a), ("b", b), ("c", c)] {
+            let why = match v.layout().elem() {
+                ElemType::F32 => None,
+                ElemType::F16 if gpu.features().f16 => None,
+                ElemType::F16 => Some("f16 storage needs a device with SHADER_F16".to_owned()),
+                other => Some(format!("products are of f32 or f16 elements, not {other}")),
+            };
+            if let Some(why) = why {
+                return Err(OpError::Unsupported {
+                    op: OP,
+                    role,
+                    view: v.name().to_owned(),
+                    why,
+                });
+            }
+        }
+        check_writable(c)?;
+        let (a, _) = vectorized(Operand::read("a", a)?, &[nb, nb + 1]);
+        let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
+        let (c, c_axis) = vectorized(Operand::write("c", c)?, &[nb + 1, nb]);
+        let store = match c_axis {
+            Some(axis) if axis == nb + 1 => Store::N,
+            Some(_) => Store::M,
+            None => Store::Scalar,
+        };
+        let partial = Operand::write("partial", &partial_view()?)?.vectorized(3);
+        let candidates: Vec<(TileConfig, f64)> = TileConfig::CANDIDATES
+            .into_iter()
+            .filter(|(t, _)| t.check(gpu.limits()).is_ok())
+            .collect();
+        let op = Self {
+            a,
+            b,
+            c,
+            partial,
+            batch_axes: nb,
+            store,
+            candidates,
+            units: DEFAULT_COMPUTE_UNITS,
+            kernels: Arc::default(),
+        };
+        let (first, _) = op
+            .candidates
+            .first()
+            .copied()
+            .ok_or_else(|| OpError::shape(OP, "the device can build none of the tilings"))?;
+        op.kernel(gpu, Kernel::Gemm(first))?;
+        Ok(op)
+    }
+
+    /// The same op planning for a device of `units` compute units (multiprocessors; default
+    /// [`DEFAULT_COMPUTE_UNITS`]).
+    pub fn compute_units(mut self, units: u32) -> Self {
+        self.units = units.max(1);
+        self
+    }
+
+    /// The tilings the device can build, each with its relative cost (see
+    /// [`TileConfig::CANDIDATES`]).
+    pub fn candidates(&self) -> &[(TileConfig, f64)] {
+        &self.candidates
+    }
+
+    /// The plan [`record`](Self::record) uses for `shape`.
+    pub fn plan(&self, shape: GemmShape) -> Plan {
+        Plan::choose(shape, &self.candidates, self.units)
+    }
+
+    /// Whether A, B and C are read and written four elements at a time (along which axis each
+    /// is contiguous, as the kernel surface proved): for tests and the benchmark.
+    pub fn vector_axes(&self) -> [Option<usize>; 3] {
+        [
+            self.a.vector_axis(),
+            self.b.vector_axis(),
+            self.c.vector_axis(),
+        ]
+    }
+
+    /// The WGSL of the GEMM kernel of `config` (for snapshots and inspection).
+    pub fn source(&self, gpu: &Gpu, config: TileConfig) -> Result<String, OpError> {
+        Ok(self
+            .kernel(gpu, Kernel::Gemm(config))?
+            .module()
+            .source()
+            .to_owned())
+    }
+
+    fn staging(&self, operand: &Operand, outer: usize) -> Staging {
+        match operand.vector_axis() {
+            Some(axis) if axis == outer => Staging::Outer,
+            Some(_) => Staging::K,
+            None => Staging::Scalar,
+        }
+    }
+
+    /// The kernel `which`, built on first use.
+    fn kernel(&self, gpu: &Gpu, which: Kernel) -> Result<Arc<Compiled>, OpError> {
+        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = kernels.get(&which) {
+            return Ok(Arc::clone(k));
+        }
+        let nb = self.batch_axes;
+        let gemm = |config: TileConfig, epilogue| -> Result<KernelSource, OpError> {
+            config
+                .check(gpu.limits())
+                .map_err(|why| OpError::shape(OP, format!("tiling {config}: {why}")))?;
+            let spec = GemmSpec {
+                config,
+                batch_axes: nb,
+                a: self.staging(&self.a, nb),
+                b: self.staging(&self.b, nb + 1),
+                epilogue,
+            };
+            Ok(KernelSource::new(OP)
+                .operand(self.a.clone())
+                .operand(self.b.clone())
+                .body(shader::gemm(&spec)))
+        };
+        let source = match which {
+            Kernel::Gemm(config) => gemm(config, Epilogue::Direct(self.store))?
+                .operand(self.c.clone())
+                .scalar("alpha", Scalar::F32)
+                .scalar("beta", Scalar::F32),
+            Kernel::Partial(config) => gemm(config, Epilogue::Partial)?
+                .operand(self.partial.clone())
+                .scalar("splits", Scalar::U32)
+                .scalar("split_len", Scalar::U32),
+            Kernel::Reduce => KernelSource::new(REDUCE_OP)
+                .operand(Operand::read("partial", self.partial.view())?.vectorized(3))
+                .operand(self.c.clone())
+                .scalar("alpha", Scalar::F32)
+                .scalar("beta", Scalar::F32)
+                .scalar("splits", Scalar::U32)
+                .body(shader::reduce(self.store, nb)),
+        };
+        let op = if which == Kernel::Reduce {
+            REDUCE_OP
+        } else {
+            OP
+        };
+        let compiled = Arc::new(Compiled::new(op, gpu, source)?);
+        kernels.insert(which, Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    /// The checked extents of a call: views first (each argument must be read through the view
+    /// the op was built for), then shapes.
+    pub fn extents(
+        &self,
+        gpu: &Gpu,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<Extents, OpError> {
+        let first = self.candidates.first().map_or(TileConfig::SMALL, |c| c.0);
+        let gemm = self.kernel(gpu, Kernel::Gemm(first))?;
+        for (role, arg) in [("a", a), ("b", b), ("c", c)] {
+            gemm.check_view(role, arg)?;
+        }
+        Extents::of(&a.dims(), &b.dims(), &c.dims())
+    }
+
+    /// Records `C = alpha · A·B + beta · C` with the tiling chosen for its shape.
+    pub fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        scale: Scale,
+    ) -> Result<(), OpError> {
+        self.record_with(batch, None, a, b, c, scale)
+    }
+
+    /// Records `C = alpha · A·B + beta · C` with `plan`.
+    pub fn record_plan(
+        &self,
+        batch: &mut Batch<'_>,
+        plan: Plan,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        scale: Scale,
+    ) -> Result<(), OpError> {
+        self.record_with(batch, Some(plan), a, b, c, scale)
+    }
+
+    fn record_with(
+        &self,
+        batch: &mut Batch<'_>,
+        plan: Option<Plan>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        scale: Scale,
+    ) -> Result<(), OpError> {
+        let gpu = batch.gpu();
+        let extents = self.extents(gpu, a, b, c)?;
+        let shape = gemm_shape(&extents)?;
+        if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
+            return Ok(());
+        }
+        let plan = plan.unwrap_or_else(|| self.plan(shape));
+        let config = plan.config;
+        let split = plan
+            .split_k
+            .max(1)
+            .min(shape.k.div_ceil(config.k_step).max(1));
+        let max = gpu.max_workgroups_per_dimension();
+        let grid = [
+            shape.n.div_ceil(config.tile_n),
+            shape.m.div_ceil(config.tile_m),
+            shape.batch.saturating_mul(split),
+        ];
+        if grid.iter().any(|&g| g > max) {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "{extents:?} under {plan} needs a grid of {grid:?} workgroups; the device \
+                     allows {max} per dimension"
+                ),
+            ));
+        }
+        let scalars = |s: Scale| {
+            [
+                ("alpha", ParamValue::F32(s.alpha)),
+                ("beta", ParamValue::F32(s.beta)),
+            ]
+        };
+        if split == 1 {
+            let gemm = self.kernel(gpu, Kernel::Gemm(config))?;
+            return gemm.record(
+                batch,
+                shader::ENTRY,
+                &[("a", a), ("b", b), ("c", c)],
+                &scalars(scale),
+                grid,
+            );
+        }
+        // Split-k: each split reduces a whole number of k-steps into the partial sums.
+        let split_len = shape.k.div_ceil(split).div_ceil(config.k_step) * config.k_step;
+        let split = shape.k.div_ceil(split_len);
+        let grid = [grid[0], grid[1], shape.batch * split];
+        let partial_kernel = self.kernel(gpu, Kernel::Partial(config))?;
+        let reduce = self.kernel(gpu, Kernel::Reduce)?;
+        let view = self.partial.view();
+        let bound = view.bind(&[
+            ("product", shape.batch),
+            ("split", split),
+            ("rows", shape.m),
+            ("cols4", shape.n.div_ceil(4)),
+        ])?;
+        let scratch = GpuBuffer::scratch::<f32>(gpu, bound.len() as usize)?;
+        let partial = GpuArg::bound(&scratch, view, bound)?;
+        let splits = ("splits", ParamValue::U32(split));
+        partial_kernel.record(
+            batch,
+            shader::ENTRY,
+            &[("a", a), ("b", b), ("partial", &partial)],
+            &[splits, ("split_len", ParamValue::U32(split_len))],
+            grid,
+        )?;
+        let [alpha, beta] = scalars(scale);
+        let units = u64::from(shape.batch) * u64::from(shape.m) * u64::from(shape.n.div_ceil(4));
+        reduce.record_linear(
+            batch,
+            shader::REDUCE_ENTRY,
+            &[("partial", &partial), ("c", c)],
+            &[alpha, beta, splits],
+            workgroups(units),
+        )
+    }
+}
+
+/// The tiling shape of checked extents.
+fn gemm_shape(extents: &Extents) -> Result<GemmShape, OpError> {
+    extents
+        .gemm()
+        .ok_or_else(|| OpError::shape(OP, format!("{extents:?} exceeds the u32 index space")))
+}

@@ -1,0 +1,485 @@
+//! The WGSL of the GEMM kernels, generated for one tiling and the operands' access modes.
+//!
+//! One workgroup computes a `tile_m × tile_n` block of C for one product of the batch (the
+//! third grid axis names the product, and the part of the reduction under split-k). It walks
+//! `k` in steps: every invocation loads a few elements of the next A and B tiles into
+//! registers, stores them into workgroup memory, and then multiplies from there. Two buffers of
+//! workgroup memory let the loads of step `t + 1` overlap the multiplications of step `t` with
+//! one barrier per step.
+//!
+//! The staged tiles are `[k][outer / 4]` arrays of `vec4` (outer is `m` for A and `n` for B)
+//! whatever the operand's layout, so one inner loop serves every layout. How a tile is loaded
+//! depends on what the kernel surface granted ([`Staging`]): four neighbours along the outer
+//! axis (one `vec4` into one `vec4` of workgroup memory), four along `k` (one `vec4` into four
+//! rows), or single elements. Each row of a staged tile holds one spare `vec4`, so rows start
+//! on different banks and the scattered stores of the `k`-wide mode don't conflict.
+//!
+//! Partial tiles are masked where they are loaded, not in the inner loop: coordinates past the
+//! end of `m` or `n` are clamped to the last row or column (those outputs are never stored),
+//! and elements past the end of `k` are replaced by zeros with `select`, so padding or NaN in
+//! the tensor never reaches a sum. `beta = 0` skips the read of C altogether.
+//!
+//! The inner loop is unrolled by the generator: per `k`, an invocation reads `thread_m / 4`
+//! `vec4`s of A and `thread_n / 4` of B and does `thread_m × thread_n` multiply-adds into
+//! registers. Nothing here computes an offset: tensors are addressed by coordinates through
+//! `<role>_load`/`<role>_store`.
+
+use std::fmt::Write as _;
+
+use super::tiling::TileConfig;
+
+/// The entry point of the GEMM kernels.
+pub(crate) const ENTRY: &str = "matmul";
+/// The entry point of the split-k reduction.
+pub(crate) const REDUCE_ENTRY: &str = "matmul_reduce";
+
+/// How an operand's tile is loaded into workgroup memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Staging {
+    /// `load4` along the outer axis (`m` of A, `n` of B).
+    Outer,
+    /// `load4` along `k`.
+    K,
+    /// One element at a time.
+    Scalar,
+}
+
+/// How C is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Store {
+    /// `store4` along `n`.
+    N,
+    /// `store4` along `m`.
+    M,
+    /// One element at a time.
+    Scalar,
+}
+
+/// Where the sums go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Epilogue {
+    /// Into C: `alpha · sum + beta · C`.
+    Direct(Store),
+    /// Into the partial sums of split `z % splits` (the reduction kernel finishes).
+    Partial,
+}
+
+/// What one GEMM kernel is generated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct GemmSpec {
+    pub config: TileConfig,
+    /// Leading batch axes (0 to 3).
+    pub batch_axes: usize,
+    pub a: Staging,
+    pub b: Staging,
+    pub epilogue: Epilogue,
+}
+
+const LANES: [&str; 4] = ["x", "y", "z", "w"];
+
+/// `mm_b0, mm_b1, ` for the batch coordinates (empty without batch axes).
+fn batch_coords(batch_axes: usize) -> String {
+    (0..batch_axes).map(|d| format!("mm_b{d}, ")).collect()
+}
+
+/// `mm_b0: u32, ...` for helper signatures.
+fn batch_params(batch_axes: usize) -> String {
+    (0..batch_axes).map(|d| format!("mm_b{d}: u32, ")).collect()
+}
+
+/// Statements decoding `var mm_z` into the batch coordinates of the batch axes of operand
+/// `role`, last fastest.
+fn decode_batch(s: &mut String, role: &str, batch_axes: usize) {
+    for d in (1..batch_axes).rev() {
+        let _ = writeln!(
+            s,
+            "    let mm_b{d} = mm_z % {role}_dim{d}();\n    mm_z = mm_z / {role}_dim{d}();"
+        );
+    }
+    if batch_axes > 0 {
+        let _ = writeln!(s, "    let mm_b0 = mm_z;");
+    }
+}
+
+/// The helper that writes four rows × four columns of C at `(mm_m, mm_n)` (rows `mm_r0..3`,
+/// each a `vec4` over the columns), masked to C's extents, with `alpha` and `beta`.
+fn write_block(store: Store, batch_axes: usize) -> String {
+    let bp = batch_params(batch_axes);
+    let bc = batch_coords(batch_axes);
+    let m_dim = format!("c_dim{batch_axes}()");
+    let n_dim = format!("c_dim{}()", batch_axes + 1);
+    let mut s = String::new();
+    // One row of four columns, element by element or as one vec4.
+    let _ = writeln!(
+        s,
+        "fn mm_write_row({bp}mm_m: u32, mm_n: u32, mm_v: vec4<f32>) {{
+    if (mm_m >= {m_dim}) {{
+        return;
+    }}
+    let mm_out = params.alpha * mm_v;"
+    );
+    if store == Store::N {
+        let _ = writeln!(
+            s,
+            "    if (mm_n + 3u < {n_dim}) {{
+        if (params.beta != 0.0) {{
+            c_store4({bc}mm_m, mm_n, mm_out + params.beta * c_load4({bc}mm_m, mm_n));
+        }} else {{
+            c_store4({bc}mm_m, mm_n, mm_out);
+        }}
+        return;
+    }}"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "    for (var mm_j = 0u; mm_j < 4u; mm_j = mm_j + 1u) {{
+        if (mm_n + mm_j < {n_dim}) {{
+            if (params.beta != 0.0) {{
+                c_store({bc}mm_m, mm_n + mm_j, mm_out[mm_j] + params.beta * c_load({bc}mm_m, mm_n + mm_j));
+            }} else {{
+                c_store({bc}mm_m, mm_n + mm_j, mm_out[mm_j]);
+            }}
+        }}
+    }}
+}}"
+    );
+    let _ = writeln!(
+        s,
+        "fn mm_write_block({bp}mm_m: u32, mm_n: u32, mm_r0: vec4<f32>, mm_r1: vec4<f32>, mm_r2: vec4<f32>, mm_r3: vec4<f32>) {{"
+    );
+    if store == Store::M {
+        // Four rows are four neighbours along m: one store4 per column when all are inside.
+        let _ = writeln!(
+            s,
+            "    if (mm_m + 3u < {m_dim}) {{
+        for (var mm_j = 0u; mm_j < 4u; mm_j = mm_j + 1u) {{
+            if (mm_n + mm_j < {n_dim}) {{
+                let mm_out = params.alpha * vec4<f32>(mm_r0[mm_j], mm_r1[mm_j], mm_r2[mm_j], mm_r3[mm_j]);
+                if (params.beta != 0.0) {{
+                    c_store4({bc}mm_m, mm_n + mm_j, mm_out + params.beta * c_load4({bc}mm_m, mm_n + mm_j));
+                }} else {{
+                    c_store4({bc}mm_m, mm_n + mm_j, mm_out);
+                }}
+            }}
+        }}
+        return;
+    }}"
+        );
+    }
+    for r in 0..4 {
+        let _ = writeln!(s, "    mm_write_row({bc}mm_m + {r}u, mm_n, mm_r{r});");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The coordinates of element `(outer, k)` of operand `role` (A is `[m, k]`, B is `[k, n]`).
+fn at(role: &str, batch: &str, outer: &str, k: &str) -> String {
+    if role == "a" {
+        format!("{batch}{outer}, {k}")
+    } else {
+        format!("{batch}{k}, {outer}")
+    }
+}
+
+/// The per-invocation registers a staged load fills, and the statements that fill them from
+/// the tile at `mm_k0` and store them into buffer `mm_buf`.
+struct Stage {
+    declare: String,
+    load: String,
+    store: String,
+}
+
+/// The staging of operand `role` (`a` or `b`) over a tile of `outer` × `k_step`.
+fn stage(role: &str, mode: Staging, outer: u32, config: &TileConfig, batch_axes: usize) -> Stage {
+    let threads = config.invocations();
+    let k_step = config.k_step;
+    let bc = batch_coords(batch_axes);
+    let tile = format!("mm_{role}_tile");
+    // Origin and clamp limits along the outer axis.
+    let (origin, last) = if role == "a" {
+        ("mm_m0", "mm_m_last")
+    } else {
+        ("mm_n0", "mm_n_last")
+    };
+    let last4 = format!("{last}4");
+    let (items, width) = match mode {
+        Staging::Scalar => (outer * k_step, 1),
+        _ => (outer * k_step / 4, 4),
+    };
+    let per_thread = items.div_ceil(threads);
+    let mut declare = String::new();
+    let mut load = String::new();
+    let mut store = String::new();
+    let ty = if width == 4 { "vec4<f32>" } else { "f32" };
+    for i in 0..per_thread {
+        let reg = format!("mm_{role}_reg{i}");
+        let _ = writeln!(declare, "    var {reg}: {ty};");
+        // Items past the tile (when threads don't divide it) are guarded by the invocation
+        // index, which is uniform per subgroup.
+        let guard = (i + 1) * threads > items;
+        let (open, close) = if guard {
+            (
+                format!("        if (mm_lid + {}u < {items}u) {{\n", i * threads),
+                "        }\n",
+            )
+        } else {
+            (String::new(), "")
+        };
+        let e = format!("(mm_lid + {}u)", i * threads);
+        let ind = if guard { "            " } else { "        " };
+        load += &open;
+        store += &open;
+        match mode {
+            Staging::Outer => {
+                // e → (k row, vec4 along outer), outer fastest.
+                let per_row = outer / 4;
+                let _ = writeln!(
+                    load,
+                    "{ind}{{\n{ind}    let mm_kk = {e} / {per_row}u;\n{ind}    let mm_o = min({origin} + ({e} % {per_row}u) * 4u, {last4});\n{ind}    let mm_k = mm_k0 + mm_kk;\n{ind}    {reg} = select(vec4<f32>(0.0), {role}_load4({}), mm_k < mm_k_end);\n{ind}}}",
+                    at(role, &bc, "mm_o", "min(mm_k, mm_k_last)")
+                );
+                let _ = writeln!(
+                    store,
+                    "{ind}{tile}[mm_buf][{e} / {per_row}u][{e} % {per_row}u] = {reg};"
+                );
+            }
+            Staging::K => {
+                // e → (outer, group of four along k), k fastest.
+                let per_row = k_step / 4;
+                let _ = writeln!(
+                    load,
+                    "{ind}{{\n{ind}    let mm_o = min({origin} + {e} / {per_row}u, {last});\n{ind}    let mm_k = mm_k0 + ({e} % {per_row}u) * 4u;\n{ind}    let mm_v = {role}_load4({});\n{ind}    let mm_in = vec4<u32>(mm_k) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(mm_k_end);\n{ind}    {reg} = select(vec4<f32>(0.0), mm_v, mm_in);\n{ind}}}",
+                    at(role, &bc, "mm_o", "min(mm_k, mm_k_last4)")
+                );
+                let _ = writeln!(
+                    store,
+                    "{ind}{{\n{ind}    let mm_o = {e} / {per_row}u;\n{ind}    let mm_kk = ({e} % {per_row}u) * 4u;"
+                );
+                for (j, lane) in LANES.iter().enumerate() {
+                    let _ = writeln!(
+                        store,
+                        "{ind}    {tile}[mm_buf][mm_kk + {j}u][mm_o / 4u][mm_o % 4u] = {reg}.{lane};"
+                    );
+                }
+                let _ = writeln!(store, "{ind}}}");
+            }
+            Staging::Scalar => {
+                // e → (k row, outer), outer fastest.
+                let _ = writeln!(
+                    load,
+                    "{ind}{{\n{ind}    let mm_o = min({origin} + {e} % {outer}u, {last});\n{ind}    let mm_k = mm_k0 + {e} / {outer}u;\n{ind}    {reg} = select(0.0, {role}_load({}), mm_k < mm_k_end);\n{ind}}}",
+                    at(role, &bc, "mm_o", "min(mm_k, mm_k_last)")
+                );
+                let _ = writeln!(
+                    store,
+                    "{ind}{{\n{ind}    let mm_o = {e} % {outer}u;\n{ind}    {tile}[mm_buf][{e} / {outer}u][mm_o / 4u][mm_o % 4u] = {reg};\n{ind}}}"
+                );
+            }
+        }
+        load += close;
+        store += close;
+    }
+    Stage {
+        declare,
+        load,
+        store,
+    }
+}
+
+/// The GEMM kernel's body: workgroup memory, the entry point and its helpers.
+pub(crate) fn gemm(spec: &GemmSpec) -> String {
+    let GemmSpec {
+        config,
+        batch_axes: nb,
+        a,
+        b,
+        epilogue,
+    } = *spec;
+    let c = config;
+    let (tm, tn, ks) = (c.tile_m, c.tile_n, c.k_step);
+    let (threads_m, threads_n) = (c.threads_m(), c.threads_n());
+    let (groups_m, groups_n) = (c.thread_m / 4, c.thread_n / 4);
+    let bc = batch_coords(nb);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "// Tiling: {c}; A staged {a:?}, B staged {b:?}; {epilogue:?}.
+var<workgroup> mm_a_tile: array<array<array<vec4<f32>, {}>, {ks}>, 2>;
+var<workgroup> mm_b_tile: array<array<array<vec4<f32>, {}>, {ks}>, 2>;
+",
+        TileConfig::staged_row(tm),
+        TileConfig::staged_row(tn),
+    );
+    if let Epilogue::Direct(store) = epilogue {
+        s += &write_block(store, nb);
+        s.push('\n');
+    }
+    let _ = writeln!(
+        s,
+        "@compute @workgroup_size({})
+fn {ENTRY}(
+    @builtin(workgroup_id) mm_wg: vec3<u32>,
+    @builtin(local_invocation_index) mm_lid: u32,
+) {{",
+        c.invocations()
+    );
+    // Extents and batch shape from A and B (the host checked that they agree with C's).
+    let _ = writeln!(
+        s,
+        "    let mm_m_len = a_dim{nb}();
+    let mm_k_len = a_dim{}();
+    let mm_n_len = b_dim{}();",
+        nb + 1,
+        nb + 1
+    );
+    s.push_str("    var mm_z = mm_wg.z;\n");
+    match epilogue {
+        Epilogue::Direct(_) => {
+            s.push_str("    let mm_k_begin = 0u;\n    let mm_k_end = mm_k_len;\n");
+        }
+        Epilogue::Partial => {
+            s.push_str(
+                "    let mm_split = mm_z % params.splits;
+    mm_z = mm_z / params.splits;
+    let mm_product = mm_z;
+    let mm_k_begin = min(mm_split * params.split_len, mm_k_len);
+    let mm_k_end = min(mm_k_begin + params.split_len, mm_k_len);
+",
+            );
+        }
+    }
+    decode_batch(&mut s, "a", nb);
+    let _ = writeln!(
+        s,
+        "    let mm_m0 = mm_wg.y * {tm}u;
+    let mm_n0 = mm_wg.x * {tn}u;
+    // Loads are clamped to the last element (or the last aligned four) so that every load is
+    // inside the tensor; elements past the end of k are masked to zero.
+    let mm_m_last = max(mm_m_len, 1u) - 1u;
+    let mm_n_last = max(mm_n_len, 1u) - 1u;
+    let mm_k_last = max(mm_k_len, 1u) - 1u;
+    let mm_m_last4 = mm_m_last - mm_m_last % 4u;
+    let mm_n_last4 = mm_n_last - mm_n_last % 4u;
+    let mm_k_last4 = mm_k_last - mm_k_last % 4u;
+    let mm_steps = (mm_k_end - mm_k_begin + {}u) / {ks}u;
+    let mm_tx = mm_lid % {threads_n}u;
+    let mm_ty = mm_lid / {threads_n}u;",
+        ks - 1
+    );
+    for r in 0..c.thread_m {
+        for g in 0..groups_n {
+            let _ = writeln!(s, "    var mm_acc{r}_{g} = vec4<f32>(0.0);");
+        }
+    }
+    let sa = stage("a", a, tm, &c, nb);
+    let sb = stage("b", b, tn, &c, nb);
+    s += &sa.declare;
+    s += &sb.declare;
+    let _ = writeln!(
+        s,
+        "    if (mm_steps > 0u) {{\n        let mm_k0 = mm_k_begin;\n{}{}    }}",
+        sa.load, sb.load
+    );
+    let _ = writeln!(
+        s,
+        "    for (var mm_t = 0u; mm_t < mm_steps; mm_t = mm_t + 1u) {{
+        let mm_buf = mm_t & 1u;
+{}{}        workgroupBarrier();
+        // The next step's loads are in flight while this step multiplies.
+        let mm_k0 = mm_k_begin + (mm_t + 1u) * {ks}u;
+{}{}",
+        sa.store, sb.store, sa.load, sb.load
+    );
+    for kk in 0..ks {
+        s.push_str("        {\n");
+        for g in 0..groups_m {
+            let _ = writeln!(
+                s,
+                "            let mm_a{g} = mm_a_tile[mm_buf][{kk}u][mm_ty + {}u];",
+                g * threads_m
+            );
+        }
+        for g in 0..groups_n {
+            let _ = writeln!(
+                s,
+                "            let mm_b{g} = mm_b_tile[mm_buf][{kk}u][mm_tx + {}u];",
+                g * threads_n
+            );
+        }
+        for r in 0..c.thread_m {
+            let (g, lane) = (r / 4, LANES[(r % 4) as usize]);
+            for gn in 0..groups_n {
+                let _ = writeln!(
+                    s,
+                    "            mm_acc{r}_{gn} = fma(vec4<f32>(mm_a{g}.{lane}), mm_b{gn}, mm_acc{r}_{gn});"
+                );
+            }
+        }
+        s.push_str("        }\n");
+    }
+    s.push_str("    }\n");
+    // Epilogue: each group of four rows × four columns.
+    for gm in 0..groups_m {
+        for gn in 0..groups_n {
+            let m = format!("mm_m0 + (mm_ty + {}u) * 4u", gm * threads_m);
+            let n = format!("mm_n0 + (mm_tx + {}u) * 4u", gn * threads_n);
+            let rows: Vec<String> = (0..4)
+                .map(|i| format!("mm_acc{}_{gn}", gm * 4 + i))
+                .collect();
+            match epilogue {
+                Epilogue::Direct(_) => {
+                    let _ = writeln!(s, "    mm_write_block({bc}{m}, {n}, {});", rows.join(", "));
+                }
+                Epilogue::Partial => {
+                    let _ = writeln!(
+                        s,
+                        "    {{\n        let mm_m = {m};\n        let mm_n = {n};\n        if (mm_n < mm_n_len) {{"
+                    );
+                    for (i, row) in rows.iter().enumerate() {
+                        let _ = writeln!(
+                            s,
+                            "            if (mm_m + {i}u < mm_m_len) {{\n                partial_store4(mm_product, mm_split, mm_m + {i}u, mm_n, {row});\n            }}"
+                        );
+                    }
+                    s.push_str("        }\n    }\n");
+                }
+            }
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The split-k reduction: `C = alpha · Σ_split partial + beta · C`, four columns per
+/// invocation.
+pub(crate) fn reduce(store: Store, batch_axes: usize) -> String {
+    let entry = crate::entry_point::LinearEntry {
+        name: REDUCE_ENTRY,
+        prefix: "mm_r",
+    };
+    let nb = batch_axes;
+    let bc = batch_coords(nb);
+    let units = [
+        "partial_dim0()".to_owned(),
+        format!("c_dim{nb}()"),
+        format!("((c_dim{}() + 3u) / 4u)", nb + 1),
+    ];
+    let mut s = write_block(store, nb);
+    s.push('\n');
+    s += &entry.open(&units.join(" * "));
+    s += &entry.decode(&units);
+    let (z, m, n4) = (entry.coord(0), entry.coord(1), entry.coord(2));
+    let _ = writeln!(
+        s,
+        "    var mm_sum = vec4<f32>(0.0);
+    for (var mm_s = 0u; mm_s < params.splits; mm_s = mm_s + 1u) {{
+        mm_sum = mm_sum + partial_load4({z}, mm_s, {m}, {n4} * 4u);
+    }}
+    var mm_z = {z};"
+    );
+    decode_batch(&mut s, "c", nb);
+    let _ = writeln!(s, "    mm_write_row({bc}{m}, {n4} * 4u, mm_sum);\n}}");
+    s
+}
