@@ -283,7 +283,9 @@ impl<'a> Product<'a> {
             let got = c[i * n + j];
             // f32 sums of k terms, then rounding to the stored type.
             let tol = 4.0 * unit * sum.abs() + 1e-5 * size + 1e-30;
-            if !((got - sum).abs() <= tol) {
+            // Written so that a NaN fails too.
+            let within = (got - sum).abs() <= tol;
+            if !within {
                 return Err(format!(
                     "wrong result: C[{i}, {j}] = {got}, expected {sum} (tolerance {tol:.2e})"
                 ));
