@@ -302,16 +302,13 @@ fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> St
     s
 }
 
-/// The CPU twin of an elementwise kernel: `f(inputs, outputs)` at every coordinate, in `f64`,
-/// in parallel. `inputs` and `outputs` are read and written through their addressing; all have
-/// one shape. Each output's slot holds the output's current value when `f` is called, so an
-/// update in place reads its old value there.
-pub(crate) fn map_cpu<T: Real>(
+/// Checks that the CPU operands `inputs` and `outputs` all have the first output's shape;
+/// returns it.
+pub(crate) fn check_cpu_shapes<T>(
     op: &'static str,
     inputs: &[&dyn Logical<T>],
-    outputs: &mut [&mut dyn LogicalMut<T>],
-    f: impl Fn(&[f64], &mut [f64]) + Sync,
-) -> Result<(), OpError> {
+    outputs: &[&mut dyn LogicalMut<T>],
+) -> Result<Vec<usize>, OpError> {
     let dims: Vec<usize> = outputs
         .first()
         .map(|o| o.dims().to_vec())
@@ -329,6 +326,20 @@ pub(crate) fn map_cpu<T: Real>(
             ));
         }
     }
+    Ok(dims)
+}
+
+/// The CPU twin of an elementwise kernel: `f(inputs, outputs)` at every coordinate, in `f64`,
+/// in parallel. `inputs` and `outputs` are read and written through their addressing; all have
+/// one shape. Each output's slot holds the output's current value when `f` is called, so an
+/// update in place reads its old value there.
+pub(crate) fn map_cpu<T: Real>(
+    op: &'static str,
+    inputs: &[&dyn Logical<T>],
+    outputs: &mut [&mut dyn LogicalMut<T>],
+    f: impl Fn(&[f64], &mut [f64]) + Sync,
+) -> Result<(), OpError> {
+    let dims = check_cpu_shapes(op, inputs, outputs)?;
     let n: usize = dims.iter().product();
     let n_out = outputs.len();
     let current: Vec<&dyn Logical<T>> = outputs.iter().map(|o| &**o as &dyn Logical<T>).collect();
