@@ -93,28 +93,7 @@ impl Elementwise {
             .first()
             .map(|(r, v, _)| (*r, *v))
             .ok_or_else(|| OpError::shape(spec.op, "an elementwise kernel needs an output"))?;
-        let rank = first.axes().len();
-        for (role, view) in &all {
-            if view.axes().len() != rank {
-                return Err(OpError::shape(
-                    spec.op,
-                    format!(
-                        "`{role}` has rank {}, `{first_role}` rank {rank}",
-                        view.axes().len()
-                    ),
-                ));
-            }
-            for (d, (a, b)) in view.axes().iter().zip(first.axes()).enumerate() {
-                if let (Some(n), Some(m)) = (a.extent.as_static(), b.extent.as_static()) {
-                    if n != m {
-                        return Err(OpError::shape(
-                            spec.op,
-                            format!("axis {d} of `{role}` has extent {n}, of `{first_role}` {m}"),
-                        ));
-                    }
-                }
-            }
-        }
+        let rank = check_same_shape(spec.op, (first_role, first), &all)?;
         let last = rank.checked_sub(1);
         let mut operands = Vec::with_capacity(all.len());
         for (i, (role, view)) in all.iter().enumerate() {
@@ -190,6 +169,38 @@ impl Elementwise {
         self.compiled
             .record_linear(batch, ENTRY, &named, scalars, workgroups(u64::from(units)))
     }
+}
+
+/// Checks that every view of `views` has the rank of `first` and, along every axis where both
+/// extents are static, its extent; returns the rank.
+pub(crate) fn check_same_shape(
+    op: &'static str,
+    (first_role, first): (&str, &View),
+    views: &[(&str, &View)],
+) -> Result<usize, OpError> {
+    let rank = first.axes().len();
+    for (role, view) in views {
+        if view.axes().len() != rank {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "`{role}` has rank {}, `{first_role}` rank {rank}",
+                    view.axes().len()
+                ),
+            ));
+        }
+        for (d, (a, b)) in view.axes().iter().zip(first.axes()).enumerate() {
+            if let (Some(n), Some(m)) = (a.extent.as_static(), b.extent.as_static()) {
+                if n != m {
+                    return Err(OpError::shape(
+                        op,
+                        format!("axis {d} of `{role}` has extent {n}, of `{first_role}` {m}"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(rank)
 }
 
 /// Checks that every argument has the first one's shape; returns it.
@@ -291,16 +302,13 @@ fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> St
     s
 }
 
-/// The CPU twin of an elementwise kernel: `f(inputs, outputs)` at every coordinate, in `f64`,
-/// in parallel. `inputs` and `outputs` are read and written through their addressing; all have
-/// one shape. Each output's slot holds the output's current value when `f` is called, so an
-/// update in place reads its old value there.
-pub(crate) fn map_cpu<T: Real>(
+/// Checks that the CPU operands `inputs` and `outputs` all have the first output's shape;
+/// returns it.
+pub(crate) fn check_cpu_shapes<T>(
     op: &'static str,
     inputs: &[&dyn Logical<T>],
-    outputs: &mut [&mut dyn LogicalMut<T>],
-    f: impl Fn(&[f64], &mut [f64]) + Sync,
-) -> Result<(), OpError> {
+    outputs: &[&mut dyn LogicalMut<T>],
+) -> Result<Vec<usize>, OpError> {
     let dims: Vec<usize> = outputs
         .first()
         .map(|o| o.dims().to_vec())
@@ -318,6 +326,20 @@ pub(crate) fn map_cpu<T: Real>(
             ));
         }
     }
+    Ok(dims)
+}
+
+/// The CPU twin of an elementwise kernel: `f(inputs, outputs)` at every coordinate, in `f64`,
+/// in parallel. `inputs` and `outputs` are read and written through their addressing; all have
+/// one shape. Each output's slot holds the output's current value when `f` is called, so an
+/// update in place reads its old value there.
+pub(crate) fn map_cpu<T: Real>(
+    op: &'static str,
+    inputs: &[&dyn Logical<T>],
+    outputs: &mut [&mut dyn LogicalMut<T>],
+    f: impl Fn(&[f64], &mut [f64]) + Sync,
+) -> Result<(), OpError> {
+    let dims = check_cpu_shapes(op, inputs, outputs)?;
     let n: usize = dims.iter().product();
     let n_out = outputs.len();
     let current: Vec<&dyn Logical<T>> = outputs.iter().map(|o| &**o as &dyn Logical<T>).collect();

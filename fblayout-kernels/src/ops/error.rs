@@ -44,6 +44,20 @@ pub enum OpError {
         /// The view the kernel was built for, and its layout.
         built: String,
     },
+    /// An index the caller gave (a token id, a label) is outside the range it indexes.
+    #[error("{op}: `{role}` at position {position} is {value}, which is not below {limit}")]
+    OutOfRange {
+        /// The kernel.
+        op: &'static str,
+        /// The operand holding the index.
+        role: &'static str,
+        /// Where in the operand.
+        position: usize,
+        /// The index.
+        value: u64,
+        /// The exclusive upper bound.
+        limit: u64,
+    },
     /// The GPU failed, or refused the work.
     #[error(transparent)]
     Gpu(#[from] GpuError),

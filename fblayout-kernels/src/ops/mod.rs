@@ -16,24 +16,33 @@
 //! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
 //! - [`add`]: sums (residual connections; gradients that meet).
 //! - [`matmul`]: batched GEMM through views of any layout, and a linear layer's three GEMMs.
+//! - [`softmax`]: softmax along the last axis, with a scale and an optional causal mask.
+//! - [`cross_entropy`]: cross-entropy of logits against integer labels, with ignored rows.
+//! - [`embedding`]: embedding lookup and its deterministic scatter-add gradient.
 
 pub mod activation;
 pub mod adamw;
 pub mod add;
 pub mod bias;
 mod compiled;
+pub mod cross_entropy;
 pub(crate) mod elementwise;
+pub mod embedding;
 mod error;
 pub mod matmul;
 pub mod norm;
 pub(crate) mod reduce_rows;
+pub mod softmax;
 
 pub use activation::{Activation, ActivationOp, SwigluOp};
 pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
 pub use add::AddOp;
 pub use bias::BiasOp;
+pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState};
+pub use embedding::{EmbeddingOp, TokenIds};
 pub use error::OpError;
 pub use matmul::{LinearOp, MatmulOp};
 pub use norm::{
     LayerNormGrads, LayerNormOp, LayerNormTensors, NormOp, RmsNormGrads, RmsNormOp, RmsNormTensors,
 };
+pub use softmax::{Mask, Softmax, SoftmaxOp};

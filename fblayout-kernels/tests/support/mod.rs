@@ -51,6 +51,14 @@ pub fn gpu_without_subgroups() -> &'static Gpu {
     })
 }
 
+/// Both reduction paths: the device with its subgroups (where it has them) and without.
+pub fn gpus() -> [(&'static str, &'static Gpu); 2] {
+    [
+        ("subgroups", gpu()),
+        ("workgroup memory", gpu_without_subgroups()),
+    ]
+}
+
 /// The element types a kernel is tested in on the GPU: f32, and f16 where the adapter has it.
 pub fn gpu_elems() -> Vec<ElemType> {
     let mut elems = vec![ElemType::F32];
@@ -131,6 +139,18 @@ impl Layout2 {
     ];
 }
 
+/// Pairs of (input, output) layouts: each layout of [`Layout2::ALL`] once as input and once as
+/// output, and row-major and 4×4 R-Tile into themselves.
+pub fn layout_pairs() -> impl Iterator<Item = (Layout2, Layout2)> {
+    Layout2::ALL
+        .into_iter()
+        .zip(Layout2::ALL.into_iter().rev())
+        .chain([
+            (Layout2::RowMajor, Layout2::RowMajor),
+            (Layout2::RTile(4), Layout2::RTile(4)),
+        ])
+}
+
 /// A tensor for a test: a view, the extents it is bound to, and its logical values (dense,
 /// row-major over the view's shape, `f64`).
 #[derive(Debug, Clone)]
@@ -200,6 +220,94 @@ pub fn view_2d(
         )
         .view()
         .transpose("cols", "rows")
+        .unwrap(),
+    };
+    (view, bind)
+}
+
+/// How a rank-4 attention-score tensor `[batch, heads, q, k]` is stored: the layouts every
+/// kernel over attention scores is tested under. `batch` is a run-time extent; the softmax axis
+/// is `k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout4 {
+    /// Row-major `[batch, heads, q, k]`.
+    RowMajor,
+    /// R-Tile with `t × t` tiles over `q × k`, `k` the forward axis, both padded.
+    RTile(u32),
+    /// Row-major `[batch, q, heads, k]` read through a permutation to `[batch, heads, q, k]`.
+    HeadsInner,
+    /// Row-major `[batch, heads, k, q]` (keys outer) read through its transpose.
+    KeysOuter,
+}
+
+impl Layout4 {
+    /// Every layout above, with 4×4 and 8×8 tiles.
+    pub const ALL: [Layout4; 5] = [
+        Layout4::RowMajor,
+        Layout4::RTile(4),
+        Layout4::RTile(8),
+        Layout4::HeadsInner,
+        Layout4::KeysOuter,
+    ];
+}
+
+/// A `[batch, heads, q, k]` view of `elem`s stored as `layout`, with `batch` a run-time extent
+/// (bound to `dims[0]`).
+pub fn view_4d(
+    name: &str,
+    layout: Layout4,
+    dims: [u32; 4],
+    elem: ElemType,
+) -> (View, Vec<(String, u32)>) {
+    let [batch, heads, q, k] = dims;
+    let build = |spec: LayoutSpec| -> TensorLayout {
+        spec.elem(elem)
+            .build()
+            .unwrap_or_else(|e| panic!("test layout {layout:?}: {e}"))
+    };
+    let bind = vec![("batch".to_owned(), batch)];
+    let order = ["batch", "heads", "q", "k"];
+    let view = match layout {
+        Layout4::RowMajor => build(
+            LayoutSpec::new(name)
+                .dyn_axis("batch")
+                .axis("heads", heads)
+                .axis("q", q)
+                .axis("k", k),
+        )
+        .view(),
+        Layout4::RTile(t) => build(
+            LayoutSpec::new(name)
+                .dyn_axis("batch")
+                .axis("heads", heads)
+                .axis("q", q)
+                .tile(t, true)
+                .axis("k", k)
+                .tile(t, true)
+                .rtile()
+                .reduce_forward(["k"])
+                .reduce_backward(["q"]),
+        )
+        .view(),
+        Layout4::HeadsInner => build(
+            LayoutSpec::new(name)
+                .dyn_axis("batch")
+                .axis("q", q)
+                .axis("heads", heads)
+                .axis("k", k),
+        )
+        .view()
+        .permute(&order)
+        .unwrap(),
+        Layout4::KeysOuter => build(
+            LayoutSpec::new(name)
+                .dyn_axis("batch")
+                .axis("heads", heads)
+                .axis("k", k)
+                .axis("q", q),
+        )
+        .view()
+        .permute(&order)
         .unwrap(),
     };
     (view, bind)
