@@ -832,7 +832,10 @@ mod batches_pool_and_cache {
         let x = GpuBuffer::from_slice(gpu, &[1.0f32; 4096]).unwrap();
         let y = GpuBuffer::scratch::<f32>(gpu, 4096).unwrap();
         let mut batch = gpu.batch();
-        for _ in 0..3 {
+        for i in 0..3 {
+            if i == 1 {
+                batch.section("second");
+            }
             batch
                 .dispatch(
                     &kernel,
@@ -845,6 +848,8 @@ mod batches_pool_and_cache {
         }
         let timings = batch.submit_timed().unwrap();
         assert_eq!(timings.len(), 3);
+        let sections: Vec<Option<&str>> = timings.iter().map(|t| t.section.as_deref()).collect();
+        assert_eq!(sections, [None, Some("second"), Some("second")]);
         for t in &timings {
             assert_eq!(t.label, "scale:main");
             assert!(t.nanos >= 0.0 && t.nanos.is_finite(), "{t:?}");

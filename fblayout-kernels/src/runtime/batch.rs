@@ -40,6 +40,8 @@ use super::gpu::{Gpu, scoped};
 pub struct Timing {
     /// `kernel:entry`.
     pub label: String,
+    /// The section the dispatch was recorded in ([`Batch::section`]), if any.
+    pub section: Option<String>,
     /// Nanoseconds.
     pub nanos: f64,
     /// Whether the time comes from GPU timestamps (else from the wall clock).
@@ -58,6 +60,7 @@ enum Item {
 
 struct Dispatch {
     label: String,
+    section: Option<String>,
     pipeline: wgpu::ComputePipeline,
     buffers: Vec<(u32, GpuBuffer)>,
     params: Option<(u32, Vec<u8>)>,
@@ -68,6 +71,7 @@ struct Dispatch {
 pub struct Batch<'g> {
     gpu: &'g Gpu,
     items: Vec<Item>,
+    section: Option<String>,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -84,6 +88,7 @@ impl Gpu {
         Batch {
             gpu: self,
             items: Vec::new(),
+            section: None,
         }
     }
 }
@@ -92,6 +97,12 @@ impl<'g> Batch<'g> {
     /// The device the batch runs on.
     pub fn gpu(&self) -> &'g Gpu {
         self.gpu
+    }
+
+    /// Tags the dispatches recorded from now on with `name` (a step of a model, say), so that
+    /// [`submit_timed`](Self::submit_timed) can say where the time went.
+    pub fn section(&mut self, name: impl Into<String>) {
+        self.section = Some(name.into());
     }
 
     /// The number of recorded items.
@@ -204,6 +215,7 @@ impl<'g> Batch<'g> {
         let pipeline = self.gpu.pipeline(module, entry)?;
         self.items.push(Item::Dispatch(Dispatch {
             label: format!("{}:{entry}", kernel.name()),
+            section: self.section.clone(),
             pipeline,
             buffers: bound,
             params,
@@ -336,6 +348,7 @@ impl<'g> Batch<'g> {
                 if let Item::Dispatch(d) = item {
                     timings.push(Timing {
                         label: d.label.clone(),
+                        section: d.section.clone(),
                         nanos: start.elapsed().as_secs_f64() * 1e9,
                         gpu_timestamps: false,
                     });
@@ -398,13 +411,14 @@ impl<'g> Batch<'g> {
         drop(resolve);
         let period = f64::from(gpu.queue().get_timestamp_period());
         let labels = self.items.iter().filter_map(|i| match i {
-            Item::Dispatch(d) => Some(d.label.clone()),
+            Item::Dispatch(d) => Some((d.label.clone(), d.section.clone())),
             _ => None,
         });
         Ok(labels
             .zip(ticks.chunks_exact(2))
-            .map(|(label, t)| Timing {
+            .map(|((label, section), t)| Timing {
                 label,
+                section,
                 nanos: t[1].saturating_sub(t[0]) as f64 * period,
                 gpu_timestamps: true,
             })
