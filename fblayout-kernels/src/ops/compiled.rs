@@ -2,6 +2,7 @@
 //! recorded: every op goes through here.
 
 use fblayout_core::kernel::{KernelModule, KernelSource, ParamValue};
+use fblayout_core::layout::View;
 
 use super::error::OpError;
 use crate::runtime::{Batch, Gpu, linear_grid};
@@ -81,23 +82,7 @@ impl Compiled {
             view: arg.view().name().to_owned(),
             why: "the kernel has no such operand".into(),
         })?;
-        if &slot.view != arg.view() {
-            let describe = |v: &fblayout_core::layout::View| {
-                format!(
-                    "view `{}` of `{}` ({})",
-                    v.name(),
-                    v.layout().name(),
-                    v.layout().order().name()
-                )
-            };
-            return Err(OpError::WrongView {
-                op: self.op,
-                role,
-                given: describe(arg.view()),
-                built: describe(&slot.view),
-            });
-        }
-        Ok(())
+        same_view(self.op, role, arg.view(), &slot.view)
     }
 
     #[allow(clippy::type_complexity)]
@@ -122,4 +107,31 @@ impl Compiled {
         params.extend(scalars.iter().map(|(n, v)| ((*n).to_owned(), *v)));
         Ok((buffers, params))
     }
+}
+
+/// Checks that an argument of operand `role` of `op` is read through `built`, the view the op
+/// was built for, and not through `given`, another one.
+pub(crate) fn same_view(
+    op: &'static str,
+    role: &'static str,
+    given: &View,
+    built: &View,
+) -> Result<(), OpError> {
+    if given == built {
+        return Ok(());
+    }
+    let describe = |v: &View| {
+        format!(
+            "view `{}` of `{}` ({})",
+            v.name(),
+            v.layout().name(),
+            v.layout().order().name()
+        )
+    };
+    Err(OpError::WrongView {
+        op,
+        role,
+        given: describe(given),
+        built: describe(built),
+    })
 }

@@ -19,10 +19,12 @@
 //! - [`softmax`]: softmax along the last axis, with a scale and an optional causal mask.
 //! - [`cross_entropy`]: cross-entropy of logits against integer labels, with ignored rows.
 //! - [`embedding`]: embedding lookup and its deterministic scatter-add gradient.
+//! - [`attention`]: multi-head and grouped-query attention through views of Q, K and V.
 
 pub mod activation;
 pub mod adamw;
 pub mod add;
+pub mod attention;
 pub mod bias;
 mod compiled;
 pub mod cross_entropy;
@@ -37,6 +39,7 @@ pub mod softmax;
 pub use activation::{Activation, ActivationOp, SwigluOp};
 pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
 pub use add::AddOp;
+pub use attention::{Attention, AttentionArgs, AttentionOp, AttentionViews, qkv_views};
 pub use bias::BiasOp;
 pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState};
 pub use embedding::{EmbeddingOp, TokenIds};

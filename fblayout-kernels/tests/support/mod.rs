@@ -366,6 +366,20 @@ impl Tensor {
         Self::new(view, bind, values)
     }
 
+    /// The tensor read through `view`, another view of its tensor bound to the same extents,
+    /// holding what this tensor holds there (so views whose elements repeat, broadcasts, see
+    /// one value).
+    pub fn through(&self, view: View) -> Self {
+        let stored = self.host::<f64>();
+        let pairs: Vec<(&str, u32)> = self.bind.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+        let bound = view
+            .bind(&pairs)
+            .unwrap_or_else(|e| panic!("binding {}: {e}", view.name()));
+        let mut values = Vec::with_capacity(bound.logical_len() as usize);
+        bound.for_each(|_, _, off| values.push(stored[off as usize]));
+        Self::new(view, self.bind.clone(), values)
+    }
+
     /// The same view and extents with other values.
     pub fn with_values(&self, values: Vec<f64>) -> Self {
         assert_eq!(values.len(), self.values.len());

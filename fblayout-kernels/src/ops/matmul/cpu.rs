@@ -29,8 +29,13 @@ fn index(batch: &[usize], mut p: usize, i: usize, j: usize) -> Vec<usize> {
     index
 }
 
-/// `x` read densely, `[products, rows, cols]` row-major.
-fn pack<T: Real>(x: &dyn Logical<T>, batch: &[usize], rows: usize, cols: usize) -> Vec<f64> {
+/// `x` read densely, `[products, rows, cols]` row-major (`x` has dims `[batch.., rows, cols]`).
+pub(crate) fn pack<T: Real>(
+    x: &dyn Logical<T>,
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+) -> Vec<f64> {
     let products: usize = batch.iter().product();
     let mut dense = vec![0.0; products * rows * cols];
     dense

@@ -56,7 +56,7 @@ fn transposed(view: &View) -> Result<View, OpError> {
 }
 
 /// `arg`'s buffer and extents read through `view` (another view of the same tensor).
-fn through<'a>(arg: &GpuArg<'a>, view: &'a View) -> Result<GpuArg<'a>, OpError> {
+pub(crate) fn through<'a>(arg: &GpuArg<'a>, view: &'a View) -> Result<GpuArg<'a>, OpError> {
     let names: Vec<String> = view
         .layout()
         .dynamic_axes()
