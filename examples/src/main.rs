@@ -1,12 +1,17 @@
-//! `fblayout`: lays out the tensors of a transformer layer and checks them end to end.
+//! `fblayout`: lays out the tensors of a transformer layer, checks them end to end, and runs
+//! the layer's forward and backward.
 //!
 //! With no arguments it takes an embedded default (a BERT-base layer: hidden 768, 12 heads,
 //! feed-forward 3072, batch 8 × sequence 128), builds every tensor's layout and the views its
-//! kernels read (R-Tile activations and weights, attention's permuted and key-transposed
-//! views, the transposed activations of `dW = Xᵀ·dY`), prints what each costs, validates all
-//! emitted WGSL with naga, and checks that the GPU computes the same offsets as the CPU for
-//! every element.
+//! kernels read (R-Tile activations and weights, the fused projection read as queries, keys and
+//! values, the attention context read as heads, R-Tile attention probabilities), prints what
+//! each costs, validates all emitted WGSL with naga, and checks that the GPU computes the same
+//! offsets as the CPU for every element. Then it runs the layer's forward and backward once on
+//! random data: on the GPU under the planned layouts and under one row-major layout, timing
+//! every step, and on the CPU backend, against which the GPU's output and every gradient are
+//! checked.
 
+mod encoder;
 mod layer;
 
 use std::process::ExitCode;
@@ -18,7 +23,7 @@ use fblayout_core::expr::CpuIndexFn;
 use fblayout_kernels::probe::{ProbeRequest, probe_offsets};
 use fblayout_kernels::runtime::{Gpu, GpuError};
 
-use layer::{LayerConfig, PlannedView};
+use layer::PlannedView;
 
 /// Where to check the emitted index code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -50,9 +55,15 @@ struct Args {
     /// Feed-forward size.
     #[arg(long, default_value_t = 3072)]
     ffn: u32,
-    /// Where to check the index code.
+    /// Where to check the index code and run the layer.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
+    /// Timed runs of the layer on the GPU, per layout strategy (after one warm-up run).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Skip running the layer's forward and backward.
+    #[arg(long)]
+    no_layer: bool,
 }
 
 fn main() -> ExitCode {
@@ -67,14 +78,15 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let config = LayerConfig {
+    let config = encoder::Config {
         batch: args.batch,
         seq: args.seq,
         hidden: args.hidden,
         heads: args.heads,
         ffn: args.ffn,
     };
-    let plan = layer::plan(&config)?;
+    let layer_plan = encoder::Plan::new(config, encoder::Strategy::Planned)?;
+    let plan = layer::plan(&layer_plan)?;
     println!(
         "fblayout: transformer layer, hidden {} ({} heads), feed-forward {}, batch {} × sequence {}\n",
         config.hidden, config.heads, config.ffn, config.batch, config.seq
@@ -102,7 +114,102 @@ fn run(args: &Args) -> Result<(), String> {
             Err(err) => return Err(err.to_string()),
         },
     };
-    check(&plan, &module, gpu.as_ref())
+    check(&plan, &module, gpu.as_ref())?;
+    if !args.no_layer {
+        run_layer(&layer_plan, gpu.as_ref(), args.runs)?;
+    }
+    Ok(())
+}
+
+/// Runs the layer's forward and backward: on the GPU under both strategies (timed), and on
+/// the CPU under the planned layouts, and checks the GPU against the CPU.
+fn run_layer(plan: &encoder::Plan, gpu: Option<&Gpu>, runs: usize) -> Result<(), String> {
+    let c = plan.config;
+    println!(
+        "\nthe layer's forward and backward on random data ({} tokens):",
+        c.tokens()
+    );
+    let data = encoder::Data::random(plan, 7)?;
+    let mut gpu_runs = Vec::new();
+    if let Some(gpu) = gpu {
+        // A software adapter runs the layer in seconds, not milliseconds, and has no clocks to
+        // warm up: one run each.
+        let software = gpu.info().is_software();
+        let (runs, warm_up) = if software { (1, false) } else { (runs, true) };
+        if software {
+            println!(
+                "  ({} is a software adapter: one run per strategy, for the check; its times say little about a GPU)",
+                gpu.info().name
+            );
+        }
+        for strategy in [encoder::Strategy::Planned, encoder::Strategy::RowMajor] {
+            let p = encoder::Plan::new(c, strategy)?;
+            // The same logical inputs under each strategy's layouts.
+            let run = encoder::run_gpu(gpu, &p, &data, runs, warm_up)?;
+            println!(
+                "  GPU, {} layouts: {:.3} ms ({})",
+                strategy.name(),
+                run.times.total(),
+                if run.times.gpu_timestamps {
+                    "GPU timestamps"
+                } else {
+                    "wall clock"
+                }
+            );
+            gpu_runs.push((strategy, run));
+        }
+    }
+    let (cpu, seconds) = encoder::run_cpu(plan, &data)?;
+    println!("  CPU backend, planned layouts: {seconds:.2} s");
+    if gpu_runs.is_empty() {
+        println!("  (no GPU: the CPU results are not compared)");
+        return Ok(());
+    }
+    let mut worst = 0.0f64;
+    println!(
+        "\n  {:<10} {:>22} {:>22}",
+        "result", "GPU planned vs CPU", "GPU row-major vs CPU"
+    );
+    for &name in encoder::RESULTS {
+        let errors: Vec<f64> = gpu_runs
+            .iter()
+            .map(|(_, run)| encoder::relative_error(&run.results[name], &cpu[name]))
+            .collect();
+        worst = errors.iter().copied().fold(worst, f64::max);
+        println!("  {name:<10} {:>22.2e} {:>22.2e}", errors[0], errors[1]);
+    }
+    // f32 GPU arithmetic against f64 on the CPU: sums of up to 3072 terms.
+    const TOLERANCE: f64 = 1e-3;
+    if worst.is_nan() || worst > TOLERANCE {
+        return Err(format!(
+            "the GPU's results differ from the CPU backend's (largest relative error {worst:.2e} > {TOLERANCE:.0e})"
+        ));
+    }
+    println!("  GPU and CPU agree on the output and every gradient (relative error ≤ {worst:.1e})");
+    print_step_times(&gpu_runs);
+    Ok(())
+}
+
+fn print_step_times(runs: &[(encoder::Strategy, encoder::GpuRun)]) {
+    let (planned, row_major) = (&runs[0].1.times, &runs[1].1.times);
+    println!(
+        "\n  {:<32} {:>12} {:>12} {:>14}",
+        "step", "planned ms", "row-major ms", "row-major / planned"
+    );
+    for (name, ms) in &planned.steps {
+        let other = row_major.get(name).unwrap_or(f64::NAN);
+        println!(
+            "  {name:<32} {ms:>12.3} {other:>12.3} {:>13.2}×",
+            other / ms
+        );
+    }
+    println!(
+        "  {:<32} {:>12.3} {:>12.3} {:>13.2}×",
+        "total",
+        planned.total(),
+        row_major.total(),
+        row_major.total() / planned.total()
+    );
 }
 
 fn print_plan(plan: &[PlannedView]) {

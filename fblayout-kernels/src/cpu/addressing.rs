@@ -28,6 +28,22 @@ pub trait Addressing: Sync {
     }
 }
 
+/// A shared addressing addresses the same way (so one offset table serves many arguments).
+impl<A: Addressing + ?Sized> Addressing for &A {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn dims(&self) -> &[usize] {
+        (**self).dims()
+    }
+    fn offset(&self, index: &[usize]) -> usize {
+        (**self).offset(index)
+    }
+    fn buffer_len(&self) -> usize {
+        (**self).buffer_len()
+    }
+}
+
 /// The addressing of a view bound at run time: every element's offset, computed once from the
 /// view's index function.
 #[derive(Debug, Clone)]

@@ -1,7 +1,9 @@
 //! Sums: `y = a + b` over any layouts of one shape — residual connections in the forward, and
 //! gradients that flow into one tensor along two paths in the backward.
 //!
-//! The backward of a sum is no kernel: `da` and `db` are both `dy`.
+//! [`AddOp::new`] writes the sum to a third tensor; [`AddOp::accumulate`] adds into one of the
+//! two (`y += a`), which is how a residual joins its branch without another buffer. The
+//! backward of a sum is no kernel: `da` and `db` are both `dy`.
 
 use fblayout_core::layout::View;
 
@@ -13,10 +15,11 @@ use crate::tensor::GpuArg;
 
 const ADD: &str = "add";
 
-/// `y = a + b`, built for the views of `a`, `b` and `y`.
+/// `y = a + b` (or `y += a`), built for the views of its operands.
 #[derive(Debug, Clone)]
 pub struct AddOp {
     kernel: Elementwise,
+    in_place: bool,
 }
 
 impl AddOp {
@@ -32,7 +35,28 @@ impl AddOp {
                 helpers: "",
             },
         )?;
-        Ok(Self { kernel })
+        Ok(Self {
+            kernel,
+            in_place: false,
+        })
+    }
+
+    /// The kernel reading `a` and adding it into `y` (one read-write operand).
+    pub fn accumulate(gpu: &Gpu, a: &View, y: &View) -> Result<Self, OpError> {
+        let kernel = Elementwise::new(
+            gpu,
+            Spec {
+                op: ADD,
+                inputs: vec![("a", a), ("y", y)],
+                outputs: vec![("y", y, "a + y".to_owned())],
+                scalars: vec![],
+                helpers: "",
+            },
+        )?;
+        Ok(Self {
+            kernel,
+            in_place: true,
+        })
     }
 
     /// Whether the kernel moves four elements per invocation.
@@ -40,7 +64,7 @@ impl AddOp {
         self.kernel.is_vectorized()
     }
 
-    /// Records `y = a + b`.
+    /// Records `y = a + b` (built with [`new`](Self::new)).
     pub fn forward(
         &self,
         batch: &mut Batch<'_>,
@@ -48,8 +72,35 @@ impl AddOp {
         b: &GpuArg<'_>,
         y: &GpuArg<'_>,
     ) -> Result<(), OpError> {
+        if self.in_place {
+            return Err(OpError::shape(
+                ADD,
+                "this sum was built to add into `y`: call `add_into`",
+            ));
+        }
         self.kernel.record(batch, ADD, &[a, b, y], &[])
     }
+
+    /// Records `y += a` (built with [`accumulate`](Self::accumulate)).
+    pub fn add_into(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        y: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        if !self.in_place {
+            return Err(OpError::shape(
+                ADD,
+                "this sum was built with three operands: call `forward`",
+            ));
+        }
+        self.kernel.record(batch, ADD, &[a, y], &[])
+    }
+}
+
+/// `y += a` on the CPU.
+pub fn add_into_cpu<T: Real>(a: &dyn Logical<T>, y: &mut dyn LogicalMut<T>) -> Result<(), OpError> {
+    map_cpu(ADD, &[a], &mut [y], |v, out| out[0] += v[0])
 }
 
 /// `y = a + b` on the CPU.
