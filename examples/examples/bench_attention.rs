@@ -22,8 +22,10 @@
 //!
 //! The time of a pass is the wall clock around `Batch::submit` and `Gpu::wait` of `--reps`
 //! passes in one batch, divided by `--reps`, the median over `--samples` batches after a
-//! warm-up. After timing, the outputs and gradients of both view layouts are compared with
-//! those of (b), so a fast wrong path fails the run.
+//! warm-up. The samples are interleaved (each one times every way in turn), so a slow spell
+//! of a shared machine hits all ways alike. The table also gives the CPU time of recording a
+//! forward and a backward into a batch. After timing, the outputs and gradients of both view
+//! layouts are compared with those of (b), so a fast wrong path fails the run.
 //!
 //! Defaults run in seconds on lavapipe. On a large GPU (BERT-base training shapes):
 //!
@@ -286,26 +288,75 @@ impl Shape {
     }
 }
 
-/// The median seconds per pass of what `record` records.
-fn time(gpu: &Gpu, args: &Args, record: &dyn Fn(&mut Batch<'_>) -> Res<()>) -> Res<f64> {
-    let mut warm = gpu.batch();
-    record(&mut warm)?;
-    warm.submit().map_err(err)?;
-    gpu.wait().map_err(err)?;
-    let reps = args.reps.max(1);
-    let mut samples = Vec::with_capacity(args.samples.max(1));
-    for _ in 0..args.samples.max(1) {
-        let mut batch = gpu.batch();
-        for _ in 0..reps {
-            record(&mut batch)?;
-        }
-        let start = Instant::now();
-        batch.submit().map_err(err)?;
-        gpu.wait().map_err(err)?;
-        samples.push(start.elapsed().as_secs_f64() / reps as f64);
+/// A recording of one pass into a batch.
+type Record<'a> = &'a dyn Fn(&mut Batch<'_>) -> Res<()>;
+
+/// One way of running the attention, ready to record.
+#[derive(Clone, Copy)]
+struct Way<'a> {
+    label: &'static str,
+    forward: Record<'a>,
+    backward: Record<'a>,
+    /// Runs one forward and backward and returns the output and the fused gradient, dense.
+    results: &'a dyn Fn() -> Res<(Vec<f64>, Vec<f64>)>,
+}
+
+/// What [`time_ways`] measured of a way: median seconds per pass.
+struct Times {
+    /// GPU: a forward, a backward.
+    forward: f64,
+    backward: f64,
+    /// CPU: recording a forward and a backward into a batch.
+    record: f64,
+}
+
+/// Seconds per pass of `reps` passes of `record` in one batch: (submit to finish, recording).
+fn passes(gpu: &Gpu, record: Record<'_>, reps: usize) -> Res<(f64, f64)> {
+    let mut batch = gpu.batch();
+    let start = Instant::now();
+    for _ in 0..reps {
+        record(&mut batch)?;
     }
-    samples.sort_by(f64::total_cmp);
-    Ok(samples[samples.len() / 2])
+    let recorded = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    batch.submit().map_err(err)?;
+    gpu.wait().map_err(err)?;
+    let ran = start.elapsed().as_secs_f64();
+    Ok((ran / reps as f64, recorded / reps as f64))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Times every way, interleaved: each sample runs every way's forward and backward in turn,
+/// so that a slow spell of a shared machine hits all of them alike. Medians over `--samples`.
+fn time_ways(gpu: &Gpu, args: &Args, ways: &[Way<'_>]) -> Res<Vec<Times>> {
+    let reps = args.reps.max(1);
+    // The first passes compile the pipelines and fill the buffer pool.
+    for w in ways {
+        passes(gpu, w.forward, 1)?;
+        passes(gpu, w.backward, 1)?;
+    }
+    let mut samples: Vec<[Vec<f64>; 3]> = ways.iter().map(|_| Default::default()).collect();
+    for _ in 0..args.samples.max(1) {
+        for (w, [f, b, r]) in ways.iter().zip(&mut samples) {
+            let (tf, rf) = passes(gpu, w.forward, reps)?;
+            let (tb, rb) = passes(gpu, w.backward, reps)?;
+            f.push(tf);
+            b.push(tb);
+            r.push(rf + rb);
+        }
+    }
+    Ok(samples
+        .into_iter()
+        .map(|[f, b, r]| Times {
+            forward: median(f),
+            backward: median(b),
+            record: median(r),
+        })
+        .collect())
 }
 
 /// Runs what `record` records once (for the checks); with `--breakdown`, prints the time of
@@ -409,15 +460,6 @@ fn {RELAYOUT}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id
     }
 }
 
-/// One way of running the attention, timed.
-struct Measured {
-    label: &'static str,
-    forward: f64,
-    backward: f64,
-    /// The output and the fused gradient, dense.
-    results: (Vec<f64>, Vec<f64>),
-}
-
 /// The tensors every way shares the shapes of: the fused projection and its gradient, the
 /// output and its gradient, the probabilities.
 struct Layer {
@@ -446,7 +488,12 @@ impl Layer {
 }
 
 /// The attention through views ([`AttentionOp`]), with every tensor R-Tile or row-major.
-fn views(gpu: &Gpu, args: &Args, shape: &Shape, rtile: bool, seed: u64) -> Res<Measured> {
+fn views(
+    gpu: &Gpu,
+    args: &Args,
+    (shape, rtile, seed): (&Shape, bool, u64),
+    then: &mut dyn FnMut(Way<'_>) -> Res<()>,
+) -> Res<()> {
     let layer = Layer::new(gpu, shape, rtile, seed)?;
     let (q, k, v) = qkv_views(&layer.qkv.view, shape.heads, shape.kv_heads).map_err(err)?;
     let views = AttentionViews {
@@ -485,29 +532,35 @@ fn views(gpu: &Gpu, args: &Args, shape: &Shape, rtile: bool, seed: u64) -> Res<M
             );
         }
     }
-    let forward = time(gpu, args, &|b| op.forward(b, &a).map_err(err))?;
-    let backward = time(gpu, args, &|b| {
-        op.backward(b, &a, &dout, &dq, &dk, &dv).map_err(err)
-    })?;
+    let forward = |b: &mut Batch<'_>| op.forward(b, &a).map_err(err);
+    let backward = |b: &mut Batch<'_>| op.backward(b, &a, &dout, &dq, &dk, &dv).map_err(err);
     let label = if rtile {
         "views, R-Tile"
     } else {
         "views, row-major"
     };
-    run_once(gpu, args, label, &|b| {
-        op.forward(b, &a).map_err(err)?;
-        op.backward(b, &a, &dout, &dq, &dk, &dv).map_err(err)
-    })?;
-    Ok(Measured {
+    let results = || {
+        run_once(gpu, args, label, &|b| {
+            forward(b)?;
+            backward(b)
+        })?;
+        Ok((layer.out.logical()?, layer.dqkv.logical()?))
+    };
+    then(Way {
         label,
-        forward,
-        backward,
-        results: (layer.out.logical()?, layer.dqkv.logical()?),
+        forward: &forward,
+        backward: &backward,
+        results: &results,
     })
 }
 
 /// (b): dense row-major copies, the transposes and permutes written out.
-fn explicit(gpu: &Gpu, args: &Args, shape: &Shape, seed: u64) -> Res<Measured> {
+fn explicit(
+    gpu: &Gpu,
+    args: &Args,
+    (shape, seed): (&Shape, u64),
+    then: &mut dyn FnMut(Way<'_>) -> Res<()>,
+) -> Res<()> {
     let (h, kvh) = (shape.heads, shape.kv_heads);
     if kvh != h {
         return Err("(b) runs multi-head attention only (--kv-heads = --heads)".into());
@@ -638,18 +691,19 @@ fn explicit(gpu: &Gpu, args: &Args, shape: &Shape, seed: u64) -> Res<Measured> {
         unpermute_dk.record(b, &dkh.arg_as(&dkh_bshd)?, &layer.dqkv.arg_as(&k)?)?;
         unpermute_dv.record(b, &dvh.arg_as(&dvh_bshd)?, &layer.dqkv.arg_as(&v)?)
     };
-    let forward_time = time(gpu, args, &forward)?;
-    let backward_time = time(gpu, args, &backward)?;
     let label = "(b) row-major + explicit transposes";
-    run_once(gpu, args, label, &|b| {
-        forward(b)?;
-        backward(b)
-    })?;
-    Ok(Measured {
+    let results = || {
+        run_once(gpu, args, label, &|b| {
+            forward(b)?;
+            backward(b)
+        })?;
+        Ok((layer.out.logical()?, layer.dqkv.logical()?))
+    };
+    then(Way {
         label,
-        forward: forward_time,
-        backward: backward_time,
-        results: (layer.out.logical()?, layer.dqkv.logical()?),
+        forward: &forward,
+        backward: &backward,
+        results: &results,
     })
 }
 
@@ -693,49 +747,59 @@ fn measure(gpu: &Gpu, args: &Args, shape: Shape) -> Res<()> {
         if args.causal { ", causal" } else { "" }
     );
     let seed = 0x9E37_79B9_7F4A_7C15;
-    let mut rows = vec![views(gpu, args, &shape, false, seed)?];
-    rows.push(views(gpu, args, &shape, true, seed)?);
-    let baseline = if kv_heads == heads {
-        let b = explicit(gpu, args, &shape, seed)?;
-        let tol = if elem == ElemType::F16 { 2e-2 } else { 1e-4 };
-        for row in &rows {
-            compare(
-                &format!("{}: out", row.label),
-                &row.results.0,
-                &b.results.0,
-                tol,
-            )?;
-            compare(
-                &format!("{}: dqkv", row.label),
-                &row.results.1,
-                &b.results.1,
-                tol,
-            )?;
+    views(gpu, args, (&shape, false, seed), &mut |row_major| {
+        views(gpu, args, (&shape, true, seed), &mut |rtile| {
+            if kv_heads == heads {
+                explicit(gpu, args, (&shape, seed), &mut |b| {
+                    report(gpu, args, &shape, &[row_major, rtile, b])
+                })
+            } else {
+                println!("(b) is measured for multi-head attention only\n");
+                report(gpu, args, &shape, &[row_major, rtile])
+            }
+        })
+    })
+}
+
+/// Times `ways`, checks the first ones against the third ((b)) where there is one, and prints
+/// the table.
+fn report(gpu: &Gpu, args: &Args, shape: &Shape, ways: &[Way<'_>]) -> Res<()> {
+    let times = time_ways(gpu, args, ways)?;
+    let results = ways
+        .iter()
+        .map(|w| (w.results)())
+        .collect::<Res<Vec<_>>>()?;
+    let baseline = (ways.len() == 3).then(|| &times[2]);
+    if let Some(want) = (ways.len() == 3).then(|| &results[2]) {
+        let tol = if shape.elem == ElemType::F16 {
+            2e-2
+        } else {
+            1e-4
+        };
+        for (w, got) in ways.iter().zip(&results).take(2) {
+            compare(&format!("{}: out", w.label), &got.0, &want.0, tol)?;
+            compare(&format!("{}: dqkv", w.label), &got.1, &want.1, tol)?;
         }
-        rows.push(b);
-        rows.last().map(|b| (b.forward, b.backward))
-    } else {
-        println!("(b) is measured for multi-head attention only\n");
-        None
-    };
+    }
     let flops = shape.forward_flops();
     println!(
-        "| layouts | forward ms | GFLOP/s | backward ms | GFLOP/s | forward: (b) / this | backward: (b) / this |"
+        "| layouts | forward ms | GFLOP/s | backward ms | GFLOP/s | forward: (b) / this | backward: (b) / this | recording (CPU) ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for r in &rows {
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (w, t) in ways.iter().zip(&times) {
         let ratio = |base: f64, t: f64| format!("{:.2}×", base / t);
         let (fr, br) = match baseline {
-            Some((bf, bb)) => (ratio(bf, r.forward), ratio(bb, r.backward)),
+            Some(b) => (ratio(b.forward, t.forward), ratio(b.backward, t.backward)),
             None => ("—".into(), "—".into()),
         };
         println!(
-            "| {} | {:.3} | {} | {:.3} | {} | {fr} | {br} |",
-            r.label,
-            r.forward * 1e3,
-            gflops(flops, r.forward),
-            r.backward * 1e3,
-            gflops(2.0 * flops, r.backward),
+            "| {} | {:.3} | {} | {:.3} | {} | {fr} | {br} | {:.3} |",
+            w.label,
+            t.forward * 1e3,
+            gflops(flops, t.forward),
+            t.backward * 1e3,
+            gflops(2.0 * flops, t.backward),
+            t.record * 1e3,
         );
     }
     Ok(())
