@@ -147,14 +147,15 @@ fn run_layer(plan: &encoder::Plan, gpu: Option<&Gpu>, runs: usize) -> Result<(),
             // The same logical inputs under each strategy's layouts.
             let run = encoder::run_gpu(gpu, &p, &data, runs, warm_up)?;
             println!(
-                "  GPU, {} layouts: {:.3} ms ({})",
+                "  GPU, {} layouts: {:.3} ms ({}; recording the batch took {:.2} ms of CPU)",
                 strategy.name(),
                 run.times.total(),
                 if run.times.gpu_timestamps {
                     "GPU timestamps"
                 } else {
                     "wall clock"
-                }
+                },
+                run.record_ms
             );
             gpu_runs.push((strategy, run));
         }

@@ -48,7 +48,7 @@ impl Gather {
                 format!("elements of type {elem} are not 32-bit words"),
             ));
         }
-        Self::with_index_fn(&view.index_fn().simplified(), bound)
+        Self::with_index_fn(view.simplified_fn(), bound)
     }
 
     /// The gather of `bound` through `f` (the simplified index function, or any other form of

@@ -333,11 +333,14 @@ impl GpuLayer {
         Ok(())
     }
 
-    /// Runs the layer once and times every dispatch.
-    pub(crate) fn run_timed(&self, gpu: &Gpu, b: &Buffers) -> Result<Vec<Timing>, String> {
+    /// Runs the layer once and times every dispatch; also returns the seconds of CPU time it
+    /// took to record the batch (binding every argument, checking it, packing parameters).
+    pub(crate) fn run_timed(&self, gpu: &Gpu, b: &Buffers) -> Result<(Vec<Timing>, f64), String> {
+        let start = std::time::Instant::now();
         let mut batch = gpu.batch();
         self.record(&mut batch, b)?;
-        batch.submit_timed().map_err(e)
+        let recording = start.elapsed().as_secs_f64();
+        Ok((batch.submit_timed().map_err(e)?, recording))
     }
 
     /// The logical values of tensor `name` (read back from the GPU).

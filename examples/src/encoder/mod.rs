@@ -64,6 +64,8 @@ impl StepTimes {
 /// and its results.
 pub(crate) struct GpuRun {
     pub(crate) times: StepTimes,
+    /// The CPU time to record the batch of one run (median), in milliseconds.
+    pub(crate) record_ms: f64,
     pub(crate) results: BTreeMap<&'static str, Vec<f64>>,
 }
 
@@ -72,7 +74,7 @@ fn e(err: impl std::fmt::Display) -> String {
 }
 
 /// Builds the layer for `plan` on `gpu`, runs it `runs` times (after one run to warm the GPU's
-/// clocks up, when `warm_up`) and keeps the median time of each step and the results of the
+/// clocks up, when `warm_up`; else after recording one batch it never submits) and keeps the median time of each step and the results of the
 /// last run. Pipelines are compiled when the batch is recorded, so no time of a pipeline's
 /// compilation is counted either way.
 pub(crate) fn run_gpu(
@@ -86,11 +88,21 @@ pub(crate) fn run_gpu(
     let buffers = GpuLayer::buffers(gpu, plan, data)?;
     if warm_up {
         layer.run_timed(gpu, &buffers)?;
+    } else {
+        // Record once without running: pipelines compile on first use, and kernels built per
+        // shape are built here, so the timed run's recording time is the steady one.
+        let mut batch = gpu.batch();
+        layer.record(&mut batch, &buffers)?;
     }
     let mut all: Vec<StepTimes> = Vec::with_capacity(runs);
+    let mut recording = Vec::with_capacity(runs);
     for _ in 0..runs.max(1) {
-        all.push(StepTimes::of(&layer.run_timed(gpu, &buffers)?));
+        let (timings, seconds) = layer.run_timed(gpu, &buffers)?;
+        all.push(StepTimes::of(&timings));
+        recording.push(seconds * 1e3);
     }
+    recording.sort_by(f64::total_cmp);
+    let record_ms = recording[recording.len() / 2];
     let mut times = all[0].clone();
     for (name, ms) in &mut times.steps {
         let mut samples: Vec<f64> = all.iter().filter_map(|t| t.get(name)).collect();
@@ -102,7 +114,11 @@ pub(crate) fn run_gpu(
         results.insert(name, layer.read(&buffers, name)?);
     }
     gpu.wait().map_err(e)?;
-    Ok(GpuRun { times, results })
+    Ok(GpuRun {
+        times,
+        record_ms,
+        results,
+    })
 }
 
 /// Runs the layer for `plan` on the CPU backend; returns its results and the time taken.

@@ -92,7 +92,7 @@ pub fn emit_module(name: &str, fns: &[&ValidIndexFn]) -> Result<WgslModule, Wgsl
 /// The WGSL of `views` (each simplified), one offset and bounds function pair each, in one
 /// module named `name`, validated by naga.
 pub fn emit_views(name: &str, views: &[&crate::layout::View]) -> Result<WgslModule, WgslError> {
-    let fns: Vec<ValidIndexFn> = views.iter().map(|v| v.index_fn().simplified()).collect();
+    let fns: Vec<ValidIndexFn> = views.iter().map(|v| v.simplified_fn().clone()).collect();
     emit_module(name, &fns.iter().collect::<Vec<_>>())
 }
 

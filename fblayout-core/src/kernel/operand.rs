@@ -72,7 +72,7 @@ impl Operand {
                 "it would hide the parameter block `params` inside the operand's functions",
             ));
         }
-        let mut f: IndexFn = (*view.index_fn().simplified()).clone();
+        let mut f: IndexFn = (**view.simplified_fn()).clone();
         f.name = role.to_owned();
         let index = f.validate().map_err(|_| {
             bad(

@@ -7,6 +7,8 @@
 //! array of the view's shape and the tensor's physical buffer; padding is filled with the
 //! default value and never read back.
 
+use std::sync::Arc;
+
 use super::error::{LayoutError, MAX_ELEMENTS};
 use super::spec::Extent;
 use super::tensor::TensorLayout;
@@ -22,7 +24,7 @@ pub struct BoundView {
     shape: Vec<u64>,
     extent_args: Vec<u64>,
     len: u64,
-    cpu: CpuIndexFn,
+    cpu: Arc<CpuIndexFn>,
 }
 
 impl TensorLayout {
@@ -189,7 +191,7 @@ impl View {
                 self.name()
             )));
         }
-        let cpu = CpuIndexFn::new(&self.index_fn().simplified());
+        let cpu = Arc::clone(&self.compiled().cpu);
         Ok(BoundView {
             name: self.name().to_owned(),
             axis_names: self.axes().iter().map(|a| a.name.clone()).collect(),

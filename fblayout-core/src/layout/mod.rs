@@ -36,6 +36,7 @@ mod cute;
 mod elem;
 mod error;
 mod leaves;
+mod memo;
 mod spec;
 mod step;
 mod tensor;

@@ -20,6 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::error::{LayoutError, MAX_ELEMENTS};
+use super::memo::{Compiled, Memo};
 use super::spec::Extent;
 use super::step::ViewStep;
 use super::tensor::TensorLayout;
@@ -187,6 +188,8 @@ pub struct View {
     /// Run-time requirements, checked when binding: every split of a run-time extent and
     /// every slice of one, whatever steps come after it.
     requirements: Vec<Requirement>,
+    /// The simplified and compiled index code, made on first use (see [`Memo`]).
+    memo: Memo,
 }
 
 /// A part of a split: its name and its extent, or `None` to infer it from the others.
@@ -207,6 +210,7 @@ impl View {
             axes,
             steps: Vec::new(),
             requirements: Vec::new(),
+            memo: Memo::default(),
         }
     }
 
@@ -246,6 +250,8 @@ impl View {
             });
         }
         self.name = name;
+        // The index functions are named after the view.
+        self.memo = Memo::default();
         Ok(self)
     }
 
@@ -326,6 +332,7 @@ impl View {
             axes,
             steps,
             requirements: self.requirements.clone(),
+            memo: Memo::default(),
         }
     }
 
@@ -668,6 +675,17 @@ impl View {
             };
         }
         cur
+    }
+
+    /// [`index_fn`](Self::index_fn) simplified: what every emitter and kernel uses. Computed
+    /// once per view and shared by its clones.
+    pub fn simplified_fn(&self) -> &ValidIndexFn {
+        &self.compiled().simplified
+    }
+
+    /// The simplified index function and its CPU form, made on first use.
+    pub(crate) fn compiled(&self) -> &Compiled {
+        self.memo.get_or_init(|| self.index_fn().simplified())
     }
 
     /// The offset and bounds mask of this view, as written before simplification.
