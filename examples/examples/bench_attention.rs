@@ -33,8 +33,11 @@
 //!
 //! Run: `cargo run --release -p fblayout-examples --example bench_attention [-- --help]`
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::Instant;
+use support::{Res, Rng, err, median};
 
 use clap::Parser;
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue};
@@ -85,27 +88,6 @@ struct Args {
     /// timestamps where the device has them).
     #[arg(long)]
     breakdown: bool,
-}
-
-type Res<T> = Result<T, String>;
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
-/// A small deterministic generator (xorshift64*), uniform in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        let bits = x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-        2.0 * (bits as f64 / (1u64 << 53) as f64) - 1.0
-    }
 }
 
 /// A tensor on the GPU: its view, its run-time extents and its buffer.
@@ -323,11 +305,6 @@ fn passes(gpu: &Gpu, record: Record<'_>, reps: usize) -> Res<(f64, f64)> {
     gpu.wait().map_err(err)?;
     let ran = start.elapsed().as_secs_f64();
     Ok((ran / reps as f64, recorded / reps as f64))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Times every way, interleaved: each sample runs every way's forward and backward in turn,
@@ -843,11 +820,5 @@ fn run(args: &Args) -> Res<()> {
 }
 
 fn main() -> ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("bench_attention: error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit("bench_attention", run(&Args::parse()))
 }

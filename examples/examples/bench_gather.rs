@@ -9,6 +9,8 @@
 //!
 //! Run: `cargo run --release -p fblayout-examples --example bench_gather [-- --rows 8192 --cols 8192]`
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -190,11 +192,5 @@ fn run(args: &Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("bench_gather: error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit("bench_gather", run(&Args::parse()))
 }

@@ -22,8 +22,11 @@
 //!
 //! Run: `cargo run --release -p fblayout-examples --example bench_matmul [-- --help]`
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::Instant;
+use support::{Res, Rng, err};
 
 use clap::Parser;
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, Order, View};
@@ -91,27 +94,6 @@ struct Args {
     /// Also time the CPU twin at `MxKxN` (e.g. `1024x768x2304`), f32, row-major.
     #[arg(long)]
     cpu: Option<String>,
-}
-
-type Res<T> = Result<T, String>;
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        let bits = x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-        2.0 * (bits as f64 / (1u64 << 53) as f64) - 1.0
-    }
 }
 
 /// A matrix on the GPU: its view, bound, buffer, and its elements as stored (physical order).
@@ -779,11 +761,5 @@ fn run(args: &Args) -> Res<()> {
 }
 
 fn main() -> ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("bench_matmul: error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit("bench_matmul", run(&Args::parse()))
 }

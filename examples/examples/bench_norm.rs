@@ -13,8 +13,11 @@
 //! Run: `cargo run --release -p fblayout-examples --example bench_norm [-- --tokens 4096,16384
 //! --hidden 384,768 --samples 9 --reps 20]`
 
+mod support;
+
 use std::collections::HashMap;
 use std::process::ExitCode;
+use support::err;
 
 use clap::Parser;
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue};
@@ -51,10 +54,6 @@ struct Args {
 }
 
 type Result<T> = std::result::Result<T, String>;
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// A `[tokens, hidden]` f32 layout: row-major, or an R-Tile with `t × t` tiles whose forward
 /// axis is `hidden` and backward axis `tokens`.
@@ -425,11 +424,5 @@ fn run(args: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("bench_norm: error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit("bench_norm", run(&Args::parse()))
 }

@@ -22,8 +22,11 @@
 //!
 //! Run: `cargo run --release -p fblayout-examples --example bench_softmax [-- --help]`
 
+mod support;
+
 use std::process::ExitCode;
 use std::time::Instant;
+use support::{Res, err};
 
 use clap::Parser;
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand};
@@ -66,12 +69,6 @@ struct Args {
     /// Dispatches per sample, in one batch.
     #[arg(long, default_value_t = 5)]
     reps: usize,
-}
-
-type Res<T> = Result<T, String>;
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
 }
 
 /// A tensor on the GPU: its view, its extents, and a buffer holding it.
@@ -499,11 +496,5 @@ fn run(args: &Args) -> Res<()> {
 }
 
 fn main() -> ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("bench_softmax: error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    support::exit("bench_softmax", run(&Args::parse()))
 }

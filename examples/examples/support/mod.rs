@@ -1,0 +1,46 @@
+//! What the benchmark programs share: their error type, exit codes, a deterministic generator
+//! and medians. Each program uses part of it.
+#![allow(dead_code)] // each benchmark program compiles this module and uses only part of it
+
+use std::process::ExitCode;
+
+/// A benchmark's result: errors are messages for the user.
+pub(crate) type Res<T> = Result<T, String>;
+
+/// An error as its message.
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The exit code of a benchmark `name` that ended with `result`, printing the error.
+pub(crate) fn exit(name: &str, result: Res<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{name}: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so that runs are repeatable.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    /// Uniform in [−1, 1).
+    pub(crate) fn uniform(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        let bits = x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        2.0 * (bits as f64 / (1u64 << 53) as f64) - 1.0
+    }
+}
+
+/// The median of `v` (the upper one of an even count).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
