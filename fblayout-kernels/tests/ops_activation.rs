@@ -317,3 +317,44 @@ fn mismatched_shapes_and_views_are_typed_errors() {
     );
     assert!(batch.is_empty(), "nothing was recorded for refused calls");
 }
+
+#[test]
+fn without_shader_f16_an_f16_tensor_is_refused_with_its_cause_and_f32_still_runs() {
+    use fblayout_kernels::runtime::{Disabled, Gpu, GpuOptions};
+    let mut options = GpuOptions::from_env().unwrap();
+    options.disabled = Disabled {
+        f16: true,
+        ..options.disabled
+    };
+    options.cache_dir = None;
+    let gpu = Gpu::with_options(options).unwrap();
+    assert!(!gpu.features().f16);
+    let (x16, _) = view_2d("x", Layout2::RowMajor, ROWS, COLS, ElemType::F16);
+    let err = ActivationOp::new(&gpu, Activation::Silu, &x16, &x16).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(err, OpError::Kernel(_)) && message.contains("SHADER_F16"),
+        "{message}"
+    );
+    // The f32 path is the fallback, and runs.
+    let mut rng = Rng::new(6);
+    let (x, y) = tensors(
+        &mut rng,
+        Layout2::RowMajor,
+        Layout2::RTile(4),
+        ElemType::F32,
+    );
+    let op = ActivationOp::new(&gpu, Activation::Silu, &x.view, &y.view).unwrap();
+    let (xb, yb) = (x.upload(&gpu), y.poisoned(&gpu));
+    let mut batch = gpu.batch();
+    op.forward(&mut batch, &x.gpu_arg(&xb), &y.gpu_arg(&yb))
+        .unwrap();
+    batch.submit().unwrap();
+    let want = cpu_forward::<f32>(Activation::Silu, &x, &y);
+    assert_close(
+        "f32 fallback",
+        &y.download(&yb),
+        &want,
+        tolerance(ElemType::F32, 8),
+    );
+}

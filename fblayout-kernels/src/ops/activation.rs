@@ -174,6 +174,11 @@ impl ActivationOp {
         self.forward.is_vectorized()
     }
 
+    /// The WGSL of the forward and of the backward (validated by naga when built).
+    pub fn shaders(&self) -> [&str; 2] {
+        [self.forward.source(), self.backward.source()]
+    }
+
     /// Records `y = f(x)`.
     pub fn forward(
         &self,
@@ -257,6 +262,11 @@ impl SwigluOp {
             },
         )?;
         Ok(Self { forward, backward })
+    }
+
+    /// The WGSL of the forward and of the backward (validated by naga when built).
+    pub fn shaders(&self) -> [&str; 2] {
+        [self.forward.source(), self.backward.source()]
     }
 
     /// Records `y = silu(gate) · up`.

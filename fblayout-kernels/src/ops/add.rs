@@ -64,6 +64,11 @@ impl AddOp {
         self.kernel.is_vectorized()
     }
 
+    /// The kernel's WGSL (validated by naga when built).
+    pub fn shader(&self) -> &str {
+        self.kernel.source()
+    }
+
     /// Records `y = a + b` (built with [`new`](Self::new)).
     pub fn forward(
         &self,

@@ -134,7 +134,6 @@ impl Elementwise {
     }
 
     /// The shader.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn source(&self) -> &str {
         self.compiled.module().source()
     }
