@@ -1,19 +1,26 @@
-//! wgpu runtime and compute kernels written against fblayout layouts.
+//! wgpu runtime and compute kernels written against fblayout layouts, with a CPU backend.
 //!
-//! - [`runtime`]: the [`Gpu`] handle (adapter choice, device, pipeline cache), typed
-//!   [`GpuBuffer`]s and a compute dispatch that only takes naga-validated
-//!   [`WgslModule`](fblayout_core::shader::WgslModule)s.
+//! - [`runtime`]: the [`Gpu`] handle (adapter choice, optional features with fallbacks, a
+//!   pipeline cache kept on disk), pooled [`GpuBuffer`]s, and [`Batch`](runtime::Batch)es that
+//!   record many dispatches of naga-validated kernels for one submission.
+//! - [`tensor`]: typed tensors on the GPU and the CPU ([`GpuTensor`](tensor::GpuTensor),
+//!   [`CpuTensor`](tensor::CpuTensor)) and the arguments kernels take.
+//! - [`ops`]: the kernels of fine-tuning, forward and backward, each with a CPU twin.
+//! - [`cpu`]: the CPU backend's addressing and element types.
 //! - [`probe`]: evaluates a layout's WGSL `<name>_offset`/`<name>_in_bounds` functions on the GPU
 //!   for every coordinate of a shape, so tests can compare them with the CPU path.
 //! - [`gather`]: materialises a view as a dense row-major tensor.
 //!
-//! Both generate their compute entry points with one private module, `shader`: the storage
-//! buffers, the opening of an entry point over a linear index, and the row-major decode of
-//! that index into a coordinate.
+//! The probe and the gather write their entry points with one private module,
+//! `entry_point` (a compute entry point over a linear index, and the row-major decode of that
+//! index into a coordinate), which the elementwise kernels use too; the kernels' operands come
+//! from the core's kernel surface ([`fblayout_core::kernel`]).
 //!
 //! The GPU is chosen with `FBLAYOUT_ADAPTER` (a substring of the adapter name) and
-//! `FBLAYOUT_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`, `all`). Without a GPU, Mesa's lavapipe
-//! (`apt-get install mesa-vulkan-drivers`) runs everything on the CPU.
+//! `FBLAYOUT_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`, `all`); `FBLAYOUT_DISABLE` turns
+//! optional features off and `FBLAYOUT_CACHE_DIR` says where compiled pipelines are kept.
+//! Without a GPU, Mesa's lavapipe (`apt-get install mesa-vulkan-drivers`) runs everything on
+//! the CPU.
 
 pub mod cpu;
 mod entry_point;

@@ -1,10 +1,15 @@
 //! The wgpu runtime that fblayout's kernels run on.
 //!
 //! - [`Gpu`]: a device and queue on an adapter picked by [`AdapterChoice`] (from
-//!   `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND`), with a pipeline cache.
-//! - [`GpuBuffer`]: typed storage and uniform buffers, read back with [`GpuBuffer::read_back`].
-//! - [`Gpu::dispatch`] / [`Gpu::dispatch_linear`]: run an entry point of a validated
-//!   [`WgslModule`](fblayout_core::shader::WgslModule) with [`Binding`]s.
+//!   `FBLAYOUT_ADAPTER`/`FBLAYOUT_BACKEND`), with the optional [`features`] it has (each can be
+//!   turned off: [`Disabled`]), a pipeline cache in memory and, where the backend has one, on
+//!   disk ([`CacheLoad`] says what happened to the file).
+//! - [`GpuBuffer`]: storage and uniform buffers from the device's pool (freed memory is reused:
+//!   [`PoolStats`]), read back with [`GpuBuffer::read_back`].
+//! - [`Batch`]: many dispatches of [`KernelModule`](fblayout_core::kernel::KernelModule)s,
+//!   copies and clears, one submission; [`Batch::submit_timed`] times each dispatch.
+//! - [`Gpu::dispatch`] / [`Gpu::dispatch_linear`]: run one entry point of a validated
+//!   [`WgslModule`](fblayout_core::shader::WgslModule) with [`Binding`]s, submitted at once.
 //! - [`GpuError`]: everything that can go wrong, including wgpu validation errors caught in
 //!   error scopes.
 //!
