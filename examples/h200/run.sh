@@ -25,11 +25,10 @@ step() {
     local name=$1 limit=$2
     shift 2
     echo "== $name: $*"
-    local start=$(date +%s.%N)
+    local start=$SECONDS
     timeout "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
-    local end=$(date +%s.%N)
-    printf '%s: exit %d in %.1f s\n' "$name" "$rc" "$(echo "$end - $start" | bc)" | tee -a "$out/summary.txt"
+    printf '%s: exit %d in %d s\n' "$name" "$rc" "$((SECONDS - start))" | tee -a "$out/summary.txt"
     [ "$rc" -eq 0 ] || status=1
     return 0
 }
