@@ -1,0 +1,154 @@
+//! Reverse-mode differentiation of a forward graph over the kernels' backward rules.
+
+use super::op::{BackwardStep, Op, Pass, Source};
+use super::tensor::{Role, TensorId};
+use super::{Graph, GraphError};
+
+/// Appends the backward of `graph`'s forward (see the module docs of [`graph`](super)).
+///
+/// The loss is the mean of the cross-entropy losses; every tensor it depends on that is an
+/// activation or a parameter gets a gradient ([`Graph::grad`]). Fails when the graph has no
+/// cross-entropy or already has a backward.
+pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
+    if graph.has_backward() {
+        return Err(GraphError::Backward(
+            "the graph already has a backward".into(),
+        ));
+    }
+    if !graph
+        .nodes()
+        .iter()
+        .any(|n| matches!(n.op, Op::CrossEntropy { .. }))
+    {
+        return Err(GraphError::Backward(
+            "the graph has no loss: a backward needs a cross-entropy".into(),
+        ));
+    }
+    let mut state = State {
+        contributions: vec![Vec::new(); graph.tensors().len()],
+    };
+    let forward: Vec<usize> = (0..graph.nodes().len())
+        .filter(|&i| graph.nodes()[i].op.pass() == Pass::Forward)
+        .collect();
+    for &i in forward.iter().rev() {
+        let node = graph.nodes()[i].clone();
+        let rule = node
+            .op
+            .backward()
+            .expect("every forward operation has a backward rule");
+        let output_grads: Vec<Option<TensorId>> = node
+            .outputs
+            .iter()
+            .map(|&o| state.finalize(graph, o))
+            .collect::<Result<_, _>>()?;
+        let is_loss = matches!(node.op, Op::CrossEntropy { .. });
+        if !is_loss && output_grads.iter().all(Option::is_none) {
+            // Nothing this operation writes reaches the loss.
+            continue;
+        }
+        for &pos in &rule.passes_through {
+            let input = node.inputs[pos];
+            if let (true, Some(g)) = (differentiable(graph, input), output_grads[0]) {
+                state.contributions[input.index()].push(g);
+            }
+        }
+        for step in &rule.steps {
+            state.step(graph, &node.inputs, &node.outputs, &output_grads, step)?;
+        }
+    }
+    for p in graph.params() {
+        state.finalize(graph, p)?;
+    }
+    Ok(())
+}
+
+/// Whether the loss's gradient with respect to `t` is wanted: activations and parameters.
+fn differentiable(graph: &Graph, t: TensorId) -> bool {
+    matches!(graph.tensor(t).role, Role::Activation | Role::Param)
+}
+
+struct State {
+    /// The contributions to each tensor's gradient, in the order the backward made them.
+    contributions: Vec<Vec<TensorId>>,
+}
+
+impl State {
+    /// The gradient of `t`: its one contribution, or the sum of several (one `Accumulate` per
+    /// extra contribution), recorded on the graph.
+    fn finalize(&mut self, graph: &mut Graph, t: TensorId) -> Result<Option<TensorId>, GraphError> {
+        if let Some(done) = graph.grad(t) {
+            return Ok(Some(done));
+        }
+        let parts = std::mem::take(&mut self.contributions[t.index()]);
+        let Some((&first, rest)) = parts.split_first() else {
+            return Ok(None);
+        };
+        let mut sum = first;
+        for (k, &part) in rest.iter().enumerate() {
+            let name = format!("d_{}.sum{}", graph.tensor(t).name, k + 1);
+            let next = grad_like(graph, t, name)?;
+            graph.push(Op::Accumulate, &[sum, part], &[next])?;
+            sum = next;
+        }
+        graph.set_grad(t, sum);
+        Ok(Some(sum))
+    }
+
+    /// Emits one backward operation of a forward node.
+    fn step(
+        &mut self,
+        graph: &mut Graph,
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+        output_grads: &[Option<TensorId>],
+        step: &BackwardStep,
+    ) -> Result<(), GraphError> {
+        let wanted: Vec<bool> = step
+            .grads_of
+            .iter()
+            .map(|&pos| differentiable(graph, inputs[pos]))
+            .collect();
+        if !wanted.iter().any(|w| *w) {
+            return Ok(());
+        }
+        let mut reads = Vec::with_capacity(step.inputs.len());
+        for source in &step.inputs {
+            reads.push(match *source {
+                Source::Input(i) => inputs[i],
+                Source::Output(i) => outputs[i],
+                Source::OutputGrad(i) => match output_grads[i] {
+                    Some(g) => g,
+                    // The output this step needs carries no gradient: nothing to propagate.
+                    None => return Ok(()),
+                },
+            });
+        }
+        let mut writes = Vec::with_capacity(step.grads_of.len());
+        for &pos in &step.grads_of {
+            let of = inputs[pos];
+            let k = self.contributions[of.index()].len();
+            let name = if k == 0 {
+                format!("d_{}", graph.tensor(of).name)
+            } else {
+                format!("d_{}.{}", graph.tensor(of).name, k + 1)
+            };
+            let g = grad_like(graph, of, name)?;
+            writes.push((of, g));
+        }
+        let out: Vec<TensorId> = writes.iter().map(|&(_, g)| g).collect();
+        graph.push(step.op, &reads, &out)?;
+        for (of, g) in writes {
+            if differentiable(graph, of) {
+                self.contributions[of.index()].push(g);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A new tensor shaped like `of`, the gradient (or a contribution to it) of `of`.
+fn grad_like(graph: &mut Graph, of: TensorId, name: String) -> Result<TensorId, GraphError> {
+    let t = graph.tensor(of).clone();
+    let axes: Vec<(&str, super::Dim)> = t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
+    graph.add_tensor(name, &axes, t.elem, Role::Grad { of })
+}

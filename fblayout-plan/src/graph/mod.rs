@@ -1,0 +1,276 @@
+//! The training graph: the tensors and operations of a training step.
+//!
+//! A [`Graph`] is built forward — tensors with named axes whose extents may be the run's batch
+//! size and sequence length ([`Dim`]), and operations ([`Op`]) in execution order — then
+//! [`derive_backward`] appends its backward by reverse-mode differentiation over the kernels'
+//! forward/backward pairs: each forward operation, from the last to the first, emits the
+//! backward operations its rule lists ([`Op::backward`]), reading the gradients of its outputs
+//! and the forward tensors it saves; where a tensor receives gradients along several paths, an
+//! [`Op::Accumulate`] sums them. [`Graph::saved`] lists the forward tensors the backward reads
+//! again: the activations whose layout the planner chooses first.
+
+mod autodiff;
+mod op;
+mod tensor;
+
+use std::collections::HashSet;
+use std::fmt;
+
+use fblayout_core::layout::ElemType;
+
+pub use autodiff::derive_backward;
+pub use op::{Act, BackwardRule, BackwardStep, Op, Pass, Source};
+pub use tensor::{Axis, Dim, Role, Sizes, Tensor, TensorId};
+
+/// An operation's handle in its [`Graph`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub(crate) u32);
+
+impl NodeId {
+    /// The operation's position in execution order.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One operation with its operands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// What it computes.
+    pub op: Op,
+    /// Its inputs, in the operation's order.
+    pub inputs: Vec<TensorId>,
+    /// Its outputs, in the operation's order.
+    pub outputs: Vec<TensorId>,
+}
+
+/// Why a graph could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// Two tensors of one name.
+    #[error("the graph already has a tensor named `{0}`")]
+    DuplicateName(String),
+    /// An operation was given the wrong number of operands.
+    #[error("`{op}` takes {expected} {what}, {given} were given")]
+    Arity {
+        /// The operation.
+        op: &'static str,
+        /// `inputs` or `outputs`.
+        what: &'static str,
+        /// What it takes.
+        expected: usize,
+        /// What it was given.
+        given: usize,
+    },
+    /// The operands' shapes don't fit the operation.
+    #[error("`{op}`: {detail}")]
+    Shape {
+        /// The operation.
+        op: &'static str,
+        /// What does not fit.
+        detail: String,
+    },
+    /// An operation reads a tensor that nothing has written yet.
+    #[error(
+        "`{op}` reads `{tensor}`, which no earlier operation writes and which is no input or parameter"
+    )]
+    ReadBeforeWrite {
+        /// The operation.
+        op: &'static str,
+        /// The tensor.
+        tensor: String,
+    },
+    /// The backward was asked for twice, or of a graph with no loss.
+    #[error("{0}")]
+    Backward(String),
+}
+
+/// The tensors and operations of a training step (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Graph {
+    tensors: Vec<Tensor>,
+    nodes: Vec<Node>,
+    /// The gradient of each tensor, once the backward is derived (by tensor index).
+    grads: Vec<Option<TensorId>>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every tensor, by id.
+    pub fn tensors(&self) -> &[Tensor] {
+        &self.tensors
+    }
+
+    /// The tensor `id`.
+    pub fn tensor(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id.index()]
+    }
+
+    /// The tensor named `name`.
+    pub fn find(&self, name: &str) -> Option<TensorId> {
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| TensorId(i as u32))
+    }
+
+    /// Every operation, in execution order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Every tensor id, in order.
+    pub fn ids(&self) -> impl Iterator<Item = TensorId> + '_ {
+        (0..self.tensors.len()).map(|i| TensorId(i as u32))
+    }
+
+    /// Adds a tensor.
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        axes: &[(&str, Dim)],
+        elem: ElemType,
+        role: Role,
+    ) -> Result<TensorId, GraphError> {
+        let name = name.into();
+        if self.find(&name).is_some() {
+            return Err(GraphError::DuplicateName(name));
+        }
+        self.tensors.push(Tensor {
+            name,
+            axes: axes
+                .iter()
+                .map(|(n, d)| Axis {
+                    name: (*n).to_owned(),
+                    dim: *d,
+                })
+                .collect(),
+            elem,
+            role,
+        });
+        Ok(TensorId(self.tensors.len() as u32 - 1))
+    }
+
+    /// Appends `op` over `inputs` and `outputs`, after checking its arity and that every input
+    /// is an input, a parameter, or written by an earlier operation.
+    pub fn push(
+        &mut self,
+        op: Op,
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+    ) -> Result<NodeId, GraphError> {
+        let (n_in, n_out) = op.arity();
+        for (what, expected, given) in [
+            ("inputs", n_in, inputs.len()),
+            ("outputs", n_out, outputs.len()),
+        ] {
+            if expected != given {
+                return Err(GraphError::Arity {
+                    op: op.name(),
+                    what,
+                    expected,
+                    given,
+                });
+            }
+        }
+        let written = self.written();
+        for &t in inputs {
+            let tensor = self.tensor(t);
+            let outside = matches!(tensor.role, Role::Input | Role::Param);
+            // AdamW reads and writes its moments, which no operation writes before it.
+            let state = op == Op::AdamW;
+            if !outside && !state && !written.contains(&t) {
+                return Err(GraphError::ReadBeforeWrite {
+                    op: op.name(),
+                    tensor: tensor.name.clone(),
+                });
+            }
+        }
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+        });
+        Ok(NodeId(self.nodes.len() as u32 - 1))
+    }
+
+    /// The tensors some operation writes.
+    fn written(&self) -> HashSet<TensorId> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.outputs.iter().copied())
+            .collect()
+    }
+
+    /// The forward tensors that a backward operation reads: what the forward must keep.
+    pub fn saved(&self) -> Vec<TensorId> {
+        let mut saved: Vec<TensorId> = Vec::new();
+        for node in self.nodes.iter().filter(|n| n.op.pass() == Pass::Backward) {
+            for &t in &node.inputs {
+                let role = self.tensor(t).role;
+                if matches!(role, Role::Activation | Role::Param | Role::Input)
+                    && !saved.contains(&t)
+                {
+                    saved.push(t);
+                }
+            }
+        }
+        saved.sort();
+        saved
+    }
+
+    /// The parameters, in order.
+    pub fn params(&self) -> Vec<TensorId> {
+        self.ids()
+            .filter(|&t| self.tensor(t).role == Role::Param)
+            .collect()
+    }
+
+    /// The gradient of `of`, once the backward is derived (`None` for tensors the loss does not
+    /// depend on, and for inputs). Where a gradient passes through an operation unchanged (a
+    /// sum, a bias), one tensor is the gradient of several.
+    pub fn grad(&self, of: TensorId) -> Option<TensorId> {
+        self.grads.get(of.index()).copied().flatten()
+    }
+
+    /// Records `grad` as the gradient of `of`.
+    pub(crate) fn set_grad(&mut self, of: TensorId, grad: TensorId) {
+        if self.grads.len() < self.tensors.len() {
+            self.grads.resize(self.tensors.len(), None);
+        }
+        self.grads[of.index()] = Some(grad);
+    }
+
+    /// Whether the backward has been derived.
+    pub fn has_backward(&self) -> bool {
+        self.nodes.iter().any(|n| n.op.pass() == Pass::Backward)
+    }
+}
+
+impl fmt::Display for Graph {
+    /// One operation a line: `op(inputs) -> outputs`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for node in &self.nodes {
+            let names = |ids: &[TensorId]| {
+                ids.iter()
+                    .map(|&t| self.tensor(t).name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            writeln!(
+                f,
+                "{:<9} {}({}) -> {}",
+                format!("{:?}", node.op.pass()).to_lowercase(),
+                node.op.name(),
+                names(&node.inputs),
+                names(&node.outputs)
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,117 @@
+//! The tensors of a training graph: their axes, element type and role.
+
+use std::fmt;
+
+use fblayout_core::layout::ElemType;
+
+/// An extent: known when the graph is built, or the batch size or sequence length of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dim {
+    /// Sequences per batch, known at run time.
+    Batch,
+    /// Tokens per sequence, known at run time.
+    Seq,
+    /// A fixed extent.
+    Fixed(u32),
+}
+
+impl Dim {
+    /// The extent for a run of `sizes`.
+    pub fn value(self, sizes: Sizes) -> u32 {
+        match self {
+            Self::Batch => sizes.batch,
+            Self::Seq => sizes.seq,
+            Self::Fixed(n) => n,
+        }
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Batch => f.write_str("batch"),
+            Self::Seq => f.write_str("seq"),
+            Self::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// The run-time extents of a graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sizes {
+    /// Sequences per batch.
+    pub batch: u32,
+    /// Tokens per sequence.
+    pub seq: u32,
+}
+
+/// A named axis of a tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Axis {
+    /// Its name (`batch`, `seq`, `hidden`, `vocab`, ...).
+    pub name: String,
+    /// Its extent.
+    pub dim: Dim,
+}
+
+/// A tensor's handle in its [`Graph`](super::Graph).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub(crate) u32);
+
+impl TensorId {
+    /// The tensor's position in the graph's table.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What a tensor is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Read from outside and never differentiated: token ids, positions, labels.
+    Input,
+    /// A trained parameter.
+    Param,
+    /// Written by the forward.
+    Activation,
+    /// The per-row losses of the forward.
+    Loss,
+    /// The gradient (or one contribution to the gradient) of a tensor of the forward.
+    Grad {
+        /// The tensor it is the gradient of.
+        of: TensorId,
+    },
+}
+
+/// One tensor of a graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tensor {
+    /// A name unique in the graph (`l0.ffn_up`, `d_l0.ffn_up`, ...).
+    pub name: String,
+    /// Its axes, outermost first.
+    pub axes: Vec<Axis>,
+    /// Its element type.
+    pub elem: ElemType,
+    /// What it is for.
+    pub role: Role,
+}
+
+impl Tensor {
+    /// The number of elements for a run of `sizes`.
+    pub fn elements(&self, sizes: Sizes) -> u64 {
+        self.axes
+            .iter()
+            .map(|a| u64::from(a.dim.value(sizes)))
+            .product()
+    }
+
+    /// The bytes of its elements (without the padding a layout may add) for `sizes`.
+    pub fn bytes(&self, sizes: Sizes) -> u64 {
+        self.elements(sizes) * u64::from(self.elem.size_bytes())
+    }
+
+    /// Whether it is a gradient.
+    pub fn is_grad(&self) -> bool {
+        matches!(self.role, Role::Grad { .. })
+    }
+}

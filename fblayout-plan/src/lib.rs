@@ -1,0 +1,24 @@
+//! The training graph of a transformer, and the choice of every tensor's layout and buffer
+//! over it.
+//!
+//! - [`graph`]: the training-graph IR — tensors with symbolic batch and sequence extents,
+//!   the kernels' operations, and the backward derived by reverse-mode differentiation.
+//! - [`models`]: the shipped graphs, a BERT-style encoder and a GPT-style decoder.
+//!
+//! ```
+//! use fblayout_plan::graph::{Op, Pass};
+//! use fblayout_plan::models::{Model, ModelConfig, build};
+//!
+//! let config = ModelConfig { vocab: 100, max_positions: 16, hidden: 32, heads: 4, ffn: 64, layers: 2 };
+//! let g = build(Model::Encoder, config)?;
+//! let backward = g.nodes().iter().filter(|n| n.op.pass() == Pass::Backward).count();
+//! assert!(backward > 0);
+//! // Every parameter has a gradient, and the backward reads each block's attention probabilities.
+//! assert!(g.params().iter().all(|&p| g.grad(p).is_some()));
+//! let probs = g.find("l0.attn.probs").unwrap();
+//! assert!(g.saved().contains(&probs));
+//! # Ok::<(), fblayout_plan::graph::GraphError>(())
+//! ```
+
+pub mod graph;
+pub mod models;

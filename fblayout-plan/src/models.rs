@@ -1,0 +1,294 @@
+//! The shipped graphs: a BERT-style encoder and a GPT-style decoder, forward and backward.
+//!
+//! Both read token ids and position ids `[batch, seq]` (`u32`), embed them with learned tables,
+//! run `layers` blocks and end in a language-model head and a cross-entropy against labels
+//! `[batch, seq]`:
+//!
+//! - **encoder** (BERT): post-LayerNorm blocks — `x = LN(x + attention(x))`, `x = LN(x +
+//!   FFN(x))` — with bidirectional attention and a GELU feed-forward;
+//! - **decoder** (GPT-2): pre-LayerNorm blocks — `x = x + attention(LN(x))`, `x = x +
+//!   FFN(LN(x))` — with causal attention, and a final LayerNorm before the head.
+//!
+//! Activations are `[batch, seq, width]`, weights `[d_in, d_out]`.
+
+use fblayout_core::layout::ElemType;
+
+use crate::graph::{Act, Dim, Graph, GraphError, Op, Role, TensorId, derive_backward};
+
+/// The sizes of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// Vocabulary size.
+    pub vocab: u32,
+    /// Position-table size (the longest sequence).
+    pub max_positions: u32,
+    /// Hidden size.
+    pub hidden: u32,
+    /// Attention heads.
+    pub heads: u32,
+    /// Feed-forward size.
+    pub ffn: u32,
+    /// Blocks.
+    pub layers: u32,
+}
+
+impl ModelConfig {
+    /// A small BERT (MiniLM-sized: hidden 384, 12 heads, FFN 1536, 6 layers).
+    pub const MINI: ModelConfig = ModelConfig {
+        vocab: 30522,
+        max_positions: 512,
+        hidden: 384,
+        heads: 12,
+        ffn: 1536,
+        layers: 6,
+    };
+
+    fn check(&self) -> Result<(), GraphError> {
+        let shape = |detail: String| GraphError::Shape {
+            op: "model",
+            detail,
+        };
+        if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
+            return Err(shape(format!(
+                "hidden {} is not a multiple of heads {}",
+                self.hidden, self.heads
+            )));
+        }
+        for (name, v) in [
+            ("vocab", self.vocab),
+            ("max_positions", self.max_positions),
+            ("ffn", self.ffn),
+            ("layers", self.layers),
+        ] {
+            if v == 0 {
+                return Err(shape(format!("{name} must be at least 1")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    /// BERT-style, post-LayerNorm, bidirectional.
+    Encoder,
+    /// GPT-style, pre-LayerNorm, causal.
+    Decoder,
+}
+
+/// LayerNorm's ε in both models.
+pub const EPS: f32 = 1e-5;
+
+/// The training graph of `model` of `config`: forward, loss and backward.
+pub fn build(model: Model, config: ModelConfig) -> Result<Graph, GraphError> {
+    config.check()?;
+    let mut b = Builder {
+        g: Graph::new(),
+        c: config,
+    };
+    let ids = b.input("ids")?;
+    let positions = b.input("positions")?;
+    let labels = b.input("labels")?;
+    let tokens = b.param(
+        "tok_embedding",
+        &[("vocab", config.vocab), ("hidden", config.hidden)],
+    )?;
+    let pos_table = b.param(
+        "pos_embedding",
+        &[
+            ("position", config.max_positions),
+            ("hidden", config.hidden),
+        ],
+    )?;
+    let t = b.embedding("tok", ids, tokens)?;
+    let p = b.embedding("pos", positions, pos_table)?;
+    let mut x = b.add("embed", t, p)?;
+    if model == Model::Encoder {
+        x = b.layer_norm("embed_ln", x)?;
+    }
+    for l in 0..config.layers {
+        let n = |s: &str| format!("l{l}.{s}");
+        x = match model {
+            Model::Encoder => {
+                let a = b.attention(&n("attn"), x, false)?;
+                let h = b.add(&n("res1"), x, a)?;
+                let h = b.layer_norm(&n("ln1"), h)?;
+                let f = b.feed_forward(&n("ffn"), h)?;
+                let h2 = b.add(&n("res2"), h, f)?;
+                b.layer_norm(&n("ln2"), h2)?
+            }
+            Model::Decoder => {
+                let h = b.layer_norm(&n("ln1"), x)?;
+                let a = b.attention(&n("attn"), h, true)?;
+                let x1 = b.add(&n("res1"), x, a)?;
+                let h2 = b.layer_norm(&n("ln2"), x1)?;
+                let f = b.feed_forward(&n("ffn"), h2)?;
+                b.add(&n("res2"), x1, f)?
+            }
+        };
+    }
+    if model == Model::Decoder {
+        x = b.layer_norm("final_ln", x)?;
+    }
+    let logits = b.linear("head", x, config.vocab, model == Model::Encoder)?;
+    let loss = b.g.add_tensor(
+        "loss",
+        &[("batch", Dim::Batch), ("seq", Dim::Seq)],
+        ElemType::F32,
+        Role::Loss,
+    )?;
+    b.g.push(
+        Op::CrossEntropy {
+            ignore_index: u32::MAX,
+        },
+        &[logits, labels],
+        &[loss],
+    )?;
+    let mut g = b.g;
+    derive_backward(&mut g)?;
+    Ok(g)
+}
+
+/// Adds tensors and operations with the models' naming and shapes.
+struct Builder {
+    g: Graph,
+    c: ModelConfig,
+}
+
+impl Builder {
+    fn input(&mut self, name: &str) -> Result<TensorId, GraphError> {
+        self.g.add_tensor(
+            name,
+            &[("batch", Dim::Batch), ("seq", Dim::Seq)],
+            ElemType::U32,
+            Role::Input,
+        )
+    }
+
+    fn param(&mut self, name: &str, axes: &[(&str, u32)]) -> Result<TensorId, GraphError> {
+        let axes: Vec<(&str, Dim)> = axes.iter().map(|&(n, e)| (n, Dim::Fixed(e))).collect();
+        self.g.add_tensor(name, &axes, ElemType::F32, Role::Param)
+    }
+
+    /// An activation `[batch, seq, width]`.
+    fn act(&mut self, name: &str, width: u32) -> Result<TensorId, GraphError> {
+        self.g.add_tensor(
+            name,
+            &[
+                ("batch", Dim::Batch),
+                ("seq", Dim::Seq),
+                ("hidden", Dim::Fixed(width)),
+            ],
+            ElemType::F32,
+            Role::Activation,
+        )
+    }
+
+    fn width(&self, t: TensorId) -> u32 {
+        match self.g.tensor(t).axes.last().map(|a| a.dim) {
+            Some(Dim::Fixed(n)) => n,
+            _ => 0,
+        }
+    }
+
+    fn embedding(
+        &mut self,
+        name: &str,
+        ids: TensorId,
+        table: TensorId,
+    ) -> Result<TensorId, GraphError> {
+        let out = self.act(name, self.c.hidden)?;
+        self.g.push(Op::Embedding, &[ids, table], &[out])?;
+        Ok(out)
+    }
+
+    fn add(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, GraphError> {
+        let y = self.act(name, self.width(a))?;
+        self.g.push(Op::Add, &[a, b], &[y])?;
+        Ok(y)
+    }
+
+    fn layer_norm(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        let w = self.width(x);
+        let gamma = self.param(&format!("{name}.gamma"), &[("hidden", w)])?;
+        let beta = self.param(&format!("{name}.beta"), &[("hidden", w)])?;
+        let y = self.act(name, w)?;
+        let stat = |g: &mut Graph, s: &str| {
+            g.add_tensor(
+                format!("{name}.{s}"),
+                &[("batch", Dim::Batch), ("seq", Dim::Seq)],
+                ElemType::F32,
+                Role::Activation,
+            )
+        };
+        let mean = stat(&mut self.g, "mean")?;
+        let rstd = stat(&mut self.g, "rstd")?;
+        self.g.push(
+            Op::LayerNorm { eps: EPS },
+            &[x, gamma, beta],
+            &[y, mean, rstd],
+        )?;
+        Ok(y)
+    }
+
+    /// `x·w (+ b)` with `w [width(x), out]`.
+    fn linear(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        out: u32,
+        bias: bool,
+    ) -> Result<TensorId, GraphError> {
+        let w = self.param(
+            &format!("{name}.w"),
+            &[("d_in", self.width(x)), ("d_out", out)],
+        )?;
+        let lin = self.act(&format!("{name}.lin"), out)?;
+        self.g.push(Op::Linear, &[x, w], &[lin])?;
+        if !bias {
+            return Ok(lin);
+        }
+        let b = self.param(&format!("{name}.b"), &[("hidden", out)])?;
+        let y = self.act(name, out)?;
+        self.g.push(Op::Bias, &[lin, b], &[y])?;
+        Ok(y)
+    }
+
+    /// Self-attention with its projections: fused QKV, attention, output projection.
+    fn attention(&mut self, name: &str, x: TensorId, causal: bool) -> Result<TensorId, GraphError> {
+        let c = self.c;
+        let qkv = self.linear(&format!("{name}.qkv"), x, 3 * c.hidden, true)?;
+        let ctx = self.act(&format!("{name}.ctx"), c.hidden)?;
+        let probs = self.g.add_tensor(
+            format!("{name}.probs"),
+            &[
+                ("batch", Dim::Batch),
+                ("heads", Dim::Fixed(c.heads)),
+                ("seq_q", Dim::Seq),
+                ("seq_k", Dim::Seq),
+            ],
+            ElemType::F32,
+            Role::Activation,
+        )?;
+        self.g.push(
+            Op::Attention {
+                heads: c.heads,
+                kv_heads: c.heads,
+                causal,
+            },
+            &[qkv],
+            &[ctx, probs],
+        )?;
+        self.linear(&format!("{name}.out"), ctx, c.hidden, true)
+    }
+
+    /// `GELU(x·w1 + b1)·w2 + b2`.
+    fn feed_forward(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
+        let c = self.c;
+        let up = self.linear(&format!("{name}.up"), x, c.ffn, true)?;
+        let g = self.act(&format!("{name}.gelu"), c.ffn)?;
+        self.g.push(Op::Activation(Act::Gelu), &[up], &[g])?;
+        self.linear(&format!("{name}.down"), g, c.hidden, true)
+    }
+}

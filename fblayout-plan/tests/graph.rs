@@ -1,0 +1,234 @@
+//! The training-graph IR: building, and the backward derived by reverse-mode differentiation.
+
+use fblayout_core::layout::ElemType;
+use fblayout_plan::graph::{
+    Act, Dim, Graph, GraphError, Op, Pass, Role, TensorId, derive_backward,
+};
+use fblayout_plan::models::{Model, ModelConfig, build};
+
+const SMALL: ModelConfig = ModelConfig {
+    vocab: 50,
+    max_positions: 16,
+    hidden: 32,
+    heads: 4,
+    ffn: 64,
+    layers: 2,
+};
+
+/// A tiny graph: `x = embed(ids)`, `y = x·w + x·w` against labels, so `x` and `w` each feed
+/// two products.
+fn two_paths() -> (Graph, [TensorId; 4]) {
+    let mut g = Graph::new();
+    let bs = [("batch", Dim::Batch), ("seq", Dim::Seq)];
+    let act = |g: &mut Graph, name: &str| {
+        g.add_tensor(
+            name,
+            &[
+                ("batch", Dim::Batch),
+                ("seq", Dim::Seq),
+                ("hidden", Dim::Fixed(8)),
+            ],
+            ElemType::F32,
+            Role::Activation,
+        )
+        .unwrap()
+    };
+    let ids = g
+        .add_tensor("ids", &bs, ElemType::U32, Role::Input)
+        .unwrap();
+    let labels = g
+        .add_tensor("labels", &bs, ElemType::U32, Role::Input)
+        .unwrap();
+    let table = g
+        .add_tensor(
+            "table",
+            &[("vocab", Dim::Fixed(10)), ("hidden", Dim::Fixed(8))],
+            ElemType::F32,
+            Role::Param,
+        )
+        .unwrap();
+    let w = g
+        .add_tensor(
+            "w",
+            &[("d_in", Dim::Fixed(8)), ("d_out", Dim::Fixed(8))],
+            ElemType::F32,
+            Role::Param,
+        )
+        .unwrap();
+    let x = act(&mut g, "x");
+    let h = act(&mut g, "h");
+    let h2 = act(&mut g, "h2");
+    let y = act(&mut g, "y");
+    let loss = g
+        .add_tensor("loss", &bs, ElemType::F32, Role::Loss)
+        .unwrap();
+    g.push(Op::Embedding, &[ids, table], &[x]).unwrap();
+    g.push(Op::Linear, &[x, w], &[h]).unwrap();
+    g.push(Op::Linear, &[x, w], &[h2]).unwrap();
+    g.push(Op::Add, &[h, h2], &[y]).unwrap();
+    g.push(
+        Op::CrossEntropy {
+            ignore_index: u32::MAX,
+        },
+        &[y, labels],
+        &[loss],
+    )
+    .unwrap();
+    (g, [x, w, table, y])
+}
+
+#[test]
+fn a_tensor_read_twice_gets_the_sum_of_both_gradients() {
+    let (mut g, [x, w, table, y]) = two_paths();
+    derive_backward(&mut g).unwrap();
+    // The sum passes the loss's gradient to both products unchanged: one tensor is the
+    // gradient of y, h and h2.
+    let dy = g.grad(y).unwrap();
+    assert_eq!(g.grad(g.find("h").unwrap()), Some(dy));
+    assert_eq!(g.grad(g.find("h2").unwrap()), Some(dy));
+    // x and w each feed two products: two contributions, summed once each.
+    for t in [x, w] {
+        let grad = g.grad(t).unwrap();
+        let sums = g
+            .nodes()
+            .iter()
+            .filter(|n| n.op == Op::Accumulate && n.outputs == [grad])
+            .count();
+        assert_eq!(sums, 1, "{}", g.tensor(t).name);
+        assert_eq!(g.tensor(grad).role, Role::Grad { of: t });
+    }
+    // The table's gradient is the scatter-add of x's gradient; the ids get none.
+    let scatter = g
+        .nodes()
+        .iter()
+        .find(|n| n.op == Op::EmbeddingGrad)
+        .unwrap();
+    assert_eq!(scatter.inputs[1], g.grad(x).unwrap());
+    assert_eq!(scatter.outputs, [g.grad(table).unwrap()]);
+    assert_eq!(g.grad(g.find("ids").unwrap()), None);
+    // The backward reads x and w again, so the forward keeps them.
+    assert!(g.saved().contains(&x) && g.saved().contains(&w));
+}
+
+#[test]
+fn every_read_comes_after_its_write_and_every_param_has_a_gradient() {
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = build(model, SMALL).unwrap();
+        let mut written: Vec<bool> = g
+            .tensors()
+            .iter()
+            .map(|t| matches!(t.role, Role::Input | Role::Param))
+            .collect();
+        let mut passes = Vec::new();
+        for node in g.nodes() {
+            for &t in &node.inputs {
+                assert!(
+                    written[t.index()],
+                    "{model:?}: {} reads {} before it is written",
+                    node.op,
+                    g.tensor(t).name
+                );
+            }
+            for &t in &node.outputs {
+                assert!(!written[t.index()], "{} written twice", g.tensor(t).name);
+                written[t.index()] = true;
+            }
+            passes.push(node.op.pass());
+        }
+        assert!(
+            passes.windows(2).all(|w| w[0] <= w[1]),
+            "the forward comes before the backward"
+        );
+        for p in g.params() {
+            let d = g
+                .grad(p)
+                .unwrap_or_else(|| panic!("{model:?}: no gradient for {}", g.tensor(p).name));
+            assert_eq!(g.tensor(d).axes, g.tensor(p).axes);
+        }
+        // Each block's attention probabilities and LayerNorm statistics are saved.
+        for l in 0..SMALL.layers {
+            for name in [format!("l{l}.attn.probs"), format!("l{l}.ln1.rstd")] {
+                assert!(
+                    g.saved().contains(&g.find(&name).unwrap()),
+                    "{model:?}: {name}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_decoder_is_causal_and_the_encoder_is_not() {
+    let causal = |model| {
+        build(model, SMALL)
+            .unwrap()
+            .nodes()
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Attention { causal, .. } => Some(causal),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(causal(Model::Decoder), [true, true]);
+    assert_eq!(causal(Model::Encoder), [false, false]);
+}
+
+#[test]
+fn bad_graphs_are_typed_errors() {
+    let (mut g, [x, w, ..]) = two_paths();
+    let err = g.push(Op::Linear, &[x], &[w]).unwrap_err();
+    assert!(matches!(err, GraphError::Arity { .. }), "{err}");
+    let ghost = g
+        .add_tensor(
+            "ghost",
+            &[("n", Dim::Fixed(3))],
+            ElemType::F32,
+            Role::Activation,
+        )
+        .unwrap();
+    let out = g
+        .add_tensor(
+            "out",
+            &[("n", Dim::Fixed(3))],
+            ElemType::F32,
+            Role::Activation,
+        )
+        .unwrap();
+    let err = g
+        .push(Op::Activation(Act::Gelu), &[ghost], &[out])
+        .unwrap_err();
+    assert!(err.to_string().contains("reads `ghost`"), "{err}");
+    let err = g
+        .add_tensor("x", &[], ElemType::F32, Role::Activation)
+        .unwrap_err();
+    assert_eq!(err, GraphError::DuplicateName("x".into()));
+    derive_backward(&mut g).unwrap();
+    assert!(g.nodes().iter().any(|n| n.op.pass() == Pass::Backward));
+    assert!(
+        derive_backward(&mut g).is_err(),
+        "a second backward is refused"
+    );
+    let mut no_loss = Graph::new();
+    assert!(
+        derive_backward(&mut no_loss)
+            .unwrap_err()
+            .to_string()
+            .contains("no loss")
+    );
+    let bad = ModelConfig { heads: 5, ..SMALL };
+    assert!(
+        build(Model::Encoder, bad)
+            .unwrap_err()
+            .to_string()
+            .contains("multiple of heads")
+    );
+}
+
+#[test]
+fn the_shipped_graphs_are_snapshotted() {
+    for (name, model) in [("encoder", Model::Encoder), ("decoder", Model::Decoder)] {
+        let g = build(model, ModelConfig { layers: 1, ..SMALL }).unwrap();
+        insta::assert_snapshot!(format!("{name}_graph"), g.to_string());
+    }
+}
