@@ -4,6 +4,7 @@
 //! - [`graph`]: the training-graph IR — tensors with symbolic batch and sequence extents,
 //!   the kernels' operations, and the backward derived by reverse-mode differentiation.
 //! - [`models`]: the shipped graphs, a BERT-style encoder and a GPT-style decoder.
+//! - [`layouts`]: the layouts a graph tensor can take (row-major, column-major, R-Tiles).
 //!
 //! ```
 //! use fblayout_plan::graph::{Op, Pass};
@@ -21,4 +22,5 @@
 //! ```
 
 pub mod graph;
+pub mod layouts;
 pub mod models;
