@@ -113,6 +113,14 @@ pub enum Op {
 
     /// `param, grad, m, v → param, m, v` (in place): one AdamW step.
     AdamW,
+
+    /// `x → y`: the same values stored in another layout. The planner inserts it where a
+    /// tensor's consumer pays more for reading the producer's layout than the copy costs; it
+    /// runs in the pass of the consumer.
+    Convert {
+        /// The pass of the operation that reads `y`.
+        pass: Pass,
+    },
 }
 
 /// How a forward operation's backward reads and writes (see [`Op::backward`]).
@@ -176,6 +184,7 @@ impl Op {
             Self::CrossEntropyGrad { .. } => "cross_entropy_grad",
             Self::Accumulate => "accumulate",
             Self::AdamW => "adamw",
+            Self::Convert { .. } => "convert",
         }
     }
 
@@ -194,7 +203,7 @@ impl Op {
             | Self::ActivationGrad(_)
             | Self::Accumulate
             | Self::CrossEntropyGrad { .. } => (2, 1),
-            Self::BiasGrad => (1, 1),
+            Self::BiasGrad | Self::Convert { .. } => (1, 1),
             Self::LayerNormGrad { .. } => (5, 3),
             Self::RmsNormGrad { .. } => (4, 2),
             Self::SwigluGrad => (3, 2),
@@ -217,6 +226,7 @@ impl Op {
             | Self::Attention { .. }
             | Self::CrossEntropy { .. } => Pass::Forward,
             Self::AdamW => Pass::Optimizer,
+            Self::Convert { pass } => *pass,
             _ => Pass::Backward,
         }
     }
