@@ -58,7 +58,7 @@ struct Args {
     /// Where to check the index code and run the layer.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
-    /// Timed runs of the layer on the GPU, per layout strategy (after one warm-up run).
+    /// Timed runs of the layer on the GPU, per layout strategy (after warming the GPU up; one run on a software adapter).
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Skip running the layer's forward and backward.

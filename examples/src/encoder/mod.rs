@@ -60,8 +60,8 @@ impl StepTimes {
     }
 }
 
-/// A GPU run of the layer: its step times (median of `runs` timed runs after one to warm up)
-/// and its results.
+/// A GPU run of the layer: its step times (median of `runs` timed runs after warming up) and
+/// its results.
 pub(crate) struct GpuRun {
     pub(crate) times: StepTimes,
     /// The CPU time to record the batch of one run (median), in milliseconds.
@@ -69,13 +69,17 @@ pub(crate) struct GpuRun {
     pub(crate) results: BTreeMap<&'static str, Vec<f64>>,
 }
 
+/// How long [`run_gpu`] runs the layer before timing it on a hardware adapter.
+pub(crate) const WARM_UP: std::time::Duration = std::time::Duration::from_millis(800);
+
 fn e(err: impl std::fmt::Display) -> String {
     err.to_string()
 }
 
-/// Builds the layer for `plan` on `gpu`, runs it `runs` times (after one run to warm the GPU's
-/// clocks up, when `warm_up`; else after recording one batch it never submits) and keeps the median time of each step and the results of the
-/// last run. Pipelines are compiled when the batch is recorded, so no time of a pipeline's
+/// Builds the layer for `plan` on `gpu`, runs it `runs` times and keeps the median time of each
+/// step and the results of the last run. With `warm_up` it first runs the layer for at least
+/// [`WARM_UP`] (a discrete GPU idles at a fraction of its clock and takes that long to reach
+/// it); else it records one batch it never submits. Pipelines are compiled when the batch is recorded, so no time of a pipeline's
 /// compilation is counted either way.
 pub(crate) fn run_gpu(
     gpu: &Gpu,
@@ -87,7 +91,10 @@ pub(crate) fn run_gpu(
     let layer = GpuLayer::new(gpu, plan)?;
     let buffers = GpuLayer::buffers(gpu, plan, data)?;
     if warm_up {
-        layer.run_timed(gpu, &buffers)?;
+        let start = std::time::Instant::now();
+        while start.elapsed() < WARM_UP {
+            layer.run_timed(gpu, &buffers)?;
+        }
     } else {
         // Record once without running: pipelines compile on first use, and kernels built per
         // shape are built here, so the timed run's recording time is the steady one.
