@@ -223,6 +223,7 @@ impl Gpu {
                 label: Some("fblayout"),
                 required_features,
                 required_limits,
+                experimental_features: gated::experimental_features(required_features),
                 ..Default::default()
             })
             .await?;
@@ -337,6 +338,9 @@ impl Gpu {
         WgslFeatures {
             f16: self.features.f16,
             subgroups: self.features.subgroups,
+            // Only the kernels written for cooperative matrices ask for them (see
+            // `ops::coop`); every other shader is built without the extension.
+            cooperative_matrix: false,
         }
     }
 

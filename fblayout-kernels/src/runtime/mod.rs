@@ -52,6 +52,6 @@ pub use choice::{ADAPTER_ENV, AdapterChoice, BACKEND_ENV};
 pub use disk_cache::{CacheLoad, default_cache_dir};
 pub use dispatch::{Binding, linear_grid};
 pub use error::GpuError;
-pub use features::{Disabled, GpuFeatures};
+pub use features::{CoopFragment, CoopFragments, CoopScalar, Disabled, GpuFeatures};
 pub use gpu::{Gpu, GpuInfo, GpuOptions, MAX_WORKGROUPS_PER_DIMENSION};
 pub use pool::{GRANULE, PoolStats};
