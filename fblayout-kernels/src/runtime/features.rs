@@ -25,8 +25,7 @@ use super::error::GpuError;
 /// The variable that turns features off.
 pub const DISABLE_ENV: &str = "FBLAYOUT_DISABLE";
 
-const DISABLE_EXPECTED: &str =
-    "a comma-separated list of subgroups, f16, timestamps, pipeline-cache, cooperative-matrix (or none)";
+const DISABLE_EXPECTED: &str = "a comma-separated list of subgroups, f16, timestamps, pipeline-cache, cooperative-matrix (or none)";
 
 /// Features a [`Gpu`](super::Gpu) must not use even where the adapter has them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -248,9 +247,8 @@ pub struct GpuFeatures {
 impl GpuFeatures {
     pub(crate) fn of(device: wgpu::Features, adapter: &wgpu::Adapter) -> Self {
         let info = adapter.get_info();
-        let cooperative_matrix = device.contains(
-            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16,
-        );
+        let cooperative_matrix = device
+            .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16);
         let cooperative_matrices = if cooperative_matrix {
             CoopFragments::of(&adapter.cooperative_matrix_properties())
         } else {
@@ -318,7 +316,11 @@ mod tests {
         let d = Disabled::parse("Subgroups, f16").unwrap();
         assert!(d.subgroups && d.f16 && !d.timestamps && !d.pipeline_cache);
         assert!(!d.cooperative_matrix);
-        assert!(Disabled::parse("cooperative-matrix").unwrap().cooperative_matrix);
+        assert!(
+            Disabled::parse("cooperative-matrix")
+                .unwrap()
+                .cooperative_matrix
+        );
         assert_eq!(Disabled::parse("all").unwrap(), Disabled::ALL);
         let err = Disabled::parse("subgroups,tensor-cores").unwrap_err();
         assert!(err.to_string().contains("FBLAYOUT_DISABLE"), "{err}");

@@ -277,6 +277,12 @@ impl Gpu {
         self.pipeline_cache.as_ref().map(|(_, d)| d.path.as_path())
     }
 
+    /// A file beside the pipeline cache, in its envelope, keyed by the adapter and `stem`
+    /// (autotune results); `None` where there is no pipeline cache on disk.
+    pub(crate) fn sibling_cache(&self, stem: &str) -> Option<DiskCache> {
+        self.pipeline_cache.as_ref().map(|(_, d)| d.sibling(stem))
+    }
+
     /// Writes the driver's compiled pipelines to the cache file (atomically). Does nothing
     /// where there is no pipeline cache. [`Gpu`] also saves when it is dropped.
     pub fn save_pipeline_cache(&self) -> Result<(), GpuError> {

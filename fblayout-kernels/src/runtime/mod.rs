@@ -49,6 +49,7 @@ mod pool;
 pub use batch::{Batch, Timing};
 pub use buffer::{BufferKind, GpuBuffer};
 pub use choice::{ADAPTER_ENV, AdapterChoice, BACKEND_ENV};
+pub(crate) use disk_cache::DiskCache;
 pub use disk_cache::{CacheLoad, default_cache_dir};
 pub use dispatch::{Binding, linear_grid};
 pub use error::GpuError;
