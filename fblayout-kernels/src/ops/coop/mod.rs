@@ -131,6 +131,16 @@ impl Operands {
             let ranks = |v: &View| vec![1; v.axes().len()];
             Extents::of(&ranks(a), &ranks(b), &ranks(c))?;
         }
+        // Views whose extents are all static must already fit; others are checked per call.
+        let statics = |v: &View| -> Option<Vec<usize>> {
+            v.axes()
+                .iter()
+                .map(|x| x.extent.as_static().map(|e| e as usize))
+                .collect()
+        };
+        if let (Some(da), Some(db), Some(dc)) = (statics(a), statics(b), statics(c)) {
+            Extents::of(&da, &db, &dc)?;
+        }
         for (role, v) in [("a", a), ("b", b)] {
             if v.layout().elem() != ElemType::F16 {
                 return Err(unsupported(
