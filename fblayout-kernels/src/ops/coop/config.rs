@@ -115,14 +115,14 @@ impl CoopConfig {
     ) -> Option<String> {
         let tiles = self.frags_m > 0
             && self.frags_n > 0
-            && self.block_m % (16 * self.frags_m) == 0
-            && self.block_n % (16 * self.frags_n) == 0;
+            && self.block_m.is_multiple_of(16 * self.frags_m)
+            && self.block_n.is_multiple_of(16 * self.frags_n);
         if !tiles {
             return Some(format!(
                 "{self}: the blocks are not whole numbers of 16×16 fragments per subgroup"
             ));
         }
-        if self.k_step == 0 || self.k_step % 16 != 0 {
+        if self.k_step == 0 || !self.k_step.is_multiple_of(16) {
             return Some(format!("{self}: the k-step must be a multiple of 16"));
         }
         if !(1..=2).contains(&self.stages) {
