@@ -26,13 +26,14 @@
 //! let x = LayoutSpec::new("x").elem(ElemType::F16).dyn_axis("rows").axis("k", 384).build()?;
 //! let w = LayoutSpec::new("w").elem(ElemType::F16).axis("k", 384).axis("cols", 1536).build()?;
 //! let y = LayoutSpec::new("y").dyn_axis("rows").axis("cols", 1536).build()?;
-//! let op = CoopMatmulOp::new(&gpu, &x.view(), &w.view(), &y.view())?;
+//! let (x, w, y) = (x.view(), w.view(), y.view());
+//! let op = CoopMatmulOp::new(&gpu, &x, &w, &y)?;
 //! let extents = [("rows", 4096)];
 //! let xb = GpuBuffer::zeroed::<half::f16>(&gpu, 4096 * 384)?;
 //! let wb = GpuBuffer::zeroed::<half::f16>(&gpu, 384 * 1536)?;
 //! let yb = GpuBuffer::scratch::<f32>(&gpu, 4096 * 1536)?;
-//! let (xa, wa) = (GpuArg::new(&xb, &x.view(), &extents)?, GpuArg::new(&wb, &w.view(), &[])?);
-//! let ya = GpuArg::new(&yb, &y.view(), &extents)?;
+//! let (xa, wa) = (GpuArg::new(&xb, &x, &extents)?, GpuArg::new(&wb, &w, &[])?);
+//! let ya = GpuArg::new(&yb, &y, &extents)?;
 //! op.tune(&gpu, &xa, &wa, &ya)?; // measures the candidates once per adapter and problem
 //! let mut batch = gpu.batch();
 //! op.record(&mut batch, &xa, &wa, &ya)?;
