@@ -56,6 +56,9 @@ pub struct WgslFeatures {
     /// Subgroup operations (`subgroupAdd`, `subgroupMax`, ...) in compute shaders (adapters with
     /// `SUBGROUP`). WGSL needs no `enable` for them in naga; the validator needs the capability.
     pub subgroups: bool,
+    /// `enable wgpu_cooperative_matrix;` and the `coop_mat*` types (adapters with
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`).
+    pub cooperative_matrix: bool,
 }
 
 impl WgslModule {
@@ -88,6 +91,9 @@ impl WgslModule {
         if features.subgroups {
             capabilities |=
                 naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SUBGROUP_BARRIER;
+        }
+        if features.cooperative_matrix {
+            capabilities |= naga::valid::Capabilities::COOPERATIVE_MATRIX;
         }
         let mut validator =
             naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities);

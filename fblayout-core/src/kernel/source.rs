@@ -129,6 +129,9 @@ impl KernelSource {
         if features.f16 {
             s.push_str("enable f16;\n");
         }
+        if features.cooperative_matrix {
+            s.push_str("enable wgpu_cooperative_matrix;\n");
+        }
         let _ = writeln!(s, "// Kernel `{}`", self.name);
         let mut params = String::new();
         for o in &self.operands {

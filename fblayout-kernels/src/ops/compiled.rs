@@ -31,6 +31,11 @@ impl Compiled {
         Ok(Self { op, module })
     }
 
+    /// A kernel already built (by an op that chose its own WGSL features).
+    pub(crate) fn from_module(op: &'static str, module: KernelModule) -> Self {
+        Self { op, module }
+    }
+
     /// The validated shader.
     pub(crate) fn module(&self) -> &KernelModule {
         &self.module

@@ -16,6 +16,7 @@
 //! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
 //! - [`add`]: sums (residual connections; gradients that meet).
 //! - [`matmul`]: batched GEMM through views of any layout, and a linear layer's three GEMMs.
+//! - [`coop`]: the GEMM on cooperative matrices (tensor cores), f16 operands and f32 sums.
 //! - [`softmax`]: softmax along the last axis, with a scale and an optional causal mask.
 //! - [`cross_entropy`]: cross-entropy of logits against integer labels, with ignored rows.
 //! - [`embedding`]: embedding lookup and its deterministic scatter-add gradient.
@@ -27,6 +28,7 @@ pub mod add;
 pub mod attention;
 pub mod bias;
 mod compiled;
+pub mod coop;
 pub mod cross_entropy;
 pub(crate) mod elementwise;
 pub mod embedding;
@@ -41,6 +43,7 @@ pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
 pub use add::AddOp;
 pub use attention::{Attention, AttentionArgs, AttentionOp, AttentionViews, qkv_views};
 pub use bias::BiasOp;
+pub use coop::{CoopConfig, CoopMatmulOp};
 pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState};
 pub use embedding::{EmbeddingOp, TokenIds};
 pub use error::OpError;

@@ -75,11 +75,24 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 impl DiskCache {
     /// The cache of the adapter with `key`, in `dir`.
     pub(crate) fn new(dir: &Path, key: String) -> Self {
-        let file = format!("pipelines-{:016x}.bin", fnv1a(&[key.as_bytes()]));
+        Self::named(dir, "pipelines", key)
+    }
+
+    /// A file `<stem>-<hash of key>.bin` in `dir` in the same envelope.
+    fn named(dir: &Path, stem: &str, key: String) -> Self {
+        let file = format!("{stem}-{:016x}.bin", fnv1a(&[key.as_bytes()]));
         Self {
             path: dir.join(file),
             key,
         }
+    }
+
+    /// Another file of the same adapter beside this one, `<stem>-<hash>.bin`, keyed by this
+    /// file's key and `stem` (for what the crate measured on the adapter, such as autotune
+    /// results).
+    pub(crate) fn sibling(&self, stem: &str) -> Self {
+        let dir = self.path.parent().unwrap_or_else(|| Path::new("."));
+        Self::named(dir, stem, format!("{}|{stem}", self.key))
     }
 
     /// Reads the file: the driver's bytes when the envelope checks out.

@@ -25,3 +25,19 @@ pub(super) fn pipeline_cache(device: &wgpu::Device, data: Option<&[u8]>) -> wgpu
         })
     }
 }
+
+/// wgpu's token for its experimental features: enabled when `features` asks for one
+/// (`EXPERIMENTAL_COOPERATIVE_MATRIX` is the only one this crate requests), else disabled.
+pub(super) fn experimental_features(features: wgpu::Features) -> wgpu::ExperimentalFeatures {
+    if !features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        return wgpu::ExperimentalFeatures::disabled();
+    }
+    // SAFETY: `enabled` asks the caller to accept that wgpu's experimental features may have
+    // bugs with undefined behaviour. The only experimental feature requested is cooperative
+    // matrices, and the only shaders that use it are `ops::coop`'s, which naga validates with
+    // the COOPERATIVE_MATRIX capability and which fblayout's tests also pass through naga's
+    // SPIR-V writer (so the writer's known panic on inline `coopLoad` operands cannot be
+    // reached from them). Every other shader is built without the extension, so it cannot
+    // touch the experimental paths. `FBLAYOUT_DISABLE=cooperative-matrix` turns it off.
+    unsafe { wgpu::ExperimentalFeatures::enabled() }
+}

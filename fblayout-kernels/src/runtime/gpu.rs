@@ -223,6 +223,7 @@ impl Gpu {
                 label: Some("fblayout"),
                 required_features,
                 required_limits,
+                experimental_features: gated::experimental_features(required_features),
                 ..Default::default()
             })
             .await?;
@@ -274,6 +275,12 @@ impl Gpu {
     /// Where the pipeline cache is saved, when the backend has one and a directory was given.
     pub fn pipeline_cache_path(&self) -> Option<&std::path::Path> {
         self.pipeline_cache.as_ref().map(|(_, d)| d.path.as_path())
+    }
+
+    /// A file beside the pipeline cache, in its envelope, keyed by the adapter and `stem`
+    /// (autotune results); `None` where there is no pipeline cache on disk.
+    pub(crate) fn sibling_cache(&self, stem: &str) -> Option<DiskCache> {
+        self.pipeline_cache.as_ref().map(|(_, d)| d.sibling(stem))
     }
 
     /// Writes the driver's compiled pipelines to the cache file (atomically). Does nothing
@@ -337,6 +344,9 @@ impl Gpu {
         WgslFeatures {
             f16: self.features.f16,
             subgroups: self.features.subgroups,
+            // Only the kernels written for cooperative matrices ask for them (see
+            // `ops::coop`); every other shader is built without the extension.
+            cooperative_matrix: false,
         }
     }
 

@@ -242,7 +242,7 @@ fn vectorized(op: Operand, axes: &[usize]) -> (Operand, Option<usize>) {
 
 /// Fails when writing C through `view` would write one element from several products: a view
 /// whose offset ignores an axis longer than one (a broadcast).
-fn check_writable(view: &View) -> Result<(), OpError> {
+pub(crate) fn check_writable(view: &View) -> Result<(), OpError> {
     let f = view.simplified_fn();
     let reached = f.graph.reachable(&[f.offset]);
     let coords = f

@@ -1,0 +1,515 @@
+//! Matrix products on cooperative matrices (tensor cores): f16 operands, f32 sums.
+//!
+//! [`CoopMatmulOp`] computes `C[b.., m, n] = Σ_k A[b.., m, k] · B[b.., k, n]` like
+//! [`MatmulOp`](super::MatmulOp) (views of rank 2 plus up to three batch axes, every
+//! transposition a view), on the `coop_mat16x16` fragments of WGSL's
+//! `wgpu_cooperative_matrix` extension: A and B are `f16`, the fragments accumulate in `f32`
+//! (or `f16` where that is the only accumulator the adapter offers, or when a configuration
+//! asks for it), C is `f32` or `f16`. Only devices with `EXPERIMENTAL_COOPERATIVE_MATRIX` run
+//! it (see [`features`](crate::runtime::features)); elsewhere [`CoopMatmulOp::new`] is an
+//! [`OpError::Unsupported`] saying so, and the f32 `MatmulOp` is the path.
+//!
+//! - `shader`: the generated WGSL. Blocks of A and B are staged through workgroup memory in
+//!   the order each operand is contiguous in, and the fragment loads (`coopLoad` or
+//!   `coopLoadT`) follow that order, so a transposed view costs nothing.
+//! - [`config`]: [`CoopConfig`], the tile configurations (block, fragments per subgroup,
+//!   k-step, stages, accumulator) and the ones a device can build.
+//! - `tune`: the autotune's results, saved per adapter beside the pipeline cache.
+//!
+//! ```no_run
+//! use fblayout_core::layout::{ElemType, LayoutSpec};
+//! use fblayout_kernels::ops::coop::CoopMatmulOp;
+//! use fblayout_kernels::runtime::{Gpu, GpuBuffer};
+//! use fblayout_kernels::tensor::GpuArg;
+//!
+//! let gpu = Gpu::new()?;
+//! let x = LayoutSpec::new("x").elem(ElemType::F16).dyn_axis("rows").axis("k", 384).build()?;
+//! let w = LayoutSpec::new("w").elem(ElemType::F16).axis("k", 384).axis("cols", 1536).build()?;
+//! let y = LayoutSpec::new("y").dyn_axis("rows").axis("cols", 1536).build()?;
+//! let (x, w, y) = (x.view(), w.view(), y.view());
+//! let op = CoopMatmulOp::new(&gpu, &x, &w, &y)?;
+//! let extents = [("rows", 4096)];
+//! let xb = GpuBuffer::zeroed::<half::f16>(&gpu, 4096 * 384)?;
+//! let wb = GpuBuffer::zeroed::<half::f16>(&gpu, 384 * 1536)?;
+//! let yb = GpuBuffer::scratch::<f32>(&gpu, 4096 * 1536)?;
+//! let (xa, wa) = (GpuArg::new(&xb, &x, &extents)?, GpuArg::new(&wb, &w, &[])?);
+//! let ya = GpuArg::new(&yb, &y, &extents)?;
+//! op.tune(&gpu, &xa, &wa, &ya)?; // measures the candidates once per adapter and problem
+//! let mut batch = gpu.batch();
+//! op.record(&mut batch, &xa, &wa, &ya)?;
+//! batch.submit()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod config;
+mod shader;
+mod tune;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use fblayout_core::kernel::{KernelSource, Operand};
+use fblayout_core::layout::{ElemType, View};
+use fblayout_core::shader::WgslFeatures;
+
+pub use self::config::{CoopConfig, ParseConfigError};
+pub use self::shader::Order;
+use self::shader::{CoopSpec, Staging, Width};
+use self::tune::TuneTable;
+use super::compiled::Compiled;
+use super::error::OpError;
+use super::matmul::{Extents, MAX_BATCH_AXES, check_writable};
+use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu};
+use crate::tensor::GpuArg;
+
+const OP: &str = "coop matmul";
+
+/// How long [`CoopMatmulOp::measure`] keeps the GPU busy before it times the candidates.
+pub const TUNE_WARMUP: Duration = Duration::from_millis(300);
+
+/// The WGSL features of every cooperative-matrix kernel.
+pub const FEATURES: WgslFeatures = WgslFeatures {
+    f16: true,
+    subgroups: false,
+    cooperative_matrix: true,
+};
+
+/// The operands of a product, built from views and checked (no device needed).
+#[derive(Debug, Clone)]
+struct Operands {
+    a: Operand,
+    b: Operand,
+    c: Operand,
+    batch_axes: usize,
+    a_staging: Staging,
+    b_staging: Staging,
+}
+
+fn unsupported(role: &'static str, view: &View, why: impl Into<String>) -> OpError {
+    OpError::Unsupported {
+        op: OP,
+        role,
+        view: view.name().to_owned(),
+        why: why.into(),
+    }
+}
+
+/// How operand `op` of A (`role == "a"`, outer axis `m`) or B (outer `n`) is staged: along the
+/// axis the kernel surface grants four-wide reads on (the outer axis first), else one element
+/// at a time in the operand's natural order (`[m][k]` for A, `[k][n]` for B).
+fn staging(op: Operand, role: &str, outer: usize, k: usize) -> (Operand, Staging) {
+    for (axis, order) in [(outer, Order::KRows), (k, Order::OuterRows)] {
+        let v = op.clone().vectorized(axis);
+        if v.vector_axis().is_some() {
+            return (
+                v,
+                Staging {
+                    order,
+                    width: Width::Four,
+                },
+            );
+        }
+    }
+    let order = if role == "a" {
+        Order::OuterRows
+    } else {
+        Order::KRows
+    };
+    (
+        op,
+        Staging {
+            order,
+            width: Width::One,
+        },
+    )
+}
+
+impl Operands {
+    fn new(a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        let rank = c.axes().len();
+        if a.axes().len() != rank
+            || b.axes().len() != rank
+            || !(2..=2 + MAX_BATCH_AXES).contains(&rank)
+        {
+            let ranks = |v: &View| vec![1; v.axes().len()];
+            Extents::of(&ranks(a), &ranks(b), &ranks(c))?;
+        }
+        // Views whose extents are all static must already fit; others are checked per call.
+        let statics = |v: &View| -> Option<Vec<usize>> {
+            v.axes()
+                .iter()
+                .map(|x| x.extent.as_static().map(|e| e as usize))
+                .collect()
+        };
+        if let (Some(da), Some(db), Some(dc)) = (statics(a), statics(b), statics(c)) {
+            Extents::of(&da, &db, &dc)?;
+        }
+        for (role, v) in [("a", a), ("b", b)] {
+            if v.layout().elem() != ElemType::F16 {
+                return Err(unsupported(
+                    role,
+                    v,
+                    format!(
+                        "cooperative-matrix operands are f16, not {} (convert it, or use the f32 MatmulOp)",
+                        v.layout().elem()
+                    ),
+                ));
+            }
+        }
+        if !matches!(c.layout().elem(), ElemType::F32 | ElemType::F16) {
+            return Err(unsupported(
+                "c",
+                c,
+                format!("the product is f32 or f16, not {}", c.layout().elem()),
+            ));
+        }
+        check_writable(c)?;
+        let nb = rank - 2;
+        let (a, a_staging) = staging(Operand::read("a", a)?, "a", nb, nb + 1);
+        let (b, b_staging) = staging(Operand::read("b", b)?, "b", nb + 1, nb);
+        Ok(Self {
+            a,
+            b,
+            c: Operand::write("c", c)?,
+            batch_axes: nb,
+            a_staging,
+            b_staging,
+        })
+    }
+
+    fn orders(&self) -> (Order, Order) {
+        (self.a_staging.order, self.b_staging.order)
+    }
+
+    fn source(&self, config: CoopConfig, subgroup_size: u32) -> KernelSource {
+        let spec = CoopSpec {
+            config,
+            subgroup_size,
+            batch_axes: self.batch_axes,
+            a: self.a_staging,
+            b: self.b_staging,
+        };
+        KernelSource::new(OP)
+            .operand(self.a.clone())
+            .operand(self.b.clone())
+            .operand(self.c.clone())
+            .body(shader::gemm(&spec))
+            .features(FEATURES)
+    }
+}
+
+/// The WGSL of the cooperative-matrix GEMM for views `a`, `b`, `c`, `config` and subgroups of
+/// `subgroup_size` lanes, before validation (no device needed: for tests that pass every
+/// shader through naga's validator and SPIR-V writer, and for snapshots).
+pub fn kernel_source(
+    a: &View,
+    b: &View,
+    c: &View,
+    config: CoopConfig,
+    subgroup_size: u32,
+) -> Result<KernelSource, OpError> {
+    Ok(Operands::new(a, b, c)?.source(config, subgroup_size))
+}
+
+/// How the operands of views `a` and `b` are staged: the order of each (for choosing
+/// [`CoopConfig::candidates`] without a device).
+pub fn staging_orders(a: &View, b: &View, c: &View) -> Result<(Order, Order), OpError> {
+    Ok(Operands::new(a, b, c)?.orders())
+}
+
+/// A batched GEMM on cooperative matrices built for the views of A, B and C (see the module
+/// docs).
+///
+/// Kernels are built per configuration on first use and kept. [`record`](Self::record) uses
+/// the configuration the autotune chose for the problem ([`tune`](Self::tune)), or
+/// [`CoopConfig::DEFAULT`] (the first candidate) before one ran.
+#[derive(Debug)]
+pub struct CoopMatmulOp {
+    operands: Operands,
+    subgroup_size: u32,
+    acc: CoopScalar,
+    candidates: Vec<CoopConfig>,
+    kernels: Mutex<HashMap<CoopConfig, Arc<Compiled>>>,
+    tuned: Mutex<TuneTable>,
+    tune_file: Option<DiskCache>,
+    tune_load: CacheLoad,
+}
+
+impl CoopMatmulOp {
+    /// The GEMM reading A and B (f16) through `a` and `b` and writing C (f32 or f16) through
+    /// `c`, on a device with cooperative matrices.
+    ///
+    /// Fails with [`OpError::Unsupported`] where the device lacks the feature or a 16×16×16
+    /// f16 fragment, where the adapter's subgroup size is not fixed, or for operands it does
+    /// not take; builds the kernel of the first candidate, so a problem shows here. Loads the
+    /// adapter's autotune results from beside the pipeline cache.
+    pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        let features = gpu.features();
+        let Some(fragment) = features.coop_fragment else {
+            let why = if features.cooperative_matrix {
+                "the adapter offers no 16×16×16 fragment with f16 inputs".to_owned()
+            } else {
+                format!(
+                    "the device has no EXPERIMENTAL_COOPERATIVE_MATRIX with SHADER_F16 ({} on {}); \
+                     use the f32 MatmulOp",
+                    features,
+                    gpu.info()
+                )
+            };
+            return Err(unsupported("a", a, why));
+        };
+        let (lo, hi) = features.subgroup_sizes;
+        if lo != hi || lo == 0 {
+            return Err(unsupported(
+                "a",
+                a,
+                format!(
+                    "the adapter's subgroup size varies ({lo}–{hi} lanes); fragments are assigned per fixed-size subgroup"
+                ),
+            ));
+        }
+        let operands = Operands::new(a, b, c)?;
+        let candidates = CoopConfig::candidates(gpu.limits(), lo, operands.orders(), fragment.acc);
+        if candidates.is_empty() {
+            return Err(unsupported(
+                "a",
+                a,
+                "the device's limits admit none of the tile configurations",
+            ));
+        }
+        let tune_file = gpu.sibling_cache(tune::STEM);
+        let (table, tune_load) = match &tune_file {
+            Some(disk) => TuneTable::load(disk),
+            None => (TuneTable::default(), CacheLoad::Off),
+        };
+        let op = Self {
+            operands,
+            subgroup_size: lo,
+            acc: fragment.acc,
+            candidates,
+            kernels: Mutex::default(),
+            tuned: Mutex::new(table),
+            tune_file,
+            tune_load,
+        };
+        op.kernel(gpu, op.candidates[0])?;
+        Ok(op)
+    }
+
+    /// The configurations this op can run, the default first.
+    pub fn candidates(&self) -> &[CoopConfig] {
+        &self.candidates
+    }
+
+    /// The accumulator type of the adapter's fragment.
+    pub fn accumulator(&self) -> CoopScalar {
+        self.acc
+    }
+
+    /// How A and B are staged (see the module docs of `shader`).
+    pub fn orders(&self) -> (Order, Order) {
+        self.operands.orders()
+    }
+
+    /// What happened to the autotune file when the op was built.
+    pub fn tune_load(&self) -> &CacheLoad {
+        &self.tune_load
+    }
+
+    /// The WGSL of the kernel of `config`.
+    pub fn source(&self, gpu: &Gpu, config: CoopConfig) -> Result<String, OpError> {
+        Ok(self.kernel(gpu, config)?.module().source().to_owned())
+    }
+
+    fn kernel(&self, gpu: &Gpu, config: CoopConfig) -> Result<Arc<Compiled>, OpError> {
+        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = kernels.get(&config) {
+            return Ok(Arc::clone(k));
+        }
+        if let Some(why) = config.problem(gpu.limits(), self.subgroup_size, self.orders()) {
+            return Err(OpError::shape(OP, why));
+        }
+        let module = self.operands.source(config, self.subgroup_size).build()?;
+        let compiled = Arc::new(Compiled::from_module(OP, module));
+        kernels.insert(config, Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    /// The checked extents of a call (each argument read through the view the op was built
+    /// for).
+    pub fn extents(
+        &self,
+        gpu: &Gpu,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<Extents, OpError> {
+        let k = self.kernel(gpu, self.candidates[0])?;
+        for (role, arg) in [("a", a), ("b", b), ("c", c)] {
+            k.check_view(role, arg)?;
+        }
+        Extents::of(&a.dims(), &b.dims(), &c.dims())
+    }
+
+    /// The autotune's key of a problem.
+    fn problem(&self, e: &Extents) -> String {
+        let (oa, ob) = self.orders();
+        format!(
+            "{oa:?},{ob:?}|{}|b{} m{} n{} k{}",
+            self.acc.wgsl(),
+            e.products(),
+            e.m,
+            e.n,
+            e.k
+        )
+    }
+
+    /// The configuration [`record`](Self::record) uses for extents `e`: the autotune's
+    /// choice, else the first candidate.
+    pub fn config_for(&self, e: &Extents) -> CoopConfig {
+        let table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+        table
+            .entries
+            .get(&self.problem(e))
+            .copied()
+            .filter(|c| self.candidates.contains(c))
+            .unwrap_or(self.candidates[0])
+    }
+
+    /// Records `C = A·B` with the configuration chosen for its problem.
+    pub fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        let e = self.extents(batch.gpu(), a, b, c)?;
+        let config = self.config_for(&e);
+        self.record_config(batch, config, a, b, c)
+    }
+
+    /// Records `C = A·B` with `config`.
+    pub fn record_config(
+        &self,
+        batch: &mut Batch<'_>,
+        config: CoopConfig,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        let gpu = batch.gpu();
+        let e = self.extents(gpu, a, b, c)?;
+        let too_big = || OpError::shape(OP, format!("{e:?} exceeds the u32 index space"));
+        let shape = e.gemm().ok_or_else(too_big)?;
+        if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
+            return Ok(());
+        }
+        let grid = [
+            shape.n.div_ceil(config.block_n),
+            shape.m.div_ceil(config.block_m),
+            shape.batch,
+        ];
+        let max = gpu.max_workgroups_per_dimension();
+        if grid.iter().any(|&g| g > max) {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "{e:?} under {config} needs a grid of {grid:?} workgroups; the device allows {max} per dimension"
+                ),
+            ));
+        }
+        let kernel = self.kernel(gpu, config)?;
+        kernel.record(
+            batch,
+            shader::ENTRY,
+            &[("a", a), ("b", b), ("c", c)],
+            &[],
+            grid,
+        )
+    }
+
+    /// Measures every candidate on these arguments (C is overwritten) and keeps the fastest
+    /// for their problem, in memory and in the autotune file; returns it. A problem tuned
+    /// before (in this process or an earlier one on this adapter) is not measured again.
+    ///
+    /// Each candidate is compiled, run once, then timed over a few dispatches in one
+    /// submission (wall clock around the submission and the wait); see
+    /// [`measure`](Self::measure).
+    pub fn tune(
+        &self,
+        gpu: &Gpu,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<CoopConfig, OpError> {
+        let e = self.extents(gpu, a, b, c)?;
+        let problem = self.problem(&e);
+        {
+            let table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(&c) = table.entries.get(&problem)
+                && self.candidates.contains(&c)
+            {
+                return Ok(c);
+            }
+        }
+        let (best, _) = self.measure(gpu, a, b, c, 4)?;
+        let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+        table.entries.insert(problem, best);
+        if let Some(disk) = &self.tune_file
+            && let Err(err) = table.save(disk)
+        {
+            // Best effort: an unwritable file only means measuring again next time.
+            eprintln!(
+                "fblayout: the autotune file {} could not be written: {err}",
+                disk.path.display()
+            );
+        }
+        Ok(best)
+    }
+
+    /// Times every candidate over `reps` dispatches each; returns the fastest and every
+    /// candidate's time per dispatch.
+    ///
+    /// A GPU left idle runs at a low clock for a while, which would favour the candidates
+    /// measured last: the first candidate runs for at least [`TUNE_WARMUP`] before any is
+    /// timed, and each candidate's time is the better of two batches.
+    pub fn measure(
+        &self,
+        gpu: &Gpu,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        reps: u32,
+    ) -> Result<(CoopConfig, Vec<(CoopConfig, Duration)>), OpError> {
+        let reps = reps.max(1);
+        let batch_of = |config: CoopConfig, n: u32| -> Result<Duration, OpError> {
+            let mut batch = gpu.batch();
+            for _ in 0..n {
+                self.record_config(&mut batch, config, a, b, c)?;
+            }
+            let start = Instant::now();
+            batch.submit()?;
+            gpu.wait()?;
+            Ok(start.elapsed())
+        };
+        let start = Instant::now();
+        while start.elapsed() < TUNE_WARMUP {
+            batch_of(self.candidates[0], reps)?;
+        }
+        let mut times = Vec::with_capacity(self.candidates.len());
+        for &config in &self.candidates {
+            // The first batch compiles the pipeline.
+            batch_of(config, 1)?;
+            let t = batch_of(config, reps)?.min(batch_of(config, reps)?);
+            times.push((config, t / reps));
+        }
+        let best = times
+            .iter()
+            .min_by_key(|(_, t)| *t)
+            .map(|&(c, _)| c)
+            .unwrap_or(self.candidates[0]);
+        Ok((best, times))
+    }
+}

@@ -1,0 +1,411 @@
+//! The WGSL of the cooperative-matrix GEMM, generated for one [`CoopConfig`] and the
+//! operands' staging orders.
+//!
+//! One workgroup computes a `block_m × block_n` block of C for one product of the batch (the
+//! third grid axis). Its subgroups tile the block: each owns `frags_m × frags_n` accumulator
+//! fragments of 16×16. Per k-step every invocation loads a few elements of the next A and B
+//! blocks into registers (four neighbours at a time along the axis the operand is contiguous
+//! in, as the kernel surface granted, else single elements), converts them to `f16` and stores
+//! them into workgroup memory; every subgroup then loads its fragments from there and
+//! multiplies. With two stages the loads of step `t + 1` are in flight while step `t`
+//! multiplies, with one barrier per step.
+//!
+//! A block is staged in the order the operand is read fastest in ([`Order`]): an operand
+//! contiguous along its outer axis (`m` of A, `n` of B) is staged `[k][outer]`, one contiguous
+//! along `k` `[outer][k]`. The fragment load then says how the staged block is laid out:
+//! `coopLoadT` (naga's row-major load: element `(r, c)` at `r · stride + c`) when a fragment's
+//! rows are the staged rows, `coopLoad` (column-major) when they are its columns. So a
+//! transposed view costs nothing: it only swaps which of the two loads a fragment uses. Rows of
+//! the staged blocks carry 8 spare elements so that a fragment's rows start on different banks
+//! and every row stays 16-byte aligned.
+//!
+//! Edges are masked where blocks are staged: coordinates past `m` or `n` are clamped to the
+//! last row or column (their outputs are never stored), and elements past `k` are zeros, so
+//! neither padding nor NaN reaches a sum. Each accumulator goes through a per-subgroup 16×16
+//! scratch in workgroup memory (`coopStoreT`) and from there to C through `c_store`, guarded
+//! by C's extents, so C may have any layout and any extents.
+//!
+//! naga 30's SPIR-V writer panics ("Expression [..] is not cached") when the index inside a
+//! `coopLoad`/`coopStore` pointer or its stride is an inline expression. Every such index and
+//! stride is therefore bound to a `let` first; the crate's tests pass every configuration
+//! through the SPIR-V writer.
+
+use std::fmt::Write as _;
+
+use super::config::CoopConfig;
+
+/// The entry point.
+pub(crate) const ENTRY: &str = "coop_matmul";
+
+/// Spare elements at the end of each staged row.
+pub(crate) const ROW_PAD: u32 = 8;
+
+/// How an operand's block is laid out in workgroup memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// `[outer][k]`: rows along the outer axis (`m` of A, `n` of B), `k` contiguous.
+    OuterRows,
+    /// `[k][outer]`: rows along `k`, the outer axis contiguous.
+    KRows,
+}
+
+/// How an operand's elements are read from its tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Width {
+    /// Four neighbours along the staged rows' contiguous axis (`<role>_load4`).
+    Four,
+    /// One element at a time.
+    One,
+}
+
+/// One operand's staging: its order and how it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Staging {
+    pub order: Order,
+    pub width: Width,
+}
+
+/// What one kernel is generated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct CoopSpec {
+    pub config: CoopConfig,
+    /// Lanes per subgroup (fixed on the adapter).
+    pub subgroup_size: u32,
+    /// Leading batch axes (0 to 3).
+    pub batch_axes: usize,
+    pub a: Staging,
+    pub b: Staging,
+}
+
+/// The row length (with padding) and the number of rows of a staged block of `outer × k`.
+fn staged_shape(order: Order, outer: u32, k: u32) -> (u32, u32) {
+    match order {
+        Order::OuterRows => (k + ROW_PAD, outer),
+        Order::KRows => (outer + ROW_PAD, k),
+    }
+}
+
+/// Elements of workgroup memory one stage of an operand's block takes.
+pub(crate) fn staged_elements(order: Order, outer: u32, k: u32) -> u32 {
+    let (row, rows) = staged_shape(order, outer, k);
+    row * rows
+}
+
+fn batch_coords(batch_axes: usize) -> String {
+    (0..batch_axes).map(|d| format!("cm_b{d}, ")).collect()
+}
+
+/// The coordinates of element `(outer, k)` of operand `role` (A is `[m, k]`, B is `[k, n]`).
+fn at(role: &str, batch: &str, outer: &str, k: &str) -> String {
+    if role == "a" {
+        format!("{batch}{outer}, {k}")
+    } else {
+        format!("{batch}{k}, {outer}")
+    }
+}
+
+/// The register declarations, the loads (from the block at `cm_k0`) and the stores (into
+/// stage `cm_buf`) of operand `role`.
+struct Stage {
+    declare: String,
+    load: String,
+    store: String,
+}
+
+fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
+    let c = spec.config;
+    let threads = c.invocations(spec.subgroup_size);
+    let k_step = c.k_step;
+    let bc = batch_coords(spec.batch_axes);
+    let (row_len, rows) = staged_shape(staging.order, outer, k_step);
+    let stage_len = row_len * rows;
+    let cols = row_len - ROW_PAD;
+    let w = match staging.width {
+        Width::Four => 4,
+        Width::One => 1,
+    };
+    let per_row = cols / w;
+    let items = rows * per_row;
+    let per_thread = items.div_ceil(threads);
+    let tile = format!("cm_{role}_tile");
+    let (origin, last) = if role == "a" {
+        ("cm_m0", "cm_m_last")
+    } else {
+        ("cm_n0", "cm_n_last")
+    };
+    let ty = if w == 4 { "vec4<f32>" } else { "f32" };
+    let mut st = Stage {
+        declare: String::new(),
+        load: String::new(),
+        store: String::new(),
+    };
+    for i in 0..per_thread {
+        let reg = format!("cm_{role}_reg{i}");
+        let _ = writeln!(st.declare, "    var {reg}: {ty};");
+        let guard = (i + 1) * threads > items;
+        let e = format!("(cm_lid + {}u)", i * threads);
+        let (open, close) = if guard {
+            (format!("        if ({e} < {items}u) {{\n"), "        }\n")
+        } else {
+            (String::new(), "")
+        };
+        let ind = if guard { "            " } else { "        " };
+        st.load += &open;
+        st.store += &open;
+        // e → (staged row, group along the row), the row fastest.
+        let row = format!("({e} / {per_row}u)");
+        let col = format!("(({e} % {per_row}u) * {w}u)");
+        // Coordinates: along the outer axis and along k, clamped or masked.
+        let (outer_c, k_c, mask) = match (staging.order, w) {
+            (Order::OuterRows, 4) => (
+                format!("min({origin} + {row}, {last})"),
+                format!("min(cm_k0 + {col}, cm_k_last4)"),
+                format!(
+                    "vec4<u32>(cm_k0 + {col}) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(cm_k_len)"
+                ),
+            ),
+            (Order::OuterRows, _) => (
+                format!("min({origin} + {row}, {last})"),
+                format!("min(cm_k0 + {col}, cm_k_last)"),
+                format!("cm_k0 + {col} < cm_k_len"),
+            ),
+            (Order::KRows, 4) => (
+                format!("min({origin} + {col}, {last}4)"),
+                format!("min(cm_k0 + {row}, cm_k_last)"),
+                format!("cm_k0 + {row} < cm_k_len"),
+            ),
+            (Order::KRows, _) => (
+                format!("min({origin} + {col}, {last})"),
+                format!("min(cm_k0 + {row}, cm_k_last)"),
+                format!("cm_k0 + {row} < cm_k_len"),
+            ),
+        };
+        let (load, zero) = if w == 4 {
+            (format!("{role}_load4"), "vec4<f32>(0.0)")
+        } else {
+            (format!("{role}_load"), "0.0")
+        };
+        let _ = writeln!(
+            st.load,
+            "{ind}{reg} = select({zero}, {load}({}), {mask});",
+            at(role, &bc, &outer_c, &k_c)
+        );
+        let _ = writeln!(
+            st.store,
+            "{ind}{{\n{ind}    let cm_s = cm_buf * {stage_len}u + {row} * {row_len}u + {col};"
+        );
+        if w == 4 {
+            for (j, lane) in ["x", "y", "z", "w"].iter().enumerate() {
+                let _ = writeln!(
+                    st.store,
+                    "{ind}    {tile}[cm_s + {j}u] = f16({reg}.{lane});"
+                );
+            }
+        } else {
+            let _ = writeln!(st.store, "{ind}    {tile}[cm_s] = f16({reg});");
+        }
+        let _ = writeln!(st.store, "{ind}}}");
+        st.load += close;
+        st.store += close;
+    }
+    st
+}
+
+/// The fragment load of operand `role` for fragment `f` at k-slice `kk`: `let` bindings of the
+/// index and the fragment (the stride is `cm_{role}_stride`).
+fn fragment_load(
+    role: &str,
+    order: Order,
+    f: u32,
+    kk: u32,
+    row_len: u32,
+    stage_len: u32,
+) -> String {
+    let base = format!("cm_{role}_base");
+    let load = match (role, order) {
+        // A fragment's rows are m (of A) or k (of B): the staged rows when A is staged
+        // [m][k] or B [k][n], so the row-major load; otherwise the column-major one.
+        ("a", Order::OuterRows) | ("b", Order::KRows) => "coopLoadT",
+        _ => "coopLoad",
+    };
+    let role_ty = if role == "a" { "A" } else { "B" };
+    // The element offset of the fragment's origin within the stage.
+    let offset = match order {
+        Order::OuterRows => f * 16 * row_len + kk * 16,
+        Order::KRows => kk * 16 * row_len + f * 16,
+    };
+    format!(
+        "            let cm_{role}_at{f} = cm_buf * {stage_len}u + {base} + {offset}u;
+            let cm_{role}{f} = {load}<coop_mat16x16<f16, {role_ty}>>(&cm_{role}_tile[cm_{role}_at{f}], cm_{role}_stride);\n"
+    )
+}
+
+/// The kernel's body: workgroup memory and the entry point.
+pub(crate) fn gemm(spec: &CoopSpec) -> String {
+    let c = spec.config;
+    let nb = spec.batch_axes;
+    let acc = c.acc.wgsl();
+    let (bm, bn, bk) = (c.block_m, c.block_n, c.k_step);
+    let stages = c.stages;
+    let threads = c.invocations(spec.subgroup_size);
+    let (sg_m, sg_n) = c.subgroup_grid();
+    let subgroups = sg_m * sg_n;
+    let a_len = staged_elements(spec.a.order, bm, bk);
+    let b_len = staged_elements(spec.b.order, bn, bk);
+    let (a_row, _) = staged_shape(spec.a.order, bm, bk);
+    let (b_row, _) = staged_shape(spec.b.order, bn, bk);
+    let bc = batch_coords(nb);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "// Configuration: {c}; A staged {:?}, B staged {:?}; {} lanes per subgroup.
+var<workgroup> cm_a_tile: array<f16, {}>;
+var<workgroup> cm_b_tile: array<f16, {}>;
+var<workgroup> cm_out: array<{acc}, {}>;
+
+@compute @workgroup_size({threads})
+fn {ENTRY}(
+    @builtin(workgroup_id) cm_wg: vec3<u32>,
+    @builtin(local_invocation_index) cm_lid: u32,
+) {{
+    let cm_m_len = a_dim{nb}();
+    let cm_k_len = a_dim{}();
+    let cm_n_len = b_dim{}();
+    var cm_z = cm_wg.z;",
+        spec.a,
+        spec.b,
+        spec.subgroup_size,
+        a_len * stages,
+        b_len * stages,
+        subgroups * 256,
+        nb + 1,
+        nb + 1,
+    );
+    for d in (1..nb).rev() {
+        let _ = writeln!(
+            s,
+            "    let cm_b{d} = cm_z % a_dim{d}();\n    cm_z = cm_z / a_dim{d}();"
+        );
+    }
+    if nb > 0 {
+        s.push_str("    let cm_b0 = cm_z;\n");
+    }
+    let _ = writeln!(
+        s,
+        "    let cm_m0 = cm_wg.y * {bm}u;
+    let cm_n0 = cm_wg.x * {bn}u;
+    // Staged loads are clamped inside the tensor; elements past the end of k are zeros.
+    let cm_m_last = max(cm_m_len, 1u) - 1u;
+    let cm_n_last = max(cm_n_len, 1u) - 1u;
+    let cm_k_last = max(cm_k_len, 1u) - 1u;
+    let cm_m_last4 = cm_m_last - cm_m_last % 4u;
+    let cm_n_last4 = cm_n_last - cm_n_last % 4u;
+    let cm_k_last4 = cm_k_last - cm_k_last % 4u;
+    let cm_steps = (cm_k_len + {}u) / {bk}u;
+    // This subgroup's fragments: rows cm_sm.., columns cm_sn.. of the block.
+    let cm_sg = cm_lid / {}u;
+    let cm_lane = cm_lid % {}u;
+    let cm_sm = (cm_sg / {sg_n}u) * {}u;
+    let cm_sn = (cm_sg % {sg_n}u) * {}u;
+    let cm_a_stride = {a_row}u;
+    let cm_b_stride = {b_row}u;",
+        bk - 1,
+        spec.subgroup_size,
+        spec.subgroup_size,
+        16 * c.frags_m,
+        16 * c.frags_n,
+    );
+    // The base offset of this subgroup's fragments within a stage.
+    let _ = writeln!(
+        s,
+        "    let cm_a_base = {};\n    let cm_b_base = {};",
+        match spec.a.order {
+            Order::OuterRows => format!("cm_sm * {a_row}u"),
+            Order::KRows => "cm_sm".to_owned(),
+        },
+        match spec.b.order {
+            Order::OuterRows => format!("cm_sn * {b_row}u"),
+            Order::KRows => "cm_sn".to_owned(),
+        }
+    );
+    for i in 0..c.frags_m {
+        for j in 0..c.frags_n {
+            let _ = writeln!(s, "    var cm_acc{i}_{j}: coop_mat16x16<{acc}, C>;");
+        }
+    }
+    let sa = stage("a", spec.a, bm, spec);
+    let sb = stage("b", spec.b, bn, spec);
+    s += &sa.declare;
+    s += &sb.declare;
+    let _ = writeln!(
+        s,
+        "    if (cm_steps > 0u) {{\n        let cm_k0 = 0u;\n{}{}    }}",
+        sa.load, sb.load
+    );
+    let buf = if stages == 2 { "cm_t & 1u" } else { "0u" };
+    let _ = writeln!(
+        s,
+        "    for (var cm_t = 0u; cm_t < cm_steps; cm_t = cm_t + 1u) {{
+        let cm_buf = {buf};"
+    );
+    if stages == 1 {
+        // One stage: wait until every subgroup is done with the previous block.
+        s.push_str("        workgroupBarrier();\n");
+    }
+    let _ = writeln!(
+        s,
+        "{}{}        workgroupBarrier();
+        // The next step's loads are in flight while this step multiplies.
+        let cm_k0 = (cm_t + 1u) * {bk}u;
+{}{}",
+        sa.store, sb.store, sa.load, sb.load
+    );
+    for kk in 0..bk / 16 {
+        s.push_str("        {\n");
+        for i in 0..c.frags_m {
+            s += &fragment_load("a", spec.a.order, i, kk, a_row, a_len);
+        }
+        for j in 0..c.frags_n {
+            s += &fragment_load("b", spec.b.order, j, kk, b_row, b_len);
+        }
+        for i in 0..c.frags_m {
+            for j in 0..c.frags_n {
+                let _ = writeln!(
+                    s,
+                    "            cm_acc{i}_{j} = coopMultiplyAdd(cm_a{i}, cm_b{j}, cm_acc{i}_{j});"
+                );
+            }
+        }
+        s.push_str("        }\n");
+    }
+    s.push_str("    }\n");
+    // Epilogue: each fragment through the subgroup's scratch into C, guarded by C's extents.
+    let m_dim = format!("c_dim{nb}()");
+    let n_dim = format!("c_dim{}()", nb + 1);
+    let _ = writeln!(
+        s,
+        "    let cm_o = cm_sg * 256u;\n    let cm_o_stride = 16u;"
+    );
+    for i in 0..c.frags_m {
+        for j in 0..c.frags_n {
+            let _ = writeln!(
+                s,
+                "    workgroupBarrier();
+    coopStoreT(cm_acc{i}_{j}, &cm_out[cm_o], cm_o_stride);
+    workgroupBarrier();
+    for (var cm_e = cm_lane; cm_e < 256u; cm_e = cm_e + {}u) {{
+        let cm_m = cm_m0 + cm_sm + {}u + cm_e / 16u;
+        let cm_n = cm_n0 + cm_sn + {}u + cm_e % 16u;
+        if (cm_m < {m_dim} && cm_n < {n_dim}) {{
+            c_store({bc}cm_m, cm_n, f32(cm_out[cm_o + cm_e]));
+        }}
+    }}",
+                spec.subgroup_size,
+                16 * i,
+                16 * j,
+            );
+        }
+    }
+    s.push_str("}\n");
+    s
+}

@@ -1,0 +1,361 @@
+//! The cooperative-matrix GEMM against the f32 CPU matmul, on random f16 data, under every
+//! transposition, on shapes fragments don't divide, with NaN-poisoned outputs.
+//!
+//! These need a device with `EXPERIMENTAL_COOPERATIVE_MATRIX` (the H200; not lavapipe).
+//! Elsewhere each test prints that it is skipped and why, and fails when
+//! `FBLAYOUT_REQUIRE_COOP=1`. Without any adapter they fail, like every GPU test.
+
+mod support;
+
+use fblayout_core::layout::{ElemType, LayoutSpec, View};
+use fblayout_kernels::ops::OpError;
+use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp};
+use fblayout_kernels::ops::matmul::{Scale, matmul_cpu};
+use fblayout_kernels::runtime::{CacheLoad, Gpu, GpuOptions};
+use support::{Layout2, Rng, Tensor, assert_close, gpu, tolerance, view_2d};
+
+const REQUIRE: &str = "FBLAYOUT_REQUIRE_COOP";
+
+/// The test GPU when it has cooperative matrices; otherwise prints why `test` is skipped and
+/// returns `None`, or panics when `FBLAYOUT_REQUIRE_COOP=1`.
+fn coop_gpu(test: &str) -> Option<&'static Gpu> {
+    let gpu = gpu();
+    if gpu.features().coop_fragment.is_some() {
+        return Some(gpu);
+    }
+    let why = format!(
+        "{test}: SKIPPED: the adapter {} has no usable cooperative matrices ({})",
+        gpu.info(),
+        gpu.features()
+    );
+    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
+        panic!("{why}, and {REQUIRE}=1 requires them");
+    }
+    eprintln!("{why}; set {REQUIRE}=1 to make this a failure");
+    None
+}
+
+/// `t` with its values rounded to f16 (what the GPU reads), so the oracle sees the same
+/// inputs.
+fn rounded(t: Tensor) -> Tensor {
+    let values = t
+        .values
+        .iter()
+        .map(|&v| half::f16::from_f64(v).to_f64())
+        .collect();
+    t.with_values(values)
+}
+
+fn random(rng: &mut Rng, (view, bind): (View, Vec<(String, u32)>)) -> Tensor {
+    rounded(Tensor::random(rng, view, bind, -1.0, 1.0))
+}
+
+/// The f32 CPU matmul of `a · b` into `c`'s view (the oracle).
+fn oracle(a: &Tensor, b: &Tensor, c: &Tensor) -> Vec<f64> {
+    let (ha, hb) = (a.host::<f32>(), b.host::<f32>());
+    let mut hc = c.host::<f32>();
+    matmul_cpu(
+        &a.arg(&ha),
+        &b.arg(&hb),
+        &mut c.arg_mut(&mut hc),
+        Scale::OVERWRITE,
+    )
+    .unwrap();
+    c.read_host(&hc)
+}
+
+/// The GPU result with `config` (the op's choice when `None`), C poisoned with NaN first.
+fn run(
+    gpu: &Gpu,
+    op: &CoopMatmulOp,
+    config: Option<CoopConfig>,
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+) -> Vec<f64> {
+    let (ba, bb, bc) = (a.upload(gpu), b.upload(gpu), c.poisoned(gpu));
+    let (ga, gb, gc) = (a.gpu_arg(&ba), b.gpu_arg(&bb), c.gpu_arg(&bc));
+    let mut batch = gpu.batch();
+    match config {
+        Some(config) => op.record_config(&mut batch, config, &ga, &gb, &gc),
+        None => op.record(&mut batch, &ga, &gb, &gc),
+    }
+    .unwrap();
+    batch.submit().unwrap();
+    c.download(&bc)
+}
+
+/// Checks `C = A·B` for every config in `configs`.
+fn check(gpu: &Gpu, what: &str, a: &Tensor, b: &Tensor, c: &Tensor, configs: &[CoopConfig]) {
+    let op =
+        CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let want = oracle(a, b, c);
+    let k = a.dims()[a.dims().len() - 1];
+    let tol = tolerance(c.elem(), k).max(tolerance(ElemType::F16, k));
+    for &config in configs {
+        let got = run(gpu, &op, Some(config), a, b, c);
+        assert_close(&format!("{what}, {config}"), &got, &want, tol);
+    }
+}
+
+/// A `[rows, cols]` f16 view of static extents, row-major or through a transpose.
+fn fixed(name: &str, rows: u32, cols: u32, transposed: bool) -> (View, Vec<(String, u32)>) {
+    let spec = LayoutSpec::new(name).elem(ElemType::F16);
+    let view = if transposed {
+        let layout = spec.axis("cols", cols).axis("rows", rows).build().unwrap();
+        layout.view().transpose("cols", "rows").unwrap()
+    } else {
+        spec.axis("rows", rows)
+            .axis("cols", cols)
+            .build()
+            .unwrap()
+            .view()
+    };
+    (view, Vec::new())
+}
+
+#[test]
+fn every_transposition_matches_the_f32_cpu_matmul_on_shapes_fragments_dont_divide() {
+    let Some(gpu) = coop_gpu("every_transposition") else {
+        return;
+    };
+    let mut rng = Rng::new(81);
+    // 150 × 90 × 100: no fragment, block or k-step divides any extent.
+    let (m, n, k) = (148, 92, 100);
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a = random(&mut rng, fixed("a", m, k, ta));
+        let b = random(&mut rng, fixed("b", k, n, tb));
+        for c_elem in [ElemType::F32, ElemType::F16] {
+            let (vc, bc) = view_2d("c", Layout2::RowMajor, m, n, c_elem);
+            let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+            let what = format!("A transposed {ta}, B transposed {tb}, C {c_elem}");
+            check(
+                gpu,
+                &what,
+                &a,
+                &b,
+                &c,
+                &[CoopConfig::DEFAULT, CoopConfig::SMALL],
+            );
+        }
+    }
+}
+
+#[test]
+fn every_layout_of_each_operand_matches() {
+    let Some(gpu) = coop_gpu("every_layout") else {
+        return;
+    };
+    let mut rng = Rng::new(82);
+    let (m, n, k) = (70, 52, 45);
+    for layout in Layout2::ALL {
+        let a = random(&mut rng, view_2d("a", layout, m, k, ElemType::F16));
+        let b = random(
+            &mut rng,
+            view_2d("b", Layout2::RowMajor, k, n, ElemType::F16),
+        );
+        let (vc, bc) = view_2d("c", layout, m, n, ElemType::F32);
+        let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+        check(
+            gpu,
+            &format!("A {layout:?}"),
+            &a,
+            &b,
+            &c,
+            &[CoopConfig::SMALL],
+        );
+        let a = random(
+            &mut rng,
+            view_2d("a", Layout2::RowMajor, m, k, ElemType::F16),
+        );
+        let b = random(&mut rng, view_2d("b", layout, k, n, ElemType::F16));
+        check(
+            gpu,
+            &format!("B {layout:?}"),
+            &a,
+            &b,
+            &c,
+            &[CoopConfig::SMALL],
+        );
+    }
+}
+
+#[test]
+fn every_candidate_configuration_matches() {
+    let Some(gpu) = coop_gpu("every_candidate") else {
+        return;
+    };
+    let mut rng = Rng::new(83);
+    let (m, n, k) = (272, 200, 152);
+    for (ta, tb) in [(false, false), (true, true)] {
+        let a = random(&mut rng, fixed("a", m, k, ta));
+        let b = random(&mut rng, fixed("b", k, n, tb));
+        let (vc, bc) = view_2d("c", Layout2::RowMajor, m, n, ElemType::F32);
+        let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+        let op = CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+        let configs = op.candidates().to_vec();
+        assert!(!configs.is_empty());
+        check(gpu, &format!("transposed {ta}/{tb}"), &a, &b, &c, &configs);
+    }
+}
+
+#[test]
+fn batched_attention_scores_read_permuted_views() {
+    let Some(gpu) = coop_gpu("batched") else {
+        return;
+    };
+    let mut rng = Rng::new(84);
+    let qk = LayoutSpec::new("q")
+        .elem(ElemType::F16)
+        .dyn_axis("batch")
+        .axis("seq", 40)
+        .axis("heads", 3)
+        .axis("head_dim", 32)
+        .build()
+        .unwrap();
+    let bind = vec![("batch".to_owned(), 2)];
+    let q = qk
+        .view()
+        .permute(&["batch", "heads", "seq", "head_dim"])
+        .unwrap();
+    let k_t = qk
+        .view()
+        .permute(&["batch", "heads", "head_dim", "seq"])
+        .unwrap();
+    let qt = random(&mut rng, (q, bind.clone()));
+    let kt = random(&mut rng, (qk.view(), bind.clone())).through(k_t);
+    let s = LayoutSpec::new("s")
+        .dyn_axis("batch")
+        .axis("heads", 3)
+        .axis("seq", 40)
+        .axis("key", 40)
+        .build()
+        .unwrap();
+    let st = Tensor::random(&mut rng, s.view(), bind, -1.0, 1.0);
+    check(
+        gpu,
+        "Q·Kᵀ per head",
+        &qt,
+        &kt,
+        &st,
+        &[CoopConfig::DEFAULT, CoopConfig::SMALL],
+    );
+}
+
+#[test]
+fn the_autotune_is_kept_on_disk_and_a_corrupt_file_is_rebuilt() {
+    let Some(_) = coop_gpu("autotune") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("fblayout-coop-autotune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open = || {
+        let mut options = GpuOptions::from_env().unwrap();
+        options.cache_dir = Some(dir.clone());
+        Gpu::with_options(options).unwrap()
+    };
+    let mut rng = Rng::new(85);
+    let a = random(&mut rng, fixed("a", 96, 64, false));
+    let b = random(&mut rng, fixed("b", 64, 80, true));
+    let (vc, bc) = view_2d("c", Layout2::RowMajor, 96, 80, ElemType::F32);
+    let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+    let tuned = |gpu: &Gpu| {
+        let op = CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+        let (ba, bb, bcc) = (a.upload(gpu), b.upload(gpu), c.poisoned(gpu));
+        let (ga, gb, gc) = (a.gpu_arg(&ba), b.gpu_arg(&bb), c.gpu_arg(&bcc));
+        let chosen = op.tune(gpu, &ga, &gb, &gc).unwrap();
+        assert!(op.candidates().contains(&chosen));
+        let e = op.extents(gpu, &ga, &gb, &gc).unwrap();
+        assert_eq!(op.config_for(&e), chosen);
+        // The tuned op still computes the product.
+        let got = run(gpu, &op, None, &a, &b, &c);
+        assert_close(
+            "tuned",
+            &got,
+            &oracle(&a, &b, &c),
+            tolerance(ElemType::F16, 64),
+        );
+        (op.tune_load().clone(), chosen)
+    };
+    let gpu = open();
+    if gpu.pipeline_cache_path().is_none() {
+        eprintln!("autotune: SKIPPED the disk part: the adapter has no pipeline cache");
+        return;
+    }
+    let (first, chosen) = tuned(&gpu);
+    assert_eq!(first, CacheLoad::Empty);
+    // A second op on the same adapter reads the choice back.
+    let (second, again) = tuned(&gpu);
+    assert!(matches!(second, CacheLoad::Loaded { .. }), "{second:?}");
+    assert_eq!(again, chosen);
+    // Corrupt the file: the next op ignores it, measures again and rewrites it.
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("coop-autotune-")
+        })
+        .expect("the autotune file");
+    let mut raw = std::fs::read(&file).unwrap();
+    let last = raw.len() - 2;
+    raw[last] ^= 0x55;
+    std::fs::write(&file, &raw).unwrap();
+    let (third, _) = tuned(&gpu);
+    assert!(matches!(third, CacheLoad::Rebuilt { .. }), "{third:?}");
+    let (fourth, _) = tuned(&gpu);
+    assert!(matches!(fourth, CacheLoad::Loaded { .. }), "{fourth:?}");
+    drop(gpu);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn without_the_feature_the_op_is_refused_with_the_reason() {
+    let mut options = GpuOptions::from_env().unwrap();
+    options.disabled.cooperative_matrix = true;
+    options.cache_dir = None;
+    let gpu = Gpu::with_options(options).unwrap();
+    assert!(!gpu.features().cooperative_matrix);
+    assert_eq!(gpu.features().coop_fragment, None);
+    let (a, _) = fixed("a", 32, 32, false);
+    let (b, _) = fixed("b", 32, 32, false);
+    let (c, _) = view_2d("c", Layout2::RowMajor, 32, 32, ElemType::F32);
+    let err = CoopMatmulOp::new(&gpu, &a, &b, &c).unwrap_err();
+    assert!(
+        matches!(&err, OpError::Unsupported { why, .. } if why.contains("EXPERIMENTAL_COOPERATIVE_MATRIX")),
+        "{err}"
+    );
+}
+
+#[test]
+fn mismatched_arguments_are_typed_errors() {
+    let Some(gpu) = coop_gpu("mismatched") else {
+        return;
+    };
+    let (a, _) = fixed("a", 32, 48, false);
+    let (b, _) = fixed("b", 32, 16, false);
+    let (c, _) = view_2d("c", Layout2::RowMajor, 32, 16, ElemType::F32);
+    let err = CoopMatmulOp::new(gpu, &a, &b, &c).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    // Arguments read through other views than the op was built for.
+    let (b_ok, _) = fixed("b", 48, 16, false);
+    let op = CoopMatmulOp::new(gpu, &a, &b_ok, &c).unwrap();
+    let mut rng = Rng::new(86);
+    let ta = random(&mut rng, (a.clone(), Vec::new()));
+    let tb = random(&mut rng, fixed("b", 48, 16, true));
+    let (vc, bc) = view_2d("c", Layout2::RowMajor, 32, 16, ElemType::F32);
+    let tc = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+    let (ba, bb, bcc) = (ta.upload(gpu), tb.upload(gpu), tc.poisoned(gpu));
+    let mut batch = gpu.batch();
+    let err = op
+        .record(
+            &mut batch,
+            &ta.gpu_arg(&ba),
+            &tb.gpu_arg(&bb),
+            &tc.gpu_arg(&bcc),
+        )
+        .unwrap_err();
+    assert!(matches!(err, OpError::WrongView { .. }), "{err}");
+}

@@ -1,0 +1,212 @@
+//! Every cooperative-matrix shader the crate can emit passes naga's validator and its SPIR-V
+//! writer (naga 30's writer panics on `coopLoad` operands that are not `let`s; this catches it
+//! on machines without the feature), and the WGSL of two configurations is snapshotted.
+
+mod support;
+
+use fblayout_core::layout::{ElemType, View};
+use fblayout_kernels::ops::coop::{CoopConfig, Order, kernel_source, staging_orders};
+use fblayout_kernels::runtime::CoopScalar;
+use naga::back::spv;
+use support::{Layout2, view_2d};
+
+/// The SPIR-V options wgpu's Vulkan backend uses on a device with f16 and cooperative
+/// matrices (capabilities included), for SPIR-V 1.6.
+fn spv_options() -> spv::Options<'static> {
+    let capabilities: naga::FastHashSet<spv::Capability> = [
+        spv::Capability::Shader,
+        spv::Capability::Matrix,
+        spv::Capability::Float16,
+        spv::Capability::Int64,
+        spv::Capability::GroupNonUniform,
+        spv::Capability::CooperativeMatrixKHR,
+        spv::Capability::VulkanMemoryModel,
+    ]
+    .into_iter()
+    .collect();
+    spv::Options {
+        lang_version: (1, 6),
+        capabilities: Some(capabilities),
+        bounds_check_policies: naga::proc::BoundsCheckPolicies {
+            index: naga::proc::BoundsCheckPolicy::Restrict,
+            buffer: naga::proc::BoundsCheckPolicy::Restrict,
+            image_load: naga::proc::BoundsCheckPolicy::Restrict,
+            binding_array: naga::proc::BoundsCheckPolicy::Unchecked,
+        },
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::Polyfill,
+        force_loop_bounding: true,
+        use_storage_input_output_16: true,
+        ..spv::Options::default()
+    }
+}
+
+/// A and B in f16 and C in `c_elem`, each in one of the layouts.
+fn views(la: Layout2, lb: Layout2, lc: Layout2, c_elem: ElemType) -> (View, View, View) {
+    let (a, _) = view_2d("a", la, 100, 72, ElemType::F16);
+    let (b, _) = view_2d("b", lb, 72, 60, ElemType::F16);
+    let (c, _) = view_2d("c", lc, 100, 60, c_elem);
+    (a, b, c)
+}
+
+/// Validates the kernel for `config` and writes its SPIR-V; returns the SPIR-V's words.
+fn spirv(a: &View, b: &View, c: &View, config: CoopConfig) -> Vec<u32> {
+    let module = kernel_source(a, b, c, config, 32)
+        .unwrap()
+        .build()
+        .unwrap_or_else(|e| panic!("{config}: {e}"));
+    spv::write_vec(
+        module.module().naga_module(),
+        module.module().naga_info(),
+        &spv_options(),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{config}: the SPIR-V writer failed: {e}"))
+}
+
+/// A `[rows, cols]` f16 view of static extents: row-major, or a row-major `[cols, rows]`
+/// tensor read through its transpose.
+fn fixed(name: &str, rows: u32, cols: u32, transposed: bool) -> View {
+    use fblayout_core::layout::LayoutSpec;
+    let spec = LayoutSpec::new(name).elem(ElemType::F16);
+    if transposed {
+        let layout = spec.axis("cols", cols).axis("rows", rows).build().unwrap();
+        layout.view().transpose("cols", "rows").unwrap()
+    } else {
+        spec.axis("rows", rows)
+            .axis("cols", cols)
+            .build()
+            .unwrap()
+            .view()
+    }
+}
+
+#[test]
+fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
+    // Row-major and transposed operands give the four staging-order pairs (coopLoad and
+    // coopLoadT for each of A and B); other layouts go through the same paths.
+    let mut orders_seen = Vec::new();
+    let mut shaders = 0;
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (a, b) = (fixed("a", 100, 72, ta), fixed("b", 72, 60, tb));
+        let (c, _) = view_2d("c", Layout2::RowMajor, 100, 60, ElemType::F32);
+        orders_seen.push(staging_orders(&a, &b, &c).unwrap());
+        for acc in [CoopScalar::F32, CoopScalar::F16] {
+            for config in CoopConfig::space(acc) {
+                let words = spirv(&a, &b, &c, config);
+                assert_eq!(words[0], 0x0723_0203, "{config}: SPIR-V magic");
+                shaders += 1;
+            }
+        }
+    }
+    // Every pair of staging orders was covered.
+    for want in [
+        (Order::OuterRows, Order::KRows),
+        (Order::KRows, Order::KRows),
+        (Order::OuterRows, Order::OuterRows),
+        (Order::KRows, Order::OuterRows),
+    ] {
+        assert!(
+            orders_seen.contains(&want),
+            "{want:?} not among {orders_seen:?}"
+        );
+    }
+    assert_eq!(shaders, 4 * 2 * CoopConfig::space(CoopScalar::F32).len());
+}
+
+#[test]
+fn other_layouts_element_reads_and_f16_outputs_survive_it_too() {
+    let configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
+    let combos = [
+        (Layout2::RTile(16), Layout2::RTile(16), Layout2::RTile(16)),
+        (Layout2::ColMajor, Layout2::ColMajor, Layout2::ColMajor),
+        (Layout2::RTileT(8), Layout2::RTile(4), Layout2::RowMajorT),
+    ];
+    for (la, lb, lc) in combos {
+        for c_elem in [ElemType::F32, ElemType::F16] {
+            let (a, b, c) = views(la, lb, lc, c_elem);
+            for config in configs {
+                spirv(&a, &b, &c, config);
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_views_survive_it() {
+    use fblayout_core::layout::LayoutSpec;
+    let qk = LayoutSpec::new("q")
+        .elem(ElemType::F16)
+        .dyn_axis("batch")
+        .dyn_axis("seq")
+        .axis("heads", 4)
+        .axis("head_dim", 64)
+        .build()
+        .unwrap();
+    let q = qk
+        .view()
+        .permute(&["batch", "heads", "seq", "head_dim"])
+        .unwrap();
+    let k_t = qk
+        .view()
+        .permute(&["batch", "heads", "head_dim", "seq"])
+        .unwrap();
+    let s = LayoutSpec::new("s")
+        .dyn_axis("batch")
+        .axis("heads", 4)
+        .dyn_axis("seq")
+        .axis("key", 128)
+        .build()
+        .unwrap();
+    spirv(&q, &k_t, &s.view(), CoopConfig::DEFAULT);
+}
+
+#[test]
+fn operands_the_path_cannot_take_are_refused_with_the_reason() {
+    let (a, b, c) = views(
+        Layout2::RowMajor,
+        Layout2::RowMajor,
+        Layout2::RowMajor,
+        ElemType::F32,
+    );
+    let (a32, _) = view_2d("a", Layout2::RowMajor, 100, 72, ElemType::F32);
+    let err = kernel_source(&a32, &b, &c, CoopConfig::DEFAULT, 32).unwrap_err();
+    assert!(err.to_string().contains("f16"), "{err}");
+    let (c_bad, _) = view_2d("c", Layout2::RowMajor, 100, 60, ElemType::U32);
+    let err = kernel_source(&a, &b, &c_bad, CoopConfig::DEFAULT, 32).unwrap_err();
+    assert!(err.to_string().contains("f32 or f16"), "{err}");
+}
+
+#[test]
+fn wgsl_snapshots() {
+    let (a, b, c) = views(
+        Layout2::RowMajor,
+        Layout2::RowMajor,
+        Layout2::RowMajor,
+        ElemType::F32,
+    );
+    let small = kernel_source(&a, &b, &c, CoopConfig::SMALL, 32)
+        .unwrap()
+        .build()
+        .unwrap();
+    insta::assert_snapshot!("coop_row_major_small", small.source());
+    let (a, b, c) = views(
+        Layout2::RowMajorT,
+        Layout2::RTile(16),
+        Layout2::RowMajor,
+        ElemType::F16,
+    );
+    let config = CoopConfig {
+        block_m: 64,
+        block_n: 64,
+        frags_m: 2,
+        frags_n: 2,
+        k_step: 32,
+        stages: 2,
+        acc: CoopScalar::F32,
+    };
+    let t = kernel_source(&a, &b, &c, config, 32)
+        .unwrap()
+        .build()
+        .unwrap();
+    insta::assert_snapshot!("coop_transposed_a_rtile_b_double_buffered", t.source());
+}
