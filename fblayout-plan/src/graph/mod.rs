@@ -7,10 +7,13 @@
 //! backward operations its rule lists ([`Op::backward`]), reading the gradients of its outputs
 //! and the forward tensors it saves; where a tensor receives gradients along several paths, an
 //! [`Op::Accumulate`] sums them. [`Graph::saved`] lists the forward tensors the backward reads
-//! again: the activations whose layout the planner chooses first.
+//! again: the activations whose layout the planner chooses first. [`optimizer::add_adamw`]
+//! then appends one in-place [`Op::AdamW`] per parameter, with its moments
+//! ([`Role::State`]).
 
 mod autodiff;
 mod op;
+pub mod optimizer;
 mod tensor;
 
 use std::collections::HashSet;
@@ -181,10 +184,8 @@ impl Graph {
         let written = self.written();
         for &t in inputs {
             let tensor = self.tensor(t);
-            let outside = matches!(tensor.role, Role::Input | Role::Param);
-            // AdamW reads and writes its moments, which no operation writes before it.
-            let state = op == Op::AdamW;
-            if !outside && !state && !written.contains(&t) {
+            // Inputs, parameters and optimizer state come from outside the step.
+            if !tensor.is_persistent() && !written.contains(&t) {
                 return Err(GraphError::ReadBeforeWrite {
                     op: op.name(),
                     tensor: tensor.name.clone(),
