@@ -1,0 +1,136 @@
+//! Executing a training step of a [`Graph`](crate::graph::Graph): forward, backward and AdamW.
+//!
+//! An executor takes the graph, the layout of every tensor ([`LayoutChoice`]), and a
+//! [`MemoryPlan`](crate::memory::MemoryPlan) that places every tensor in a buffer; tensors whose
+//! lives don't overlap share one. Every tensor is stored in its own layout, kernels read it
+//! through the views of [`views`], and a [`Op::Convert`](crate::graph::Op::Convert) node copies a
+//! tensor into another layout.
+//!
+//! - [`CpuStep`] runs on the CPU backend of `fblayout-kernels`, in `f64`: the reference, and the
+//!   executor the memory planner's tests run with every freed buffer poisoned.
+//!
+//! Parameters start from [`CpuStep::init_params`] (or values given by name); the optimizer's
+//! moments start at zero and persist across steps, as do the parameters. After a step the
+//! parameters, the optimizer state, the loss and every parameter's gradient can be read back;
+//! any other tensor's buffer may have been reused.
+
+mod cpu;
+mod init;
+pub mod views;
+
+use fblayout_core::layout::{LayoutError, LayoutErrors};
+use fblayout_kernels::ops::OpError;
+
+pub use cpu::CpuStep;
+pub use init::initial_values;
+
+use crate::graph::Sizes;
+use crate::layouts::LayoutChoice;
+
+/// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
+/// number, at run time.
+pub type AdamWConfig = fblayout_kernels::ops::AdamW;
+
+/// The inputs of one step, each `[batch, seq]` row-major: token ids, position ids and labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepInputs {
+    /// Token ids, below the vocabulary size.
+    pub ids: Vec<u32>,
+    /// Position ids, below the position table's size.
+    pub positions: Vec<u32>,
+    /// The token each position should predict (`u32::MAX` counts for nothing).
+    pub labels: Vec<u32>,
+}
+
+impl StepInputs {
+    /// Random ids and labels below `vocab` (from `seed`), positions `0..seq` in every sequence.
+    pub fn random(vocab: u32, sizes: Sizes, seed: u64) -> Self {
+        let mut rng = init::Rng::new(seed);
+        let n = (sizes.batch * sizes.seq) as usize;
+        let mut draw = || (0..n).map(|_| rng.below(vocab)).collect::<Vec<_>>();
+        let ids = draw();
+        let labels = draw();
+        let positions = (0..n).map(|i| i as u32 % sizes.seq.max(1)).collect();
+        Self {
+            ids,
+            positions,
+            labels,
+        }
+    }
+
+    /// The values of the graph input named `name`.
+    pub fn get(&self, name: &str) -> Option<&[u32]> {
+        match name {
+            "ids" => Some(&self.ids),
+            "positions" => Some(&self.positions),
+            "labels" => Some(&self.labels),
+            _ => None,
+        }
+    }
+}
+
+/// Why a step could not be built or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    /// The layouts don't match the graph's tensors one to one.
+    #[error("the graph has {tensors} tensors, but {layouts} layouts were given")]
+    LayoutCount {
+        /// Tensors in the graph.
+        tensors: usize,
+        /// Layouts given.
+        layouts: usize,
+    },
+    /// A tensor's layout could not be built.
+    #[error("tensor `{tensor}` can't be stored {choice}: {source}")]
+    Layout {
+        /// The tensor.
+        tensor: String,
+        /// Its layout.
+        choice: LayoutChoice,
+        /// Why.
+        source: LayoutErrors,
+    },
+    /// A tensor can't be bound to the run's sizes.
+    #[error("tensor `{tensor}` at the run's sizes: {source}")]
+    Bind {
+        /// The tensor.
+        tensor: String,
+        /// Why.
+        source: LayoutError,
+    },
+    /// A kernel can't read a tensor through the view its operation needs.
+    #[error("tensor `{tensor}` can't be read as {view}: {detail}")]
+    View {
+        /// The tensor.
+        tensor: String,
+        /// The view wanted.
+        view: String,
+        /// Why not.
+        detail: String,
+    },
+    /// A kernel refused its operands.
+    #[error("operation {node} (`{op}`): {source}")]
+    Op {
+        /// The node's position.
+        node: usize,
+        /// The operation.
+        op: &'static str,
+        /// The kernel's error.
+        source: OpError,
+    },
+    /// The memory plan was made for another graph or other sizes.
+    #[error("the memory plan does not fit: {0}")]
+    Plan(String),
+    /// A value given for a tensor doesn't fit it.
+    #[error("tensor `{tensor}`: {detail}")]
+    Value {
+        /// The tensor.
+        tensor: String,
+        /// Why.
+        detail: String,
+    },
+    /// No tensor of that name, or one whose values a step does not keep.
+    #[error("no tensor `{0}` can be read or written here")]
+    Unknown(String),
+}
