@@ -9,11 +9,10 @@
 //! of several tensors (through a sum or a bias) is one tensor, placed once.
 //!
 //! **Buffers.** Each tensor's size is its layout's buffer at the run's sizes, padding included
-//! ([`BoundView::len`](fblayout_core::layout::BoundView::len) elements). Walking the operations
-//! in order, each tensor an operation writes takes the smallest free buffer that holds it (best
-//! fit), or grows the largest free one, or a new one; after the operation, the buffers of the
-//! tensors it read for the last time are free. An operation's outputs never share a buffer with
-//! its inputs. [`MemoryOptions::reuse`] off gives every tensor its own buffer.
+//! ([`BoundView::len`](fblayout_core::layout::BoundView::len) elements). Tensors are placed
+//! largest first (greedy by size): each takes the smallest buffer that already holds only
+//! tensors whose lives don't overlap its own, or a new buffer of its size. Lives include the
+//! operations at their ends, so an operation's outputs never share a buffer with its inputs. [`MemoryOptions::reuse`] off gives every tensor its own buffer.
 //!
 //! **Peak.** [`MemoryPlan::peak_bytes`] is the sum of the buffers: what the step allocates. The
 //! live peak — the most bytes of tensors live at once, at one operation — is what any placement
@@ -174,51 +173,12 @@ pub fn plan_memory(
         .map(|t| Category::of(t.role))
         .collect();
 
-    // Which tensors start and end at each operation.
-    let mut starts: Vec<Vec<TensorId>> = vec![Vec::new(); n.max(1)];
-    let mut ends: Vec<Vec<TensorId>> = vec![Vec::new(); n.max(1)];
-    for t in graph.ids() {
-        if let Some(l) = live[t.index()] {
-            starts[l.first].push(t);
-            ends[l.last].push(t);
-        }
-    }
-    let mut buffers: Vec<u64> = Vec::new();
-    let mut free: Vec<BufferId> = Vec::new();
-    let mut buffer_of: Vec<Option<BufferId>> = vec![None; bytes.len()];
+    let (buffers, buffer_of) = assign(graph, &live, &bytes, options);
     let mut freed: Vec<Vec<BufferId>> = vec![Vec::new(); n];
-    for i in 0..n.max(1) {
-        for &t in &starts[i] {
-            let need = bytes[t.index()].max(4);
-            let reusable = options.reuse && !graph.tensor(t).is_persistent();
-            let chosen = if reusable {
-                best_fit(&buffers, &free, need)
-            } else {
-                None
-            };
-            let b = match chosen {
-                Some(k) => {
-                    let b = free.swap_remove(k);
-                    buffers[b.index()] = buffers[b.index()].max(need);
-                    b
-                }
-                None => {
-                    buffers.push(need);
-                    BufferId(buffers.len() as u32 - 1)
-                }
-            };
-            buffer_of[t.index()] = Some(b);
-        }
-        for &t in &ends[i] {
-            if kept[t.index()] {
-                continue;
-            }
-            if let Some(b) = buffer_of[t.index()] {
-                free.push(b);
-                if i < n {
-                    freed[i].push(b);
-                }
-            }
+    for t in graph.ids() {
+        if let (Some(l), Some(b), false) = (live[t.index()], buffer_of[t.index()], kept[t.index()])
+        {
+            freed[l.last].push(b);
         }
     }
 
@@ -272,14 +232,47 @@ pub fn plan_memory(
     })
 }
 
-/// The position in `free` of the smallest free buffer that holds `need` bytes, else of the
-/// largest free one (to be grown); `None` when nothing is free.
-fn best_fit(buffers: &[u64], free: &[BufferId], need: u64) -> Option<usize> {
-    let size = |k: usize| buffers[free[k].index()];
-    let fits = (0..free.len())
-        .filter(|&k| size(k) >= need)
-        .min_by_key(|&k| size(k));
-    fits.or_else(|| (0..free.len()).max_by_key(|&k| size(k)))
+/// The buffers (their sizes) and each tensor's buffer: largest tensors first, each in the
+/// smallest buffer none of whose tensors' lives overlaps its own, else in a new one. A buffer is
+/// as large as its first, largest tensor, so every later one fits. Without reuse, every tensor
+/// gets its own buffer.
+fn assign(
+    graph: &Graph,
+    live: &[Option<Live>],
+    bytes: &[u64],
+    options: MemoryOptions,
+) -> (Vec<u64>, Vec<Option<BufferId>>) {
+    let life = |t: TensorId| live[t.index()].expect("only live tensors are placed");
+    let mut order: Vec<TensorId> = graph.ids().filter(|t| live[t.index()].is_some()).collect();
+    if options.reuse {
+        // Largest first; ties by the order of their lives, then by id: deterministic.
+        order.sort_by_key(|&t| {
+            (
+                std::cmp::Reverse(bytes[t.index()]),
+                life(t).first,
+                t.index(),
+            )
+        });
+    }
+    let mut buffers: Vec<u64> = Vec::new();
+    let mut holds: Vec<Vec<Live>> = Vec::new();
+    let mut buffer_of: Vec<Option<BufferId>> = vec![None; bytes.len()];
+    for t in order {
+        let l = life(t);
+        let need = bytes[t.index()].max(4);
+        let chosen = (0..buffers.len())
+            .filter(|&b| options.reuse && buffers[b] >= need)
+            .filter(|&b| holds[b].iter().all(|h| !h.overlaps(&l)))
+            .min_by_key(|&b| buffers[b]);
+        let b = chosen.unwrap_or_else(|| {
+            buffers.push(need);
+            holds.push(Vec::new());
+            buffers.len() - 1
+        });
+        holds[b].push(l);
+        buffer_of[t.index()] = Some(BufferId(b as u32));
+    }
+    (buffers, buffer_of)
 }
 
 /// Every tensor's live range (`None` for one no operation touches) and whether it is kept to
