@@ -1,7 +1,7 @@
 //! The CPU executor: a whole training step on the CPU backend, in `f64`.
 
-use fblayout_core::layout::{BoundView, ElemType, unravel};
-use fblayout_kernels::cpu::{Logical, LogicalMut, OffsetTable};
+use fblayout_core::layout::{BoundView, ElemType};
+use fblayout_kernels::cpu::{Logical, OffsetTable};
 use fblayout_kernels::ops::activation::{
     activation_backward_cpu, activation_forward_cpu, swiglu_backward_cpu, swiglu_forward_cpu,
 };
@@ -11,6 +11,7 @@ use fblayout_kernels::ops::attention::{
     AttentionSaved, attention_backward_cpu, attention_forward_cpu,
 };
 use fblayout_kernels::ops::bias::{bias_backward_cpu, bias_forward_cpu};
+use fblayout_kernels::ops::copy::copy_cpu;
 use fblayout_kernels::ops::cross_entropy::{cross_entropy_backward_cpu, cross_entropy_forward_cpu};
 use fblayout_kernels::ops::embedding::{embedding_backward_cpu, embedding_forward_cpu};
 use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_forward_cpu};
@@ -535,7 +536,7 @@ fn dispatch(
         (Op::AdamW, [param, m, v]) => {
             adamw_step_cpu(param, f(0)?, m, v, adamw, adam_step, 1.0)?;
         }
-        (Op::Convert { .. }, [y]) => copy(f(0)?, y),
+        (Op::Convert { .. }, [y]) => copy_cpu(f(0)?, y)?,
         _ => return Err(arity()),
     }
     Ok(None)
@@ -545,19 +546,4 @@ fn dispatch(
 fn dense_ids(ids: &dyn Logical<u32>) -> Vec<u32> {
     let n = ids.dims().iter().product::<usize>();
     (0..n).map(|i| ids.get(&[i])).collect()
-}
-
-/// `y = x`, element by element, whatever their layouts.
-fn copy(x: &dyn Logical<f64>, y: &mut dyn LogicalMut<f64>) {
-    let shape: Vec<u64> = x.dims().iter().map(|&n| n as u64).collect();
-    let n: u64 = shape.iter().product();
-    let mut coords = vec![0u64; shape.len()];
-    let dense: Vec<f64> = (0..n)
-        .map(|linear| {
-            unravel(linear, &shape, &mut coords);
-            let index: Vec<usize> = coords.iter().map(|&c| c as usize).collect();
-            x.get(&index)
-        })
-        .collect();
-    y.scatter(&dense);
 }
