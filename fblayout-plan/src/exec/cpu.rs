@@ -2,6 +2,7 @@
 
 use fblayout_core::layout::{BoundView, ElemType};
 use fblayout_kernels::cpu::{Logical, OffsetTable};
+use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::activation::{
     activation_backward_cpu, activation_forward_cpu, swiglu_backward_cpu, swiglu_forward_cpu,
 };
@@ -18,12 +19,11 @@ use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_
 use fblayout_kernels::ops::norm::{
     layer_norm_backward_cpu, layer_norm_forward_cpu, rms_norm_backward_cpu, rms_norm_forward_cpu,
 };
-use fblayout_kernels::ops::{Activation, Attention, Mask, OpError};
 use fblayout_kernels::tensor::{HostArg, HostArgMut};
 
 use super::views::{op_views, tensor_layouts};
-use super::{AdamWConfig, ExecError, StepInputs, initial_values};
-use crate::graph::{Act, Graph, Op, Pass, Role, Sizes, TensorId};
+use super::{AdamWConfig, ExecError, StepInputs, activation, attention, initial_values};
+use crate::graph::{Graph, Op, Pass, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
 
@@ -426,25 +426,6 @@ fn int<'b>(op: Op, x: &'b In<'_>) -> Result<&'b dyn Logical<u32>, OpError> {
     }
 }
 
-fn activation(act: Act) -> Activation {
-    match act {
-        Act::Gelu => Activation::Gelu,
-        Act::GeluTanh => Activation::GeluTanh,
-        Act::Silu => Activation::Silu,
-    }
-}
-
-/// The attention of `heads` query heads over `kv_heads`, scaled by `1/√head_dim` of `q`.
-fn attention(heads: u32, kv_heads: u32, causal: bool, q: &dyn Logical<f64>) -> Attention {
-    let head_dim = q.dims().last().copied().unwrap_or(1) as u32;
-    let mask = if causal {
-        Mask::Causal { offset: 0 }
-    } else {
-        Mask::None
-    };
-    Attention::new(heads, kv_heads, head_dim, mask)
-}
-
 /// Runs the kernel of `op` on its operands (reads `ins` without the tensors updated in place,
 /// which are in `outs`); returns the loss of a cross-entropy.
 fn dispatch(
@@ -504,7 +485,7 @@ fn dispatch(
             },
             [out, probs],
         ) => {
-            let a = attention(heads, kv_heads, causal, f(0)?);
+            let a = attention(heads, kv_heads, causal, head_dim(f(0)?));
             attention_forward_cpu(a, f(0)?, f(1)?, f(2)?, out, probs)?;
         }
         (
@@ -515,7 +496,7 @@ fn dispatch(
             },
             [dq, dk, dv],
         ) => {
-            let a = attention(heads, kv_heads, causal, f(0)?);
+            let a = attention(heads, kv_heads, causal, head_dim(f(0)?));
             let saved = AttentionSaved {
                 q: f(0)?,
                 k: f(1)?,
@@ -540,6 +521,11 @@ fn dispatch(
         _ => return Err(arity()),
     }
     Ok(None)
+}
+
+/// The extent of the last axis of `q` (the queries' head size).
+fn head_dim(q: &dyn Logical<f64>) -> u32 {
+    q.dims().last().copied().unwrap_or(1) as u32
 }
 
 /// Token ids in token order.

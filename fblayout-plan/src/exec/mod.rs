@@ -8,6 +8,9 @@
 //!
 //! - [`CpuStep`] runs on the CPU backend of `fblayout-kernels`, in `f64`: the reference, and the
 //!   executor the memory planner's tests run with every freed buffer poisoned.
+//! - [`GpuStep`] builds every kernel once for its views, takes its buffers from the memory plan
+//!   (through the device's buffer pool), and records a whole step into one batch: one
+//!   submission, one named section per operation for timing.
 //!
 //! Parameters start from [`CpuStep::init_params`] (or values given by name); the optimizer's
 //! moments start at zero and persist across steps, as do the parameters. After a step the
@@ -15,16 +18,20 @@
 //! any other tensor's buffer may have been reused.
 
 mod cpu;
+mod gpu;
 mod init;
 pub mod views;
 
 use fblayout_core::layout::{LayoutError, LayoutErrors};
-use fblayout_kernels::ops::OpError;
+use fblayout_kernels::GpuError;
+use fblayout_kernels::ops::{Activation, Attention, Mask, OpError};
 
 pub use cpu::CpuStep;
+pub use fblayout_kernels::runtime::Timing;
+pub use gpu::GpuStep;
 pub use init::initial_values;
 
-use crate::graph::Sizes;
+use crate::graph::{Act, Sizes};
 use crate::layouts::LayoutChoice;
 
 /// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
@@ -130,7 +137,35 @@ pub enum ExecError {
         /// Why.
         detail: String,
     },
+    /// The GPU failed.
+    #[error("{what}: {source}")]
+    Gpu {
+        /// What was being done.
+        what: String,
+        /// The runtime's error.
+        source: GpuError,
+    },
     /// No tensor of that name, or one whose values a step does not keep.
     #[error("no tensor `{0}` can be read or written here")]
     Unknown(String),
+}
+
+/// The kernels' activation of the graph's `act`.
+fn activation(act: Act) -> Activation {
+    match act {
+        Act::Gelu => Activation::Gelu,
+        Act::GeluTanh => Activation::GeluTanh,
+        Act::Silu => Activation::Silu,
+    }
+}
+
+/// The attention of an [`Op::Attention`](crate::graph::Op::Attention): `heads` query heads over
+/// `kv_heads`, scaled by `1/√head_dim`, causal or not.
+fn attention(heads: u32, kv_heads: u32, causal: bool, head_dim: u32) -> Attention {
+    let mask = if causal {
+        Mask::Causal { offset: 0 }
+    } else {
+        Mask::None
+    };
+    Attention::new(heads, kv_heads, head_dim, mask)
 }

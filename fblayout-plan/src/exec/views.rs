@@ -16,7 +16,7 @@ use fblayout_core::layout::{LayoutError, TensorLayout, View};
 use fblayout_kernels::ops::qkv_views;
 
 use super::ExecError;
-use crate::graph::{Dim, Graph, Node, Op, TensorId};
+use crate::graph::{Dim, Graph, Node, Op, Role, TensorId};
 use crate::layouts::LayoutChoice;
 
 /// A tensor read or written through a view.
@@ -40,7 +40,10 @@ pub struct OpViews {
 /// The layout of every tensor of `graph` stored as `choices` says (one per tensor, by id).
 ///
 /// Layouts are named after their tensors, with every character that can't be part of a Rust
-/// or WGSL identifier (the dots of `l0.attn.qkv`) replaced by `_`.
+/// or WGSL identifier (the dots of `l0.attn.qkv`) replaced by `_`. A gradient stored like the
+/// tensor it is the gradient of shares that tensor's layout (the same declaration, so the same
+/// views): GPU kernels read a gradient through the view of its tensor and check that they are
+/// one.
 pub fn tensor_layouts(
     graph: &Graph,
     choices: &[LayoutChoice],
@@ -51,20 +54,35 @@ pub fn tensor_layouts(
             layouts: choices.len(),
         });
     }
-    graph
-        .tensors()
-        .iter()
-        .zip(choices)
-        .map(|(t, choice)| {
-            choice
-                .layout(&identifier(&t.name), t)
-                .map_err(|source| ExecError::Layout {
-                    tensor: t.name.clone(),
-                    choice: *choice,
-                    source,
-                })
-        })
-        .collect()
+    let own = |t: TensorId| {
+        let (tensor, choice) = (graph.tensor(t), choices[t.index()]);
+        choice
+            .layout(&identifier(&tensor.name), tensor)
+            .map_err(|source| ExecError::Layout {
+                tensor: tensor.name.clone(),
+                choice,
+                source,
+            })
+    };
+    let mut layouts: Vec<Option<TensorLayout>> = vec![None; choices.len()];
+    for t in graph.ids() {
+        if !graph.tensor(t).is_grad() {
+            layouts[t.index()] = Some(own(t)?);
+        }
+    }
+    for t in graph.ids() {
+        if let Role::Grad { of } = graph.tensor(t).role {
+            let shared = layouts[of.index()]
+                .as_ref()
+                .filter(|_| choices[of.index()] == choices[t.index()])
+                .cloned();
+            layouts[t.index()] = Some(match shared {
+                Some(layout) => layout,
+                None => own(t)?,
+            });
+        }
+    }
+    Ok(layouts.into_iter().flatten().collect())
 }
 
 /// `name` with every character that is not ASCII alphanumeric replaced by `_`.

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses part of it
 
 use fblayout_plan::exec::{AdamWConfig, CpuStep, StepInputs};
-use fblayout_plan::graph::{Graph, NodeId, Sizes};
+use fblayout_plan::graph::{Graph, NodeId, Pass, Role, Sizes};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
@@ -25,6 +25,17 @@ pub(crate) const SIZES: Sizes = Sizes { batch: 2, seq: 5 };
 pub(crate) fn graph(model: Model) -> Graph {
     build(model, SMALL).unwrap()
 }
+
+/// AdamW for the tests: a learning rate that moves the parameters visibly, and an ε large
+/// enough that the step is continuous at gradients that vanish (a key bias's gradient is 0 in
+/// exact arithmetic, so its f32 and f64 round-off differ in relative terms without bound).
+pub(crate) const ADAMW: AdamWConfig = AdamWConfig {
+    lr: 1e-2,
+    beta1: 0.9,
+    beta2: 0.999,
+    eps: 1e-3,
+    weight_decay: 0.01,
+};
 
 /// A small deterministic generator (xorshift64*).
 pub(crate) struct Rng(pub u64);
@@ -56,19 +67,53 @@ pub(crate) fn random_layouts(g: &Graph, seed: u64) -> Vec<LayoutChoice> {
         .collect()
 }
 
+/// Random layouts where every gradient is stored like the tensor it is the gradient of.
+pub(crate) fn family_layouts(g: &Graph, seed: u64) -> Vec<LayoutChoice> {
+    let mut layouts = random_layouts(g, seed);
+    for t in g.ids() {
+        if let Role::Grad { of } = g.tensor(t).role {
+            layouts[t.index()] = layouts[of.index()];
+        }
+    }
+    layouts
+}
+
 /// `g` with `count` conversions of float tensors into random layouts, each before a random
 /// operation that reads the tensor; the layouts of the copies are appended to `layouts`.
 pub(crate) fn with_converts(
+    g: Graph,
+    layouts: Vec<LayoutChoice>,
+    count: usize,
+    seed: u64,
+) -> (Graph, Vec<LayoutChoice>) {
+    converts_where(g, layouts, count, seed, |_| true)
+}
+
+/// [`with_converts`] before operations of the forward only.
+pub(crate) fn forward_converts(
+    g: Graph,
+    layouts: Vec<LayoutChoice>,
+    count: usize,
+    seed: u64,
+) -> (Graph, Vec<LayoutChoice>) {
+    converts_where(g, layouts, count, seed, |p| p == Pass::Forward)
+}
+
+fn converts_where(
     mut g: Graph,
     mut layouts: Vec<LayoutChoice>,
     count: usize,
     seed: u64,
+    pass: impl Fn(Pass) -> bool,
 ) -> (Graph, Vec<LayoutChoice>) {
     let mut rng = Rng(seed | 1);
     let mut added = 0;
     while added < count {
         let at = rng.below(g.nodes().len());
         let node = &g.nodes()[at];
+        if !pass(node.op.pass()) {
+            continue;
+        }
         let k = rng.below(node.inputs.len());
         let t = node.inputs[k];
         let tensor = g.tensor(t);
@@ -102,7 +147,7 @@ pub(crate) struct Results {
 /// seed 7 and inputs of seed 11; with `reuse`, buffers are reused and freed ones poisoned.
 pub(crate) fn run_cpu(g: &Graph, layouts: &[LayoutChoice], reuse: bool, full: bool) -> Results {
     let plan = plan_memory(g, layouts, SIZES, MemoryOptions { reuse }).unwrap();
-    let mut step = CpuStep::new(g, layouts, &plan, SIZES, AdamWConfig::default())
+    let mut step = CpuStep::new(g, layouts, &plan, SIZES, ADAMW)
         .unwrap()
         .poison_freed(reuse);
     step.init_params(7).unwrap();
