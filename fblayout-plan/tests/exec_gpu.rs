@@ -87,8 +87,14 @@ fn a_second_step_moves_on_and_mismatched_gradient_layouts_are_refused() {
     step.upload_params(7).unwrap();
     let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
     let first = step.step(&inputs).unwrap();
+    let allocated = gpu.pool_stats().allocations;
     let second = step.step(&inputs).unwrap();
     assert_eq!(step.steps(), 2);
+    assert_eq!(
+        gpu.pool_stats().allocations,
+        allocated,
+        "a step after the first allocates no GPU memory"
+    );
     assert!(
         second < first,
         "AdamW lowers the loss on the same batch: {first} → {second}"

@@ -91,10 +91,7 @@ impl CpuStep {
         let bind = |t: TensorId, view: &fblayout_core::layout::View| {
             let tensor = graph.tensor(t);
             view.bind(&tensor.run_extents(sizes))
-                .map_err(|source| ExecError::Bind {
-                    tensor: tensor.name.clone(),
-                    source,
-                })
+                .map_err(|source| ExecError::bind(&tensor.name, source))
         };
         let whole = graph
             .ids()
@@ -310,11 +307,7 @@ impl CpuStep {
     fn node(&mut self, i: usize, adam_step: u32) -> Result<Option<f64>, ExecError> {
         let node = &self.graph.nodes()[i];
         let args = &self.nodes[i];
-        let failed = |source: OpError| ExecError::Op {
-            node: i,
-            op: node.op.name(),
-            source,
-        };
+        let failed = |source: OpError| ExecError::op(i, node.op.name(), source);
         // The buffers written, taken out of the store: a buffer written through several views
         // (the queries', keys' and values' gradients in one fused gradient) is taken once and
         // copied for the others, whose elements are moved back afterwards.
@@ -343,12 +336,10 @@ impl CpuStep {
                     continue;
                 }
                 ins.push(match &self.ints[r.tensor.index()] {
-                    Some(data) => In::U(HostArg::new(data.as_slice(), &r.table).map_err(|e| {
-                        ExecError::Bind {
-                            tensor: self.graph.tensor(r.tensor).name.clone(),
-                            source: e,
-                        }
-                    })?),
+                    Some(data) => In::U(
+                        HostArg::new(data.as_slice(), &r.table)
+                            .map_err(|e| ExecError::bind(&self.graph.tensor(r.tensor).name, e))?,
+                    ),
                     None => {
                         let b = self.buffer_of[r.tensor.index()].ok_or_else(|| {
                             ExecError::Plan(format!(
@@ -358,10 +349,7 @@ impl CpuStep {
                         })?;
                         In::F(
                             HostArg::new(self.buffers[b].as_slice(), &r.table).map_err(|e| {
-                                ExecError::Bind {
-                                    tensor: self.graph.tensor(r.tensor).name.clone(),
-                                    source: e,
-                                }
+                                ExecError::bind(&self.graph.tensor(r.tensor).name, e)
                             })?,
                         )
                     }
@@ -369,12 +357,10 @@ impl CpuStep {
             }
             let mut outs = Vec::with_capacity(taken.len());
             for ((_, data, _), w) in taken.iter_mut().zip(&args.writes) {
-                outs.push(HostArgMut::new(data.as_mut_slice(), &w.table).map_err(|e| {
-                    ExecError::Bind {
-                        tensor: self.graph.tensor(w.tensor).name.clone(),
-                        source: e,
-                    }
-                })?);
+                outs.push(
+                    HostArgMut::new(data.as_mut_slice(), &w.table)
+                        .map_err(|e| ExecError::bind(&self.graph.tensor(w.tensor).name, e))?,
+                );
             }
             dispatch(node.op, &ins, &mut outs, &self.adamw, adam_step).map_err(failed)
         };

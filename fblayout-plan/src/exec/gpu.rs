@@ -2,7 +2,6 @@
 //! plan, and a whole training step recorded into one batch and submitted once.
 
 use fblayout_core::layout::{BoundView, View};
-use fblayout_kernels::GpuError;
 use fblayout_kernels::ops::matmul::linear::Output;
 use fblayout_kernels::ops::{
     ActivationOp, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp, AttentionViews, BiasOp,
@@ -30,19 +29,19 @@ struct Arg {
 /// The kernel of one node, built for its operands' views.
 #[derive(Debug)]
 enum Kernel {
-    Embedding(EmbeddingOp),
-    Linear(LinearOp),
-    Bias(BiasOp),
-    Add(AddOp),
+    Embedding(Box<EmbeddingOp>),
+    Linear(Box<LinearOp>),
+    Bias(Box<BiasOp>),
+    Add(Box<AddOp>),
     LayerNorm(Box<LayerNormOp>),
     RmsNorm(Box<RmsNormOp>),
-    Activation(ActivationOp),
-    Swiglu(SwigluOp),
+    Activation(Box<ActivationOp>),
+    Swiglu(Box<SwigluOp>),
     Attention(Box<AttentionOp>),
     /// A cross-entropy and the state its forward writes and its backward reads.
-    CrossEntropy(CrossEntropyOp, usize),
-    AdamW(AdamWOp),
-    Copy(CopyOp),
+    CrossEntropy(Box<CrossEntropyOp>, usize),
+    AdamW(Box<AdamWOp>),
+    Copy(Box<CopyOp>),
 }
 
 struct NodeKernel {
@@ -70,7 +69,8 @@ pub struct GpuStep<'g> {
     buffers: Vec<GpuBuffer>,
     persistent: Vec<bool>,
     kept: Vec<bool>,
-    states: Vec<CrossEntropyState>,
+    /// Every cross-entropy's state, with the node of its forward.
+    states: Vec<(usize, CrossEntropyState)>,
     adamw: AdamWConfig,
     steps: u32,
     /// Scratch for the physical values of one tensor (inputs written each step).
@@ -84,13 +84,6 @@ impl std::fmt::Debug for GpuStep<'_> {
             .field("buffers", &self.buffers.len())
             .field("steps", &self.steps)
             .finish_non_exhaustive()
-    }
-}
-
-fn gpu_failed(what: &str, source: GpuError) -> ExecError {
-    ExecError::Gpu {
-        what: what.to_owned(),
-        source,
     }
 }
 
@@ -120,10 +113,7 @@ impl<'g> GpuStep<'g> {
         let bind = |t: TensorId, view: &View| {
             let tensor = graph.tensor(t);
             view.bind(&tensor.run_extents(sizes))
-                .map_err(|source| ExecError::Bind {
-                    tensor: tensor.name.clone(),
-                    source,
-                })
+                .map_err(|source| ExecError::bind(&tensor.name, source))
         };
         let whole = graph
             .ids()
@@ -146,12 +136,17 @@ impl<'g> GpuStep<'g> {
                     .collect::<Result<Vec<_>, ExecError>>()
             };
             let (reads, writes) = (args(views.reads)?, args(views.writes)?);
-            let kernel = build(gpu, graph, node.op, &reads, &writes, &mut states, &kernels)
-                .map_err(|source| ExecError::Op {
-                    node: i,
-                    op: node.op.name(),
-                    source,
-                })?;
+            let kernel = build(
+                gpu,
+                graph,
+                i,
+                node.op,
+                &reads,
+                &writes,
+                &mut states,
+                &kernels,
+            )
+            .map_err(|source| ExecError::op(i, node.op.name(), source))?;
             let first = node
                 .outputs
                 .first()
@@ -174,7 +169,7 @@ impl<'g> GpuStep<'g> {
             .iter()
             .map(|&bytes| {
                 GpuBuffer::scratch::<u8>(gpu, bytes as usize)
-                    .map_err(|e| gpu_failed("allocating the plan's buffers", e))
+                    .map_err(|e| ExecError::gpu("allocating the plan's buffers", e))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut step = Self {
@@ -212,7 +207,7 @@ impl<'g> GpuStep<'g> {
                 let nan = vec![f32::NAN; buffer.len_bytes() as usize / 4];
                 buffer
                     .write(&nan)
-                    .map_err(|e| gpu_failed("poisoning a buffer", e))?;
+                    .map_err(|e| ExecError::gpu("poisoning a buffer", e))?;
             }
         }
         Ok(())
@@ -250,7 +245,7 @@ impl<'g> GpuStep<'g> {
         bound.for_each(|i, _, off| physical[off as usize] = logical[i] as f32);
         buffer
             .write(&physical)
-            .map_err(|e| gpu_failed("writing a tensor", e))
+            .map_err(|e| ExecError::gpu("writing a tensor", e))
     }
 
     /// Sets persistent tensor `name` (a parameter, a moment) to `logical` (row-major over its
@@ -285,7 +280,7 @@ impl<'g> GpuStep<'g> {
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
         let data: Vec<f32> = self.buffers[b]
             .read_back()
-            .map_err(|e| gpu_failed("reading a tensor back", e))?;
+            .map_err(|e| ExecError::gpu("reading a tensor back", e))?;
         let bound = &self.whole[t.index()];
         let mut out = Vec::with_capacity(bound.logical_len() as usize);
         bound.for_each(|_, _, off| out.push(f64::from(data[off as usize])));
@@ -314,25 +309,19 @@ impl<'g> GpuStep<'g> {
         let mut batch = self.gpu.batch();
         for i in 0..self.kernels.len() {
             self.record(&mut batch, i, &ids, adam_step)
-                .map_err(|source| ExecError::Op {
-                    node: i,
-                    op: self.graph.nodes()[i].op.name(),
-                    source,
-                })?;
+                .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
         }
         let timings = if timed {
             batch.submit_timed()
         } else {
             batch.submit().map(|()| Vec::new())
         }
-        .map_err(|e| gpu_failed("submitting the step", e))?;
+        .map_err(|e| ExecError::gpu("submitting the step", e))?;
         let mut loss = 0.0;
-        for state in &self.states {
-            loss += state.mean().map_err(|source| ExecError::Op {
-                node: 0,
-                op: "cross_entropy",
-                source,
-            })?;
+        for (node, state) in &self.states {
+            loss += state
+                .mean()
+                .map_err(|source| ExecError::op(*node, "cross_entropy", source))?;
         }
         self.steps = adam_step;
         Ok((loss, timings))
@@ -370,20 +359,16 @@ impl<'g> GpuStep<'g> {
                 bound.for_each(|i, _, off| physical[off as usize] = values[i]);
                 buffer
                     .write(&self.scratch)
-                    .map_err(|e| gpu_failed("writing an input", e))?;
+                    .map_err(|e| ExecError::gpu("writing an input", e))?;
             }
             // An embedding's table bounds its ids (the positions' table, the vocabulary).
-            let rows = self.graph.nodes().iter().find_map(|n| {
+            let lookup = self.graph.nodes().iter().enumerate().find_map(|(i, n)| {
                 (n.op == Op::Embedding && n.inputs[0] == t)
-                    .then(|| self.whole[n.inputs[1].index()].shape()[0] as u32)
+                    .then(|| (i, self.whole[n.inputs[1].index()].shape()[0] as u32))
             });
-            if let Some(rows) = rows {
-                let uploaded =
-                    TokenIds::new(self.gpu, values, rows).map_err(|source| ExecError::Op {
-                        node: 0,
-                        op: "embedding",
-                        source,
-                    })?;
+            if let Some((node, rows)) = lookup {
+                let uploaded = TokenIds::new(self.gpu, values, rows)
+                    .map_err(|source| ExecError::op(node, "embedding", source))?;
                 ids[t.index()] = Some(uploaded);
             }
         }
@@ -527,10 +512,10 @@ impl<'g> GpuStep<'g> {
                 k.backward(batch, &args, &r[4], &w[0], &w[1], &w[2])
             }
             (Kernel::CrossEntropy(k, s), Op::CrossEntropy { .. }) => {
-                k.forward(batch, &r[0], &r[1], &w[0], &self.states[*s])
+                k.forward(batch, &r[0], &r[1], &w[0], &self.states[*s].1)
             }
             (Kernel::CrossEntropy(k, s), _) => {
-                k.backward(batch, &r[0], &r[1], &self.states[*s], 1.0, &w[0])
+                k.backward(batch, &r[0], &r[1], &self.states[*s].1, 1.0, &w[0])
             }
             (Kernel::AdamW(k), _) => k.step(
                 batch,
@@ -552,24 +537,34 @@ impl<'g> GpuStep<'g> {
 /// The kernel of `op` for operands `r` (reads) and `w` (writes); a cross-entropy's state is
 /// added to `states` by its forward and found there by its backward (the forward over the same
 /// labels, among the nodes `built` so far).
+#[allow(clippy::too_many_arguments)] // the node, its operands and what earlier nodes built
 fn build(
     gpu: &Gpu,
     graph: &Graph,
+    node: usize,
     op: Op,
     r: &[Arg],
     w: &[Arg],
-    states: &mut Vec<CrossEntropyState>,
+    states: &mut Vec<(usize, CrossEntropyState)>,
     built: &[NodeKernel],
 ) -> Result<Kernel, OpError> {
     Ok(match op {
-        Op::Embedding => Kernel::Embedding(EmbeddingOp::new(gpu, v(&r[1]), v(&w[0]))?),
-        Op::EmbeddingGrad => Kernel::Embedding(EmbeddingOp::new(gpu, v(&w[0]), v(&r[1]))?),
-        Op::Linear => Kernel::Linear(LinearOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?),
-        Op::LinearGradInput => Kernel::Linear(LinearOp::new(gpu, v(&w[0]), v(&r[1]), v(&r[0]))?),
-        Op::LinearGradWeight => Kernel::Linear(LinearOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[1]))?),
-        Op::Bias => Kernel::Bias(BiasOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?),
-        Op::BiasGrad => Kernel::Bias(BiasOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[0]))?),
-        Op::Add | Op::Accumulate => Kernel::Add(AddOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?),
+        Op::Embedding => Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&r[1]), v(&w[0]))?)),
+        Op::EmbeddingGrad => {
+            Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&w[0]), v(&r[1]))?))
+        }
+        Op::Linear => Kernel::Linear(Box::new(LinearOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
+        Op::LinearGradInput => {
+            Kernel::Linear(Box::new(LinearOp::new(gpu, v(&w[0]), v(&r[1]), v(&r[0]))?))
+        }
+        Op::LinearGradWeight => {
+            Kernel::Linear(Box::new(LinearOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[1]))?))
+        }
+        Op::Bias => Kernel::Bias(Box::new(BiasOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
+        Op::BiasGrad => Kernel::Bias(Box::new(BiasOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[0]))?)),
+        Op::Add | Op::Accumulate => {
+            Kernel::Add(Box::new(AddOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?))
+        }
         Op::LayerNorm { eps } => Kernel::LayerNorm(Box::new(LayerNormOp::new(
             gpu,
             &LayerNormTensors {
@@ -614,14 +609,22 @@ fn build(
             },
             eps,
         )?)),
-        Op::Activation(a) => {
-            Kernel::Activation(ActivationOp::new(gpu, activation(a), v(&r[0]), v(&w[0]))?)
+        Op::Activation(a) => Kernel::Activation(Box::new(ActivationOp::new(
+            gpu,
+            activation(a),
+            v(&r[0]),
+            v(&w[0]),
+        )?)),
+        Op::ActivationGrad(a) => Kernel::Activation(Box::new(ActivationOp::new(
+            gpu,
+            activation(a),
+            v(&r[0]),
+            v(&r[1]),
+        )?)),
+        Op::Swiglu => Kernel::Swiglu(Box::new(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
+        Op::SwigluGrad => {
+            Kernel::Swiglu(Box::new(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&r[2]))?))
         }
-        Op::ActivationGrad(a) => {
-            Kernel::Activation(ActivationOp::new(gpu, activation(a), v(&r[0]), v(&r[1]))?)
-        }
-        Op::Swiglu => Kernel::Swiglu(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?),
-        Op::SwigluGrad => Kernel::Swiglu(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&r[2]))?),
         Op::Attention {
             heads,
             kv_heads,
@@ -654,8 +657,8 @@ fn build(
         )?)),
         Op::CrossEntropy { ignore_index } => {
             let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]), ignore_index)?;
-            states.push(k.state(gpu, r[1].bound.shape()[0] as u32)?);
-            Kernel::CrossEntropy(k, states.len() - 1)
+            states.push((node, k.state(gpu, r[1].bound.shape()[0] as u32)?));
+            Kernel::CrossEntropy(Box::new(k), states.len() - 1)
         }
         Op::CrossEntropyGrad { ignore_index } => {
             // The forward over the same labels wrote the state this backward reads.
@@ -675,9 +678,9 @@ fn build(
                 });
             };
             let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), &loss, ignore_index)?;
-            Kernel::CrossEntropy(k, s)
+            Kernel::CrossEntropy(Box::new(k), s)
         }
-        Op::AdamW => Kernel::AdamW(AdamWOp::new(
+        Op::AdamW => Kernel::AdamW(Box::new(AdamWOp::new(
             gpu,
             &AdamWTensors {
                 param: v(&w[0]),
@@ -685,7 +688,7 @@ fn build(
                 m: v(&w[1]),
                 v: v(&w[2]),
             },
-        )?),
-        Op::Convert { .. } => Kernel::Copy(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?),
+        )?)),
+        Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
     })
 }

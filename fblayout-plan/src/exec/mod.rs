@@ -104,7 +104,7 @@ pub enum ExecError {
         /// The tensor.
         tensor: String,
         /// Why.
-        source: LayoutError,
+        source: Box<LayoutError>,
     },
     /// A kernel can't read a tensor through the view its operation needs.
     #[error("tensor `{tensor}` can't be read as {view}: {detail}")]
@@ -124,7 +124,7 @@ pub enum ExecError {
         /// The operation.
         op: &'static str,
         /// The kernel's error.
-        source: OpError,
+        source: Box<OpError>,
     },
     /// The memory plan was made for another graph or other sizes.
     #[error("the memory plan does not fit: {0}")]
@@ -143,11 +143,38 @@ pub enum ExecError {
         /// What was being done.
         what: String,
         /// The runtime's error.
-        source: GpuError,
+        source: Box<GpuError>,
     },
     /// No tensor of that name, or one whose values a step does not keep.
     #[error("no tensor `{0}` can be read or written here")]
     Unknown(String),
+}
+
+impl ExecError {
+    /// Tensor `tensor` failed to bind.
+    pub(crate) fn bind(tensor: &str, source: LayoutError) -> Self {
+        Self::Bind {
+            tensor: tensor.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The kernel of operation `node`, `op`, failed.
+    pub(crate) fn op(node: usize, op: &'static str, source: OpError) -> Self {
+        Self::Op {
+            node,
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// The GPU failed at `what`.
+    pub(crate) fn gpu(what: &str, source: GpuError) -> Self {
+        Self::Gpu {
+            what: what.to_owned(),
+            source: Box::new(source),
+        }
+    }
 }
 
 /// The kernels' activation of the graph's `act`.

@@ -158,10 +158,7 @@ pub fn plan_memory(
             let tensor = graph.tensor(t);
             let bound = layouts[t.index()]
                 .bind(&tensor.run_extents(sizes))
-                .map_err(|source| ExecError::Bind {
-                    tensor: tensor.name.clone(),
-                    source,
-                })?;
+                .map_err(|source| ExecError::bind(&tensor.name, source))?;
             Ok(bound.len() * u64::from(tensor.elem.size_bytes()))
         })
         .collect::<Result<Vec<u64>, MemoryError>>()?;

@@ -22,7 +22,8 @@ fn cheap(op: Op) -> bool {
 /// `graph` with cheap activations recomputed, and the layouts of its tensors (`layouts`, one
 /// per tensor of `graph`, then one per tensor added).
 ///
-/// A forward operation is recomputed when it is [cheap](self), the backward reads its first
+/// A forward operation is recomputed when it is cheap (an elementwise operation or a
+/// normalisation: bias, add, activation, SwiGLU, LayerNorm, RMSNorm), the backward reads its first
 /// output, and everything it reads is kept for the backward anyway (read there, or persistent)
 /// and is not itself recomputed: then the output need not live from the forward to the
 /// backward, and recomputing it keeps nothing else alive. The rewrite duplicates the operation
