@@ -21,8 +21,11 @@ use fblayout_kernels::ops::norm::{
 };
 use fblayout_kernels::tensor::{HostArg, HostArgMut};
 
-use super::views::{op_views, tensor_layouts};
-use super::{AdamWConfig, ExecError, StepInputs, activation, attention, initial_values};
+use super::views::{BoundGraph, BoundOperand, bind_graph};
+use super::{
+    AdamWConfig, ExecError, StepInputs, activation, attention, check_values, initial_values,
+    input_values,
+};
 use crate::graph::{Graph, Op, Pass, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
@@ -87,37 +90,23 @@ impl CpuStep {
         adamw: AdamWConfig,
     ) -> Result<Self, ExecError> {
         memory.check_fits(graph, sizes).map_err(ExecError::Plan)?;
-        let layouts = tensor_layouts(graph, layouts)?;
-        let bind = |t: TensorId, view: &fblayout_core::layout::View| {
-            let tensor = graph.tensor(t);
-            view.bind(&tensor.run_extents(sizes))
-                .map_err(|source| ExecError::bind(&tensor.name, source))
+        let BoundGraph { whole, ops } = bind_graph(graph, layouts, sizes)?;
+        let tabled = |ops: Vec<BoundOperand>| -> Vec<Arg> {
+            ops.into_iter()
+                .map(|o| Arg {
+                    table: OffsetTable::new(&o.bound),
+                    tensor: o.tensor,
+                    bound: o.bound,
+                })
+                .collect()
         };
-        let whole = graph
-            .ids()
-            .map(|t| bind(t, &layouts[t.index()].view()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut nodes = Vec::with_capacity(graph.nodes().len());
-        for node in graph.nodes() {
-            let views = op_views(graph, node, &layouts)?;
-            let args = |ops: Vec<super::views::Operand>| {
-                ops.into_iter()
-                    .map(|o| {
-                        let bound = bind(o.tensor, &o.view)?;
-                        let table = OffsetTable::new(&bound);
-                        Ok(Arg {
-                            tensor: o.tensor,
-                            bound,
-                            table,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, ExecError>>()
-            };
-            nodes.push(NodeArgs {
-                reads: args(views.reads)?,
-                writes: args(views.writes)?,
-            });
-        }
+        let nodes: Vec<NodeArgs> = ops
+            .into_iter()
+            .map(|(reads, writes)| NodeArgs {
+                reads: tabled(reads),
+                writes: tabled(writes),
+            })
+            .collect();
         let buffer_of: Vec<Option<usize>> = graph
             .ids()
             .map(|t| memory.buffer_of(t).map(|b| b.index()))
@@ -195,16 +184,7 @@ impl CpuStep {
             return Err(ExecError::Unknown(name.to_owned()));
         }
         let bound = &self.whole[t.index()];
-        if logical.len() as u64 != bound.logical_len() {
-            return Err(ExecError::Value {
-                tensor: name.to_owned(),
-                detail: format!(
-                    "{} values given for {} elements",
-                    logical.len(),
-                    bound.logical_len()
-                ),
-            });
-        }
+        check_values(name, logical.len(), bound)?;
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
         let buffer = &mut self.buffers[b];
         bound.for_each(|i, _, off| buffer[off as usize] = logical[i]);
@@ -280,24 +260,14 @@ impl CpuStep {
             if tensor.role != Role::Input {
                 continue;
             }
-            let fail = |detail: String| ExecError::Value {
-                tensor: tensor.name.clone(),
-                detail,
-            };
-            let values = inputs
-                .get(&tensor.name)
-                .ok_or_else(|| fail("the step's inputs have no values for it".into()))?;
             let bound = &self.whole[t.index()];
-            if values.len() as u64 != bound.logical_len() {
-                return Err(fail(format!(
-                    "{} values given for {} elements",
-                    values.len(),
-                    bound.logical_len()
-                )));
-            }
+            let values = input_values(tensor, inputs, bound)?;
             let store = self.ints[t.index()]
                 .as_mut()
-                .ok_or_else(|| fail("an input must be an integer tensor".into()))?;
+                .ok_or_else(|| ExecError::Value {
+                    tensor: tensor.name.clone(),
+                    detail: "an input must be an integer tensor".into(),
+                })?;
             bound.for_each(|i, _, off| store[off as usize] = values[i]);
         }
         Ok(())

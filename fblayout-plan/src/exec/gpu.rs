@@ -12,19 +12,16 @@ use fblayout_kernels::ops::{
 use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer, Timing};
 use fblayout_kernels::tensor::GpuArg;
 
-use super::views::{Operand, op_views, tensor_layouts};
-use super::{AdamWConfig, ExecError, StepInputs, activation, attention, initial_values};
+use super::views::{BoundGraph, BoundOperand, bind_graph};
+use super::{
+    AdamWConfig, ExecError, StepInputs, activation, attention, check_values, initial_values,
+    input_values,
+};
 use crate::graph::{Graph, Op, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
 
-/// An operand bound to the run's sizes.
-#[derive(Debug)]
-struct Arg {
-    tensor: TensorId,
-    view: View,
-    bound: BoundView,
-}
+type Arg = BoundOperand;
 
 /// The kernel of one node, built for its operands' views.
 #[derive(Debug)]
@@ -58,8 +55,8 @@ struct NodeKernel {
 /// of the memory plan from the device's pool; [`step`](Self::step) records the whole step —
 /// forward, backward and AdamW — into one batch, one named section per operation, and submits
 /// it once. The kernels read a gradient through the view of the tensor it is the gradient of,
-/// so a gradient must be stored like that tensor ([`tensor_layouts`] then gives both one
-/// layout); where a kernel's operands don't fit, building fails with the kernel's error.
+/// so a gradient must be stored like that tensor ([`tensor_layouts`](super::views::tensor_layouts)
+/// then gives both one layout); where a kernel's operands don't fit, building fails with the kernel's error.
 pub struct GpuStep<'g> {
     gpu: &'g Gpu,
     graph: Graph,
@@ -109,33 +106,10 @@ impl<'g> GpuStep<'g> {
         adamw: AdamWConfig,
     ) -> Result<Self, ExecError> {
         memory.check_fits(graph, sizes).map_err(ExecError::Plan)?;
-        let layouts = tensor_layouts(graph, layouts)?;
-        let bind = |t: TensorId, view: &View| {
-            let tensor = graph.tensor(t);
-            view.bind(&tensor.run_extents(sizes))
-                .map_err(|source| ExecError::bind(&tensor.name, source))
-        };
-        let whole = graph
-            .ids()
-            .map(|t| bind(t, &layouts[t.index()].view()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let BoundGraph { whole, ops } = bind_graph(graph, layouts, sizes)?;
         let mut kernels = Vec::with_capacity(graph.nodes().len());
         let mut states = Vec::new();
-        for (i, node) in graph.nodes().iter().enumerate() {
-            let views = op_views(graph, node, &layouts)?;
-            let args = |ops: Vec<Operand>| {
-                ops.into_iter()
-                    .map(|o| {
-                        let bound = bind(o.tensor, &o.view)?;
-                        Ok(Arg {
-                            tensor: o.tensor,
-                            view: o.view,
-                            bound,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, ExecError>>()
-            };
-            let (reads, writes) = (args(views.reads)?, args(views.writes)?);
+        for (i, (node, (reads, writes))) in graph.nodes().iter().zip(ops).enumerate() {
             let kernel = build(
                 gpu,
                 graph,
@@ -229,16 +203,7 @@ impl<'g> GpuStep<'g> {
     fn store(&mut self, t: TensorId, logical: &[f64]) -> Result<(), ExecError> {
         let name = &self.graph.tensor(t).name;
         let bound = &self.whole[t.index()];
-        if logical.len() as u64 != bound.logical_len() {
-            return Err(ExecError::Value {
-                tensor: name.clone(),
-                detail: format!(
-                    "{} values given for {} elements",
-                    logical.len(),
-                    bound.logical_len()
-                ),
-            });
-        }
+        check_values(name, logical.len(), bound)?;
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.clone()))?;
         let buffer = &self.buffers[b];
         let mut physical = vec![0f32; buffer.len_bytes() as usize / 4];
@@ -336,21 +301,8 @@ impl<'g> GpuStep<'g> {
             if tensor.role != Role::Input {
                 continue;
             }
-            let fail = |detail: String| ExecError::Value {
-                tensor: tensor.name.clone(),
-                detail,
-            };
-            let values = inputs
-                .get(&tensor.name)
-                .ok_or_else(|| fail("the step's inputs have no values for it".into()))?;
             let bound = &self.whole[t.index()];
-            if values.len() as u64 != bound.logical_len() {
-                return Err(fail(format!(
-                    "{} values given for {} elements",
-                    values.len(),
-                    bound.logical_len()
-                )));
-            }
+            let values = input_values(tensor, inputs, bound)?;
             if let Some(b) = self.buffer_of[t.index()] {
                 let buffer = &self.buffers[b];
                 self.scratch.clear();

@@ -22,7 +22,7 @@ mod gpu;
 mod init;
 pub mod views;
 
-use fblayout_core::layout::{LayoutError, LayoutErrors};
+use fblayout_core::layout::{BoundView, LayoutError, LayoutErrors};
 use fblayout_kernels::GpuError;
 use fblayout_kernels::ops::{Activation, Attention, Mask, OpError};
 
@@ -31,7 +31,7 @@ pub use fblayout_kernels::runtime::Timing;
 pub use gpu::GpuStep;
 pub use init::initial_values;
 
-use crate::graph::{Act, Sizes};
+use crate::graph::{Act, Sizes, Tensor};
 use crate::layouts::LayoutChoice;
 
 /// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
@@ -175,6 +175,31 @@ impl ExecError {
             source: Box::new(source),
         }
     }
+}
+
+/// Checks that `given` logical values fit tensor `name`, bound as `bound`.
+pub(crate) fn check_values(name: &str, given: usize, bound: &BoundView) -> Result<(), ExecError> {
+    if given as u64 == bound.logical_len() {
+        return Ok(());
+    }
+    Err(ExecError::Value {
+        tensor: name.to_owned(),
+        detail: format!("{given} values given for {} elements", bound.logical_len()),
+    })
+}
+
+/// The values `inputs` give input tensor `tensor`, bound as `bound`, checked against it.
+pub(crate) fn input_values<'a>(
+    tensor: &Tensor,
+    inputs: &'a StepInputs,
+    bound: &BoundView,
+) -> Result<&'a [u32], ExecError> {
+    let values = inputs.get(&tensor.name).ok_or_else(|| ExecError::Value {
+        tensor: tensor.name.clone(),
+        detail: "the step's inputs have no values for it".into(),
+    })?;
+    check_values(&tensor.name, values.len(), bound)?;
+    Ok(values)
 }
 
 /// The kernels' activation of the graph's `act`.

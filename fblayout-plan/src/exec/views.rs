@@ -12,11 +12,11 @@
 //! [`op_views`] is the one place that says which: both executors take their operands from it,
 //! in the order their kernels take them (an attention's one fused input becomes three operands).
 
-use fblayout_core::layout::{LayoutError, TensorLayout, View};
+use fblayout_core::layout::{BoundView, LayoutError, TensorLayout, View};
 use fblayout_kernels::ops::qkv_views;
 
 use super::ExecError;
-use crate::graph::{Dim, Graph, Node, Op, Role, TensorId};
+use crate::graph::{Dim, Graph, Node, Op, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 
 /// A tensor read or written through a view.
@@ -35,6 +35,62 @@ pub struct OpViews {
     pub reads: Vec<Operand>,
     /// What the kernel writes (for AdamW, the parameter and moments it updates in place).
     pub writes: Vec<Operand>,
+}
+
+/// An operand bound to a run's sizes.
+#[derive(Debug, Clone)]
+pub struct BoundOperand {
+    /// The tensor whose buffer the view addresses.
+    pub tensor: TensorId,
+    /// The view.
+    pub view: View,
+    /// The view bound to the tensor's run-time extents.
+    pub bound: BoundView,
+}
+
+/// A graph's tensors and every operation's operands, bound to a run's sizes.
+#[derive(Debug, Clone)]
+pub struct BoundGraph {
+    /// Every tensor as declared (its layout's identity view), bound, by tensor index.
+    pub whole: Vec<BoundView>,
+    /// Every operation's reads and writes ([`op_views`]), bound, by node index.
+    pub ops: Vec<(Vec<BoundOperand>, Vec<BoundOperand>)>,
+}
+
+/// Every tensor of `graph` stored as `choices` says, and every operand of its operations,
+/// bound to `sizes`.
+pub fn bind_graph(
+    graph: &Graph,
+    choices: &[LayoutChoice],
+    sizes: Sizes,
+) -> Result<BoundGraph, ExecError> {
+    let layouts = tensor_layouts(graph, choices)?;
+    let bind = |t: TensorId, view: &View| {
+        let tensor = graph.tensor(t);
+        view.bind(&tensor.run_extents(sizes))
+            .map_err(|source| ExecError::bind(&tensor.name, source))
+    };
+    let whole = graph
+        .ids()
+        .map(|t| bind(t, &layouts[t.index()].view()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let bound = |ops: Vec<Operand>| {
+        ops.into_iter()
+            .map(|o| {
+                Ok(BoundOperand {
+                    bound: bind(o.tensor, &o.view)?,
+                    tensor: o.tensor,
+                    view: o.view,
+                })
+            })
+            .collect::<Result<Vec<_>, ExecError>>()
+    };
+    let mut ops = Vec::with_capacity(graph.nodes().len());
+    for node in graph.nodes() {
+        let views = op_views(graph, node, &layouts)?;
+        ops.push((bound(views.reads)?, bound(views.writes)?));
+    }
+    Ok(BoundGraph { whole, ops })
 }
 
 /// The layout of every tensor of `graph` stored as `choices` says (one per tensor, by id).
