@@ -5,7 +5,7 @@
 mod exec_support;
 
 use exec_support::{SIZES, graph, random_layouts, row_major, run_cpu, with_converts};
-use fblayout_plan::graph::{Graph, Role, Sizes};
+use fblayout_plan::graph::{Graph, Op, Role, Sizes};
 use fblayout_plan::memory::{Category, MemoryOptions, MemoryPlan, plan_memory, recompute};
 use fblayout_plan::models::{Model, ModelConfig, build};
 
@@ -112,10 +112,23 @@ fn the_peak_is_the_buffers_and_at_least_the_live_tensors() {
     let layouts = random_layouts(&g, 2);
     let reuse = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
     let own = plan_memory(&g, &layouts, SIZES, MemoryOptions { reuse: false }).unwrap();
+    // The attention's scratch scores: its probabilities' bytes, twice in the backward (the
+    // gradients of the probabilities and of the scores), one attention at a time.
+    let scratch = |i: usize| -> u64 {
+        let n = &g.nodes()[i];
+        match n.op {
+            Op::Attention { .. } => own.bytes(n.outputs[1]),
+            Op::AttentionGrad { .. } => 2 * own.bytes(n.inputs[1]),
+            _ => 0,
+        }
+    };
+    let workspace = (0..g.nodes().len()).map(scratch).max().unwrap();
+    assert!(workspace > 0);
+    assert_eq!(own.workspace_bytes(), workspace);
     let all: u64 = g.ids().map(|t| own.bytes(t)).sum();
     assert_eq!(
         own.peak_bytes(),
-        all,
+        all + workspace,
         "without reuse every tensor has its buffer"
     );
     assert_eq!(own.buffers().len(), g.tensors().len());
@@ -127,7 +140,8 @@ fn the_peak_is_the_buffers_and_at_least_the_live_tensors() {
         g.ids()
             .filter(|t| lives[t.index()].is_some_and(|(f, l)| f <= i && i <= l))
             .map(|t| reuse.bytes(t))
-            .sum()
+            .sum::<u64>()
+            + scratch(i)
     };
     let peak = (0..g.nodes().len()).map(live_at).max().unwrap();
     assert_eq!(reuse.peak_live_bytes(), peak);

@@ -14,9 +14,11 @@
 //! tensors whose lives don't overlap its own, or a new buffer of its size. Lives include the
 //! operations at their ends, so an operation's outputs never share a buffer with its inputs. [`MemoryOptions::reuse`] off gives every tensor its own buffer.
 //!
-//! **Peak.** [`MemoryPlan::peak_bytes`] is the sum of the buffers: what the step allocates. The
-//! live peak — the most bytes of tensors live at once, at one operation — is what any placement
-//! needs at least; its breakdown by [`Category`] says what the memory holds there.
+//! **Peak.** [`MemoryPlan::peak_bytes`] is the sum of the buffers and of the largest workspace
+//! (the attention's scratch scores, which its kernels take from the device's pool while they
+//! run): what the step allocates. The live peak — the most bytes of tensors and scratch live at
+//! once, at one operation — is what any placement needs at least; its breakdown by
+//! [`Category`] says what the memory holds there.
 //!
 //! [`recompute`] rewrites a graph so that cheap activations are computed again in the backward
 //! instead of kept.
@@ -27,7 +29,7 @@ use std::fmt;
 
 use crate::exec::ExecError;
 use crate::exec::views::tensor_layouts;
-use crate::graph::{Graph, Role, Sizes, TensorId};
+use crate::graph::{Graph, Op, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 
 pub use recompute::recompute;
@@ -60,19 +62,25 @@ pub enum Category {
     Gradients,
     /// The step's inputs (ids, positions, labels).
     Inputs,
+    /// Kernels' scratch: the attention's scores (in its backward, the gradients of the
+    /// probabilities and of the scores), laid out like its probabilities, taken from the
+    /// device's buffer pool while the attention runs. The smaller partial sums of reductions
+    /// and split products are not counted.
+    Workspace,
 }
 
 impl Category {
     /// Every category, in display order.
-    pub const ALL: [Category; 5] = [
+    pub const ALL: [Category; 6] = [
         Self::Parameters,
         Self::OptimizerState,
         Self::Activations,
         Self::Gradients,
         Self::Inputs,
+        Self::Workspace,
     ];
 
-    /// The category of a tensor of `role`.
+    /// The category of a tensor of `role` (no tensor is workspace).
     pub fn of(role: Role) -> Self {
         match role {
             Role::Param => Self::Parameters,
@@ -90,6 +98,7 @@ impl Category {
             Self::Activations => "activations",
             Self::Gradients => "gradients",
             Self::Inputs => "inputs",
+            Self::Workspace => "workspace",
         }
     }
 }
@@ -138,6 +147,8 @@ pub struct MemoryPlan {
     buffer_of: Vec<Option<BufferId>>,
     buffers: Vec<u64>,
     freed: Vec<Vec<BufferId>>,
+    /// The largest scratch of one operation (the pool hands the same buffer to the next).
+    workspace: u64,
     peak_live: u64,
     peak_at: usize,
     peak_op: String,
@@ -179,8 +190,25 @@ pub fn plan_memory(
         }
     }
 
+    // The scratch of each operation: an attention's scores, shaped and laid out like the
+    // probabilities it writes; in the backward, the gradients of the probabilities and of the
+    // scores, two such buffers.
+    let workspace: Vec<u64> = graph
+        .nodes()
+        .iter()
+        .map(|node| match node.op {
+            Op::Attention { .. } => bytes[node.outputs[1].index()],
+            Op::AttentionGrad { .. } => 2 * bytes[node.inputs[1].index()],
+            _ => 0,
+        })
+        .collect();
+
     // The live peak, from the ranges.
     let mut delta = vec![0i128; n + 1];
+    for (i, &w) in workspace.iter().enumerate() {
+        delta[i] += i128::from(w);
+        delta[i + 1] -= i128::from(w);
+    }
     for t in graph.ids() {
         if let Some(l) = live[t.index()] {
             delta[l.first] += i128::from(bytes[t.index()]);
@@ -198,6 +226,9 @@ pub fn plan_memory(
     let breakdown = Category::ALL
         .iter()
         .map(|&c| {
+            if c == Category::Workspace {
+                return (c, workspace.get(peak_at).copied().unwrap_or(0));
+            }
             let sum = graph
                 .ids()
                 .filter(|t| category[t.index()] == c)
@@ -219,6 +250,7 @@ pub fn plan_memory(
         buffer_of,
         buffers,
         freed,
+        workspace: workspace.iter().copied().max().unwrap_or(0),
         peak_live,
         peak_at,
         peak_op: graph
@@ -313,12 +345,19 @@ fn liveness(graph: &Graph) -> (Vec<Option<Live>>, Vec<bool>) {
 }
 
 impl MemoryPlan {
-    /// The bytes of every buffer together: the memory the step allocates.
+    /// The bytes of every buffer together and the largest workspace: the memory the step
+    /// allocates.
     pub fn peak_bytes(&self) -> u64 {
-        self.buffers.iter().sum()
+        self.buffers.iter().sum::<u64>() + self.workspace
     }
 
-    /// The most bytes of tensors live at one operation: what any placement needs at least.
+    /// The largest scratch one operation takes from the pool (see [`Category::Workspace`]).
+    pub fn workspace_bytes(&self) -> u64 {
+        self.workspace
+    }
+
+    /// The most bytes of tensors and scratch live at one operation: what any placement needs
+    /// at least.
     pub fn peak_live_bytes(&self) -> u64 {
         self.peak_live
     }
@@ -412,14 +451,16 @@ impl fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "memory at batch {} × seq {}: {} bytes ({}) in {} buffers; without reuse {} bytes ({})",
+            "memory at batch {} × seq {}: {} bytes ({}) in {} buffers and {} bytes of workspace; \
+             without reuse {} bytes ({})",
             self.sizes.batch,
             self.sizes.seq,
             self.peak_bytes(),
             mib(self.peak_bytes()),
             self.buffers.len(),
-            self.bytes.iter().sum::<u64>(),
-            mib(self.bytes.iter().sum::<u64>()),
+            self.workspace,
+            self.bytes.iter().sum::<u64>() + self.workspace,
+            mib(self.bytes.iter().sum::<u64>() + self.workspace),
         )?;
         writeln!(
             f,
