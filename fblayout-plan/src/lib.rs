@@ -5,6 +5,10 @@
 //!   the kernels' operations, and the backward derived by reverse-mode differentiation.
 //! - [`models`]: the shipped graphs, a BERT-style encoder and a GPT-style decoder.
 //! - [`layouts`]: the layouts a graph tensor can take (row-major, column-major, R-Tiles).
+//! - [`memory`]: the memory plan — every tensor's live range and buffer, the peak by
+//!   category, and recomputation of cheap activations.
+//! - [`exec`]: executing a training step (forward, backward, AdamW) of a graph under its
+//!   layouts and memory plan, with the views each kernel reads its operands through.
 //!
 //! ```
 //! use fblayout_plan::graph::{Op, Pass};
@@ -21,6 +25,8 @@
 //! # Ok::<(), fblayout_plan::graph::GraphError>(())
 //! ```
 
+pub mod exec;
 pub mod graph;
 pub mod layouts;
+pub mod memory;
 pub mod models;

@@ -1,4 +1,5 @@
-//! The shipped graphs: a BERT-style encoder and a GPT-style decoder, forward and backward.
+//! The shipped graphs: a BERT-style encoder and a GPT-style decoder, forward, backward and
+//! AdamW.
 //!
 //! Both read token ids and position ids `[batch, seq]` (`u32`), embed them with learned tables,
 //! run `layers` blocks and end in a language-model head and a cross-entropy against labels
@@ -13,6 +14,7 @@
 
 use fblayout_core::layout::ElemType;
 
+use crate::graph::optimizer::add_adamw;
 use crate::graph::{Act, Dim, Graph, GraphError, Op, Role, TensorId, derive_backward};
 
 /// The sizes of a model.
@@ -80,7 +82,7 @@ pub enum Model {
 /// LayerNorm's ε in both models.
 pub const EPS: f32 = 1e-5;
 
-/// The training graph of `model` of `config`: forward, loss and backward.
+/// The training graph of `model` of `config`: forward, loss, backward and the optimizer pass.
 pub fn build(model: Model, config: ModelConfig) -> Result<Graph, GraphError> {
     config.check()?;
     let mut b = Builder {
@@ -147,6 +149,7 @@ pub fn build(model: Model, config: ModelConfig) -> Result<Graph, GraphError> {
     )?;
     let mut g = b.g;
     derive_backward(&mut g)?;
+    add_adamw(&mut g)?;
     Ok(g)
 }
 

@@ -15,6 +15,7 @@
 //! - [`bias`]: bias add and its gradient.
 //! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
 //! - [`add`]: sums (residual connections; gradients that meet).
+//! - [`copy`]: copies between layouts (the conversions of a layout plan).
 //! - [`matmul`]: batched GEMM through views of any layout, and a linear layer's three GEMMs.
 //! - [`coop`]: the GEMM on cooperative matrices (tensor cores), f16 operands and f32 sums.
 //! - [`softmax`]: softmax along the last axis, with a scale and an optional causal mask.
@@ -29,6 +30,7 @@ pub mod attention;
 pub mod bias;
 mod compiled;
 pub mod coop;
+pub mod copy;
 pub mod cross_entropy;
 pub(crate) mod elementwise;
 pub mod embedding;
@@ -44,6 +46,7 @@ pub use add::AddOp;
 pub use attention::{Attention, AttentionArgs, AttentionOp, AttentionViews, qkv_views};
 pub use bias::BiasOp;
 pub use coop::{CoopConfig, CoopMatmulOp};
+pub use copy::CopyOp;
 pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState};
 pub use embedding::{EmbeddingOp, TokenIds};
 pub use error::OpError;

@@ -7,10 +7,13 @@
 //! backward operations its rule lists ([`Op::backward`]), reading the gradients of its outputs
 //! and the forward tensors it saves; where a tensor receives gradients along several paths, an
 //! [`Op::Accumulate`] sums them. [`Graph::saved`] lists the forward tensors the backward reads
-//! again: the activations whose layout the planner chooses first.
+//! again: the activations whose layout the planner chooses first. [`optimizer::add_adamw`]
+//! then appends one in-place [`Op::AdamW`] per parameter, with its moments
+//! ([`Role::State`]).
 
 mod autodiff;
 mod op;
+pub mod optimizer;
 mod tensor;
 
 use std::collections::HashSet;
@@ -124,6 +127,11 @@ impl Graph {
         &self.nodes
     }
 
+    /// Every operation's id, in execution order.
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (0..self.nodes.len()).map(|i| NodeId(i as u32))
+    }
+
     /// Every tensor id, in order.
     pub fn ids(&self) -> impl Iterator<Item = TensorId> + '_ {
         (0..self.tensors.len()).map(|i| TensorId(i as u32))
@@ -181,10 +189,8 @@ impl Graph {
         let written = self.written();
         for &t in inputs {
             let tensor = self.tensor(t);
-            let outside = matches!(tensor.role, Role::Input | Role::Param);
-            // AdamW reads and writes its moments, which no operation writes before it.
-            let state = op == Op::AdamW;
-            if !outside && !state && !written.contains(&t) {
+            // Inputs, parameters and optimizer state come from outside the step.
+            if !tensor.is_persistent() && !written.contains(&t) {
                 return Err(GraphError::ReadBeforeWrite {
                     op: op.name(),
                     tensor: tensor.name.clone(),
@@ -197,6 +203,63 @@ impl Graph {
             outputs: outputs.to_vec(),
         });
         Ok(NodeId(self.nodes.len() as u32 - 1))
+    }
+
+    /// Inserts before operation `at` a copy of `tensor` into a new tensor `name` (shaped and
+    /// typed like it), an [`Op::Convert`] in the pass of that operation, which then reads the
+    /// copy instead; returns the copy. The copy's layout is the caller's to choose. The copy of
+    /// a gradient is a gradient of the same tensor; the copy of anything else (a parameter
+    /// included: the step writes the copy, it is not trained) is an activation.
+    pub fn insert_convert(
+        &mut self,
+        at: NodeId,
+        tensor: TensorId,
+        name: impl Into<String>,
+    ) -> Result<TensorId, GraphError> {
+        let Some(node) = self.nodes.get(at.index()) else {
+            return Err(GraphError::Shape {
+                op: "convert",
+                detail: format!("there is no operation {}", at.index()),
+            });
+        };
+        if !node.inputs.contains(&tensor) {
+            return Err(GraphError::Shape {
+                op: "convert",
+                detail: format!(
+                    "operation {} (`{}`) does not read `{}`",
+                    at.index(),
+                    node.op,
+                    self.tensor(tensor).name
+                ),
+            });
+        }
+        let pass = node.op.pass();
+        let t = self.tensor(tensor).clone();
+        let axes: Vec<(&str, Dim)> = t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
+        let role = match t.role {
+            Role::Grad { of } => Role::Grad { of },
+            _ => Role::Activation,
+        };
+        let copy = self.add_tensor(name, &axes, t.elem, role)?;
+        for input in &mut self.nodes[at.index()].inputs {
+            if *input == tensor {
+                *input = copy;
+            }
+        }
+        self.nodes.insert(
+            at.index(),
+            Node {
+                op: Op::Convert { pass },
+                inputs: vec![tensor],
+                outputs: vec![copy],
+            },
+        );
+        Ok(copy)
+    }
+
+    /// The operations, to rewrite (the memory planner's recomputation).
+    pub(crate) fn nodes_mut(&mut self) -> &mut Vec<Node> {
+        &mut self.nodes
     }
 
     /// The tensors some operation writes.

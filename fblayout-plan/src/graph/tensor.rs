@@ -81,6 +81,11 @@ pub enum Role {
         /// The tensor it is the gradient of.
         of: TensorId,
     },
+    /// Optimizer state kept across steps (AdamW's moments), read and written in place.
+    State {
+        /// The parameter it belongs to.
+        of: TensorId,
+    },
 }
 
 /// One tensor of a graph.
@@ -108,6 +113,21 @@ impl Tensor {
     /// The bytes of its elements (without the padding a layout may add) for `sizes`.
     pub fn bytes(&self, sizes: Sizes) -> u64 {
         self.elements(sizes) * u64::from(self.elem.size_bytes())
+    }
+
+    /// The run-time extents of its axes for a run of `sizes`, as `(axis, extent)` pairs: what
+    /// its layout (and every view of it) is bound with.
+    pub fn run_extents(&self, sizes: Sizes) -> Vec<(&str, u32)> {
+        self.axes
+            .iter()
+            .filter(|a| !matches!(a.dim, Dim::Fixed(_)))
+            .map(|a| (a.name.as_str(), a.dim.value(sizes)))
+            .collect()
+    }
+
+    /// Whether it lives for the whole step: inputs, parameters and optimizer state.
+    pub fn is_persistent(&self) -> bool {
+        matches!(self.role, Role::Input | Role::Param | Role::State { .. })
     }
 
     /// Whether it is a gradient.

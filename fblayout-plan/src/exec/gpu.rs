@@ -1,0 +1,646 @@
+//! The GPU executor: every kernel of the graph built once for its views, buffers from the memory
+//! plan, and a whole training step recorded into one batch and submitted once.
+
+use fblayout_core::layout::{BoundView, View};
+use fblayout_kernels::ops::matmul::linear::Output;
+use fblayout_kernels::ops::{
+    ActivationOp, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp, AttentionViews, BiasOp,
+    CopyOp, CrossEntropyOp, CrossEntropyState, EmbeddingOp, LayerNormGrads, LayerNormOp,
+    LayerNormTensors, LinearOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors, SwigluOp,
+    TokenIds,
+};
+use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer, Timing};
+use fblayout_kernels::tensor::GpuArg;
+
+use super::views::{BoundGraph, BoundOperand, bind_graph};
+use super::{
+    AdamWConfig, ExecError, StepInputs, activation, attention, check_values, initial_values,
+    input_values,
+};
+use crate::graph::{Graph, Op, Role, Sizes, TensorId};
+use crate::layouts::LayoutChoice;
+use crate::memory::MemoryPlan;
+
+type Arg = BoundOperand;
+
+/// The kernel of one node, built for its operands' views.
+#[derive(Debug)]
+enum Kernel {
+    Embedding(Box<EmbeddingOp>),
+    Linear(Box<LinearOp>),
+    Bias(Box<BiasOp>),
+    Add(Box<AddOp>),
+    LayerNorm(Box<LayerNormOp>),
+    RmsNorm(Box<RmsNormOp>),
+    Activation(Box<ActivationOp>),
+    Swiglu(Box<SwigluOp>),
+    Attention(Box<AttentionOp>),
+    /// A cross-entropy and the state its forward writes and its backward reads.
+    CrossEntropy(Box<CrossEntropyOp>, usize),
+    AdamW(Box<AdamWOp>),
+    Copy(Box<CopyOp>),
+}
+
+struct NodeKernel {
+    kernel: Kernel,
+    reads: Vec<Arg>,
+    writes: Vec<Arg>,
+    /// The section its dispatches are timed under.
+    section: String,
+}
+
+/// A training step of a graph on the GPU (see the [module docs](super)).
+///
+/// [`new`](Self::new) builds every kernel (each validated by naga) and allocates every buffer
+/// of the memory plan from the device's pool; [`step`](Self::step) records the whole step —
+/// forward, backward and AdamW — into one batch, one named section per operation, and submits
+/// it once. The kernels read a gradient through the view of the tensor it is the gradient of,
+/// so a gradient must be stored like that tensor ([`tensor_layouts`](super::views::tensor_layouts)
+/// then gives both one layout); where a kernel's operands don't fit, building fails with the kernel's error.
+pub struct GpuStep<'g> {
+    gpu: &'g Gpu,
+    graph: Graph,
+    kernels: Vec<NodeKernel>,
+    whole: Vec<BoundView>,
+    buffer_of: Vec<Option<usize>>,
+    buffers: Vec<GpuBuffer>,
+    persistent: Vec<bool>,
+    kept: Vec<bool>,
+    /// Every cross-entropy's state, with the node of its forward.
+    states: Vec<(usize, CrossEntropyState)>,
+    adamw: AdamWConfig,
+    steps: u32,
+    /// Scratch for the physical values of one tensor (inputs written each step).
+    scratch: Vec<u32>,
+}
+
+impl std::fmt::Debug for GpuStep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuStep")
+            .field("nodes", &self.kernels.len())
+            .field("buffers", &self.buffers.len())
+            .field("steps", &self.steps)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The view of operand `a`.
+fn v(a: &Arg) -> &View {
+    &a.view
+}
+
+/// The extent of the last axis of `q` (the queries' head size).
+fn head_dim(q: &Arg) -> u32 {
+    q.bound.shape().last().copied().unwrap_or(1) as u32
+}
+
+impl<'g> GpuStep<'g> {
+    /// The step of `graph` on `gpu`, with tensors stored as `layouts` and placed by `memory`
+    /// (planned for this graph, these layouts and `sizes`); AdamW runs with `adamw`.
+    pub fn new(
+        gpu: &'g Gpu,
+        graph: &Graph,
+        layouts: &[LayoutChoice],
+        memory: &MemoryPlan,
+        sizes: Sizes,
+        adamw: AdamWConfig,
+    ) -> Result<Self, ExecError> {
+        memory.check_fits(graph, sizes).map_err(ExecError::Plan)?;
+        let BoundGraph { whole, ops } = bind_graph(graph, layouts, sizes)?;
+        let mut kernels = Vec::with_capacity(graph.nodes().len());
+        let mut states = Vec::new();
+        for (i, (node, (reads, writes))) in graph.nodes().iter().zip(ops).enumerate() {
+            let kernel = build(
+                gpu,
+                graph,
+                i,
+                node.op,
+                &reads,
+                &writes,
+                &mut states,
+                &kernels,
+            )
+            .map_err(|source| ExecError::op(i, node.op.name(), source))?;
+            let first = node
+                .outputs
+                .first()
+                .map_or("", |&t| graph.tensor(t).name.as_str());
+            kernels.push(NodeKernel {
+                kernel,
+                reads,
+                writes,
+                section: format!("{} {first}", node.op.name()),
+            });
+        }
+        let mut persistent = vec![false; memory.buffers().len()];
+        for t in graph.ids() {
+            if let Some(b) = memory.buffer_of(t) {
+                persistent[b.index()] |= graph.tensor(t).is_persistent();
+            }
+        }
+        let buffers = memory
+            .buffers()
+            .iter()
+            .map(|&bytes| {
+                GpuBuffer::scratch::<u8>(gpu, bytes as usize)
+                    .map_err(|e| ExecError::gpu("allocating the plan's buffers", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut step = Self {
+            gpu,
+            graph: graph.clone(),
+            kernels,
+            whole,
+            buffer_of: graph
+                .ids()
+                .map(|t| memory.buffer_of(t).map(|b| b.index()))
+                .collect(),
+            buffers,
+            persistent,
+            kept: graph.ids().map(|t| memory.kept(t)).collect(),
+            states,
+            adamw,
+            steps: 0,
+            scratch: Vec::new(),
+        };
+        for t in graph.ids() {
+            if let Role::State { .. } = graph.tensor(t).role {
+                let zeros = vec![0.0; step.whole[t.index()].logical_len() as usize];
+                step.store(t, &zeros)?;
+            }
+        }
+        step.poison()?;
+        Ok(step)
+    }
+
+    /// Fills every buffer that holds no persistent tensor with NaN: whatever a step reads
+    /// before writing it shows.
+    pub fn poison(&mut self) -> Result<(), ExecError> {
+        for (buffer, &keep) in self.buffers.iter().zip(&self.persistent) {
+            if !keep {
+                let nan = vec![f32::NAN; buffer.len_bytes() as usize / 4];
+                buffer
+                    .write(&nan)
+                    .map_err(|e| ExecError::gpu("poisoning a buffer", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The graph it runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    fn id(&self, name: &str) -> Result<TensorId, ExecError> {
+        self.graph
+            .find(name)
+            .ok_or_else(|| ExecError::Unknown(name.to_owned()))
+    }
+
+    /// Writes the logical values `logical` of tensor `t` into its buffer (which it has to
+    /// itself: a persistent tensor), in its layout; padding is zero.
+    fn store(&mut self, t: TensorId, logical: &[f64]) -> Result<(), ExecError> {
+        let name = &self.graph.tensor(t).name;
+        let bound = &self.whole[t.index()];
+        check_values(name, logical.len(), bound)?;
+        let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.clone()))?;
+        let buffer = &self.buffers[b];
+        let mut physical = vec![0f32; buffer.len_bytes() as usize / 4];
+        bound.for_each(|i, _, off| physical[off as usize] = logical[i] as f32);
+        buffer
+            .write(&physical)
+            .map_err(|e| ExecError::gpu("writing a tensor", e))
+    }
+
+    /// Sets persistent tensor `name` (a parameter, a moment) to `logical` (row-major over its
+    /// shape).
+    pub fn set(&mut self, name: &str, logical: &[f64]) -> Result<(), ExecError> {
+        let t = self.id(name)?;
+        let tensor = self.graph.tensor(t);
+        if !tensor.is_persistent() || tensor.role == Role::Input {
+            return Err(ExecError::Unknown(name.to_owned()));
+        }
+        self.store(t, logical)
+    }
+
+    /// Sets every parameter to [`initial_values`] from `seed` (what
+    /// [`CpuStep::init_params`](super::CpuStep::init_params) sets).
+    pub fn upload_params(&mut self, seed: u64) -> Result<(), ExecError> {
+        for p in self.graph.params() {
+            let values = initial_values(&self.graph, p, seed);
+            self.store(p, &values)?;
+        }
+        Ok(())
+    }
+
+    /// The logical values (row-major) of tensor `name`, read back: a persistent tensor, the
+    /// loss, or a parameter's gradient (after a step).
+    pub fn read(&self, name: &str) -> Result<Vec<f64>, ExecError> {
+        let t = self.id(name)?;
+        let tensor = self.graph.tensor(t);
+        if !self.kept[t.index()] || tensor.role == Role::Input {
+            return Err(ExecError::Unknown(name.to_owned()));
+        }
+        let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
+        let data: Vec<f32> = self.buffers[b]
+            .read_back()
+            .map_err(|e| ExecError::gpu("reading a tensor back", e))?;
+        let bound = &self.whole[t.index()];
+        let mut out = Vec::with_capacity(bound.logical_len() as usize);
+        bound.for_each(|_, _, off| out.push(f64::from(data[off as usize])));
+        Ok(out)
+    }
+
+    /// The number of steps taken.
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// One training step on `inputs`, submitted once; returns the loss before the update.
+    pub fn step(&mut self, inputs: &StepInputs) -> Result<f32, ExecError> {
+        let (loss, _) = self.run(inputs, false)?;
+        Ok(loss)
+    }
+
+    /// [`step`](Self::step), timing every dispatch (one section per operation).
+    pub fn step_timed(&mut self, inputs: &StepInputs) -> Result<(f32, Vec<Timing>), ExecError> {
+        self.run(inputs, true)
+    }
+
+    fn run(&mut self, inputs: &StepInputs, timed: bool) -> Result<(f32, Vec<Timing>), ExecError> {
+        let ids = self.load(inputs)?;
+        let adam_step = self.steps + 1;
+        let mut batch = self.gpu.batch();
+        for i in 0..self.kernels.len() {
+            self.record(&mut batch, i, &ids, adam_step)
+                .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
+        }
+        let timings = if timed {
+            batch.submit_timed()
+        } else {
+            batch.submit().map(|()| Vec::new())
+        }
+        .map_err(|e| ExecError::gpu("submitting the step", e))?;
+        let mut loss = 0.0;
+        for (node, state) in &self.states {
+            loss += state
+                .mean()
+                .map_err(|source| ExecError::op(*node, "cross_entropy", source))?;
+        }
+        self.steps = adam_step;
+        Ok((loss, timings))
+    }
+
+    /// Writes the step's integer inputs into their buffers; returns the token ids of every
+    /// input an embedding reads, uploaded with their index (by tensor).
+    fn load(&mut self, inputs: &StepInputs) -> Result<Vec<Option<TokenIds>>, ExecError> {
+        let mut ids: Vec<Option<TokenIds>> = (0..self.whole.len()).map(|_| None).collect();
+        for t in self.graph.ids() {
+            let tensor = self.graph.tensor(t);
+            if tensor.role != Role::Input {
+                continue;
+            }
+            let bound = &self.whole[t.index()];
+            let values = input_values(tensor, inputs, bound)?;
+            if let Some(b) = self.buffer_of[t.index()] {
+                let buffer = &self.buffers[b];
+                self.scratch.clear();
+                self.scratch.resize(buffer.len_bytes() as usize / 4, 0);
+                let physical = &mut self.scratch;
+                bound.for_each(|i, _, off| physical[off as usize] = values[i]);
+                buffer
+                    .write(&self.scratch)
+                    .map_err(|e| ExecError::gpu("writing an input", e))?;
+            }
+            // An embedding's table bounds its ids (the positions' table, the vocabulary).
+            let lookup = self.graph.nodes().iter().enumerate().find_map(|(i, n)| {
+                (n.op == Op::Embedding && n.inputs[0] == t)
+                    .then(|| (i, self.whole[n.inputs[1].index()].shape()[0] as u32))
+            });
+            if let Some((node, rows)) = lookup {
+                let uploaded = TokenIds::new(self.gpu, values, rows)
+                    .map_err(|source| ExecError::op(node, "embedding", source))?;
+                ids[t.index()] = Some(uploaded);
+            }
+        }
+        Ok(ids)
+    }
+
+    fn arg<'a>(&'a self, a: &'a Arg) -> Result<GpuArg<'a>, OpError> {
+        let b = self.buffer_of[a.tensor.index()].ok_or_else(|| OpError::Shape {
+            op: "gpu step",
+            detail: format!("`{}` has no buffer", self.graph.tensor(a.tensor).name),
+        })?;
+        Ok(GpuArg::bound(&self.buffers[b], &a.view, a.bound.clone())?)
+    }
+
+    /// Records node `i` into `batch`.
+    fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        i: usize,
+        ids: &[Option<TokenIds>],
+        adam_step: u32,
+    ) -> Result<(), OpError> {
+        let node = &self.kernels[i];
+        batch.section(node.section.clone());
+        let r = node
+            .reads
+            .iter()
+            .map(|a| self.arg(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let w = node
+            .writes
+            .iter()
+            .map(|a| self.arg(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let op = self.graph.nodes()[i].op;
+        let tokens = |k: usize| {
+            let t = node.reads[k].tensor;
+            ids[t.index()].as_ref().ok_or_else(|| OpError::Shape {
+                op: "embedding",
+                detail: format!(
+                    "`{}` is no input of the step: the GPU embedding reads uploaded ids",
+                    self.graph.tensor(t).name
+                ),
+            })
+        };
+        let ow = Output::Overwrite;
+        match (&node.kernel, op) {
+            (Kernel::Embedding(k), Op::Embedding) => {
+                k.forward(batch, &tokens(0)?.ids()?, &r[1], &w[0])
+            }
+            (Kernel::Embedding(k), _) => k.backward(batch, tokens(0)?, &r[1], &w[0], false),
+            (Kernel::Linear(k), Op::Linear) => k.forward(batch, &r[0], &r[1], &w[0], ow),
+            // Built with dx's view for x, which the product of dx does not read.
+            (Kernel::Linear(k), Op::LinearGradInput) => {
+                k.backward(batch, &w[0], &r[1], &r[0], Some((&w[0], ow)), None)
+            }
+            // Built with dw's view for w, which the product of dw does not read.
+            (Kernel::Linear(k), _) => {
+                k.backward(batch, &r[0], &w[0], &r[1], None, Some((&w[0], ow)))
+            }
+            (Kernel::Bias(k), Op::Bias) => k.forward(batch, &r[0], &r[1], &w[0]),
+            (Kernel::Bias(k), _) => k.backward(batch, &r[0], &w[0], false),
+            (Kernel::Add(k), _) => k.forward(batch, &r[0], &r[1], &w[0]),
+            (Kernel::LayerNorm(k), Op::LayerNorm { .. }) => k.forward(
+                batch,
+                &LayerNormTensors {
+                    x: &r[0],
+                    gamma: &r[1],
+                    beta: &r[2],
+                    y: &w[0],
+                    mean: &w[1],
+                    rstd: &w[2],
+                },
+            ),
+            // β and y are not read by the backward: dβ and dy stand in for them.
+            (Kernel::LayerNorm(k), _) => k.backward(
+                batch,
+                &LayerNormTensors {
+                    x: &r[0],
+                    gamma: &r[1],
+                    beta: &w[2],
+                    y: &r[4],
+                    mean: &r[2],
+                    rstd: &r[3],
+                },
+                &LayerNormGrads {
+                    dy: &r[4],
+                    dx: &w[0],
+                    dgamma: &w[1],
+                    dbeta: &w[2],
+                },
+                false,
+            ),
+            (Kernel::RmsNorm(k), Op::RmsNorm { .. }) => k.forward(
+                batch,
+                &RmsNormTensors {
+                    x: &r[0],
+                    gamma: &r[1],
+                    y: &w[0],
+                    rstd: &w[1],
+                },
+            ),
+            (Kernel::RmsNorm(k), _) => k.backward(
+                batch,
+                &RmsNormTensors {
+                    x: &r[0],
+                    gamma: &r[1],
+                    y: &r[3],
+                    rstd: &r[2],
+                },
+                &RmsNormGrads {
+                    dy: &r[3],
+                    dx: &w[0],
+                    dgamma: &w[1],
+                },
+                false,
+            ),
+            (Kernel::Activation(k), Op::Activation(_)) => k.forward(batch, &r[0], &w[0]),
+            (Kernel::Activation(k), _) => k.backward(batch, &r[0], &r[1], &w[0]),
+            (Kernel::Swiglu(k), Op::Swiglu) => k.forward(batch, &r[0], &r[1], &w[0]),
+            (Kernel::Swiglu(k), _) => k.backward(batch, &r[0], &r[1], &r[2], &w[0], &w[1]),
+            (Kernel::Attention(k), Op::Attention { .. }) => {
+                let args = AttentionArgs {
+                    q: r[0].clone(),
+                    k: r[1].clone(),
+                    v: r[2].clone(),
+                    out: w[0].clone(),
+                    probs: w[1].clone(),
+                };
+                k.forward(batch, &args)
+            }
+            // The backward does not read the output: dout stands in for it.
+            (Kernel::Attention(k), _) => {
+                let args = AttentionArgs {
+                    q: r[0].clone(),
+                    k: r[1].clone(),
+                    v: r[2].clone(),
+                    out: r[4].clone(),
+                    probs: r[3].clone(),
+                };
+                k.backward(batch, &args, &r[4], &w[0], &w[1], &w[2])
+            }
+            (Kernel::CrossEntropy(k, s), Op::CrossEntropy { .. }) => {
+                k.forward(batch, &r[0], &r[1], &w[0], &self.states[*s].1)
+            }
+            (Kernel::CrossEntropy(k, s), _) => {
+                k.backward(batch, &r[0], &r[1], &self.states[*s].1, 1.0, &w[0])
+            }
+            (Kernel::AdamW(k), _) => k.step(
+                batch,
+                &AdamWTensors {
+                    param: &w[0],
+                    grad: &r[1],
+                    m: &w[1],
+                    v: &w[2],
+                },
+                &self.adamw,
+                adam_step,
+                1.0,
+            ),
+            (Kernel::Copy(k), _) => k.forward(batch, &r[0], &w[0]),
+        }
+    }
+}
+
+/// The kernel of `op` for operands `r` (reads) and `w` (writes); a cross-entropy's state is
+/// added to `states` by its forward and found there by its backward (the forward over the same
+/// labels, among the nodes `built` so far).
+#[allow(clippy::too_many_arguments)] // the node, its operands and what earlier nodes built
+fn build(
+    gpu: &Gpu,
+    graph: &Graph,
+    node: usize,
+    op: Op,
+    r: &[Arg],
+    w: &[Arg],
+    states: &mut Vec<(usize, CrossEntropyState)>,
+    built: &[NodeKernel],
+) -> Result<Kernel, OpError> {
+    Ok(match op {
+        Op::Embedding => Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&r[1]), v(&w[0]))?)),
+        Op::EmbeddingGrad => {
+            Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&w[0]), v(&r[1]))?))
+        }
+        Op::Linear => Kernel::Linear(Box::new(LinearOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
+        Op::LinearGradInput => {
+            Kernel::Linear(Box::new(LinearOp::new(gpu, v(&w[0]), v(&r[1]), v(&r[0]))?))
+        }
+        Op::LinearGradWeight => {
+            Kernel::Linear(Box::new(LinearOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[1]))?))
+        }
+        Op::Bias => Kernel::Bias(Box::new(BiasOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
+        Op::BiasGrad => Kernel::Bias(Box::new(BiasOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[0]))?)),
+        Op::Add | Op::Accumulate => {
+            Kernel::Add(Box::new(AddOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?))
+        }
+        Op::LayerNorm { eps } => Kernel::LayerNorm(Box::new(LayerNormOp::new(
+            gpu,
+            &LayerNormTensors {
+                x: v(&r[0]),
+                gamma: v(&r[1]),
+                beta: v(&r[2]),
+                y: v(&w[0]),
+                mean: v(&w[1]),
+                rstd: v(&w[2]),
+            },
+            eps,
+        )?)),
+        Op::LayerNormGrad { eps } => Kernel::LayerNorm(Box::new(LayerNormOp::new(
+            gpu,
+            &LayerNormTensors {
+                x: v(&r[0]),
+                gamma: v(&r[1]),
+                beta: v(&w[2]),
+                y: v(&r[4]),
+                mean: v(&r[2]),
+                rstd: v(&r[3]),
+            },
+            eps,
+        )?)),
+        Op::RmsNorm { eps } => Kernel::RmsNorm(Box::new(RmsNormOp::new(
+            gpu,
+            &RmsNormTensors {
+                x: v(&r[0]),
+                gamma: v(&r[1]),
+                y: v(&w[0]),
+                rstd: v(&w[1]),
+            },
+            eps,
+        )?)),
+        Op::RmsNormGrad { eps } => Kernel::RmsNorm(Box::new(RmsNormOp::new(
+            gpu,
+            &RmsNormTensors {
+                x: v(&r[0]),
+                gamma: v(&r[1]),
+                y: v(&r[3]),
+                rstd: v(&r[2]),
+            },
+            eps,
+        )?)),
+        Op::Activation(a) => Kernel::Activation(Box::new(ActivationOp::new(
+            gpu,
+            activation(a),
+            v(&r[0]),
+            v(&w[0]),
+        )?)),
+        Op::ActivationGrad(a) => Kernel::Activation(Box::new(ActivationOp::new(
+            gpu,
+            activation(a),
+            v(&r[0]),
+            v(&r[1]),
+        )?)),
+        Op::Swiglu => Kernel::Swiglu(Box::new(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
+        Op::SwigluGrad => {
+            Kernel::Swiglu(Box::new(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&r[2]))?))
+        }
+        Op::Attention {
+            heads,
+            kv_heads,
+            causal,
+        } => Kernel::Attention(Box::new(AttentionOp::new(
+            gpu,
+            &AttentionViews {
+                q: v(&r[0]),
+                k: v(&r[1]),
+                v: v(&r[2]),
+                out: v(&w[0]),
+                scores: v(&w[1]),
+            },
+            attention(heads, kv_heads, causal, head_dim(&r[0])),
+        )?)),
+        Op::AttentionGrad {
+            heads,
+            kv_heads,
+            causal,
+        } => Kernel::Attention(Box::new(AttentionOp::new(
+            gpu,
+            &AttentionViews {
+                q: v(&r[0]),
+                k: v(&r[1]),
+                v: v(&r[2]),
+                out: v(&r[4]),
+                scores: v(&r[3]),
+            },
+            attention(heads, kv_heads, causal, head_dim(&r[0])),
+        )?)),
+        Op::CrossEntropy { ignore_index } => {
+            let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]), ignore_index)?;
+            states.push((node, k.state(gpu, r[1].bound.shape()[0] as u32)?));
+            Kernel::CrossEntropy(Box::new(k), states.len() - 1)
+        }
+        Op::CrossEntropyGrad { ignore_index } => {
+            // The forward over the same labels wrote the state this backward reads.
+            let forward = built.iter().find_map(|n| match &n.kernel {
+                Kernel::CrossEntropy(_, s) if n.reads[1].tensor == r[1].tensor => {
+                    Some((*s, v(&n.writes[0]).clone()))
+                }
+                _ => None,
+            });
+            let Some((s, loss)) = forward else {
+                return Err(OpError::Shape {
+                    op: "cross-entropy backward",
+                    detail: format!(
+                        "no cross-entropy forward over `{}` comes before it",
+                        graph.tensor(r[1].tensor).name
+                    ),
+                });
+            };
+            let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), &loss, ignore_index)?;
+            Kernel::CrossEntropy(Box::new(k), s)
+        }
+        Op::AdamW => Kernel::AdamW(Box::new(AdamWOp::new(
+            gpu,
+            &AdamWTensors {
+                param: v(&w[0]),
+                grad: v(&r[1]),
+                m: v(&w[1]),
+                v: v(&w[2]),
+            },
+        )?)),
+        Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
+    })
+}

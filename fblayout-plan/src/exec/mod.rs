@@ -1,0 +1,223 @@
+//! Executing a training step of a [`Graph`](crate::graph::Graph): forward, backward and AdamW.
+//!
+//! An executor takes the graph, the layout of every tensor ([`LayoutChoice`]), and a
+//! [`MemoryPlan`](crate::memory::MemoryPlan) that places every tensor in a buffer; tensors whose
+//! lives don't overlap share one. Every tensor is stored in its own layout, kernels read it
+//! through the views of [`views`], and a [`Op::Convert`](crate::graph::Op::Convert) node copies a
+//! tensor into another layout.
+//!
+//! - [`CpuStep`] runs on the CPU backend of `fblayout-kernels`, in `f64`: the reference, and the
+//!   executor the memory planner's tests run with every freed buffer poisoned.
+//! - [`GpuStep`] builds every kernel once for its views, takes its buffers from the memory plan
+//!   (through the device's buffer pool), and records a whole step into one batch: one
+//!   submission, one named section per operation for timing.
+//!
+//! Parameters start from [`CpuStep::init_params`] (or values given by name); the optimizer's
+//! moments start at zero and persist across steps, as do the parameters. After a step the
+//! parameters, the optimizer state, the loss and every parameter's gradient can be read back;
+//! any other tensor's buffer may have been reused.
+
+mod cpu;
+mod gpu;
+mod init;
+pub mod views;
+
+use fblayout_core::layout::{BoundView, LayoutError, LayoutErrors};
+use fblayout_kernels::GpuError;
+use fblayout_kernels::ops::{Activation, Attention, Mask, OpError};
+
+pub use cpu::CpuStep;
+pub use fblayout_kernels::runtime::Timing;
+pub use gpu::GpuStep;
+pub use init::initial_values;
+
+use crate::graph::{Act, Sizes, Tensor};
+use crate::layouts::LayoutChoice;
+
+/// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
+/// number, at run time.
+pub type AdamWConfig = fblayout_kernels::ops::AdamW;
+
+/// The inputs of one step, each `[batch, seq]` row-major: token ids, position ids and labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepInputs {
+    /// Token ids, below the vocabulary size.
+    pub ids: Vec<u32>,
+    /// Position ids, below the position table's size.
+    pub positions: Vec<u32>,
+    /// The token each position should predict (`u32::MAX` counts for nothing).
+    pub labels: Vec<u32>,
+}
+
+impl StepInputs {
+    /// Random ids and labels below `vocab` (from `seed`), positions `0..seq` in every sequence.
+    pub fn random(vocab: u32, sizes: Sizes, seed: u64) -> Self {
+        let mut rng = init::Rng::new(seed);
+        let n = (sizes.batch * sizes.seq) as usize;
+        let mut draw = || (0..n).map(|_| rng.below(vocab)).collect::<Vec<_>>();
+        let ids = draw();
+        let labels = draw();
+        let positions = (0..n).map(|i| i as u32 % sizes.seq.max(1)).collect();
+        Self {
+            ids,
+            positions,
+            labels,
+        }
+    }
+
+    /// The values of the graph input named `name`.
+    pub fn get(&self, name: &str) -> Option<&[u32]> {
+        match name {
+            "ids" => Some(&self.ids),
+            "positions" => Some(&self.positions),
+            "labels" => Some(&self.labels),
+            _ => None,
+        }
+    }
+}
+
+/// Why a step could not be built or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    /// The layouts don't match the graph's tensors one to one.
+    #[error("the graph has {tensors} tensors, but {layouts} layouts were given")]
+    LayoutCount {
+        /// Tensors in the graph.
+        tensors: usize,
+        /// Layouts given.
+        layouts: usize,
+    },
+    /// A tensor's layout could not be built.
+    #[error("tensor `{tensor}` can't be stored {choice}: {source}")]
+    Layout {
+        /// The tensor.
+        tensor: String,
+        /// Its layout.
+        choice: LayoutChoice,
+        /// Why.
+        source: LayoutErrors,
+    },
+    /// A tensor can't be bound to the run's sizes.
+    #[error("tensor `{tensor}` at the run's sizes: {source}")]
+    Bind {
+        /// The tensor.
+        tensor: String,
+        /// Why.
+        source: Box<LayoutError>,
+    },
+    /// A kernel can't read a tensor through the view its operation needs.
+    #[error("tensor `{tensor}` can't be read as {view}: {detail}")]
+    View {
+        /// The tensor.
+        tensor: String,
+        /// The view wanted.
+        view: String,
+        /// Why not.
+        detail: String,
+    },
+    /// A kernel refused its operands.
+    #[error("operation {node} (`{op}`): {source}")]
+    Op {
+        /// The node's position.
+        node: usize,
+        /// The operation.
+        op: &'static str,
+        /// The kernel's error.
+        source: Box<OpError>,
+    },
+    /// The memory plan was made for another graph or other sizes.
+    #[error("the memory plan does not fit: {0}")]
+    Plan(String),
+    /// A value given for a tensor doesn't fit it.
+    #[error("tensor `{tensor}`: {detail}")]
+    Value {
+        /// The tensor.
+        tensor: String,
+        /// Why.
+        detail: String,
+    },
+    /// The GPU failed.
+    #[error("{what}: {source}")]
+    Gpu {
+        /// What was being done.
+        what: String,
+        /// The runtime's error.
+        source: Box<GpuError>,
+    },
+    /// No tensor of that name, or one whose values a step does not keep.
+    #[error("no tensor `{0}` can be read or written here")]
+    Unknown(String),
+}
+
+impl ExecError {
+    /// Tensor `tensor` failed to bind.
+    pub(crate) fn bind(tensor: &str, source: LayoutError) -> Self {
+        Self::Bind {
+            tensor: tensor.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The kernel of operation `node`, `op`, failed.
+    pub(crate) fn op(node: usize, op: &'static str, source: OpError) -> Self {
+        Self::Op {
+            node,
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// The GPU failed at `what`.
+    pub(crate) fn gpu(what: &str, source: GpuError) -> Self {
+        Self::Gpu {
+            what: what.to_owned(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Checks that `given` logical values fit tensor `name`, bound as `bound`.
+pub(crate) fn check_values(name: &str, given: usize, bound: &BoundView) -> Result<(), ExecError> {
+    if given as u64 == bound.logical_len() {
+        return Ok(());
+    }
+    Err(ExecError::Value {
+        tensor: name.to_owned(),
+        detail: format!("{given} values given for {} elements", bound.logical_len()),
+    })
+}
+
+/// The values `inputs` give input tensor `tensor`, bound as `bound`, checked against it.
+pub(crate) fn input_values<'a>(
+    tensor: &Tensor,
+    inputs: &'a StepInputs,
+    bound: &BoundView,
+) -> Result<&'a [u32], ExecError> {
+    let values = inputs.get(&tensor.name).ok_or_else(|| ExecError::Value {
+        tensor: tensor.name.clone(),
+        detail: "the step's inputs have no values for it".into(),
+    })?;
+    check_values(&tensor.name, values.len(), bound)?;
+    Ok(values)
+}
+
+/// The kernels' activation of the graph's `act`.
+fn activation(act: Act) -> Activation {
+    match act {
+        Act::Gelu => Activation::Gelu,
+        Act::GeluTanh => Activation::GeluTanh,
+        Act::Silu => Activation::Silu,
+    }
+}
+
+/// The attention of an [`Op::Attention`](crate::graph::Op::Attention): `heads` query heads over
+/// `kv_heads`, scaled by `1/√head_dim`, causal or not.
+fn attention(heads: u32, kv_heads: u32, causal: bool, head_dim: u32) -> Attention {
+    let mask = if causal {
+        Mask::Causal { offset: 0 }
+    } else {
+        Mask::None
+    };
+    Attention::new(heads, kv_heads, head_dim, mask)
+}

@@ -1,0 +1,478 @@
+//! The memory plan of a training step: which buffer holds each tensor, and the peak.
+//!
+//! **Liveness.** Operations run in the graph's order (forward, backward, optimizer); a tensor
+//! is live from the operation that writes it to the last one that reads it. Inputs, parameters
+//! and optimizer state ([`Tensor::is_persistent`](crate::graph::Tensor::is_persistent)) are
+//! live for the whole step (and across steps); AdamW updates a parameter and its moments in
+//! place, so they stay in their buffers. The loss and every parameter's gradient are the step's
+//! results: they are live to its end, so they can be read back. A gradient that is the gradient
+//! of several tensors (through a sum or a bias) is one tensor, placed once.
+//!
+//! **Buffers.** Each tensor's size is its layout's buffer at the run's sizes, padding included
+//! ([`BoundView::len`](fblayout_core::layout::BoundView::len) elements). Tensors are placed
+//! largest first (greedy by size): each takes the smallest buffer that already holds only
+//! tensors whose lives don't overlap its own, or a new buffer of its size. Lives include the
+//! operations at their ends, so an operation's outputs never share a buffer with its inputs. [`MemoryOptions::reuse`] off gives every tensor its own buffer.
+//!
+//! **Peak.** [`MemoryPlan::peak_bytes`] is the sum of the buffers and of the largest workspace
+//! (the attention's scratch scores, which its kernels take from the device's pool while they
+//! run): what the step allocates. The live peak — the most bytes of tensors and scratch live at
+//! once, at one operation — is what any placement needs at least; its breakdown by
+//! [`Category`] says what the memory holds there.
+//!
+//! [`recompute`] rewrites a graph so that cheap activations are computed again in the backward
+//! instead of kept.
+
+mod recompute;
+
+use std::fmt;
+
+use crate::exec::ExecError;
+use crate::exec::views::tensor_layouts;
+use crate::graph::{Graph, Op, Role, Sizes, TensorId};
+use crate::layouts::LayoutChoice;
+
+pub use recompute::recompute;
+
+/// How to plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// Whether a tensor may take the buffer of a tensor that died (else every tensor has its
+    /// own buffer).
+    pub reuse: bool,
+}
+
+impl Default for MemoryOptions {
+    /// Buffers are reused.
+    fn default() -> Self {
+        Self { reuse: true }
+    }
+}
+
+/// What a tensor's bytes are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    /// Trained parameters.
+    Parameters,
+    /// AdamW's moments.
+    OptimizerState,
+    /// Forward tensors: activations, normalisation statistics, attention probabilities, losses.
+    Activations,
+    /// Gradients.
+    Gradients,
+    /// The step's inputs (ids, positions, labels).
+    Inputs,
+    /// Kernels' scratch: the attention's scores (in its backward, the gradients of the
+    /// probabilities and of the scores), laid out like its probabilities, taken from the
+    /// device's buffer pool while the attention runs. The smaller partial sums of reductions
+    /// and split products are not counted.
+    Workspace,
+}
+
+impl Category {
+    /// Every category, in display order.
+    pub const ALL: [Category; 6] = [
+        Self::Parameters,
+        Self::OptimizerState,
+        Self::Activations,
+        Self::Gradients,
+        Self::Inputs,
+        Self::Workspace,
+    ];
+
+    /// The category of a tensor of `role` (no tensor is workspace).
+    pub fn of(role: Role) -> Self {
+        match role {
+            Role::Param => Self::Parameters,
+            Role::State { .. } => Self::OptimizerState,
+            Role::Activation | Role::Loss => Self::Activations,
+            Role::Grad { .. } => Self::Gradients,
+            Role::Input => Self::Inputs,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Parameters => "parameters",
+            Self::OptimizerState => "optimizer state",
+            Self::Activations => "activations",
+            Self::Gradients => "gradients",
+            Self::Inputs => "inputs",
+            Self::Workspace => "workspace",
+        }
+    }
+}
+
+/// A buffer of a [`MemoryPlan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(u32);
+
+impl BufferId {
+    /// Its position in [`MemoryPlan::buffers`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// When a tensor is live: from operation `first` to operation `last` (positions in the graph's
+/// order, both included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Live {
+    /// The operation that writes it (0 for a persistent tensor).
+    pub first: usize,
+    /// The last operation that reads it (the last operation for a persistent tensor or a
+    /// result).
+    pub last: usize,
+}
+
+impl Live {
+    /// Whether the two ranges share an operation.
+    pub fn overlaps(&self, other: &Live) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+}
+
+/// Why a memory plan could not be made.
+pub type MemoryError = ExecError;
+
+/// Every tensor's buffer and the step's peak memory (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPlan {
+    sizes: Sizes,
+    nodes: usize,
+    bytes: Vec<u64>,
+    live: Vec<Option<Live>>,
+    kept: Vec<bool>,
+    category: Vec<Category>,
+    buffer_of: Vec<Option<BufferId>>,
+    buffers: Vec<u64>,
+    freed: Vec<Vec<BufferId>>,
+    /// The largest scratch of one operation (the pool hands the same buffer to the next).
+    workspace: u64,
+    peak_live: u64,
+    peak_at: usize,
+    peak_op: String,
+    breakdown: Vec<(Category, u64)>,
+}
+
+/// Plans the buffers of `graph`'s tensors, stored as `layouts`, for a run of `sizes`.
+pub fn plan_memory(
+    graph: &Graph,
+    layouts: &[LayoutChoice],
+    sizes: Sizes,
+    options: MemoryOptions,
+) -> Result<MemoryPlan, MemoryError> {
+    let layouts = tensor_layouts(graph, layouts)?;
+    let bytes = graph
+        .ids()
+        .map(|t| {
+            let tensor = graph.tensor(t);
+            let bound = layouts[t.index()]
+                .bind(&tensor.run_extents(sizes))
+                .map_err(|source| ExecError::bind(&tensor.name, source))?;
+            Ok(bound.len() * u64::from(tensor.elem.size_bytes()))
+        })
+        .collect::<Result<Vec<u64>, MemoryError>>()?;
+    let (live, kept) = liveness(graph);
+    let n = graph.nodes().len();
+    let category: Vec<Category> = graph
+        .tensors()
+        .iter()
+        .map(|t| Category::of(t.role))
+        .collect();
+
+    let (buffers, buffer_of) = assign(graph, &live, &bytes, options);
+    let mut freed: Vec<Vec<BufferId>> = vec![Vec::new(); n];
+    for t in graph.ids() {
+        if let (Some(l), Some(b), false) = (live[t.index()], buffer_of[t.index()], kept[t.index()])
+        {
+            freed[l.last].push(b);
+        }
+    }
+
+    // The scratch of each operation: an attention's scores, shaped and laid out like the
+    // probabilities it writes; in the backward, the gradients of the probabilities and of the
+    // scores, two such buffers.
+    let workspace: Vec<u64> = graph
+        .nodes()
+        .iter()
+        .map(|node| match node.op {
+            Op::Attention { .. } => bytes[node.outputs[1].index()],
+            Op::AttentionGrad { .. } => 2 * bytes[node.inputs[1].index()],
+            _ => 0,
+        })
+        .collect();
+
+    // The live peak, from the ranges.
+    let mut delta = vec![0i128; n + 1];
+    for (i, &w) in workspace.iter().enumerate() {
+        delta[i] += i128::from(w);
+        delta[i + 1] -= i128::from(w);
+    }
+    for t in graph.ids() {
+        if let Some(l) = live[t.index()] {
+            delta[l.first] += i128::from(bytes[t.index()]);
+            delta[l.last + 1] -= i128::from(bytes[t.index()]);
+        }
+    }
+    let (mut running, mut peak_live, mut peak_at) = (0i128, 0u64, 0usize);
+    for (i, d) in delta.iter().take(n).enumerate() {
+        running += d;
+        if running as u64 > peak_live {
+            peak_live = running as u64;
+            peak_at = i;
+        }
+    }
+    let breakdown = Category::ALL
+        .iter()
+        .map(|&c| {
+            if c == Category::Workspace {
+                return (c, workspace.get(peak_at).copied().unwrap_or(0));
+            }
+            let sum = graph
+                .ids()
+                .filter(|t| category[t.index()] == c)
+                .filter(|t| {
+                    live[t.index()].is_some_and(|l| l.first <= peak_at && peak_at <= l.last)
+                })
+                .map(|t| bytes[t.index()])
+                .sum();
+            (c, sum)
+        })
+        .collect();
+    Ok(MemoryPlan {
+        sizes,
+        nodes: n,
+        bytes,
+        live,
+        kept,
+        category,
+        buffer_of,
+        buffers,
+        freed,
+        workspace: workspace.iter().copied().max().unwrap_or(0),
+        peak_live,
+        peak_at,
+        peak_op: graph
+            .nodes()
+            .get(peak_at)
+            .map_or_else(String::new, |node| node.op.name().to_owned()),
+        breakdown,
+    })
+}
+
+/// The buffers (their sizes) and each tensor's buffer: largest tensors first, each in the
+/// smallest buffer none of whose tensors' lives overlaps its own, else in a new one. A buffer is
+/// as large as its first, largest tensor, so every later one fits. Without reuse, every tensor
+/// gets its own buffer.
+fn assign(
+    graph: &Graph,
+    live: &[Option<Live>],
+    bytes: &[u64],
+    options: MemoryOptions,
+) -> (Vec<u64>, Vec<Option<BufferId>>) {
+    let life = |t: TensorId| live[t.index()].expect("only live tensors are placed");
+    let mut order: Vec<TensorId> = graph.ids().filter(|t| live[t.index()].is_some()).collect();
+    if options.reuse {
+        // Largest first; ties by the order of their lives, then by id: deterministic.
+        order.sort_by_key(|&t| {
+            (
+                std::cmp::Reverse(bytes[t.index()]),
+                life(t).first,
+                t.index(),
+            )
+        });
+    }
+    let mut buffers: Vec<u64> = Vec::new();
+    let mut holds: Vec<Vec<Live>> = Vec::new();
+    let mut buffer_of: Vec<Option<BufferId>> = vec![None; bytes.len()];
+    for t in order {
+        let l = life(t);
+        let need = bytes[t.index()].max(4);
+        let chosen = (0..buffers.len())
+            .filter(|&b| options.reuse && buffers[b] >= need)
+            .filter(|&b| holds[b].iter().all(|h| !h.overlaps(&l)))
+            .min_by_key(|&b| buffers[b]);
+        let b = chosen.unwrap_or_else(|| {
+            buffers.push(need);
+            holds.push(Vec::new());
+            buffers.len() - 1
+        });
+        holds[b].push(l);
+        buffer_of[t.index()] = Some(BufferId(b as u32));
+    }
+    (buffers, buffer_of)
+}
+
+/// Every tensor's live range (`None` for one no operation touches) and whether it is kept to
+/// the end of the step (persistent tensors and results).
+fn liveness(graph: &Graph) -> (Vec<Option<Live>>, Vec<bool>) {
+    let n = graph.nodes().len();
+    let end = n.saturating_sub(1);
+    let mut first: Vec<Option<usize>> = vec![None; graph.tensors().len()];
+    let mut last: Vec<Option<usize>> = vec![None; graph.tensors().len()];
+    for (i, node) in graph.nodes().iter().enumerate() {
+        for &t in node.inputs.iter().chain(&node.outputs) {
+            first[t.index()].get_or_insert(i);
+            last[t.index()] = Some(i);
+        }
+    }
+    let results: Vec<TensorId> = graph
+        .params()
+        .iter()
+        .filter_map(|&p| graph.grad(p))
+        .collect();
+    let mut live = Vec::with_capacity(first.len());
+    let mut kept = Vec::with_capacity(first.len());
+    for t in graph.ids() {
+        let tensor = graph.tensor(t);
+        let persistent = tensor.is_persistent();
+        let keep = persistent || tensor.role == Role::Loss || results.contains(&t);
+        kept.push(keep);
+        live.push(match (first[t.index()], last[t.index()]) {
+            _ if persistent => Some(Live {
+                first: 0,
+                last: end,
+            }),
+            (Some(f), Some(l)) => Some(Live {
+                first: f,
+                last: if keep { end } else { l },
+            }),
+            _ => None,
+        });
+    }
+    (live, kept)
+}
+
+impl MemoryPlan {
+    /// The bytes of every buffer together and the largest workspace: the memory the step
+    /// allocates.
+    pub fn peak_bytes(&self) -> u64 {
+        self.buffers.iter().sum::<u64>() + self.workspace
+    }
+
+    /// The largest scratch one operation takes from the pool (see [`Category::Workspace`]).
+    pub fn workspace_bytes(&self) -> u64 {
+        self.workspace
+    }
+
+    /// The most bytes of tensors and scratch live at one operation: what any placement needs
+    /// at least.
+    pub fn peak_live_bytes(&self) -> u64 {
+        self.peak_live
+    }
+
+    /// The position of the operation where the live peak is.
+    pub fn peak_at(&self) -> usize {
+        self.peak_at
+    }
+
+    /// The bytes live at the peak, by category (every category, in [`Category::ALL`] order).
+    pub fn breakdown(&self) -> &[(Category, u64)] {
+        &self.breakdown
+    }
+
+    /// The bytes of every tensor of `category`, live or not: what the step would need without
+    /// reuse.
+    pub fn total_bytes(&self, category: Category) -> u64 {
+        self.category
+            .iter()
+            .zip(&self.bytes)
+            .filter(|(c, _)| **c == category)
+            .map(|(_, b)| b)
+            .sum()
+    }
+
+    /// The size in bytes of every buffer, by [`BufferId::index`].
+    pub fn buffers(&self) -> &[u64] {
+        &self.buffers
+    }
+
+    /// The buffer of tensor `t` (`None` for a tensor no operation touches).
+    pub fn buffer_of(&self, t: TensorId) -> Option<BufferId> {
+        self.buffer_of.get(t.index()).copied().flatten()
+    }
+
+    /// The bytes of tensor `t` in its layout, padding included.
+    pub fn bytes(&self, t: TensorId) -> u64 {
+        self.bytes[t.index()]
+    }
+
+    /// When tensor `t` is live.
+    pub fn live(&self, t: TensorId) -> Option<Live> {
+        self.live.get(t.index()).copied().flatten()
+    }
+
+    /// Whether tensor `t`'s values survive the step (persistent tensors, the loss, the
+    /// parameters' gradients).
+    pub fn kept(&self, t: TensorId) -> bool {
+        self.kept.get(t.index()).copied().unwrap_or(false)
+    }
+
+    /// The buffers that are free after operation `node` (their tensors were read for the last
+    /// time there).
+    pub fn freed_after(&self, node: usize) -> &[BufferId] {
+        self.freed.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// The run's sizes.
+    pub fn sizes(&self) -> Sizes {
+        self.sizes
+    }
+
+    /// Checks the plan was made for a graph of `graph`'s tensors and operations and for `sizes`.
+    pub fn check_fits(&self, graph: &Graph, sizes: Sizes) -> Result<(), String> {
+        if graph.tensors().len() != self.bytes.len() || graph.nodes().len() != self.nodes {
+            return Err(format!(
+                "it was made for {} tensors and {} operations, the graph has {} and {}",
+                self.bytes.len(),
+                self.nodes,
+                graph.tensors().len(),
+                graph.nodes().len()
+            ));
+        }
+        if sizes != self.sizes {
+            return Err(format!(
+                "it was made for batch {} × seq {}, the run is batch {} × seq {}",
+                self.sizes.batch, self.sizes.seq, sizes.batch, sizes.seq
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `bytes` in MiB, to two places.
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+impl fmt::Display for MemoryPlan {
+    /// The peak, the buffers, and the live peak by category, in bytes and MiB.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "memory at batch {} × seq {}: {} bytes ({}) in {} buffers and {} bytes of workspace; \
+             without reuse {} bytes ({})",
+            self.sizes.batch,
+            self.sizes.seq,
+            self.peak_bytes(),
+            mib(self.peak_bytes()),
+            self.buffers.len(),
+            self.workspace,
+            self.bytes.iter().sum::<u64>() + self.workspace,
+            mib(self.bytes.iter().sum::<u64>() + self.workspace),
+        )?;
+        writeln!(
+            f,
+            "live peak {} bytes ({}) at operation {} (`{}`):",
+            self.peak_live,
+            mib(self.peak_live),
+            self.peak_at,
+            self.peak_op
+        )?;
+        for (c, b) in &self.breakdown {
+            writeln!(f, "  {:<16} {:>12} bytes  {:>12}", c.name(), b, mib(*b))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! The GPU executor against the CPU executor: one whole step (forward, backward, AdamW) of a
+//! small encoder and a small decoder, under row-major and random layouts and with conversions,
+//! on whatever adapter wgpu finds (lavapipe here); every buffer poisoned before the step.
+
+mod exec_support;
+
+use exec_support::{
+    ADAMW, Results, SIZES, SMALL, assert_close, family_layouts, forward_converts, graph,
+    random_layouts, row_major, run_cpu,
+};
+use fblayout_kernels::Gpu;
+use fblayout_plan::exec::{ExecError, GpuStep, StepInputs};
+use fblayout_plan::graph::Graph;
+use fblayout_plan::layouts::LayoutChoice;
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::models::Model;
+
+/// The GPU, or a failure that says how to get one (never a skip).
+fn gpu() -> Gpu {
+    Gpu::new().unwrap_or_else(|err| {
+        panic!(
+            "could not open a GPU; install Mesa's Vulkan drivers (lavapipe) or set \
+             FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
+        )
+    })
+}
+
+/// What [`run_cpu`] returns, from the GPU: the same parameters and inputs, one full step.
+fn run_gpu(gpu: &Gpu, g: &Graph, layouts: &[LayoutChoice]) -> Results {
+    let plan = plan_memory(g, layouts, SIZES, MemoryOptions::default()).unwrap();
+    let mut step = GpuStep::new(gpu, g, layouts, &plan, SIZES, ADAMW).unwrap();
+    step.upload_params(7).unwrap();
+    step.poison().unwrap();
+    let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
+    let (loss, timings) = step.step_timed(&inputs).unwrap();
+    // One section per operation.
+    for node in g.nodes().iter().take(3) {
+        let name = node.op.name();
+        assert!(
+            timings
+                .iter()
+                .any(|t| t.section.as_deref().is_some_and(|s| s.starts_with(name))),
+            "no section for `{name}`"
+        );
+    }
+    let mut values = Vec::new();
+    for p in g.params() {
+        let grad = &g.tensor(g.grad(p).unwrap()).name;
+        values.push((grad.clone(), step.read(grad).unwrap()));
+        let name = &g.tensor(p).name;
+        values.push((name.clone(), step.read(name).unwrap()));
+    }
+    Results {
+        loss: f64::from(loss),
+        values,
+    }
+}
+
+/// f32 on the GPU against f64 on the CPU, over a few hundred terms per result.
+const TOLERANCE: f64 = 2e-4;
+
+#[test]
+fn a_gpu_step_matches_the_cpu_under_any_layouts() {
+    let gpu = gpu();
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = graph(model);
+        let cases = [
+            ("row-major", g.clone(), row_major(&g)),
+            ("random", g.clone(), family_layouts(&g, 3)),
+        ];
+        let (gc, lc) = forward_converts(g.clone(), family_layouts(&g, 4), 8, 9);
+        for (what, g, layouts) in cases.into_iter().chain([("converts", gc, lc)]) {
+            let want = run_cpu(&g, &layouts, true, true);
+            let got = run_gpu(&gpu, &g, &layouts);
+            assert_close(&got, &want, TOLERANCE, &format!("{model:?} {what}"));
+        }
+    }
+}
+
+#[test]
+fn a_second_step_moves_on_and_mismatched_gradient_layouts_are_refused() {
+    let gpu = gpu();
+    let g = graph(Model::Decoder);
+    let layouts = row_major(&g);
+    let plan = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+    let mut step = GpuStep::new(&gpu, &g, &layouts, &plan, SIZES, ADAMW).unwrap();
+    step.upload_params(7).unwrap();
+    let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
+    let first = step.step(&inputs).unwrap();
+    let allocated = gpu.pool_stats().allocations;
+    let second = step.step(&inputs).unwrap();
+    assert_eq!(step.steps(), 2);
+    assert_eq!(
+        gpu.pool_stats().allocations,
+        allocated,
+        "a step after the first allocates no GPU memory"
+    );
+    assert!(
+        second < first,
+        "AdamW lowers the loss on the same batch: {first} → {second}"
+    );
+    // Gradients stored unlike their tensors: a kernel that reads one through the other's view
+    // refuses them.
+    let mismatched: Vec<LayoutChoice> = random_layouts(&g, 1);
+    let plan = plan_memory(&g, &mismatched, SIZES, MemoryOptions::default()).unwrap();
+    let mut step = GpuStep::new(&gpu, &g, &mismatched, &plan, SIZES, ADAMW).unwrap();
+    step.upload_params(7).unwrap();
+    let err = step.step(&inputs).unwrap_err();
+    assert!(matches!(err, ExecError::Op { .. }), "{err}");
+    assert!(err.to_string().contains("view"), "{err}");
+}

@@ -1,0 +1,223 @@
+//! The memory planner: buffers are shared only by tensors whose lives don't overlap, a step
+//! with every freed buffer poisoned computes exactly what a step without reuse does, and
+//! recomputation lowers the peak without changing the results.
+
+mod exec_support;
+
+use exec_support::{SIZES, graph, random_layouts, row_major, run_cpu, with_converts};
+use fblayout_plan::graph::{Graph, Op, Role, Sizes};
+use fblayout_plan::memory::{Category, MemoryOptions, MemoryPlan, plan_memory, recompute};
+use fblayout_plan::models::{Model, ModelConfig, build};
+
+const MODELS: [Model; 2] = [Model::Encoder, Model::Decoder];
+
+/// Every tensor's life, from the definition: from the first operation that touches it to the
+/// last; inputs, parameters and moments the whole step; the loss and the parameters'
+/// gradients to its end.
+fn lives(g: &Graph) -> Vec<Option<(usize, usize)>> {
+    let end = g.nodes().len() - 1;
+    let results: Vec<_> = g.params().iter().map(|&p| g.grad(p).unwrap()).collect();
+    g.ids()
+        .map(|t| {
+            let role = g.tensor(t).role;
+            if matches!(role, Role::Input | Role::Param | Role::State { .. }) {
+                return Some((0, end));
+            }
+            let touching: Vec<usize> = (0..g.nodes().len())
+                .filter(|&i| {
+                    let n = &g.nodes()[i];
+                    n.inputs.contains(&t) || n.outputs.contains(&t)
+                })
+                .collect();
+            let (&first, &last) = (touching.first()?, touching.last()?);
+            let kept = role == Role::Loss || results.contains(&t);
+            Some((first, if kept { end } else { last }))
+        })
+        .collect()
+}
+
+fn check_no_overlap(g: &Graph, plan: &MemoryPlan, what: &str) {
+    let lives = lives(g);
+    let mut by_buffer: Vec<Vec<usize>> = vec![Vec::new(); plan.buffers().len()];
+    for t in g.ids() {
+        match (plan.buffer_of(t), lives[t.index()]) {
+            (Some(b), Some(_)) => {
+                assert!(
+                    plan.buffers()[b.index()] >= plan.bytes(t),
+                    "{what}: `{}` doesn't fit its buffer",
+                    g.tensor(t).name
+                );
+                by_buffer[b.index()].push(t.index());
+            }
+            (None, None) => {}
+            (b, l) => panic!(
+                "{what}: `{}` has buffer {b:?} but life {l:?}",
+                g.tensor(t).name
+            ),
+        }
+    }
+    let mut shared = 0;
+    for tensors in &by_buffer {
+        for (k, &a) in tensors.iter().enumerate() {
+            for &b in &tensors[k + 1..] {
+                let ((f1, l1), (f2, l2)) = (lives[a].unwrap(), lives[b].unwrap());
+                assert!(
+                    l1 < f2 || l2 < f1,
+                    "{what}: `{}` ({f1}..={l1}) and `{}` ({f2}..={l2}) share a buffer",
+                    g.tensors()[a].name,
+                    g.tensors()[b].name
+                );
+                shared += 1;
+            }
+        }
+    }
+    assert!(shared > 0, "{what}: no buffer is reused");
+}
+
+#[test]
+fn no_two_live_tensors_share_a_buffer() {
+    let mini = Sizes {
+        batch: 32,
+        seq: 128,
+    };
+    for model in MODELS {
+        let g = graph(model);
+        for (k, layouts) in [row_major(&g), random_layouts(&g, 4)]
+            .into_iter()
+            .enumerate()
+        {
+            let plan = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+            check_no_overlap(&g, &plan, &format!("{model:?} layouts {k}"));
+            let (gc, lc) = with_converts(g.clone(), layouts, 10, 3);
+            let plan = plan_memory(&gc, &lc, SIZES, MemoryOptions::default()).unwrap();
+            check_no_overlap(&gc, &plan, &format!("{model:?} converts {k}"));
+        }
+        let big = build(model, ModelConfig::MINI).unwrap();
+        let layouts = random_layouts(&big, 9);
+        let plan = plan_memory(&big, &layouts, mini, MemoryOptions::default()).unwrap();
+        check_no_overlap(&big, &plan, &format!("{model:?} MINI"));
+        // Row-major tensors take exactly their elements; every tensor at least them.
+        let dense = plan_memory(&big, &row_major(&big), mini, MemoryOptions::default()).unwrap();
+        for t in big.ids() {
+            let tensor = big.tensor(t);
+            assert_eq!(dense.bytes(t), tensor.bytes(mini), "{}", tensor.name);
+            assert!(plan.bytes(t) >= tensor.bytes(mini), "{}", tensor.name);
+        }
+    }
+}
+
+#[test]
+fn the_peak_is_the_buffers_and_at_least_the_live_tensors() {
+    let g = graph(Model::Decoder);
+    let layouts = random_layouts(&g, 2);
+    let reuse = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+    let own = plan_memory(&g, &layouts, SIZES, MemoryOptions { reuse: false }).unwrap();
+    // The attention's scratch scores: its probabilities' bytes, twice in the backward (the
+    // gradients of the probabilities and of the scores), one attention at a time.
+    let scratch = |i: usize| -> u64 {
+        let n = &g.nodes()[i];
+        match n.op {
+            Op::Attention { .. } => own.bytes(n.outputs[1]),
+            Op::AttentionGrad { .. } => 2 * own.bytes(n.inputs[1]),
+            _ => 0,
+        }
+    };
+    let workspace = (0..g.nodes().len()).map(scratch).max().unwrap();
+    assert!(workspace > 0);
+    assert_eq!(own.workspace_bytes(), workspace);
+    let all: u64 = g.ids().map(|t| own.bytes(t)).sum();
+    assert_eq!(
+        own.peak_bytes(),
+        all + workspace,
+        "without reuse every tensor has its buffer"
+    );
+    assert_eq!(own.buffers().len(), g.tensors().len());
+    assert!(reuse.peak_bytes() < own.peak_bytes());
+    assert!(reuse.peak_bytes() >= reuse.peak_live_bytes());
+    // The live peak, from the definition.
+    let lives = lives(&g);
+    let live_at = |i: usize| -> u64 {
+        g.ids()
+            .filter(|t| lives[t.index()].is_some_and(|(f, l)| f <= i && i <= l))
+            .map(|t| reuse.bytes(t))
+            .sum::<u64>()
+            + scratch(i)
+    };
+    let peak = (0..g.nodes().len()).map(live_at).max().unwrap();
+    assert_eq!(reuse.peak_live_bytes(), peak);
+    assert_eq!(live_at(reuse.peak_at()), peak);
+    let parts: u64 = reuse.breakdown().iter().map(|(_, b)| b).sum();
+    assert_eq!(parts, peak);
+    // Parameters and their moments are all live at the peak.
+    let part = |c| reuse.breakdown().iter().find(|(k, _)| *k == c).unwrap().1;
+    assert_eq!(
+        part(Category::Parameters),
+        reuse.total_bytes(Category::Parameters)
+    );
+    assert_eq!(
+        part(Category::OptimizerState),
+        2 * reuse.total_bytes(Category::Parameters)
+    );
+}
+
+#[test]
+fn poisoning_every_freed_buffer_changes_no_bit_of_the_step() {
+    for model in MODELS {
+        let g = graph(model);
+        let layouts = [row_major(&g), random_layouts(&g, 6)];
+        for (k, layouts) in layouts.into_iter().enumerate() {
+            let (gc, lc) = with_converts(g.clone(), layouts.clone(), 8, 5 + k as u64);
+            for (g, layouts, what) in [(&g, layouts, "layouts"), (&gc, lc, "converts")] {
+                let what = format!("{model:?} {what} {k}");
+                let alone = run_cpu(g, &layouts, false, true);
+                let shared = run_cpu(g, &layouts, true, true);
+                assert!(alone.loss.is_finite(), "{what}");
+                assert_eq!(shared, alone, "{what}: reuse changed the step");
+            }
+        }
+    }
+}
+
+#[test]
+fn recomputation_keeps_the_results_and_lowers_the_peak() {
+    for model in MODELS {
+        let g = graph(model);
+        let layouts = random_layouts(&g, 8);
+        let (rg, rl) = recompute(&g, &layouts).unwrap();
+        let added = rg.nodes().len() - g.nodes().len();
+        assert!(added >= 2, "{model:?}: {added} operations recomputed");
+        assert_eq!(
+            run_cpu(&rg, &rl, true, true),
+            run_cpu(&g, &layouts, false, true)
+        );
+        let before = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+        let after = plan_memory(&rg, &rl, SIZES, MemoryOptions::default()).unwrap();
+        assert!(
+            after.peak_live_bytes() < before.peak_live_bytes(),
+            "{model:?}: {} vs {}",
+            after.peak_live_bytes(),
+            before.peak_live_bytes()
+        );
+        assert!(after.peak_bytes() < before.peak_bytes(), "{model:?}");
+        assert!(recompute(&g, &layouts[1..]).is_err());
+    }
+}
+
+#[test]
+fn the_plans_of_the_shipped_graphs_are_snapshotted() {
+    let sizes = Sizes {
+        batch: 32,
+        seq: 128,
+    };
+    for (name, model) in [("encoder", Model::Encoder), ("decoder", Model::Decoder)] {
+        let g = build(model, ModelConfig::MINI).unwrap();
+        let layouts = row_major(&g);
+        let plan = plan_memory(&g, &layouts, sizes, MemoryOptions::default()).unwrap();
+        let (rg, rl) = recompute(&g, &layouts).unwrap();
+        let re = plan_memory(&rg, &rl, sizes, MemoryOptions::default()).unwrap();
+        assert!(re.peak_bytes() < plan.peak_bytes());
+        let report =
+            format!("## row-major\n{plan}\n## row-major, recomputing cheap activations\n{re}");
+        insta::assert_snapshot!(format!("{name}_memory"), report);
+    }
+}
