@@ -5,6 +5,8 @@
 //!   the kernels' operations, and the backward derived by reverse-mode differentiation.
 //! - [`models`]: the shipped graphs, a BERT-style encoder and a GPT-style decoder.
 //! - [`layouts`]: the layouts a graph tensor can take (row-major, column-major, R-Tiles).
+//! - [`select`]: the choice of every tensor's layout — cost model, calibration, strategies,
+//!   and the plan with its explanation.
 //!
 //! ```
 //! use fblayout_plan::graph::{Op, Pass};
@@ -24,3 +26,4 @@
 pub mod graph;
 pub mod layouts;
 pub mod models;
+pub mod select;
