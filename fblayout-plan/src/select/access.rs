@@ -2,28 +2,28 @@
 //!
 //! The kernels of `fblayout-kernels` take views of any layout, so every candidate layout is
 //! accepted for every operand; what differs is the cost. That cost depends on which axis the
-//! kernel's neighbouring threads walk when they touch an operand ([`Walk`]): along a
+//! kernel's neighbouring threads walk when they touch an operand (`Walk`): along a
 //! contiguous axis they share memory transactions, along a strided one they do not. A
 //! reduction along the walked axis is priced with the model's reduction factors. The two
-//! operands of a matrix product also set its arithmetic rate ([`Matmul`]).
+//! operands of a matrix product also set its arithmetic rate (`Matmul`).
 //!
-//! The table, operand by operand (`input → output`, walks in brackets):
+//! The table, operand by operand (walks in parentheses):
 //!
 //! | operation | reads | writes |
 //! |---|---|---|
-//! | embedding | ids, table rows [last] | out [own] |
-//! | linear `y = x·w` | x [last = `d_in`], w [before last = `d_in`]; product | y [own] |
-//! | linear_grad_input `dx = dy·wᵀ` | dy [last], w transposed [last = `d_out`]; product | dx [own] |
-//! | linear_grad_weight `dw = xᵀ·dy` | x, dy [before last = tokens, reduced]; product | dw [own] |
-//! | bias | x [like the output], b [last] | y [own] |
-//! | layer_norm, rms_norm | x [last, reduced], γ, β [last] | y, mean, rstd [last] |
-//! | attention | qkv [before last = keys]; product of queries [last] by keys [before last] | ctx, probs [last] |
-//! | attention_grad | qkv [before last], probs [before last = queries, reduced], dout [last]; product | dqkv [last] |
-//! | cross_entropy (and its grad) | logits [last, reduced], labels [last] | loss / dlogits [last] |
-//! | embedding_grad | ids, dout [last] | dtable [last] |
-//! | bias_grad | dy [before last, reduced] | db [last] |
-//! | layer_norm_grad, rms_norm_grad | x, dy [last, reduced; before last, reduced (γ/β gradients)], γ, mean, rstd [last] | dx, dγ, dβ [last] |
-//! | elementwise (add, activations, swiglu, accumulate, AdamW, and any other) | every input [like the output] | first output [own], others [like the first] |
+//! | embedding | ids, table rows (last) | out (own) |
+//! | linear `y = x·w` | x (last = `d_in`), w (before last = `d_in`); product | y (own) |
+//! | linear_grad_input `dx = dy·wᵀ` | dy (last), w transposed (last = `d_out`); product | dx (own) |
+//! | linear_grad_weight `dw = xᵀ·dy` | x, dy (before last = tokens, reduced); product | dw (own) |
+//! | bias | x (like the output), b (last) | y (own) |
+//! | layer_norm, rms_norm | x (last, reduced), γ, β (last) | y, mean, rstd (last) |
+//! | attention | qkv (before last = keys); product of queries (last) by keys (before last) | ctx, probs (last) |
+//! | attention_grad | qkv (before last), probs (before last = queries, reduced), dout (last); product | dqkv (last) |
+//! | cross_entropy (and its grad) | logits (last, reduced), labels (last) | loss / dlogits (last) |
+//! | embedding_grad | ids, dout (last) | dtable (last) |
+//! | bias_grad | dy (before last, reduced) | db (last) |
+//! | layer_norm_grad, rms_norm_grad | x, dy (last, reduced; before last, reduced (γ/β gradients)), γ, mean, rstd (last) | dx, dγ, dβ (last) |
+//! | elementwise (add, activations, swiglu, accumulate, AdamW, and any other) | every input (like the output) | first output (own), others (like the first) |
 //!
 //! `own` is the operand's own memory order: the kernel walks its buffer linearly, which is
 //! contiguous whatever the layout. `like the output` reads the operand in the order of the

@@ -228,14 +228,14 @@ fn bound(step: &str, view: &View) -> Result<BoundView, PlanError> {
 fn gpu_err(step: &str) -> impl Fn(fblayout_kernels::GpuError) -> PlanError + '_ {
     move |source| PlanError::Gpu {
         step: step.to_owned(),
-        source,
+        source: Box::new(source),
     }
 }
 
 fn op_err(step: &str) -> impl Fn(fblayout_kernels::ops::OpError) -> PlanError + '_ {
     move |source| PlanError::Kernel {
         step: step.to_owned(),
-        source,
+        source: Box::new(source),
     }
 }
 

@@ -42,7 +42,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub(crate) mod access;
+pub mod access;
 pub mod calibrate;
 pub mod cost;
 pub mod exact;
@@ -112,7 +112,7 @@ pub enum PlanError {
         choice: LayoutChoice,
         /// What the layout checks said.
         #[source]
-        source: LayoutErrors,
+        source: Box<LayoutErrors>,
     },
     /// A layout of a tensor could not be bound at the run's sizes.
     #[error("tensor `{tensor}`: {source}")]
@@ -121,7 +121,7 @@ pub enum PlanError {
         tensor: String,
         /// What binding said.
         #[source]
-        source: LayoutError,
+        source: Box<LayoutError>,
     },
     /// The rewritten graph could not be built.
     #[error("rewriting the graph with its conversions: {0}")]
@@ -160,7 +160,7 @@ pub enum PlanError {
         step: String,
         /// The kernel's error.
         #[source]
-        source: fblayout_kernels::ops::OpError,
+        source: Box<fblayout_kernels::ops::OpError>,
     },
     /// The GPU failed during calibration.
     #[error("calibration, {step}: {source}")]
@@ -169,7 +169,7 @@ pub enum PlanError {
         step: String,
         /// The runtime's error.
         #[source]
-        source: fblayout_kernels::GpuError,
+        source: Box<fblayout_kernels::GpuError>,
     },
     /// A calibration layout could not be built.
     #[error("calibration, {step}: {detail}")]

@@ -499,7 +499,7 @@ fn shape_costs(
     let extents = run_extents(tensor, sizes);
     let layout_err = |source| PlanError::Layout {
         tensor: tensor.name.clone(),
-        source,
+        source: Box::new(source),
     };
     let mut layouts: Vec<TensorLayout> = Vec::new();
     let mut stored = Vec::new();
@@ -510,7 +510,7 @@ fn shape_costs(
                 .map_err(|e| PlanError::Layouts {
                     tensor: tensor.name.clone(),
                     choice: c,
-                    source: e,
+                    source: Box::new(e),
                 })?;
         let bound = layout.bind(&extents).map_err(layout_err)?;
         let (classes, inner) = walk_classes(&layout, &bound);
