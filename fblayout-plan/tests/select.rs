@@ -424,12 +424,14 @@ fn check_conversions(p: &Plan, g: &Graph, name: &str) {
             .count();
         assert_eq!(readers, 1, "{name}");
     }
-    let convert_nodes = pg
-        .nodes()
-        .iter()
-        .filter(|n| matches!(n.op, Op::Convert { .. }))
-        .count();
-    assert_eq!(converts, convert_nodes, "{name}: every Convert is listed");
+    let is_convert = |n: &&fblayout_plan::graph::Node| matches!(n.op, Op::Convert { .. });
+    let before = g.nodes().iter().filter(is_convert).count();
+    let after = pg.nodes().iter().filter(is_convert).count();
+    assert_eq!(
+        before + converts,
+        after,
+        "{name}: every inserted Convert is listed"
+    );
     // Reading each copy as its source gives back the graph planned.
     let source_of = |t: TensorId| {
         p.conversions()
@@ -437,10 +439,13 @@ fn check_conversions(p: &Plan, g: &Graph, name: &str) {
             .find(|c| c.copy == t)
             .map_or(t, |c| c.source)
     };
+    let inserted: Vec<usize> = p.conversions().iter().map(|c| c.node.index()).collect();
     let kept: Vec<_> = pg
         .nodes()
         .iter()
-        .filter(|n| !matches!(n.op, Op::Convert { .. }))
+        .enumerate()
+        .filter(|(i, _)| !inserted.contains(i))
+        .map(|(_, n)| n)
         .collect();
     assert_eq!(kept.len(), g.nodes().len(), "{name}");
     for (a, b) in kept.iter().zip(g.nodes()) {
@@ -465,6 +470,11 @@ fn per_op_plans_convert_wherever_a_consumer_wants_another_layout() {
             !p.conversions().is_empty(),
             "{m:?}: per-op choices disagree somewhere"
         );
+        // A graph with conversions plans again: its Converts are priced by their class, and
+        // the optimum over it is no worse than the per-op plan that made it.
+        let again = plan(p.graph(), SHIPPED, &model, Strategy::Optimal).unwrap();
+        assert!(again.cost() <= p.cost() * (1.0 + 1e-9), "{m:?}");
+        check_conversions(&again, p.graph(), &format!("{m:?} planned again"));
     }
     let mut rng = Rng(3);
     for i in 0..8 {

@@ -54,7 +54,8 @@ impl fmt::Display for Plan {
             by_pass[match node.op.pass() {
                 Pass::Forward => 0,
                 Pass::Backward => 1,
-                Pass::Optimizer => 2,
+                // The optimizer, and any pass after it.
+                _ => 2,
             }] += cost;
         }
         let converting = self.inserted.iter().fold(0.0, |a, c| a + c.cost);
