@@ -205,10 +205,18 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
     );
     assert!(cache_path(&dir, info).exists());
     let f = model.factors();
-    // Reading a matrix transposed is slower than copying it as stored, and a product has a
-    // rate for every pair it measured.
-    assert!(f.access.strided > 1.0, "{model}");
-    assert!(f.matmul.rates.len() >= 4, "{model}");
+    // Every class was measured (a software adapter may read strided as fast as contiguous,
+    // so only the definitions are checked): the products cover both classes of the left
+    // operand against all four of the right one.
+    for a in [Class::Contiguous, Class::Strided] {
+        for b in Class::ALL {
+            assert!(
+                f.matmul.rates.iter().any(|r| (r.0, r.1) == (a, b)),
+                "{a}·{b}: {model}"
+            );
+        }
+    }
+    assert!(f.bandwidth > 0.0 && f.dispatch >= 0.0, "{model}");
     let again = CostModel::calibrated(&gpu, Some(&dir)).unwrap();
     assert_eq!(cache_note(&again), "read from the cache");
     assert_eq!(again.factors(), model.factors());
