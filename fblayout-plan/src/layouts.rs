@@ -12,7 +12,7 @@ use std::fmt;
 
 use fblayout_core::layout::{LayoutErrors, LayoutSpec, Order, TensorLayout};
 
-use crate::graph::{Dim, Tensor};
+use crate::graph::{Dim, Sizes, Tensor};
 
 /// How a tensor is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -38,6 +38,15 @@ impl LayoutChoice {
             Self::RTile(4),
             Self::RTile(8),
         ]
+    }
+
+    /// A short name for generated tensor names and tables: `rm`, `cm`, `rt4`, ...
+    pub fn short(self) -> String {
+        match self {
+            Self::RowMajor => "rm".into(),
+            Self::ColMajor => "cm".into(),
+            Self::RTile(t) => format!("rt{t}"),
+        }
     }
 
     /// The layout of `tensor` (named `name`) stored this way.
@@ -72,6 +81,17 @@ impl LayoutChoice {
         };
         spec.build()
     }
+}
+
+/// The run-time extents of `tensor` for a run of `sizes`, as [`TensorLayout::bind`] takes
+/// them: one `(axis, extent)` pair per batch or sequence axis.
+pub fn run_extents(tensor: &Tensor, sizes: Sizes) -> Vec<(&str, u32)> {
+    tensor
+        .axes
+        .iter()
+        .filter(|a| !matches!(a.dim, Dim::Fixed(_)))
+        .map(|a| (a.name.as_str(), a.dim.value(sizes)))
+        .collect()
 }
 
 /// The largest of `want`, `want/2`, ..., 1 that divides `n`.

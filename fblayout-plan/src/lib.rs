@@ -9,6 +9,8 @@
 //!   category, and recomputation of cheap activations.
 //! - [`exec`]: executing a training step (forward, backward, AdamW) of a graph under its
 //!   layouts and memory plan, with the views each kernel reads its operands through.
+//! - [`select`]: the choice of every tensor's layout — cost model, calibration, strategies,
+//!   and the plan with its explanation.
 //!
 //! ```
 //! use fblayout_plan::graph::{Op, Pass};
@@ -30,3 +32,4 @@ pub mod graph;
 pub mod layouts;
 pub mod memory;
 pub mod models;
+pub mod select;

@@ -13,6 +13,9 @@
 //! never handed to the driver; the cache then starts empty and the file is replaced on the
 //! next save. Saves write a temporary file and rename it over the old one, so a crash leaves
 //! the previous file whole.
+//!
+//! The envelope is public ([`DiskCache::at`]) for other per-device caches, such as the
+//! planner's calibration: each names its own file and key.
 
 use std::fs;
 use std::io::Write as _;
@@ -41,9 +44,10 @@ pub enum CacheLoad {
     },
 }
 
-/// Where one device's cache lives and what it is keyed by.
+/// Where one device's cache lives and what it is keyed by: a file in the checksummed envelope
+/// of the module docs.
 #[derive(Debug, Clone)]
-pub(crate) struct DiskCache {
+pub struct DiskCache {
     pub(crate) path: PathBuf,
     key: String,
 }
@@ -81,10 +85,18 @@ impl DiskCache {
     /// A file `<stem>-<hash of key>.bin` in `dir` in the same envelope.
     fn named(dir: &Path, stem: &str, key: String) -> Self {
         let file = format!("{stem}-{:016x}.bin", fnv1a(&[key.as_bytes()]));
-        Self {
-            path: dir.join(file),
-            key,
-        }
+        Self::at(dir.join(file), key)
+    }
+
+    /// A cache in the file `path` keyed by `key` (what the data is valid for: adapter,
+    /// driver, versions). A file written under another key is rebuilt, not trusted.
+    pub fn at(path: PathBuf, key: String) -> Self {
+        Self { path, key }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Another file of the same adapter beside this one, `<stem>-<hash>.bin`, keyed by this
@@ -95,8 +107,8 @@ impl DiskCache {
         Self::named(dir, stem, format!("{}|{stem}", self.key))
     }
 
-    /// Reads the file: the driver's bytes when the envelope checks out.
-    pub(crate) fn load(&self) -> (Option<Vec<u8>>, CacheLoad) {
+    /// Reads the file: its data when the envelope checks out.
+    pub fn load(&self) -> (Option<Vec<u8>>, CacheLoad) {
         let raw = match fs::read(&self.path) {
             Ok(raw) => raw,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -127,7 +139,7 @@ impl DiskCache {
                 .ok_or_else(|| "the file is truncated".to_owned())
         };
         if take(0, 8)? != MAGIC {
-            return Err("it is not an fblayout pipeline cache".into());
+            return Err("it is not an fblayout cache file".into());
         }
         let key_len = u32::from_le_bytes(take(8, 4)?.try_into().expect("4 bytes")) as usize;
         let key = take(12, key_len)?;
@@ -149,7 +161,7 @@ impl DiskCache {
     }
 
     /// Writes `data` atomically: a temporary file, then a rename over the old one.
-    pub(crate) fn save(&self, data: &[u8]) -> std::io::Result<()> {
+    pub fn save(&self, data: &[u8]) -> std::io::Result<()> {
         if let Some(dir) = self.path.parent() {
             fs::create_dir_all(dir)?;
         }

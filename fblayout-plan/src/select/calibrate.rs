@@ -1,0 +1,536 @@
+//! Calibration: the cost model's factors measured by timing the real kernels on an adapter.
+//!
+//! [`measure`] times, on small `f32` tensors (a few seconds at most on a software adapter,
+//! with a progress bar once it passes two seconds):
+//!
+//! - **launch and bandwidth**: a [`Gather`] of a tiny view (the launch) and of a whole
+//!   row-major matrix as stored (a copy: read and write);
+//! - **access factors**: the same gather through the transposed view of a row-major matrix
+//!   (strided) and of 4×4 and 8×8 R-Tiles (tiled), over the copy, launch subtracted;
+//! - **reduction factors**: a softmax (which reduces its rows) over matrices whose rows are
+//!   contiguous (row-major), tiled (R-Tiles whose inner axis is the other one) and strided
+//!   (column-major), over the contiguous one;
+//! - **matrix-product rates**: `A·B` with `A` row-major and column-major and `B` in every
+//!   candidate layout, each pair keyed by the classes of its operands along `k`.
+//!
+//! Every class is found by the same code the planner prices layouts with, so the factors
+//! line up with the classes of the graph's tensors.
+//!
+//! The factors are cached on disk per adapter and driver ([`cache_key`]), in the runtime's
+//! checksummed envelope ([`DiskCache`]), as text. A file that does not check out — corrupt,
+//! truncated, written for another adapter, driver, format [`VERSION`] or crate version, or
+//! holding factors that are not positive numbers — is measured again and rewritten, never
+//! trusted.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fblayout_core::layout::{BoundView, LayoutSpec, Order, TensorLayout, View};
+use fblayout_kernels::ops::matmul::{MatmulOp, Scale};
+use fblayout_kernels::ops::softmax::{Mask, Softmax, SoftmaxOp};
+use fblayout_kernels::runtime::{Batch, CacheLoad, DiskCache, Gpu, GpuInfo};
+use fblayout_kernels::tensor::GpuArg;
+use fblayout_kernels::{Gather, GpuBuffer};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::PlanError;
+use super::cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes};
+
+/// The format of the cache file; a change makes every older file stale.
+pub const VERSION: u32 = 1;
+
+/// Side of the square matrices gathered.
+const GATHER_SIDE: u32 = 1024;
+/// Rows and row length of the softmaxes.
+const SOFTMAX: (u32, u32) = (256, 256);
+/// `m = n = k` of the products.
+const MATMUL: u32 = 128;
+/// Timed samples per measurement (the quickest is kept).
+const SAMPLES: usize = 5;
+/// Runs per sample.
+const REPS: usize = 4;
+/// How long calibration runs before it shows a progress bar.
+const QUIET: Duration = Duration::from_secs(2);
+
+/// The cache key of an adapter: the format version, this crate's version, and the adapter's
+/// name, backend, type, driver and driver version.
+pub fn cache_key(info: &GpuInfo) -> String {
+    format!(
+        "fblayout-plan calibration v{VERSION} ({})|{}|{:?}|{:?}|{}|{}",
+        env!("CARGO_PKG_VERSION"),
+        info.name,
+        info.backend,
+        info.device_type,
+        info.driver,
+        info.driver_info
+    )
+}
+
+/// The cache file of an adapter in `dir`: named for the adapter and driver, so that a
+/// version change finds the old file and rebuilds it.
+pub fn cache_path(dir: &Path, info: &GpuInfo) -> PathBuf {
+    let name: String = format!("{}-{}", info.name, info.driver)
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    dir.join(format!("calibration-{name}.bin"))
+}
+
+impl CostModel {
+    /// The model calibrated on `gpu`: read from the cache in `cache_dir` when a valid file is
+    /// there, else measured ([`measure`]) and written there. `None` measures every time.
+    pub fn calibrated(gpu: &Gpu, cache_dir: Option<&Path>) -> Result<CostModel, PlanError> {
+        let info = gpu.info();
+        let cache = cache_dir.map(|dir| DiskCache::at(cache_path(dir, info), cache_key(info)));
+        load_or_measure(cache.as_ref(), &info.to_string(), || measure(gpu))
+    }
+}
+
+/// The model from `cache` when its file holds valid factors, else from `measure` (then
+/// written to `cache`). The origin says which, and why a file was rebuilt.
+pub fn load_or_measure(
+    cache: Option<&DiskCache>,
+    adapter: &str,
+    measure: impl FnOnce() -> Result<Factors, PlanError>,
+) -> Result<CostModel, PlanError> {
+    let origin = |cache: String| Origin::Calibrated {
+        adapter: adapter.to_owned(),
+        cache,
+    };
+    let Some(cache) = cache else {
+        return CostModel::with_factors(measure()?, origin("measured; no cache".into()));
+    };
+    let why = match cache.load() {
+        (Some(data), CacheLoad::Loaded { .. }) => match decode(&data) {
+            Ok(factors) => {
+                return CostModel::with_factors(factors, origin("read from the cache".into()));
+            }
+            Err(reason) => format!("measured; the cache was rebuilt: {reason}"),
+        },
+        (_, CacheLoad::Rebuilt { reason }) => format!("measured; the cache was rebuilt: {reason}"),
+        _ => "measured; no cache file yet".to_owned(),
+    };
+    let factors = measure()?;
+    let model = CostModel::with_factors(factors, origin(why))?;
+    cache
+        .save(encode(&model.factors).as_bytes())
+        .map_err(|source| PlanError::Cache {
+            path: cache.path().to_owned(),
+            source,
+        })?;
+    Ok(model)
+}
+
+/// The factors as the cache's text: one `name values…` line each, numbers in Rust's
+/// shortest round-trip form.
+pub fn encode(f: &Factors) -> String {
+    let mut s = format!("bandwidth {}\ndispatch {}\n", f.bandwidth, f.dispatch);
+    for (name, c) in [("access", f.access), ("reduce", f.reduce)] {
+        s += &format!("{name} {} {} {}\n", c.tiled4, c.tiled8, c.strided);
+    }
+    for (a, b, r) in &f.matmul.rates {
+        s += &format!(
+            "matmul {} {} {r}\n",
+            super::cost::short(*a),
+            super::cost::short(*b)
+        );
+    }
+    s
+}
+
+/// The factors of the cache's text, checked; why not, when they don't parse or check.
+pub fn decode(data: &[u8]) -> Result<Factors, String> {
+    let text = std::str::from_utf8(data).map_err(|_| "the factors are not text".to_owned())?;
+    let (mut bandwidth, mut dispatch, mut access, mut reduce) = (None, None, None, None);
+    let mut rates = Vec::new();
+    let class = |s: &str| {
+        Class::ALL
+            .into_iter()
+            .find(|c| super::cost::short(*c) == s)
+            .ok_or_else(|| format!("unknown class `{s}`"))
+    };
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> Result<f64, String> {
+            words
+                .get(i)
+                .and_then(|w| w.parse::<f64>().ok())
+                .ok_or_else(|| format!("line `{line}` lacks a number"))
+        };
+        let factors = || -> Result<ClassFactors, String> {
+            Ok(ClassFactors {
+                tiled4: num(1)?,
+                tiled8: num(2)?,
+                strided: num(3)?,
+            })
+        };
+        match words.first().copied() {
+            Some("bandwidth") => bandwidth = Some(num(1)?),
+            Some("dispatch") => dispatch = Some(num(1)?),
+            Some("access") => access = Some(factors()?),
+            Some("reduce") => reduce = Some(factors()?),
+            Some("matmul") => rates.push((
+                class(words.get(1).copied().unwrap_or(""))?,
+                class(words.get(2).copied().unwrap_or(""))?,
+                num(3)?,
+            )),
+            _ => return Err(format!("unexpected line `{line}`")),
+        }
+    }
+    let missing = |what: &str| format!("the factors lack `{what}`");
+    let factors = Factors {
+        bandwidth: bandwidth.ok_or_else(|| missing("bandwidth"))?,
+        dispatch: dispatch.ok_or_else(|| missing("dispatch"))?,
+        access: access.ok_or_else(|| missing("access"))?,
+        reduce: reduce.ok_or_else(|| missing("reduce"))?,
+        matmul: MatmulRates { rates },
+    };
+    factors.check()?;
+    Ok(factors)
+}
+
+/// A matrix on the GPU in one layout.
+struct Matrix {
+    layout: TensorLayout,
+    buffer: GpuBuffer,
+}
+
+impl Matrix {
+    fn new(gpu: &Gpu, step: &str, spec: LayoutSpec) -> Result<Self, PlanError> {
+        let layout = spec.build().map_err(|e| PlanError::Calibration {
+            step: step.to_owned(),
+            detail: e.to_string(),
+        })?;
+        let len = bound(step, &layout.view())?.len() as usize;
+        // Values that keep every kernel finite.
+        let data: Vec<f32> = (0..len).map(|i| (i % 13) as f32 * 0.125 - 0.75).collect();
+        let buffer = GpuBuffer::from_slice(gpu, &data).map_err(gpu_err(step))?;
+        Ok(Self { layout, buffer })
+    }
+
+    /// The class of a walk along `axis`.
+    fn class(&self, step: &str, axis: usize) -> Result<Class, PlanError> {
+        Ok(walk_classes(&self.layout, &bound(step, &self.layout.view())?).0[axis])
+    }
+
+    fn arg<'a>(&'a self, step: &str, view: &'a View) -> Result<GpuArg<'a>, PlanError> {
+        GpuArg::bound(&self.buffer, view, bound(step, view)?).map_err(gpu_err(step))
+    }
+}
+
+fn bound(step: &str, view: &View) -> Result<BoundView, PlanError> {
+    view.bind(&[]).map_err(|e| PlanError::Calibration {
+        step: step.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+fn gpu_err(step: &str) -> impl Fn(fblayout_kernels::GpuError) -> PlanError + '_ {
+    move |source| PlanError::Gpu {
+        step: step.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+fn op_err(step: &str) -> impl Fn(fblayout_kernels::ops::OpError) -> PlanError + '_ {
+    move |source| PlanError::Kernel {
+        step: step.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+/// A `rows × cols` matrix spec: row-major, column-major, or an R-Tile of `tile` whose inner
+/// (forward) axis is `inner`.
+fn spec(name: &str, rows: u32, cols: u32, layout: Layout) -> LayoutSpec {
+    let base = LayoutSpec::new(name);
+    match layout {
+        Layout::Order(order) => base.axis("rows", rows).axis("cols", cols).order(order),
+        Layout::RTile { tile, inner } => {
+            let other = if inner == "cols" { "rows" } else { "cols" };
+            base.axis("rows", rows)
+                .tile(tile, true)
+                .axis("cols", cols)
+                .tile(tile, true)
+                .rtile()
+                .reduce_forward([inner])
+                .reduce_backward([other])
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Layout {
+    Order(Order),
+    RTile { tile: u32, inner: &'static str },
+}
+
+/// The quickest of [`SAMPLES`] calls of `f`, after one call to warm up: other work on the
+/// machine only ever adds time, so the quickest sample is the least disturbed.
+fn quickest(mut f: impl FnMut() -> Result<f64, PlanError>) -> Result<f64, PlanError> {
+    f()?;
+    (0..SAMPLES).try_fold(f64::INFINITY, |best, _| Ok(best.min(f()?)))
+}
+
+/// Seconds per run of `gather` from `src` into `dst`, by the wall clock.
+fn time_gather(
+    gpu: &Gpu,
+    step: &str,
+    gather: &Gather,
+    src: &GpuBuffer,
+    dst: &GpuBuffer,
+) -> Result<f64, PlanError> {
+    quickest(|| {
+        let start = Instant::now();
+        for _ in 0..REPS {
+            gather.run(gpu, src, dst).map_err(gpu_err(step))?;
+        }
+        gpu.wait().map_err(gpu_err(step))?;
+        Ok(start.elapsed().as_secs_f64() / REPS as f64)
+    })
+}
+
+/// Seconds per step that `record` records, from the batch's timings.
+fn time_batch(
+    gpu: &Gpu,
+    step: &str,
+    record: &dyn Fn(&mut Batch<'_>) -> Result<(), PlanError>,
+) -> Result<f64, PlanError> {
+    quickest(|| {
+        let mut batch = gpu.batch();
+        for _ in 0..REPS {
+            record(&mut batch)?;
+        }
+        let timings = batch.submit_timed().map_err(gpu_err(step))?;
+        Ok(timings.iter().map(|t| t.nanos).sum::<f64>() * 1e-9 / REPS as f64)
+    })
+}
+
+/// How many times `t` is the `base`, the launch `dispatch` taken off both (never below a
+/// twentieth of either, so noise on a fast device can't make a factor vanish).
+fn ratio(t: f64, base: f64, dispatch: f64) -> f64 {
+    (t - dispatch).max(t / 20.0) / (base - dispatch).max(base / 20.0)
+}
+
+/// Measures the factors on `gpu` (see the module docs).
+pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
+    let started = Instant::now();
+    let gathers = 5;
+    let softmaxes = 4;
+    let products = 8;
+    let bar = ProgressBar::with_draw_target(
+        Some(gathers + softmaxes + products),
+        ProgressDrawTarget::hidden(),
+    );
+    if let Ok(style) = ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} {msg}") {
+        bar.set_style(style);
+    }
+    let tick = |what: &str| {
+        if started.elapsed() > QUIET && bar.is_hidden() {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        bar.set_message(what.to_owned());
+        bar.inc(1);
+    };
+
+    // Launch, bandwidth and access factors: gathers.
+    let n = GATHER_SIDE;
+    let step = "gather";
+    let rm = Matrix::new(
+        gpu,
+        step,
+        spec("cal_rm", n, n, Layout::Order(Order::RowMajor)),
+    )?;
+    let rt4 = Matrix::new(
+        gpu,
+        step,
+        spec(
+            "cal_rt4",
+            n,
+            n,
+            Layout::RTile {
+                tile: 4,
+                inner: "cols",
+            },
+        ),
+    )?;
+    let rt8 = Matrix::new(
+        gpu,
+        step,
+        spec(
+            "cal_rt8",
+            n,
+            n,
+            Layout::RTile {
+                tile: 8,
+                inner: "cols",
+            },
+        ),
+    )?;
+    let dst = GpuBuffer::zeroed::<f32>(gpu, (n * n) as usize).map_err(gpu_err(step))?;
+    let gather_of = |m: &Matrix, view: &View| -> Result<f64, PlanError> {
+        let g = Gather::new(view, &bound(step, view)?).map_err(gpu_err(step))?;
+        time_gather(gpu, step, &g, &m.buffer, &dst)
+    };
+    let tiny_layout = LayoutSpec::new("cal_tiny")
+        .axis("i", 64)
+        .build()
+        .map_err(|e| PlanError::Calibration {
+            step: step.to_owned(),
+            detail: e.to_string(),
+        })?;
+    let tiny = Gather::new(&tiny_layout.view(), &bound(step, &tiny_layout.view())?)
+        .map_err(gpu_err(step))?;
+    let dispatch = time_gather(gpu, step, &tiny, &rm.buffer, &dst)?;
+    tick("launch");
+    let copy = gather_of(&rm, &rm.layout.view())?;
+    tick("copy");
+    let bytes = 2.0 * f64::from(n * n) * 4.0;
+    let bandwidth = bytes / (copy - dispatch).max(copy / 20.0);
+    let transposed = |m: &Matrix| -> Result<(Class, f64), PlanError> {
+        let view =
+            m.layout
+                .view()
+                .transpose("rows", "cols")
+                .map_err(|e| PlanError::Calibration {
+                    step: step.to_owned(),
+                    detail: e.to_string(),
+                })?;
+        // The gather walks the view's last axis: the matrix's rows.
+        let class = m.class(step, 0)?;
+        Ok((class, ratio(gather_of(m, &view)?, copy, dispatch)))
+    };
+    let mut measured = Vec::new();
+    for m in [&rm, &rt4, &rt8] {
+        measured.push(transposed(m)?);
+        tick("transposed gathers");
+    }
+    let access = class_factors(step, &measured)?;
+
+    // Reduction factors: softmaxes along rows of each class.
+    let step = "softmax";
+    let (rows, cols) = SOFTMAX;
+    let mut timed: Vec<(Class, f64)> = Vec::new();
+    for layout in [
+        Layout::Order(Order::RowMajor),
+        Layout::RTile {
+            tile: 4,
+            inner: "rows",
+        },
+        Layout::RTile {
+            tile: 8,
+            inner: "rows",
+        },
+        Layout::Order(Order::ColMajor),
+    ] {
+        let x = Matrix::new(gpu, step, spec("cal_x", rows, cols, layout))?;
+        let y = Matrix::new(gpu, step, spec("cal_y", rows, cols, layout))?;
+        let (xv, yv) = (x.layout.view(), y.layout.view());
+        let op =
+            SoftmaxOp::new(gpu, &xv, &yv, Softmax::new(1.0, Mask::None)).map_err(op_err(step))?;
+        let (xa, ya) = (x.arg(step, &xv)?, y.arg(step, &yv)?);
+        let t = time_batch(gpu, step, &|b| {
+            op.forward(b, &xa, &ya).map_err(op_err(step))
+        })?;
+        timed.push((x.class(step, 1)?, t));
+        tick("softmaxes");
+    }
+    let base = timed
+        .iter()
+        .find(|(c, _)| *c == Class::Contiguous)
+        .map(|x| x.1)
+        .ok_or_else(|| PlanError::Calibration {
+            step: step.to_owned(),
+            detail: "no softmax ran over contiguous rows".into(),
+        })?;
+    let ratios: Vec<(Class, f64)> = timed
+        .iter()
+        .map(|&(class, t)| (class, ratio(t, base, dispatch)))
+        .collect();
+    let reduce = class_factors(step, &ratios)?;
+
+    // Matrix-product rates.
+    let step = "matmul";
+    let s = MATMUL;
+    let c = Matrix::new(
+        gpu,
+        step,
+        spec("cal_c", s, s, Layout::Order(Order::RowMajor)),
+    )?;
+    let mut rates: Vec<(Class, Class, f64, usize)> = Vec::new();
+    for a_layout in [
+        Layout::Order(Order::RowMajor),
+        Layout::Order(Order::ColMajor),
+    ] {
+        let a = Matrix::new(gpu, step, spec("cal_a", s, s, a_layout))?;
+        for b_layout in [
+            Layout::Order(Order::RowMajor),
+            Layout::Order(Order::ColMajor),
+            Layout::RTile {
+                tile: 4,
+                inner: "cols",
+            },
+            Layout::RTile {
+                tile: 8,
+                inner: "cols",
+            },
+        ] {
+            let b = Matrix::new(gpu, step, spec("cal_b", s, s, b_layout))?;
+            let (av, bv, cv) = (a.layout.view(), b.layout.view(), c.layout.view());
+            let op = MatmulOp::new(gpu, &av, &bv, &cv).map_err(op_err(step))?;
+            let (ga, gb, gc) = (a.arg(step, &av)?, b.arg(step, &bv)?, c.arg(step, &cv)?);
+            let t = time_batch(gpu, step, &|batch| {
+                op.record(batch, &ga, &gb, &gc, Scale::OVERWRITE)
+                    .map_err(op_err(step))
+            })?;
+            // A is read along its columns (k), B along its rows (k).
+            let key = (a.class(step, 1)?, b.class(step, 0)?);
+            let rate = 2.0 * f64::from(s).powi(3) / (t - dispatch).max(t / 20.0);
+            match rates.iter_mut().find(|r| (r.0, r.1) == key) {
+                Some(r) => {
+                    r.2 += rate;
+                    r.3 += 1;
+                }
+                None => rates.push((key.0, key.1, rate, 1)),
+            }
+            tick("products");
+        }
+    }
+    bar.finish_and_clear();
+    let factors = Factors {
+        bandwidth,
+        access,
+        reduce,
+        matmul: MatmulRates {
+            rates: rates
+                .into_iter()
+                .map(|(a, b, sum, k)| (a, b, sum / k as f64))
+                .collect(),
+        },
+        dispatch,
+    };
+    factors.check().map_err(|detail| PlanError::Calibration {
+        step: "the measured factors".into(),
+        detail,
+    })?;
+    Ok(factors)
+}
+
+/// The factors of the measured `(class, ratio)` pairs; each of the three non-contiguous
+/// classes must have been measured.
+fn class_factors(step: &str, measured: &[(Class, f64)]) -> Result<ClassFactors, PlanError> {
+    let of = |class: Class| {
+        measured
+            .iter()
+            .find(|m| m.0 == class)
+            .map(|m| m.1)
+            .ok_or_else(|| PlanError::Calibration {
+                step: step.to_owned(),
+                detail: format!("no measurement had the class {class}"),
+            })
+    };
+    Ok(ClassFactors {
+        tiled4: of(Class::Tiled4)?,
+        tiled8: of(Class::Tiled8)?,
+        strided: of(Class::Strided)?,
+    })
+}

@@ -1,0 +1,325 @@
+//! The cost model: what reading, writing, multiplying and converting a tensor costs under a
+//! layout, in predicted seconds.
+//!
+//! - **Bytes**: an operand moves its buffer once per walk, padding included (the layout's
+//!   bound length times the element size), at the model's `bandwidth`.
+//! - **Coalescing**: each walk (see [`access`](super::access)) is classified by the layout's
+//!   memory order along the walked axis ([`Class`]) and its bytes are multiplied by that
+//!   class's factor ([`ClassFactors`]), separately for plain walks and for reductions.
+//! - **Arithmetic**: a matrix product's flops at the rate of its operands' classes along their
+//!   shared axis ([`MatmulRates`]).
+//! - **Conversions**: from `fblayout_core`'s classification
+//!   ([`classify_layouts`](fblayout_core::layout::classify_layouts)): free costs nothing; an
+//!   in-tile permutation reads and writes both buffers once at full bandwidth; a global copy
+//!   moves its bytes at the factor of reading the source in the destination's order.
+//! - **Dispatch**: every kernel launch (a conversion adds one) costs `dispatch` seconds.
+//!
+//! [`CostModel::analytic`] holds the factors of a reference device, the H200 as measured in
+//! `BENCHMARKS.md`; [`CostModel::calibrated`](super::CostModel::calibrated) measures them on
+//! the actual adapter (see [`calibrate`](super::calibrate)).
+
+use std::fmt;
+
+use fblayout_core::layout::{BoundView, TensorLayout};
+
+/// How a layout lays out the elements along a walked axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// Neighbours along the axis are neighbours in memory.
+    Contiguous,
+    /// Neighbours along the axis sit in one contiguous tile, 4 to 7 elements apart (the
+    /// tile's runs along its inner axis).
+    Tiled4,
+    /// As `Tiled4`, with runs of 8 or more.
+    Tiled8,
+    /// Anything else: every neighbour in another memory transaction.
+    Strided,
+}
+
+impl Class {
+    /// Every class, in order.
+    pub const ALL: [Class; 4] = [
+        Class::Contiguous,
+        Class::Tiled4,
+        Class::Tiled8,
+        Class::Strided,
+    ];
+
+    /// The class of a walk along an axis that is not contiguous, given the contiguous run
+    /// (elements) that the tile holding its neighbours has along its inner axis (1 when the
+    /// axis is not tiled).
+    pub(crate) fn of_tile_run(run: u64) -> Class {
+        match run {
+            8.. => Class::Tiled8,
+            4..=7 => Class::Tiled4,
+            _ => Class::Strided,
+        }
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Contiguous => "contiguous",
+            Self::Tiled4 => "tiled (runs of 4)",
+            Self::Tiled8 => "tiled (runs of 8)",
+            Self::Strided => "strided",
+        })
+    }
+}
+
+/// Multipliers of an access's bytes by [`Class`]; a contiguous access is 1 by definition.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassFactors {
+    /// [`Class::Tiled4`].
+    pub tiled4: f64,
+    /// [`Class::Tiled8`].
+    pub tiled8: f64,
+    /// [`Class::Strided`].
+    pub strided: f64,
+}
+
+impl ClassFactors {
+    /// The multiplier of `class`.
+    pub fn of(&self, class: Class) -> f64 {
+        match class {
+            Class::Contiguous => 1.0,
+            Class::Tiled4 => self.tiled4,
+            Class::Tiled8 => self.tiled8,
+            Class::Strided => self.strided,
+        }
+    }
+}
+
+/// The arithmetic rate (flop/s) of a matrix product by the classes of its left and right
+/// operands along the shared axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatmulRates {
+    /// `(left, right, flop/s)`; a pair not listed falls back as [`MatmulRates::rate`] says.
+    pub rates: Vec<(Class, Class, f64)>,
+}
+
+impl MatmulRates {
+    /// The rate of `(a, b)`: the listed one; else that of `(b, a)` (a product and its
+    /// transpose, `Cᵀ = Bᵀ·Aᵀ`, read the same tiles); else the separable estimate
+    /// `rate(a, C) · rate(C, b) / rate(C, C)` (with `C` contiguous); else the slowest listed.
+    pub fn rate(&self, a: Class, b: Class) -> f64 {
+        let find = |x: Class, y: Class| {
+            self.rates
+                .iter()
+                .find(|r| r.0 == x && r.1 == y)
+                .or_else(|| self.rates.iter().find(|r| r.0 == y && r.1 == x))
+                .map(|r| r.2)
+        };
+        let c = Class::Contiguous;
+        find(a, b)
+            .or_else(|| Some(find(a, c)? * find(c, b)? / find(c, c)?))
+            .unwrap_or_else(|| self.rates.iter().map(|r| r.2).fold(f64::INFINITY, f64::min))
+    }
+}
+
+/// Every factor of the model (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Factors {
+    /// Bytes per second of a contiguous copy, reads and writes counted.
+    pub bandwidth: f64,
+    /// Multipliers of plain walks.
+    pub access: ClassFactors,
+    /// Multipliers of walks that reduce along the walked axis.
+    pub reduce: ClassFactors,
+    /// Matrix-product rates.
+    pub matmul: MatmulRates,
+    /// Seconds per kernel launch.
+    pub dispatch: f64,
+}
+
+impl Factors {
+    /// The reference device's factors: an NVIDIA H200, from `BENCHMARKS.md` (2026-12-01).
+    ///
+    /// - `bandwidth`: the gather benchmark's copy of 16384² `f32`, 2131 GB/s read + write;
+    /// - `access`: the same run's gathers read through a transposed view, over the copy:
+    ///   an 8×8 R-Tile 1.09× (runs of 8), a 4×4 R-Tile 1.52× (runs of 4), row-major 4.37×
+    ///   (strided);
+    /// - `reduce`: the same (no separate reduction was measured on the reference device);
+    /// - `matmul`: 43.8 TFLOP/s, the 4096³ `f32` product, for every pair: the product stages
+    ///   its tiles through workgroup memory, and there the R-Tile and row-major operands ran
+    ///   within 5 % (41.8 against 43.8 TFLOP/s);
+    /// - `dispatch`: 0 (the analytic model counts bytes and flops only).
+    pub fn reference() -> Self {
+        let access = ClassFactors {
+            tiled4: 1.52,
+            tiled8: 1.09,
+            strided: 4.37,
+        };
+        Self {
+            bandwidth: 2131e9,
+            access,
+            reduce: access,
+            matmul: MatmulRates {
+                rates: vec![(Class::Contiguous, Class::Contiguous, 43.8e12)],
+            },
+            dispatch: 0.0,
+        }
+    }
+
+    /// Seconds to move `bytes` through a walk of `class`.
+    pub fn walk(&self, bytes: u64, class: Class, reduce: bool) -> f64 {
+        let factors = if reduce { &self.reduce } else { &self.access };
+        bytes as f64 / self.bandwidth * factors.of(class)
+    }
+
+    /// Checks that every factor is a positive finite number (the dispatch may be 0).
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let mut values = vec![
+            ("bandwidth", self.bandwidth),
+            ("access.tiled4", self.access.tiled4),
+            ("access.tiled8", self.access.tiled8),
+            ("access.strided", self.access.strided),
+            ("reduce.tiled4", self.reduce.tiled4),
+            ("reduce.tiled8", self.reduce.tiled8),
+            ("reduce.strided", self.reduce.strided),
+        ];
+        values.extend(self.matmul.rates.iter().map(|r| ("matmul", r.2)));
+        if let Some((name, v)) = values.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+            return Err(format!("factor `{name}` is {v}, not a positive number"));
+        }
+        if self.matmul.rates.is_empty() {
+            return Err("no matrix-product rate".into());
+        }
+        if !(self.dispatch.is_finite() && self.dispatch >= 0.0) {
+            return Err(format!("the dispatch time {} is not a time", self.dispatch));
+        }
+        Ok(())
+    }
+}
+
+/// Where a model's factors come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Origin {
+    /// The reference device's ([`Factors::reference`]).
+    Analytic,
+    /// Measured on an adapter.
+    Calibrated {
+        /// The adapter and driver.
+        adapter: String,
+        /// Whether they were read from the cache or measured now, and why.
+        cache: String,
+    },
+}
+
+/// The cost model the planner prices layouts with (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostModel {
+    pub(crate) factors: Factors,
+    pub(crate) origin: Origin,
+}
+
+impl CostModel {
+    /// The analytic model with the reference device's factors: deterministic, for tests,
+    /// snapshots and planning without an adapter.
+    pub fn analytic() -> Self {
+        Self {
+            factors: Factors::reference(),
+            origin: Origin::Analytic,
+        }
+    }
+
+    /// A model with the given factors (fails when one is not a positive number).
+    pub fn with_factors(factors: Factors, origin: Origin) -> Result<Self, super::PlanError> {
+        factors
+            .check()
+            .map_err(|detail| super::PlanError::Factors { detail })?;
+        Ok(Self { factors, origin })
+    }
+
+    /// Its factors.
+    pub fn factors(&self) -> &Factors {
+        &self.factors
+    }
+
+    /// Where they come from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+}
+
+impl fmt::Display for CostModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let x = &self.factors;
+        match &self.origin {
+            Origin::Analytic => writeln!(f, "cost model: analytic (reference device: H200)")?,
+            Origin::Calibrated { adapter, cache } => {
+                writeln!(f, "cost model: calibrated on {adapter} ({cache})")?;
+            }
+        }
+        writeln!(
+            f,
+            "  bandwidth {:.1} GB/s, dispatch {:.2} µs",
+            x.bandwidth / 1e9,
+            x.dispatch * 1e6
+        )?;
+        for (name, c) in [("access", x.access), ("reduce", x.reduce)] {
+            writeln!(
+                f,
+                "  {name}: tiled4 {:.2}×, tiled8 {:.2}×, strided {:.2}×",
+                c.tiled4, c.tiled8, c.strided
+            )?;
+        }
+        let rates: Vec<String> = x
+            .matmul
+            .rates
+            .iter()
+            .map(|(a, b, r)| format!("{}·{} {:.3}", short(*a), short(*b), r / 1e12))
+            .collect();
+        writeln!(f, "  matmul TFLOP/s: {}", rates.join(", "))
+    }
+}
+
+/// A class in two letters, for tables.
+pub(crate) fn short(class: Class) -> &'static str {
+    match class {
+        Class::Contiguous => "C",
+        Class::Tiled4 => "T4",
+        Class::Tiled8 => "T8",
+        Class::Strided => "S",
+    }
+}
+
+/// The class of a walk along each axis of `layout` bound as `bound`, and its fastest axis.
+///
+/// An axis is contiguous when [`contiguous_run`](fblayout_core::expr::ValidIndexFn::contiguous_run)
+/// proves aligned runs of 4 along it, or when neighbours along it are neighbours in memory at
+/// these extents (a column-major first axis at a run-time extent: contiguous but not provably
+/// aligned). A tiled axis that is not contiguous is [`Class::Tiled4`] or [`Class::Tiled8`] by
+/// the tile's run along its other axes (its elements over its extent along this one); any
+/// other axis is strided.
+pub(crate) fn walk_classes(layout: &TensorLayout, bound: &BoundView) -> (Vec<Class>, usize) {
+    let f = layout.view().simplified_fn().clone();
+    let rank = layout.rank();
+    let origin = vec![0u64; rank];
+    let unit = |axis: usize| {
+        if bound.shape()[axis] < 2 {
+            return true;
+        }
+        let mut next = origin.clone();
+        next[axis] = 1;
+        matches!((bound.offset(&origin), bound.offset(&next)), (Some(a), Some(b)) if b == a + 1)
+    };
+    let classes = (0..rank)
+        .map(|axis| {
+            if f.contiguous_run(axis, 4) || unit(axis) {
+                return Class::Contiguous;
+            }
+            let tile = u64::from(layout.axes()[axis].tile);
+            if tile > 1 {
+                Class::of_tile_run(layout.tile_elems() / tile)
+            } else {
+                Class::Strided
+            }
+        })
+        .collect();
+    let inner = (0..rank)
+        .find(|&a| unit(a) && bound.shape()[a] > 1)
+        .unwrap_or(rank.saturating_sub(1));
+    (classes, inner)
+}
