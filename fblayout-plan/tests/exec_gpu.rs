@@ -14,6 +14,7 @@ use fblayout_plan::graph::Graph;
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::Model;
+use fblayout_plan::select::{CostModel, Strategy, plan};
 
 /// The GPU, or a failure that says how to get one (never a skip).
 fn gpu() -> Gpu {
@@ -58,6 +59,29 @@ fn run_gpu(gpu: &Gpu, g: &Graph, layouts: &[LayoutChoice]) -> Results {
 
 /// f32 on the GPU against f64 on the CPU, over a few hundred terms per result.
 const TOLERANCE: f64 = 2e-4;
+
+#[test]
+fn every_strategys_plan_runs_on_the_gpu_and_matches_the_cpu() {
+    // The plans keep a gradient in its tensor's layout and insert conversions only where the
+    // kernels can read them, so each runs as planned; per-op inserts the most conversions.
+    let gpu = gpu();
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = graph(model);
+        let want = run_cpu(&g, &row_major(&g), true, true);
+        for strategy in Strategy::ALL {
+            let p = plan(&g, SIZES, &CostModel::analytic(), strategy).unwrap();
+            let got = run_gpu(&gpu, p.graph(), p.layouts());
+            let what = format!(
+                "{model:?} {strategy:?} ({} conversions)",
+                p.conversions().len()
+            );
+            assert_close(&got, &want, TOLERANCE, &what);
+            if strategy == Strategy::PerOp {
+                assert!(!p.conversions().is_empty(), "{what}: nothing converted");
+            }
+        }
+    }
+}
 
 #[test]
 fn a_gpu_step_matches_the_cpu_under_any_layouts() {

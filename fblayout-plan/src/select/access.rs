@@ -31,6 +31,23 @@
 
 use crate::graph::{Graph, Node, Op, Sizes};
 
+/// Whether `op` reads every input in the layout it is stored in, with no conversion before
+/// it. The backward kernels of the norms, activations, attention and cross-entropy write each
+/// gradient through the view of the tensor they read it for (`dx` through `x`'s), and a
+/// gradient is stored like its tensor (see [`Objective`](super::objective::Objective)); a copy
+/// of `x` in another layout would make `dx` another layout too.
+pub(crate) fn reads_stored(op: Op) -> bool {
+    matches!(
+        op,
+        Op::LayerNormGrad { .. }
+            | Op::RmsNormGrad { .. }
+            | Op::ActivationGrad(_)
+            | Op::SwigluGrad
+            | Op::AttentionGrad { .. }
+            | Op::CrossEntropyGrad { .. }
+    )
+}
+
 /// Which axis of an operand neighbouring threads walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Walk {

@@ -41,7 +41,8 @@ pub(crate) fn choose(objective: &Objective<'_>) -> Vec<u8> {
     let mut queue = VecDeque::new();
     for &t in &saved {
         if chosen[t].is_none() {
-            chosen[t] = Some(best(objective, t, &chosen, None));
+            let c = best(objective, t, &chosen, None);
+            fix(objective, &mut chosen, t, c);
         }
         queue.push_back(t);
     }
@@ -70,13 +71,15 @@ pub(crate) fn choose(objective: &Objective<'_>) -> Vec<u8> {
                     .position(|&c| c == l)
                     .map(|i| i as u8)
             });
-            chosen[t] = Some(best(objective, t, &chosen, h));
+            let c = best(objective, t, &chosen, h);
+            fix(objective, &mut chosen, t, c);
             queue.push_back(t);
         }
     }
     for t in 0..n {
         if chosen[t].is_none() {
-            chosen[t] = Some(best(objective, t, &chosen, None));
+            let c = best(objective, t, &chosen, None);
+            fix(objective, &mut chosen, t, c);
         }
     }
     let mut assignment: Vec<u8> = chosen.into_iter().map(|c| c.unwrap_or(0)).collect();
@@ -88,9 +91,11 @@ pub(crate) fn choose(objective: &Objective<'_>) -> Vec<u8> {
             let (c, cost) = (0..objective.arity(t) as u8)
                 .map(|c| (c, objective.touching(t, c, &assignment)))
                 .fold((own, here), |b, x| if x.1 < b.1 { x } else { b });
-            // Only a strict gain moves, so the sweeps end.
+            // Only a strict gain moves (the whole tied group), so the sweeps end.
             if c != own && cost < here * (1.0 - 1e-12) {
-                assignment[t] = c;
+                for &m in objective.group(t) {
+                    assignment[m] = c;
+                }
                 changed = true;
             }
         }
@@ -101,11 +106,20 @@ pub(crate) fn choose(objective: &Objective<'_>) -> Vec<u8> {
     assignment
 }
 
+/// Chooses candidate `c` for `t` and every tensor tied to it.
+fn fix(objective: &Objective<'_>, chosen: &mut [Option<u8>], t: usize, c: u8) {
+    for &m in objective.group(t) {
+        chosen[m] = Some(c);
+    }
+}
+
 /// The best candidate of `t` over the terms touching it, the tensors not yet chosen at their
 /// best within each term; on a tie `hint`, then the lowest index.
 fn best(objective: &Objective<'_>, t: usize, chosen: &[Option<u8>], hint: Option<u8>) -> u8 {
+    let group = objective.group(t);
     let score = |c: u8| -> f64 {
-        objective.tensor_terms[t]
+        objective
+            .group_terms(t)
             .iter()
             .map(|&id| {
                 let term = &objective.terms[id];
@@ -118,7 +132,11 @@ fn best(objective: &Objective<'_>, t: usize, chosen: &[Option<u8>], hint: Option
                         for (i, &x) in term.scope.iter().enumerate().rev() {
                             let v = (rest % radix[i]) as u8;
                             rest /= radix[i];
-                            let want = if x == t { Some(c) } else { chosen[x] };
+                            let want = if group.contains(&x) {
+                                Some(c)
+                            } else {
+                                chosen[x]
+                            };
                             ok &= want.is_none_or(|w| w == v);
                         }
                         ok.then(|| term.table[e])

@@ -12,13 +12,23 @@
 //! The objective of an assignment is the sum of every term at that assignment; a term is a
 //! small table over its scope, so the exact optimum is a minimum of a sum of small factors
 //! ([`exact`](super::exact)).
+//!
+//! Two rules come from the kernels, which read a gradient through the view of the tensor it
+//! is the gradient of: a **tie** term over every gradient and its tensor costs nothing when
+//! both have one layout and [`TIE_PENALTY`] otherwise, so no strategy separates them (copies
+//! made by a `Convert` are exempt: they are the other layout); and the operations of
+//! [`reads_stored`] read their inputs without conversion.
 
 use fblayout_core::layout::{Conversion, ElemType, TensorLayout, classify_layouts};
 
 use super::PlanError;
-use super::access::{Access, Matmul, Walk, accesses};
+use super::access::{Access, Matmul, Walk, accesses, reads_stored};
 use super::cost::{Class, CostModel, Factors, walk_classes};
-use crate::graph::{Dim, Graph, Op, Sizes, TensorId};
+use crate::graph::{Dim, Graph, Op, Role, Sizes, TensorId};
+
+/// The seconds a tie term adds when a gradient and its tensor have different layouts: more
+/// than any step, so that no minimum separates them.
+pub(crate) const TIE_PENALTY: f64 = 1e6;
 use crate::layouts::{LayoutChoice, run_extents};
 
 /// A tensor stored under one candidate layout.
@@ -57,6 +67,8 @@ enum Kind {
     },
     /// The write of the output at this position.
     Write { position: usize },
+    /// A gradient and the tensor it is the gradient of (see the module docs).
+    Tie { grad: usize, of: usize },
 }
 
 /// One term of the objective (see the module docs).
@@ -95,6 +107,10 @@ pub struct Objective<'g> {
     pub(crate) node_terms: Vec<Vec<usize>>,
     /// The terms each tensor is in the scope of.
     pub(crate) tensor_terms: Vec<Vec<usize>>,
+    /// For each gradient tied to its tensor, that tensor (by index).
+    pub(crate) tied: Vec<Option<usize>>,
+    /// The tensors tied together with each tensor (itself included): one layout for all.
+    group: Vec<Vec<usize>>,
 }
 
 impl<'g> Objective<'g> {
@@ -127,6 +143,8 @@ impl<'g> Objective<'g> {
             terms: Vec::new(),
             node_terms: vec![Vec::new(); graph.nodes().len()],
             tensor_terms: vec![Vec::new(); graph.tensors().len()],
+            tied: vec![None; graph.tensors().len()],
+            group: Vec::new(),
         };
         for n in 0..graph.nodes().len() {
             for (kind, scope) in objective.kinds(n) {
@@ -145,6 +163,34 @@ impl<'g> Objective<'g> {
                 objective.terms.push(term);
             }
         }
+        let copies: Vec<TensorId> = graph
+            .nodes()
+            .iter()
+            .filter(|n| matches!(n.op, Op::Convert { .. }))
+            .flat_map(|n| n.outputs.iter().copied())
+            .collect();
+        for g in graph.ids() {
+            if let Role::Grad { of } = graph.tensor(g).role {
+                let (grad, of) = (g.index(), of.index());
+                if copies.contains(&g) || objective.shape_of[grad] != objective.shape_of[of] {
+                    continue;
+                }
+                let mut term = Term {
+                    node: 0,
+                    kind: Kind::Tie { grad, of },
+                    scope: distinct(&[of, grad]),
+                    table: Vec::new(),
+                };
+                term.table = objective.tabulate(&term);
+                let id = objective.terms.len();
+                for &t in &term.scope {
+                    objective.tensor_terms[t].push(id);
+                }
+                objective.terms.push(term);
+                objective.tied[grad] = Some(of);
+            }
+        }
+        objective.group = groups(&objective.tied);
         Ok(objective)
     }
 
@@ -229,14 +275,34 @@ impl<'g> Objective<'g> {
             .fold(0, |acc, &t| acc * self.arity(t) + usize::from(of(t)))
     }
 
-    /// The seconds of the terms touching tensor `t` when it takes candidate `c` and every
-    /// other tensor keeps `assignment`.
+    /// The tensors tied to `t` (a gradient and its tensor; `t` itself included): a move of
+    /// one is a move of all.
+    pub(crate) fn group(&self, t: usize) -> &[usize] {
+        &self.group[t]
+    }
+
+    /// The terms touching any tensor of `t`'s group, each once.
+    pub(crate) fn group_terms(&self, t: usize) -> Vec<usize> {
+        let mut ids: Vec<usize> = self
+            .group(t)
+            .iter()
+            .flat_map(|&m| self.tensor_terms[m].iter().copied())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// The seconds of the terms touching tensor `t`'s group when the group takes candidate `c`
+    /// and every other tensor keeps `assignment`.
     pub(crate) fn touching(&self, t: usize, c: u8, assignment: &[u8]) -> f64 {
-        self.tensor_terms[t]
+        let group = self.group(t);
+        self.group_terms(t)
             .iter()
             .map(|&id| {
                 let term = &self.terms[id];
-                term.table[self.entry(&term.scope, |x| if x == t { c } else { assignment[x] })]
+                let at = |x: usize| if group.contains(&x) { c } else { assignment[x] };
+                term.table[self.entry(&term.scope, at)]
             })
             .sum()
     }
@@ -347,6 +413,10 @@ impl<'g> Objective<'g> {
         let f = &self.factors;
         match &term.kind {
             Kind::Launch(s) => (*s, 0.0, vec![]),
+            Kind::Tie { grad, of } => {
+                let apart = assignment[*grad] != assignment[*of];
+                (if apart { TIE_PENALTY } else { 0.0 }, 0.0, vec![])
+            }
             Kind::Convert { x, y } => {
                 let same = self.shape_of[*x] == self.shape_of[*y];
                 let (from, to) = (usize::from(assignment[*x]), usize::from(assignment[*y]));
@@ -374,7 +444,11 @@ impl<'g> Objective<'g> {
                         let own = assignment[t];
                         match reads {
                             Some(r) => vec![r[p]],
-                            None if node.outputs.contains(&node.inputs[p]) => vec![own],
+                            None if node.outputs.contains(&node.inputs[p])
+                                || reads_stored(node.op) =>
+                            {
+                                vec![own]
+                            }
                             // Its own layout first, so that a tie reads it directly.
                             None => std::iter::once(own)
                                 .chain((0..self.arity(t) as u8).filter(|&c| c != own))
@@ -477,6 +551,21 @@ impl<'g> Objective<'g> {
 }
 
 /// `list` without repeats, in order.
+/// The groups of tensors that `tied` joins (a gradient to its tensor, transitively): for each
+/// tensor, every member of its group in order.
+fn groups(tied: &[Option<usize>]) -> Vec<Vec<usize>> {
+    let root = |mut t: usize| {
+        while let Some(of) = tied[t] {
+            t = of;
+        }
+        t
+    };
+    let roots: Vec<usize> = (0..tied.len()).map(root).collect();
+    (0..tied.len())
+        .map(|t| (0..tied.len()).filter(|&m| roots[m] == roots[t]).collect())
+        .collect()
+}
+
 fn distinct(list: &[usize]) -> Vec<usize> {
     let mut out: Vec<usize> = Vec::with_capacity(list.len());
     for &x in list {

@@ -4,13 +4,16 @@
 //! own cost, every input read directly through the layout it picked (no conversion inside
 //! the operation). A tensor is stored as the first operation touching it wants — its
 //! producer, or the first reader of an input, parameter or optimizer state — and an operation
-//! that writes a tensor in place keeps the layout it is stored in. Every consumer that wants a
+//! that writes a tensor in place keeps the layout it is stored in. The kernels' two rules hold
+//! here too (see [`objective`](super::objective)): a gradient is stored like its tensor, and
+//! the operations of `reads_stored` read their inputs as stored. Every consumer that wants a
 //! tensor in another layout gets a `Convert` before it (none where the two layouts are the
 //! same function). This is the baseline the issue's ablation calls "per-op best layout with
 //! explicit conversions".
 
 use fblayout_core::layout::Conversion;
 
+use super::access::reads_stored;
 use super::objective::Objective;
 
 /// The assignment (candidate index per tensor) and, for each node, the layout each input is
@@ -25,10 +28,17 @@ pub(crate) fn choose(objective: &Objective<'_>) -> (Vec<u8>, Vec<Vec<u8>>) {
         let mut vars: Vec<usize> = Vec::new();
         for t in node.inputs.iter().chain(&node.outputs) {
             let t = t.index();
-            // A tensor written in place keeps its stored layout.
-            let fixed = node.outputs.iter().any(|o| o.index() == t) && stored[t].is_some();
-            if fixed {
-                scratch[t] = stored[t].unwrap_or(0);
+            let is_input = node.inputs.iter().any(|i| i.index() == t);
+            let is_output = node.outputs.iter().any(|o| o.index() == t);
+            // A tensor written in place keeps its stored layout, an input of an operation
+            // that reads as stored is read so, and a new gradient takes its tensor's layout.
+            let fixed = match stored[t] {
+                Some(s) if is_output || (is_input && reads_stored(node.op)) => Some(s),
+                Some(_) => None,
+                None => objective.tied[t].and_then(|of| stored[of]),
+            };
+            if let Some(s) = fixed {
+                scratch[t] = s;
             } else if objective.arity(t) > 1 && !vars.contains(&t) {
                 vars.push(t);
             } else if objective.arity(t) == 1 {
