@@ -207,6 +207,15 @@ pub enum Origin {
     },
 }
 
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Analytic => f.write_str("analytic cost model"),
+            Self::Calibrated { adapter, cache } => write!(f, "calibrated on {adapter} ({cache})"),
+        }
+    }
+}
+
 /// The cost model the planner prices layouts with (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostModel {

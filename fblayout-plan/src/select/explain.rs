@@ -31,10 +31,7 @@ pub(crate) fn time(seconds: f64) -> String {
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let g = &self.graph;
-        let origin = match &self.origin {
-            super::Origin::Analytic => "analytic cost model".to_owned(),
-            super::Origin::Calibrated { adapter, .. } => format!("calibrated on {adapter}"),
-        };
+        let origin = &self.origin;
         write!(
             f,
             "{} plan, batch {} × sequence {} ({origin}): {} predicted",

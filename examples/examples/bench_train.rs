@@ -1,0 +1,299 @@
+//! The issue-9 ablation: one full training step (forward, backward, AdamW over every parameter)
+//! of a BERT-style encoder and a GPT-style decoder, under three layout strategies measured in
+//! the same run:
+//!
+//! - **(a)** every tensor row-major;
+//! - **(b)** each operation's own best layouts, joined by explicit conversions;
+//! - **(c)** the planner's activation-guided choice.
+//!
+//! Each strategy's plan is made with the same cost model (calibrated on this adapter, cached on
+//! disk, unless `--analytic`), its buffers placed by the memory planner, and its step built by
+//! the GPU executor. Every strategy starts from the same parameters and inputs: the first
+//! step's losses must agree (they are the same computation in other layouts) before anything is
+//! timed. Then each runs `--warmup-ms` of steps, and the median of `--samples` steps is
+//! reported (wall clock around one submission and the loss's read-back), with the peak memory
+//! of its plan and the predicted cost.
+
+mod support;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+use fblayout_kernels::runtime::{Gpu, default_cache_dir};
+use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
+use fblayout_plan::graph::Sizes;
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::models::{Model, ModelConfig, build};
+use fblayout_plan::select::{CostModel, Strategy, plan};
+use support::{Res, err, exit, median};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Which {
+    Encoder,
+    Decoder,
+    Both,
+}
+
+/// Time one training step of a transformer under three layout strategies.
+#[derive(Parser, Debug)]
+#[command(about)]
+struct Args {
+    /// Which model.
+    #[arg(long, value_enum, default_value_t = Which::Both)]
+    model: Which,
+    /// Blocks.
+    #[arg(long, default_value_t = 6)]
+    layers: u32,
+    /// Hidden size.
+    #[arg(long, default_value_t = 384)]
+    hidden: u32,
+    /// Attention heads.
+    #[arg(long, default_value_t = 12)]
+    heads: u32,
+    /// Feed-forward size.
+    #[arg(long, default_value_t = 1536)]
+    ffn: u32,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = 30522)]
+    vocab: u32,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 32)]
+    batch: u32,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 128)]
+    seq: u32,
+    /// Timed steps per strategy (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    samples: usize,
+    /// Milliseconds of steps run before timing (a discrete GPU needs about 600 to clock up).
+    #[arg(long, default_value_t = 0)]
+    warmup_ms: u64,
+    /// Plan with the analytic cost model instead of calibrating on this adapter.
+    #[arg(long)]
+    analytic: bool,
+}
+
+fn main() -> ExitCode {
+    exit("bench_train", run(&Args::parse()))
+}
+
+/// The strategies of the ablation, in the order of the table: (a), (b), (c).
+const STRATEGIES: [(Strategy, &str); 3] = [
+    (Strategy::RowMajor, "(a) unified row-major"),
+    (Strategy::PerOp, "(b) per-op best + conversions"),
+    (Strategy::Guided, "(c) planner (guided)"),
+];
+
+/// One strategy's measurement.
+struct Row {
+    label: &'static str,
+    predicted_ms: f64,
+    conversions: usize,
+    peak: u64,
+    step_ms: f64,
+    first_loss: f32,
+    /// GPU milliseconds of one step by kind of operation (from timestamps where the adapter
+    /// has them).
+    by_kind: Vec<(&'static str, f64)>,
+}
+
+fn run(args: &Args) -> Res<()> {
+    let gpu = Gpu::new().map_err(err)?;
+    let info = gpu.info();
+    println!(
+        "adapter: {} ({:?}, {:?}, driver {} {})",
+        info.name, info.backend, info.device_type, info.driver, info.driver_info
+    );
+    let model = if args.analytic {
+        CostModel::analytic()
+    } else {
+        CostModel::calibrated(&gpu, default_cache_dir().as_deref()).map_err(err)?
+    };
+    println!("cost model: {}", model.origin());
+    let sizes = Sizes {
+        batch: args.batch,
+        seq: args.seq,
+    };
+    let config = ModelConfig {
+        vocab: args.vocab,
+        max_positions: args.seq.max(1),
+        hidden: args.hidden,
+        heads: args.heads,
+        ffn: args.ffn,
+        layers: args.layers,
+    };
+    let models: &[Model] = match args.model {
+        Which::Encoder => &[Model::Encoder],
+        Which::Decoder => &[Model::Decoder],
+        Which::Both => &[Model::Encoder, Model::Decoder],
+    };
+    for &m in models {
+        let graph = build(m, config).map_err(err)?;
+        println!(
+            "\n### {m:?}: {} layers, hidden {}, {} heads, FFN {}, vocabulary {}, batch {} × seq {}\n",
+            config.layers,
+            config.hidden,
+            config.heads,
+            config.ffn,
+            config.vocab,
+            sizes.batch,
+            sizes.seq
+        );
+        let inputs = StepInputs::random(config.vocab, sizes, 11);
+        let mut rows = Vec::new();
+        for (strategy, label) in STRATEGIES {
+            rows.push(measure(
+                &gpu, &graph, sizes, &model, strategy, label, &inputs, args,
+            )?);
+        }
+        check_losses(&rows)?;
+        print_rows(&rows);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    gpu: &Gpu,
+    graph: &fblayout_plan::graph::Graph,
+    sizes: Sizes,
+    model: &CostModel,
+    strategy: Strategy,
+    label: &'static str,
+    inputs: &StepInputs,
+    args: &Args,
+) -> Res<Row> {
+    let p = plan(graph, sizes, model, strategy).map_err(err)?;
+    let memory =
+        plan_memory(p.graph(), p.layouts(), sizes, MemoryOptions::default()).map_err(err)?;
+    let mut step = GpuStep::new(
+        gpu,
+        p.graph(),
+        p.layouts(),
+        &memory,
+        sizes,
+        AdamWConfig::default(),
+    )
+    .map_err(err)?;
+    step.upload_params(7).map_err(err)?;
+    // The first step compiles the pipelines; its loss is the one every strategy must agree on.
+    let first_loss = step.step(inputs).map_err(err)?;
+    if !first_loss.is_finite() {
+        return Err(format!("{label}: the first step's loss is {first_loss}"));
+    }
+    let start = Instant::now();
+    while start.elapsed().as_millis() < u128::from(args.warmup_ms) {
+        step.step(inputs).map_err(err)?;
+    }
+    let mut times = Vec::with_capacity(args.samples);
+    for _ in 0..args.samples.max(1) {
+        let t = Instant::now();
+        step.step(inputs).map_err(err)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (_, timings) = step.step_timed(inputs).map_err(err)?;
+    Ok(Row {
+        label,
+        predicted_ms: p.cost() * 1e3,
+        conversions: p.conversions().len(),
+        peak: memory.peak_bytes(),
+        step_ms: median(times),
+        first_loss,
+        by_kind: by_kind(&timings),
+    })
+}
+
+/// The kind of operation a section (`"<op> <first output>"`) belongs to.
+fn kind(section: &str) -> &'static str {
+    let op = section.split(' ').next().unwrap_or("");
+    match op {
+        "linear" | "linear_grad_input" | "linear_grad_weight" => "matmul",
+        "attention" | "attention_grad" => "attention",
+        "layer_norm" | "layer_norm_grad" | "rms_norm" | "rms_norm_grad" => "norms",
+        "bias" | "bias_grad" => "bias",
+        "cross_entropy" | "cross_entropy_grad" => "cross-entropy",
+        "embedding" | "embedding_grad" => "embedding",
+        "adamw" => "AdamW",
+        "convert" => "conversions",
+        _ => "elementwise",
+    }
+}
+
+/// GPU milliseconds by kind of operation, largest first.
+fn by_kind(timings: &[fblayout_plan::exec::Timing]) -> Vec<(&'static str, f64)> {
+    let mut sums: Vec<(&'static str, f64)> = Vec::new();
+    for t in timings {
+        let k = kind(t.section.as_deref().unwrap_or(""));
+        match sums.iter_mut().find(|(name, _)| *name == k) {
+            Some((_, ms)) => *ms += t.nanos / 1e6,
+            None => sums.push((k, t.nanos / 1e6)),
+        }
+    }
+    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+    sums
+}
+
+/// Every strategy computes the same first step in other layouts: their losses must agree.
+fn check_losses(rows: &[Row]) -> Res<()> {
+    let reference = f64::from(rows[0].first_loss);
+    for r in rows {
+        let rel = (f64::from(r.first_loss) - reference).abs() / reference.abs().max(1e-30);
+        if rel > 1e-4 {
+            return Err(format!(
+                "{}: first-step loss {} differs from {}'s {} (relative {rel:e})",
+                r.label, r.first_loss, rows[0].label, reference
+            ));
+        }
+    }
+    println!(
+        "first-step losses agree across strategies: {} (largest relative difference within 1e-4)\n",
+        rows[0].first_loss
+    );
+    Ok(())
+}
+
+fn print_rows(rows: &[Row]) {
+    let (a, b) = (rows[0].step_ms, rows[1].step_ms);
+    println!(
+        "| strategy | step ms (median) | (a) / this | (b) / this | peak MiB | peak vs (a) | conversions | predicted ms |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    for r in rows {
+        println!(
+            "| {} | {:.2} | {:.2}× | {:.2}× | {:.0} | {:.2}× | {} | {:.2} |",
+            r.label,
+            r.step_ms,
+            a / r.step_ms,
+            b / r.step_ms,
+            mib(r.peak),
+            r.peak as f64 / rows[0].peak as f64,
+            r.conversions,
+            r.predicted_ms
+        );
+    }
+    println!("\nGPU time of one step by kind of operation (ms):\n");
+    let mut kinds: Vec<&'static str> = Vec::new();
+    for r in rows {
+        for (k, _) in &r.by_kind {
+            if !kinds.contains(k) {
+                kinds.push(k);
+            }
+        }
+    }
+    print!("| kind |");
+    for r in rows {
+        print!(" {} |", r.label);
+    }
+    println!();
+    println!("|---|{}", "---:|".repeat(rows.len()));
+    for k in kinds {
+        print!("| {k} |");
+        for r in rows {
+            let ms = r.by_kind.iter().find(|(n, _)| *n == k).map_or(0.0, |x| x.1);
+            print!(" {ms:.3} |");
+        }
+        println!();
+    }
+}
