@@ -9,7 +9,7 @@ mod support;
 
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::OpError;
-use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp};
+use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, kernel_source};
 use fblayout_kernels::ops::matmul::{Scale, matmul_cpu};
 use fblayout_kernels::runtime::{CacheLoad, Gpu, GpuOptions};
 use support::{Layout2, Rng, Tensor, assert_close, gpu, tolerance, view_2d};
@@ -329,16 +329,86 @@ fn without_the_feature_the_op_is_refused_with_the_reason() {
     );
 }
 
+/// Views whose static extents can't form a product are shape errors on any device, before
+/// the feature is looked at: k (A's columns against B's rows), m and n (against C), a batch
+/// axis, and the rank.
+#[test]
+fn static_mismatches_are_shape_errors_on_any_device() {
+    let gpu = gpu();
+    let (c, _) = view_2d("c", Layout2::RowMajor, 32, 16, ElemType::F32);
+    let (c_fixed, _) = fixed("c", 32, 16, false);
+    let batched = |name: &str, batch: u32, rows: u32, cols: u32| {
+        LayoutSpec::new(name)
+            .elem(ElemType::F16)
+            .axis("batch", batch)
+            .axis("rows", rows)
+            .axis("cols", cols)
+            .build()
+            .unwrap()
+            .view()
+    };
+    let cases: [(&str, View, View, View); 5] = [
+        // The case the H200 run found: C's rows are dynamic, k is 48 against 32.
+        (
+            "k",
+            fixed("a", 32, 48, false).0,
+            fixed("b", 32, 16, false).0,
+            c.clone(),
+        ),
+        (
+            "k, transposed",
+            fixed("a", 32, 48, true).0,
+            fixed("b", 32, 16, true).0,
+            c.clone(),
+        ),
+        (
+            "m",
+            fixed("a", 24, 48, false).0,
+            fixed("b", 48, 16, false).0,
+            c_fixed.clone(),
+        ),
+        (
+            "n",
+            fixed("a", 32, 48, false).0,
+            fixed("b", 48, 8, false).0,
+            c.clone(),
+        ),
+        (
+            "batch axis 0",
+            batched("a", 2, 32, 48),
+            batched("b", 3, 48, 16),
+            batched("c", 2, 32, 16),
+        ),
+    ];
+    for (what, a, b, c) in &cases {
+        let err = CoopMatmulOp::new(gpu, a, b, c).unwrap_err();
+        assert!(
+            matches!(&err, OpError::Shape { detail, .. } if detail.starts_with(what.split(',').next().unwrap())),
+            "{what}: {err}"
+        );
+        // The same check without a device.
+        let err = kernel_source(a, b, c, CoopConfig::SMALL, 32).unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{what}: {err}");
+    }
+    let (a2, _) = fixed("a", 32, 48, false);
+    let err = CoopMatmulOp::new(gpu, &a2, &batched("b", 2, 48, 16), &c).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "rank: {err}");
+    // Matching views pass the check: on a device without the feature the refusal is then
+    // about the feature, never the shapes.
+    let (b_ok, _) = fixed("b", 48, 16, false);
+    kernel_source(&a2, &b_ok, &c, CoopConfig::SMALL, 32).unwrap();
+    if let Err(err) = CoopMatmulOp::new(gpu, &a2, &b_ok, &c) {
+        assert!(matches!(err, OpError::Unsupported { .. }), "{err}");
+    }
+}
+
 #[test]
 fn mismatched_arguments_are_typed_errors() {
     let Some(gpu) = coop_gpu("mismatched") else {
         return;
     };
     let (a, _) = fixed("a", 32, 48, false);
-    let (b, _) = fixed("b", 32, 16, false);
     let (c, _) = view_2d("c", Layout2::RowMajor, 32, 16, ElemType::F32);
-    let err = CoopMatmulOp::new(gpu, &a, &b, &c).unwrap_err();
-    assert!(matches!(err, OpError::Shape { .. }), "{err}");
     // Arguments read through other views than the op was built for.
     let (b_ok, _) = fixed("b", 48, 16, false);
     let op = CoopMatmulOp::new(gpu, &a, &b_ok, &c).unwrap();

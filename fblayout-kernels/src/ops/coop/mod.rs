@@ -59,7 +59,7 @@ use self::shader::{CoopSpec, Staging, Width};
 use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
-use super::matmul::{Extents, MAX_BATCH_AXES, check_writable};
+use super::matmul::{Extents, check_static_extents, check_writable};
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu};
 use crate::tensor::GpuArg;
 
@@ -127,24 +127,9 @@ fn staging(op: Operand, role: &str, outer: usize, k: usize) -> (Operand, Staging
 
 impl Operands {
     fn new(a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        let rank = c.axes().len();
-        if a.axes().len() != rank
-            || b.axes().len() != rank
-            || !(2..=2 + MAX_BATCH_AXES).contains(&rank)
-        {
-            let ranks = |v: &View| vec![1; v.axes().len()];
-            Extents::of(&ranks(a), &ranks(b), &ranks(c))?;
-        }
-        // Views whose extents are all static must already fit; others are checked per call.
-        let statics = |v: &View| -> Option<Vec<usize>> {
-            v.axes()
-                .iter()
-                .map(|x| x.extent.as_static().map(|e| e as usize))
-                .collect()
-        };
-        if let (Some(da), Some(db), Some(dc)) = (statics(a), statics(b), statics(c)) {
-            Extents::of(&da, &db, &dc)?;
-        }
+        // The ranks and every static extent must already fit; run-time ones are checked per
+        // call.
+        let nb = check_static_extents(OP, a, b, c)?;
         for (role, v) in [("a", a), ("b", b)] {
             if v.layout().elem() != ElemType::F16 {
                 return Err(unsupported(
@@ -165,7 +150,6 @@ impl Operands {
             ));
         }
         check_writable(c)?;
-        let nb = rank - 2;
         let (a, a_staging) = staging(Operand::read("a", a)?, "a", nb, nb + 1);
         let (b, b_staging) = staging(Operand::read("b", b)?, "b", nb + 1, nb);
         Ok(Self {
@@ -240,11 +224,14 @@ impl CoopMatmulOp {
     /// The GEMM reading A and B (f16) through `a` and `b` and writing C (f32 or f16) through
     /// `c`, on a device with cooperative matrices.
     ///
-    /// Fails with [`OpError::Unsupported`] where the device lacks the feature or a 16×16×16
-    /// f16 fragment, where the adapter's subgroup size is not fixed, or for operands it does
+    /// Checks the views first (ranks, static extents, element types, C not a broadcast), so a
+    /// mismatch is an error on any device. Then fails with [`OpError::Unsupported`] where the
+    /// device lacks the feature or a 16×16×16 f16 fragment, where the adapter's subgroup size is not fixed, or for operands it does
     /// not take; builds the kernel of the first candidate, so a problem shows here. Loads the
     /// adapter's autotune results from beside the pipeline cache.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        // The views first: a mismatch is the same error with or without the feature.
+        let operands = Operands::new(a, b, c)?;
         let features = gpu.features();
         let Some(fragment) = features.coop_fragment else {
             let why = if features.cooperative_matrix {
@@ -269,7 +256,6 @@ impl CoopMatmulOp {
                 ),
             ));
         }
-        let operands = Operands::new(a, b, c)?;
         let candidates = CoopConfig::candidates(gpu.limits(), lo, operands.orders(), fragment.acc);
         if candidates.is_empty() {
             return Err(unsupported(
