@@ -11,7 +11,7 @@ use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, kernel_source};
 use fblayout_kernels::ops::matmul::{Scale, matmul_cpu};
-use fblayout_kernels::runtime::{CacheLoad, Gpu, GpuOptions};
+use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
 use support::{Layout2, Rng, Tensor, assert_close, gpu, tolerance, view_2d};
 
 const REQUIRE: &str = "FBLAYOUT_REQUIRE_COOP";
@@ -186,7 +186,9 @@ fn every_candidate_configuration_matches() {
         return;
     };
     let mut rng = Rng::new(83);
-    let (m, n, k) = (272, 200, 152);
+    // n a multiple of 16 but of no block: C row-major takes interior blocks' fragments
+    // straight, and the edge blocks go through the scratch, in one dispatch.
+    let (m, n, k) = (272, 208, 152);
     for (ta, tb) in [(false, false), (true, true)] {
         let a = random(&mut rng, fixed("a", m, k, ta));
         let b = random(&mut rng, fixed("b", k, n, tb));
@@ -196,6 +198,65 @@ fn every_candidate_configuration_matches() {
         let configs = op.candidates().to_vec();
         assert!(!configs.is_empty());
         check(gpu, &format!("transposed {ta}/{tb}"), &a, &b, &c, &configs);
+    }
+}
+
+/// Interior blocks store their fragments straight into a row-major or column-major C of the
+/// accumulator's type (edge blocks through the scratch): f32 C with f32 sums, and f16 C with
+/// f16 sums (tolerance: one f16 rounding per k-step of the running sum).
+#[test]
+fn fragments_stored_straight_into_c_match() {
+    use fblayout_core::layout::Order as Memory;
+    let Some(gpu) = coop_gpu("fragments_stored_straight") else {
+        return;
+    };
+    let mut rng = Rng::new(87);
+    let output = |rows: u32, cols: u32, elem: ElemType, order: Memory| {
+        let view = LayoutSpec::new("c")
+            .elem(elem)
+            .order(order)
+            .axis("rows", rows)
+            .axis("cols", cols)
+            .build()
+            .unwrap()
+            .view();
+        (view, Vec::new())
+    };
+    // 208 × 176: multiples of 16, of no block but 16; k = 88 leaves a partial k-step.
+    let (m, n, k) = (208, 176, 88);
+    let f32_configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
+    for (ta, tb) in [(false, false), (true, true)] {
+        let a = random(&mut rng, fixed("a", m, k, ta));
+        let b = random(&mut rng, fixed("b", k, n, tb));
+        for order in [Memory::RowMajor, Memory::ColMajor] {
+            let (vc, bc) = output(m, n, ElemType::F32, order);
+            let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+            let what = format!("C {order:?} f32, transposed {ta}/{tb}");
+            check(gpu, &what, &a, &b, &c, &f32_configs);
+        }
+    }
+    let offered = gpu.features().cooperative_matrices.to_vec();
+    let f16_acc = offered.iter().any(|f| {
+        (f.m, f.n, f.k) == (16, 16, 16) && f.ab == CoopScalar::F16 && f.acc == CoopScalar::F16
+    });
+    if !f16_acc {
+        eprintln!("fragments_stored_straight: the adapter has no f16 accumulator; f16 C not run");
+        return;
+    }
+    // A short k (two k-steps) keeps f16 accumulation within a bound: each of the k additions
+    // rounds the running sum by at most 2⁻¹¹ of its size, of the order of 1 + |C|.
+    let k = 32;
+    let a = random(&mut rng, fixed("a", m, k, false));
+    let b = random(&mut rng, fixed("b", k, n, false));
+    let (vc, bc) = output(m, n, ElemType::F16, Memory::RowMajor);
+    let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+    let op = CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+    let want = oracle(&a, &b, &c);
+    let tol = f64::from(k) / 2048.0;
+    for config in [CoopConfig::DEFAULT, CoopConfig::SMALL] {
+        let config = config.with_acc(CoopScalar::F16);
+        let got = run(gpu, &op, Some(config), &a, &b, &c);
+        assert_close(&format!("C f16, {config}"), &got, &want, tol);
     }
 }
 
