@@ -12,7 +12,9 @@
 //! Then the three GEMMs of the linear layer's forward and backward are timed together, one
 //! batch per step, in milliseconds per step, on either path.
 //!
-//! Each figure is the median over `--samples` batches of `--reps` products each, by the wall
+//! Each figure is the median over `--samples` batches of `--reps` products each (fewer, at
+//! least 3, for products larger than 4096³: as many as take the time of `--reps` at 4096³),
+//! by the wall
 //! clock around the submission and the wait, after at least `--warmup-ms` of sustained work
 //! (an idle H200 runs at a low clock). Every product's output is checked on `--check`
 //! sampled elements against a sum in f64, so a fast wrong kernel fails the run. On a device
@@ -238,9 +240,22 @@ impl Product<'_> {
     }
 }
 
+/// Products per sample for `shape`: `--reps` up to the work of a 4096³ product, fewer (at
+/// least 3) for larger ones, so that 8192³ takes about as long per sample as 4096³.
+fn reps_for(args: &Args, shape: GemmShape) -> usize {
+    let reference = 2.0 * 4096f64.powi(3);
+    let scaled = (args.reps as f64 * (reference / shape.flops()).min(1.0)).round() as usize;
+    scaled.max(3).min(args.reps.max(1))
+}
+
 /// Seconds per step of `record`: the median over samples of one batch of `reps` steps each,
 /// by the wall clock, after a warm-up of at least `warmup_ms`.
-fn time(gpu: &Gpu, args: &Args, record: &dyn Fn(&mut Batch<'_>) -> Res<()>) -> Res<f64> {
+fn time(
+    gpu: &Gpu,
+    args: &Args,
+    reps: usize,
+    record: &dyn Fn(&mut Batch<'_>) -> Res<()>,
+) -> Res<f64> {
     let run = |reps: usize| -> Res<f64> {
         let mut batch = gpu.batch();
         for _ in 0..reps {
@@ -251,7 +266,7 @@ fn time(gpu: &Gpu, args: &Args, record: &dyn Fn(&mut Batch<'_>) -> Res<()>) -> R
         gpu.wait().map_err(err)?;
         Ok(start.elapsed().as_secs_f64() / reps as f64)
     };
-    let reps = args.reps.max(1);
+    let reps = reps.max(1);
     run(1)?;
     let start = Instant::now();
     while start.elapsed().as_secs_f64() * 1e3 < args.warmup_ms {
@@ -285,6 +300,7 @@ fn bench_product(
     rng: &mut Rng,
 ) -> Res<()> {
     let shape = p.shape();
+    let reps = reps_for(args, shape);
     let views16 = p.views(ElemType::F16)?;
     let op = CoopMatmulOp::new(gpu, &views16.0, &views16.1, &p.c.view).map_err(err)?;
     let g = p.args(ElemType::F16, &views16)?;
@@ -297,7 +313,7 @@ fn bench_product(
             let (best, _) = measure_all(gpu, &op, &g, acc)?;
             best
         };
-        let t = time(gpu, args, &|batch| {
+        let t = time(gpu, args, reps, &|batch| {
             op.record_config(batch, config, &g.a, &g.b, &g.c)
                 .map_err(err)
         })?;
@@ -316,7 +332,7 @@ fn bench_product(
         let views32 = p.views(ElemType::F32)?;
         let mm = MatmulOp::new(gpu, &views32.0, &views32.1, &p.c.view).map_err(err)?;
         let g32 = p.args(ElemType::F32, &views32)?;
-        let t = time(gpu, args, &|batch| {
+        let t = time(gpu, args, reps, &|batch| {
             mm.record(batch, &g32.a, &g32.b, &g32.c, Scale::OVERWRITE)
                 .map_err(err)
         })?;
@@ -334,37 +350,18 @@ fn bench_product(
     Ok(())
 }
 
-/// Every candidate with accumulator `acc`, timed briefly: the fastest and all times.
+/// Every configuration with accumulator `acc` the device builds, screened and the fastest
+/// re-timed by [`CoopMatmulOp::measure_configs`]: the fastest and all times (seconds).
 fn measure_all(
     gpu: &Gpu,
     op: &CoopMatmulOp,
     g: &Args3<'_>,
     acc: CoopScalar,
 ) -> Res<(CoopConfig, Vec<(CoopConfig, f64)>)> {
-    let mut all = Vec::new();
-    for c in CoopConfig::space(acc) {
-        let mut batch = gpu.batch();
-        // Configurations the device can't build are skipped.
-        if op.record_config(&mut batch, c, &g.a, &g.b, &g.c).is_err() {
-            continue;
-        }
-        batch.submit().map_err(err)?;
-        gpu.wait().map_err(err)?;
-        let mut batch = gpu.batch();
-        for _ in 0..5 {
-            op.record_config(&mut batch, c, &g.a, &g.b, &g.c)
-                .map_err(err)?;
-        }
-        let start = Instant::now();
-        batch.submit().map_err(err)?;
-        gpu.wait().map_err(err)?;
-        all.push((c, start.elapsed().as_secs_f64() / 5.0));
-    }
-    let best = all
-        .iter()
-        .min_by(|x, y| x.1.total_cmp(&y.1))
-        .map(|x| x.0)
-        .ok_or_else(|| format!("no configuration with an {} accumulator builds", acc.wgsl()))?;
+    let (best, all) = op
+        .measure_configs(gpu, &CoopConfig::space(acc), &g.a, &g.b, &g.c, 4)
+        .map_err(err)?;
+    let all = all.into_iter().map(|(c, t)| (c, t.as_secs_f64())).collect();
     Ok((best, all))
 }
 
@@ -388,14 +385,14 @@ fn bench_layer(gpu: &Gpu, args: &Args, layer: [&Product<'_>; 3]) -> Res<()> {
         let mm = MatmulOp::new(gpu, &v32.0, &v32.1, &p.c.view).map_err(err)?;
         f32s.push((mm, p.args(ElemType::F32, v32)?));
     }
-    let t_coop = time(gpu, args, &|batch| {
+    let t_coop = time(gpu, args, args.reps, &|batch| {
         for (op, g, config) in &coop {
             op.record_config(batch, *config, &g.a, &g.b, &g.c)
                 .map_err(err)?;
         }
         Ok(())
     })?;
-    let t_f32 = time(gpu, args, &|batch| {
+    let t_f32 = time(gpu, args, args.reps, &|batch| {
         for (mm, g) in &f32s {
             mm.record(batch, &g.a, &g.b, &g.c, Scale::OVERWRITE)
                 .map_err(err)?;
