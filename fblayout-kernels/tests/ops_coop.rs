@@ -12,7 +12,7 @@ use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, kernel_source};
 use fblayout_kernels::ops::matmul::{Scale, matmul_cpu};
 use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
-use support::{Layout2, Rng, Tensor, assert_close, gpu, tolerance, view_2d};
+use support::{Layout2, Rng, Tensor, assert_close, gpu, static_2d, tolerance, view_2d};
 
 const REQUIRE: &str = "FBLAYOUT_REQUIRE_COOP";
 
@@ -211,17 +211,6 @@ fn fragments_stored_straight_into_c_match() {
         return;
     };
     let mut rng = Rng::new(87);
-    let output = |rows: u32, cols: u32, elem: ElemType, order: Memory| {
-        let view = LayoutSpec::new("c")
-            .elem(elem)
-            .order(order)
-            .axis("rows", rows)
-            .axis("cols", cols)
-            .build()
-            .unwrap()
-            .view();
-        (view, Vec::new())
-    };
     // 208 × 176: multiples of 16, of no block but 16; k = 88 leaves a partial k-step.
     let (m, n, k) = (208, 176, 88);
     let f32_configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
@@ -229,8 +218,8 @@ fn fragments_stored_straight_into_c_match() {
         let a = random(&mut rng, fixed("a", m, k, ta));
         let b = random(&mut rng, fixed("b", k, n, tb));
         for order in [Memory::RowMajor, Memory::ColMajor] {
-            let (vc, bc) = output(m, n, ElemType::F32, order);
-            let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+            let vc = static_2d("c", m, n, ElemType::F32, order);
+            let c = Tensor::random(&mut rng, vc, Vec::new(), -1.0, 1.0);
             let what = format!("C {order:?} f32, transposed {ta}/{tb}");
             check(gpu, &what, &a, &b, &c, &f32_configs);
         }
@@ -248,8 +237,8 @@ fn fragments_stored_straight_into_c_match() {
     let k = 32;
     let a = random(&mut rng, fixed("a", m, k, false));
     let b = random(&mut rng, fixed("b", k, n, false));
-    let (vc, bc) = output(m, n, ElemType::F16, Memory::RowMajor);
-    let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+    let vc = static_2d("c", m, n, ElemType::F16, Memory::RowMajor);
+    let c = Tensor::random(&mut rng, vc, Vec::new(), -1.0, 1.0);
     let op = CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
     let want = oracle(&a, &b, &c);
     let tol = f64::from(k) / 2048.0;

@@ -8,7 +8,7 @@ use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::ops::coop::{CoopConfig, Order, kernel_source, staging_orders};
 use fblayout_kernels::runtime::CoopScalar;
 use naga::back::spv;
-use support::{Layout2, view_2d};
+use support::{Layout2, static_2d, view_2d};
 
 /// The SPIR-V options wgpu's Vulkan backend uses on a device with f16 and cooperative
 /// matrices (capabilities included), for SPIR-V 1.6.
@@ -160,19 +160,6 @@ fn batched_views_survive_it() {
     spirv(&q, &k_t, &s.view(), CoopConfig::DEFAULT);
 }
 
-/// A static `[rows, cols]` output in `elem`, row-major or column-major.
-fn output(rows: u32, cols: u32, elem: ElemType, order: fblayout_core::layout::Order) -> View {
-    use fblayout_core::layout::LayoutSpec;
-    LayoutSpec::new("c")
-        .elem(elem)
-        .order(order)
-        .axis("rows", rows)
-        .axis("cols", cols)
-        .build()
-        .unwrap()
-        .view()
-}
-
 #[test]
 fn fragments_go_straight_into_a_row_or_column_major_c_of_the_accumulator_s_type() {
     use fblayout_core::layout::Order as Memory;
@@ -217,10 +204,10 @@ fn fragments_go_straight_into_a_row_or_column_major_c_of_the_accumulator_s_type(
         };
         for config in CoopConfig::space(acc) {
             // Row-major with 64 columns, column-major with 112 rows: straight in.
-            let c = output(100, 64, elem, Memory::RowMajor);
+            let c = static_2d("c", 100, 64, elem, Memory::RowMajor);
             assert_eq!(direct(&c, config), Some(Memory::RowMajor), "{config}");
             spirv(&a, &b, &c, config);
-            let c = output(112, 64, elem, Memory::ColMajor);
+            let c = static_2d("c", 112, 64, elem, Memory::ColMajor);
             assert_eq!(direct(&c, config), Some(Memory::ColMajor), "{config}");
             spirv(&a112, &b, &c, config);
         }
@@ -228,17 +215,17 @@ fn fragments_go_straight_into_a_row_or_column_major_c_of_the_accumulator_s_type(
         // Rows of 60 elements are not 16-aligned, a transposed view is not C as declared,
         // an R-Tile is not affine, and the other element type needs a conversion.
         assert_eq!(
-            direct(&output(100, 60, elem, Memory::RowMajor), config),
+            direct(&static_2d("c", 100, 60, elem, Memory::RowMajor), config),
             None
         );
-        let t = output(64, 100, elem, Memory::RowMajor)
+        let t = static_2d("c", 64, 100, elem, Memory::RowMajor)
             .transpose("rows", "cols")
             .unwrap();
         assert_eq!(direct(&t, config), None);
         let (tiled, _) = view_2d("c", Layout2::RTile(16), 100, 64, elem);
         assert_eq!(direct(&tiled, config), None);
         assert_eq!(
-            direct(&output(100, 64, other, Memory::RowMajor), config),
+            direct(&static_2d("c", 100, 64, other, Memory::RowMajor), config),
             None
         );
     }
@@ -294,7 +281,8 @@ fn wgsl_snapshots() {
         .unwrap();
     insta::assert_snapshot!("coop_transposed_a_rtile_b_double_buffered", t.source());
     // C row-major with 64 columns: interior blocks store their fragments straight into it.
-    let c = output(
+    let c = static_2d(
+        "c",
         100,
         64,
         ElemType::F32,
