@@ -292,6 +292,63 @@ fn batched_attention_scores_read_permuted_views() {
     );
 }
 
+/// Attention's weighted values `O = P·V` and the gradient `dV = Pᵀ·dO` (the shapes of `dQ =
+/// dS·K` and `dK = dSᵀ·Q`), batched over sequences and heads: V and dO read per head through
+/// permuted views of `[batch, seq, heads, head_dim]`, P as stored and through its transpose.
+#[test]
+fn batched_attention_values_and_gradients_read_permuted_views() {
+    let Some(gpu) = coop_gpu("batched_values") else {
+        return;
+    };
+    let mut rng = Rng::new(88);
+    let (seq, heads, head_dim) = (40, 3, 32);
+    let bind = vec![("batch".to_owned(), 2)];
+    let per_seq = |name: &str, elem: ElemType| {
+        LayoutSpec::new(name)
+            .elem(elem)
+            .dyn_axis("batch")
+            .axis("seq", seq)
+            .axis("heads", heads)
+            .axis("head_dim", head_dim)
+            .build()
+            .unwrap()
+    };
+    let per_head = |name: &str, rows: &str, elem: ElemType| {
+        LayoutSpec::new(name)
+            .elem(elem)
+            .dyn_axis("batch")
+            .axis("heads", heads)
+            .axis(rows, seq)
+            .axis("cols", head_dim)
+            .build()
+            .unwrap()
+    };
+    let rows = ["batch", "heads", "seq", "head_dim"];
+    let p = LayoutSpec::new("p")
+        .elem(ElemType::F16)
+        .dyn_axis("batch")
+        .axis("heads", heads)
+        .axis("seq", seq)
+        .axis("key", seq)
+        .build()
+        .unwrap();
+    let pt = random(&mut rng, (p.view(), bind.clone()));
+    let p_t = p.view().permute(&["batch", "heads", "key", "seq"]).unwrap();
+    let pt_t = random(&mut rng, (p.view(), bind.clone())).through(p_t);
+    let v = per_seq("v", ElemType::F16);
+    let vt = random(&mut rng, (v.view(), bind.clone())).through(v.view().permute(&rows).unwrap());
+    let dout = per_seq("dout", ElemType::F16);
+    let dot =
+        random(&mut rng, (dout.view(), bind.clone())).through(dout.view().permute(&rows).unwrap());
+    let o = per_head("o", "seq", ElemType::F32);
+    let ot = Tensor::random(&mut rng, o.view(), bind.clone(), -1.0, 1.0);
+    let dv = per_head("dv", "key", ElemType::F32);
+    let dvt = Tensor::random(&mut rng, dv.view(), bind, -1.0, 1.0);
+    let configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
+    check(gpu, "O = P·V per head", &pt, &vt, &ot, &configs);
+    check(gpu, "dV = Pᵀ·dO per head", &pt_t, &dot, &dvt, &configs);
+}
+
 #[test]
 fn the_autotune_is_kept_on_disk_and_a_corrupt_file_is_rebuilt() {
     let Some(_) = coop_gpu("autotune") else {
