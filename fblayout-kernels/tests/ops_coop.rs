@@ -9,10 +9,10 @@ mod support;
 
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::OpError;
-use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp};
+use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, kernel_source};
 use fblayout_kernels::ops::matmul::{Scale, matmul_cpu};
-use fblayout_kernels::runtime::{CacheLoad, Gpu, GpuOptions};
-use support::{Layout2, Rng, Tensor, assert_close, gpu, tolerance, view_2d};
+use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
+use support::{Layout2, Rng, Tensor, assert_close, gpu, static_2d, tolerance, view_2d};
 
 const REQUIRE: &str = "FBLAYOUT_REQUIRE_COOP";
 
@@ -186,7 +186,9 @@ fn every_candidate_configuration_matches() {
         return;
     };
     let mut rng = Rng::new(83);
-    let (m, n, k) = (272, 200, 152);
+    // n a multiple of 16 but of no block: C row-major takes interior blocks' fragments
+    // straight, and the edge blocks go through the scratch, in one dispatch.
+    let (m, n, k) = (272, 208, 152);
     for (ta, tb) in [(false, false), (true, true)] {
         let a = random(&mut rng, fixed("a", m, k, ta));
         let b = random(&mut rng, fixed("b", k, n, tb));
@@ -196,6 +198,54 @@ fn every_candidate_configuration_matches() {
         let configs = op.candidates().to_vec();
         assert!(!configs.is_empty());
         check(gpu, &format!("transposed {ta}/{tb}"), &a, &b, &c, &configs);
+    }
+}
+
+/// Interior blocks store their fragments straight into a row-major or column-major C of the
+/// accumulator's type (edge blocks through the scratch): f32 C with f32 sums, and f16 C with
+/// f16 sums (tolerance: one f16 rounding per k-step of the running sum).
+#[test]
+fn fragments_stored_straight_into_c_match() {
+    use fblayout_core::layout::Order as Memory;
+    let Some(gpu) = coop_gpu("fragments_stored_straight") else {
+        return;
+    };
+    let mut rng = Rng::new(87);
+    // 208 × 176: multiples of 16, of no block but 16; k = 88 leaves a partial k-step.
+    let (m, n, k) = (208, 176, 88);
+    let f32_configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
+    for (ta, tb) in [(false, false), (true, true)] {
+        let a = random(&mut rng, fixed("a", m, k, ta));
+        let b = random(&mut rng, fixed("b", k, n, tb));
+        for order in [Memory::RowMajor, Memory::ColMajor] {
+            let vc = static_2d("c", m, n, ElemType::F32, order);
+            let c = Tensor::random(&mut rng, vc, Vec::new(), -1.0, 1.0);
+            let what = format!("C {order:?} f32, transposed {ta}/{tb}");
+            check(gpu, &what, &a, &b, &c, &f32_configs);
+        }
+    }
+    let offered = gpu.features().cooperative_matrices.to_vec();
+    let f16_acc = offered.iter().any(|f| {
+        (f.m, f.n, f.k) == (16, 16, 16) && f.ab == CoopScalar::F16 && f.acc == CoopScalar::F16
+    });
+    if !f16_acc {
+        eprintln!("fragments_stored_straight: the adapter has no f16 accumulator; f16 C not run");
+        return;
+    }
+    // A short k (two k-steps) keeps f16 accumulation within a bound: each of the k additions
+    // rounds the running sum by at most 2⁻¹¹ of its size, of the order of 1 + |C|.
+    let k = 32;
+    let a = random(&mut rng, fixed("a", m, k, false));
+    let b = random(&mut rng, fixed("b", k, n, false));
+    let vc = static_2d("c", m, n, ElemType::F16, Memory::RowMajor);
+    let c = Tensor::random(&mut rng, vc, Vec::new(), -1.0, 1.0);
+    let op = CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+    let want = oracle(&a, &b, &c);
+    let tol = f64::from(k) / 2048.0;
+    for config in [CoopConfig::DEFAULT, CoopConfig::SMALL] {
+        let config = config.with_acc(CoopScalar::F16);
+        let got = run(gpu, &op, Some(config), &a, &b, &c);
+        assert_close(&format!("C f16, {config}"), &got, &want, tol);
     }
 }
 
@@ -240,6 +290,63 @@ fn batched_attention_scores_read_permuted_views() {
         &st,
         &[CoopConfig::DEFAULT, CoopConfig::SMALL],
     );
+}
+
+/// Attention's weighted values `O = P·V` and the gradient `dV = Pᵀ·dO` (the shapes of `dQ =
+/// dS·K` and `dK = dSᵀ·Q`), batched over sequences and heads: V and dO read per head through
+/// permuted views of `[batch, seq, heads, head_dim]`, P as stored and through its transpose.
+#[test]
+fn batched_attention_values_and_gradients_read_permuted_views() {
+    let Some(gpu) = coop_gpu("batched_values") else {
+        return;
+    };
+    let mut rng = Rng::new(88);
+    let (seq, heads, head_dim) = (40, 3, 32);
+    let bind = vec![("batch".to_owned(), 2)];
+    let per_seq = |name: &str, elem: ElemType| {
+        LayoutSpec::new(name)
+            .elem(elem)
+            .dyn_axis("batch")
+            .axis("seq", seq)
+            .axis("heads", heads)
+            .axis("head_dim", head_dim)
+            .build()
+            .unwrap()
+    };
+    let per_head = |name: &str, rows: &str, elem: ElemType| {
+        LayoutSpec::new(name)
+            .elem(elem)
+            .dyn_axis("batch")
+            .axis("heads", heads)
+            .axis(rows, seq)
+            .axis("cols", head_dim)
+            .build()
+            .unwrap()
+    };
+    let rows = ["batch", "heads", "seq", "head_dim"];
+    let p = LayoutSpec::new("p")
+        .elem(ElemType::F16)
+        .dyn_axis("batch")
+        .axis("heads", heads)
+        .axis("seq", seq)
+        .axis("key", seq)
+        .build()
+        .unwrap();
+    let pt = random(&mut rng, (p.view(), bind.clone()));
+    let p_t = p.view().permute(&["batch", "heads", "key", "seq"]).unwrap();
+    let pt_t = random(&mut rng, (p.view(), bind.clone())).through(p_t);
+    let v = per_seq("v", ElemType::F16);
+    let vt = random(&mut rng, (v.view(), bind.clone())).through(v.view().permute(&rows).unwrap());
+    let dout = per_seq("dout", ElemType::F16);
+    let dot =
+        random(&mut rng, (dout.view(), bind.clone())).through(dout.view().permute(&rows).unwrap());
+    let o = per_head("o", "seq", ElemType::F32);
+    let ot = Tensor::random(&mut rng, o.view(), bind.clone(), -1.0, 1.0);
+    let dv = per_head("dv", "key", ElemType::F32);
+    let dvt = Tensor::random(&mut rng, dv.view(), bind, -1.0, 1.0);
+    let configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
+    check(gpu, "O = P·V per head", &pt, &vt, &ot, &configs);
+    check(gpu, "dV = Pᵀ·dO per head", &pt_t, &dot, &dvt, &configs);
 }
 
 #[test]
@@ -329,16 +436,86 @@ fn without_the_feature_the_op_is_refused_with_the_reason() {
     );
 }
 
+/// Views whose static extents can't form a product are shape errors on any device, before
+/// the feature is looked at: k (A's columns against B's rows), m and n (against C), a batch
+/// axis, and the rank.
+#[test]
+fn static_mismatches_are_shape_errors_on_any_device() {
+    let gpu = gpu();
+    let (c, _) = view_2d("c", Layout2::RowMajor, 32, 16, ElemType::F32);
+    let (c_fixed, _) = fixed("c", 32, 16, false);
+    let batched = |name: &str, batch: u32, rows: u32, cols: u32| {
+        LayoutSpec::new(name)
+            .elem(ElemType::F16)
+            .axis("batch", batch)
+            .axis("rows", rows)
+            .axis("cols", cols)
+            .build()
+            .unwrap()
+            .view()
+    };
+    let cases: [(&str, View, View, View); 5] = [
+        // The case the H200 run found: C's rows are dynamic, k is 48 against 32.
+        (
+            "k",
+            fixed("a", 32, 48, false).0,
+            fixed("b", 32, 16, false).0,
+            c.clone(),
+        ),
+        (
+            "k, transposed",
+            fixed("a", 32, 48, true).0,
+            fixed("b", 32, 16, true).0,
+            c.clone(),
+        ),
+        (
+            "m",
+            fixed("a", 24, 48, false).0,
+            fixed("b", 48, 16, false).0,
+            c_fixed.clone(),
+        ),
+        (
+            "n",
+            fixed("a", 32, 48, false).0,
+            fixed("b", 48, 8, false).0,
+            c.clone(),
+        ),
+        (
+            "batch axis 0",
+            batched("a", 2, 32, 48),
+            batched("b", 3, 48, 16),
+            batched("c", 2, 32, 16),
+        ),
+    ];
+    for (what, a, b, c) in &cases {
+        let err = CoopMatmulOp::new(gpu, a, b, c).unwrap_err();
+        assert!(
+            matches!(&err, OpError::Shape { detail, .. } if detail.starts_with(what.split(',').next().unwrap())),
+            "{what}: {err}"
+        );
+        // The same check without a device.
+        let err = kernel_source(a, b, c, CoopConfig::SMALL, 32).unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{what}: {err}");
+    }
+    let (a2, _) = fixed("a", 32, 48, false);
+    let err = CoopMatmulOp::new(gpu, &a2, &batched("b", 2, 48, 16), &c).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "rank: {err}");
+    // Matching views pass the check: on a device without the feature the refusal is then
+    // about the feature, never the shapes.
+    let (b_ok, _) = fixed("b", 48, 16, false);
+    kernel_source(&a2, &b_ok, &c, CoopConfig::SMALL, 32).unwrap();
+    if let Err(err) = CoopMatmulOp::new(gpu, &a2, &b_ok, &c) {
+        assert!(matches!(err, OpError::Unsupported { .. }), "{err}");
+    }
+}
+
 #[test]
 fn mismatched_arguments_are_typed_errors() {
     let Some(gpu) = coop_gpu("mismatched") else {
         return;
     };
     let (a, _) = fixed("a", 32, 48, false);
-    let (b, _) = fixed("b", 32, 16, false);
     let (c, _) = view_2d("c", Layout2::RowMajor, 32, 16, ElemType::F32);
-    let err = CoopMatmulOp::new(gpu, &a, &b, &c).unwrap_err();
-    assert!(matches!(err, OpError::Shape { .. }), "{err}");
     // Arguments read through other views than the op was built for.
     let (b_ok, _) = fixed("b", 48, 16, false);
     let op = CoopMatmulOp::new(gpu, &a, &b_ok, &c).unwrap();

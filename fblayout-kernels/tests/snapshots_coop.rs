@@ -8,7 +8,7 @@ use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::ops::coop::{CoopConfig, Order, kernel_source, staging_orders};
 use fblayout_kernels::runtime::CoopScalar;
 use naga::back::spv;
-use support::{Layout2, view_2d};
+use support::{Layout2, static_2d, view_2d};
 
 /// The SPIR-V options wgpu's Vulkan backend uses on a device with f16 and cooperative
 /// matrices (capabilities included), for SPIR-V 1.6.
@@ -161,6 +161,77 @@ fn batched_views_survive_it() {
 }
 
 #[test]
+fn fragments_go_straight_into_a_row_or_column_major_c_of_the_accumulator_s_type() {
+    use fblayout_core::layout::Order as Memory;
+    let (a, b) = (fixed("a", 100, 72, false), fixed("b", 72, 64, true));
+    let a112 = fixed("a", 112, 72, false);
+    // A and B to match C's extents (rows 100 where they are dynamic).
+    let direct = |c: &View, config: CoopConfig| {
+        let extent = |axis: usize, default: u32| {
+            c.axes()[axis]
+                .extent
+                .as_static()
+                .map_or(default, |e| e as u32)
+        };
+        let a = fixed("a", extent(0, 100), 72, false);
+        let b = fixed("b", 72, extent(1, 64), true);
+        let source = kernel_source(&a, &b, c, config, 32)
+            .unwrap()
+            .build()
+            .unwrap();
+        let text = source.source();
+        let rows = text.contains("coopStoreT(cm_acc0_0, &c_data[cm_c0_0], cm_ld)");
+        let cols = text.contains("coopStore(cm_acc0_0, &c_data[cm_c0_0], cm_ld)");
+        // Edge blocks always keep the guarded store.
+        assert!(text.contains("c_store("), "{config}");
+        match (rows, cols) {
+            (true, false) => Some(Memory::RowMajor),
+            (false, true) => Some(Memory::ColMajor),
+            (false, false) => None,
+            _ => panic!("{config}: both stores"),
+        }
+    };
+    for acc in [CoopScalar::F32, CoopScalar::F16] {
+        let elem = if acc == CoopScalar::F32 {
+            ElemType::F32
+        } else {
+            ElemType::F16
+        };
+        let other = if acc == CoopScalar::F32 {
+            ElemType::F16
+        } else {
+            ElemType::F32
+        };
+        for config in CoopConfig::space(acc) {
+            // Row-major with 64 columns, column-major with 112 rows: straight in.
+            let c = static_2d("c", 100, 64, elem, Memory::RowMajor);
+            assert_eq!(direct(&c, config), Some(Memory::RowMajor), "{config}");
+            spirv(&a, &b, &c, config);
+            let c = static_2d("c", 112, 64, elem, Memory::ColMajor);
+            assert_eq!(direct(&c, config), Some(Memory::ColMajor), "{config}");
+            spirv(&a112, &b, &c, config);
+        }
+        let config = CoopConfig::SMALL.with_acc(acc);
+        // Rows of 60 elements are not 16-aligned, a transposed view is not C as declared,
+        // an R-Tile is not affine, and the other element type needs a conversion.
+        assert_eq!(
+            direct(&static_2d("c", 100, 60, elem, Memory::RowMajor), config),
+            None
+        );
+        let t = static_2d("c", 64, 100, elem, Memory::RowMajor)
+            .transpose("rows", "cols")
+            .unwrap();
+        assert_eq!(direct(&t, config), None);
+        let (tiled, _) = view_2d("c", Layout2::RTile(16), 100, 64, elem);
+        assert_eq!(direct(&tiled, config), None);
+        assert_eq!(
+            direct(&static_2d("c", 100, 64, other, Memory::RowMajor), config),
+            None
+        );
+    }
+}
+
+#[test]
 fn operands_the_path_cannot_take_are_refused_with_the_reason() {
     let (a, b, c) = views(
         Layout2::RowMajor,
@@ -209,4 +280,18 @@ fn wgsl_snapshots() {
         .build()
         .unwrap();
     insta::assert_snapshot!("coop_transposed_a_rtile_b_double_buffered", t.source());
+    // C row-major with 64 columns: interior blocks store their fragments straight into it.
+    let c = static_2d(
+        "c",
+        100,
+        64,
+        ElemType::F32,
+        fblayout_core::layout::Order::RowMajor,
+    );
+    let (a, b) = (fixed("a", 100, 72, false), fixed("b", 72, 64, false));
+    let direct = kernel_source(&a, &b, &c, CoopConfig::SMALL, 32)
+        .unwrap()
+        .build()
+        .unwrap();
+    insta::assert_snapshot!("coop_row_major_small_direct_store", direct.source());
 }

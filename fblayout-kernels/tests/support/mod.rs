@@ -171,6 +171,25 @@ fn spec_2d(name: &str, outer: (&str, u32), inner: (&str, u32), dyn_outer: bool) 
     spec.axis(inner.0, inner.1)
 }
 
+/// A `[rows, cols]` view of `elem`s of static extents, stored in `order` (the tensor as
+/// declared).
+pub fn static_2d(
+    name: &str,
+    rows: u32,
+    cols: u32,
+    elem: ElemType,
+    order: fblayout_core::layout::Order,
+) -> View {
+    LayoutSpec::new(name)
+        .elem(elem)
+        .order(order)
+        .axis("rows", rows)
+        .axis("cols", cols)
+        .build()
+        .unwrap_or_else(|e| panic!("test layout {name}: {e}"))
+        .view()
+}
+
 /// A `[rows, cols]` view of `elem`s stored as `layout`, with `rows` a run-time extent (bound
 /// to `rows`).
 pub fn view_2d(

@@ -33,16 +33,22 @@ pub struct CoopConfig {
     pub acc: CoopScalar,
 }
 
-/// The blocks and fragments per subgroup the candidates are made of.
-const SHAPES: [(u32, u32, u32, u32); 8] = [
+/// The blocks and fragments per subgroup the candidates are made of: from four subgroups of
+/// 2×2 fragments (which won at 4096³ on the H200) to eight or sixteen subgroups of 4×4 (more
+/// fragments per staged block, for large products).
+const SHAPES: [(u32, u32, u32, u32); 12] = [
     (64, 64, 2, 2),
     (128, 64, 4, 2),
     (64, 128, 2, 4),
+    (128, 64, 2, 2),
+    (64, 128, 2, 2),
     (128, 128, 4, 4),
     (128, 128, 4, 2),
     (128, 128, 2, 4),
     (128, 128, 2, 2),
     (256, 128, 4, 4),
+    (128, 256, 4, 4),
+    (256, 256, 4, 4),
 ];
 
 impl CoopConfig {

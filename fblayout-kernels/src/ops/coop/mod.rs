@@ -50,23 +50,31 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use fblayout_core::kernel::{KernelSource, Operand};
-use fblayout_core::layout::{ElemType, View};
+use fblayout_core::layout::{ElemType, Order as MemoryOrder, View};
 use fblayout_core::shader::WgslFeatures;
 
 pub use self::config::{CoopConfig, ParseConfigError};
 pub use self::shader::Order;
-use self::shader::{CoopSpec, Staging, Width};
+use self::shader::{CoopSpec, Direct, Staging, Width};
 use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
-use super::matmul::{Extents, MAX_BATCH_AXES, check_writable};
+use super::matmul::{Extents, check_static_extents, check_writable};
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu};
 use crate::tensor::GpuArg;
 
 const OP: &str = "coop matmul";
 
-/// How long [`CoopMatmulOp::measure`] keeps the GPU busy before it times the candidates.
+/// How long [`CoopMatmulOp::measure_configs`] keeps the GPU busy before it times the
+/// configurations.
 pub const TUNE_WARMUP: Duration = Duration::from_millis(300);
+
+/// About how long one configuration's screening batch takes in
+/// [`CoopMatmulOp::measure_configs`] (one dispatch where a dispatch takes longer).
+pub const SCREEN_TIME: Duration = Duration::from_millis(1);
+
+/// How many of the screened configurations [`CoopMatmulOp::measure_configs`] times again.
+pub const FINALISTS: usize = 3;
 
 /// The WGSL features of every cooperative-matrix kernel.
 pub const FEATURES: WgslFeatures = WgslFeatures {
@@ -84,6 +92,9 @@ struct Operands {
     batch_axes: usize,
     a_staging: Staging,
     b_staging: Staging,
+    /// How interior blocks may store straight into C (when the accumulator is C's type).
+    c_direct: Option<Direct>,
+    c_elem: ElemType,
 }
 
 fn unsupported(role: &'static str, view: &View, why: impl Into<String>) -> OpError {
@@ -125,26 +136,27 @@ fn staging(op: Operand, role: &str, outer: usize, k: usize) -> (Operand, Staging
     )
 }
 
+/// Whether fragments can be stored straight into C read through `c` (batch axes `nb`, then
+/// `m`, `n`): C is its tensor as declared, row- or column-major (so its offsets are affine in
+/// every coordinate), and 16 neighbours along the contiguous one of `m`, `n` are 16 consecutive
+/// elements from a multiple of 16 (so every fragment's rows or columns start aligned).
+fn direct_store(c: &View, nb: usize) -> Option<Direct> {
+    if !c.is_identity() {
+        return None;
+    }
+    let f = c.simplified_fn();
+    match c.layout().order() {
+        MemoryOrder::RowMajor if f.contiguous_run(nb + 1, 16) => Some(Direct::Rows),
+        MemoryOrder::ColMajor if f.contiguous_run(nb, 16) => Some(Direct::Cols),
+        _ => None,
+    }
+}
+
 impl Operands {
     fn new(a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        let rank = c.axes().len();
-        if a.axes().len() != rank
-            || b.axes().len() != rank
-            || !(2..=2 + MAX_BATCH_AXES).contains(&rank)
-        {
-            let ranks = |v: &View| vec![1; v.axes().len()];
-            Extents::of(&ranks(a), &ranks(b), &ranks(c))?;
-        }
-        // Views whose extents are all static must already fit; others are checked per call.
-        let statics = |v: &View| -> Option<Vec<usize>> {
-            v.axes()
-                .iter()
-                .map(|x| x.extent.as_static().map(|e| e as usize))
-                .collect()
-        };
-        if let (Some(da), Some(db), Some(dc)) = (statics(a), statics(b), statics(c)) {
-            Extents::of(&da, &db, &dc)?;
-        }
+        // The ranks and every static extent must already fit; run-time ones are checked per
+        // call.
+        let nb = check_static_extents(OP, a, b, c)?;
         for (role, v) in [("a", a), ("b", b)] {
             if v.layout().elem() != ElemType::F16 {
                 return Err(unsupported(
@@ -165,7 +177,6 @@ impl Operands {
             ));
         }
         check_writable(c)?;
-        let nb = rank - 2;
         let (a, a_staging) = staging(Operand::read("a", a)?, "a", nb, nb + 1);
         let (b, b_staging) = staging(Operand::read("b", b)?, "b", nb + 1, nb);
         Ok(Self {
@@ -175,6 +186,8 @@ impl Operands {
             batch_axes: nb,
             a_staging,
             b_staging,
+            c_direct: direct_store(c, nb),
+            c_elem: c.layout().elem(),
         })
     }
 
@@ -183,12 +196,17 @@ impl Operands {
     }
 
     fn source(&self, config: CoopConfig, subgroup_size: u32) -> KernelSource {
+        let acc_elem = match config.acc {
+            CoopScalar::F16 => ElemType::F16,
+            _ => ElemType::F32,
+        };
         let spec = CoopSpec {
             config,
             subgroup_size,
             batch_axes: self.batch_axes,
             a: self.a_staging,
             b: self.b_staging,
+            c_direct: self.c_direct.filter(|_| acc_elem == self.c_elem),
         };
         KernelSource::new(OP)
             .operand(self.a.clone())
@@ -240,11 +258,14 @@ impl CoopMatmulOp {
     /// The GEMM reading A and B (f16) through `a` and `b` and writing C (f32 or f16) through
     /// `c`, on a device with cooperative matrices.
     ///
-    /// Fails with [`OpError::Unsupported`] where the device lacks the feature or a 16×16×16
-    /// f16 fragment, where the adapter's subgroup size is not fixed, or for operands it does
+    /// Checks the views first (ranks, static extents, element types, C not a broadcast), so a
+    /// mismatch is an error on any device. Then fails with [`OpError::Unsupported`] where the
+    /// device lacks the feature or a 16×16×16 f16 fragment, where the adapter's subgroup size is not fixed, or for operands it does
     /// not take; builds the kernel of the first candidate, so a problem shows here. Loads the
     /// adapter's autotune results from beside the pipeline cache.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        // The views first: a mismatch is the same error with or without the feature.
+        let operands = Operands::new(a, b, c)?;
         let features = gpu.features();
         let Some(fragment) = features.coop_fragment else {
             let why = if features.cooperative_matrix {
@@ -269,7 +290,6 @@ impl CoopMatmulOp {
                 ),
             ));
         }
-        let operands = Operands::new(a, b, c)?;
         let candidates = CoopConfig::candidates(gpu.limits(), lo, operands.orders(), fragment.acc);
         if candidates.is_empty() {
             return Err(unsupported(
@@ -434,9 +454,9 @@ impl CoopMatmulOp {
     /// for their problem, in memory and in the autotune file; returns it. A problem tuned
     /// before (in this process or an earlier one on this adapter) is not measured again.
     ///
-    /// Each candidate is compiled, run once, then timed over a few dispatches in one
-    /// submission (wall clock around the submission and the wait); see
-    /// [`measure`](Self::measure).
+    /// Each candidate is compiled, run once and screened briefly, and the fastest few timed
+    /// again (wall clock around the submission and the wait); see
+    /// [`measure_configs`](Self::measure_configs).
     pub fn tune(
         &self,
         gpu: &Gpu,
@@ -469,12 +489,8 @@ impl CoopMatmulOp {
         Ok(best)
     }
 
-    /// Times every candidate over `reps` dispatches each; returns the fastest and every
-    /// candidate's time per dispatch.
-    ///
-    /// A GPU left idle runs at a low clock for a while, which would favour the candidates
-    /// measured last: the first candidate runs for at least [`TUNE_WARMUP`] before any is
-    /// timed, and each candidate's time is the better of two batches.
+    /// Times every candidate (see [`measure_configs`](Self::measure_configs)); returns the
+    /// fastest and every candidate's time per dispatch.
     pub fn measure(
         &self,
         gpu: &Gpu,
@@ -483,7 +499,45 @@ impl CoopMatmulOp {
         c: &GpuArg<'_>,
         reps: u32,
     ) -> Result<(CoopConfig, Vec<(CoopConfig, Duration)>), OpError> {
+        self.measure_configs(gpu, &self.candidates, a, b, c, reps)
+    }
+
+    /// Times the configurations of `configs` the device can build (others are left out) on
+    /// these arguments (C is overwritten); returns the fastest and each one's time per
+    /// dispatch.
+    ///
+    /// A GPU left idle runs at a low clock for a while, which would favour the configurations
+    /// measured last: the first one runs for at least [`TUNE_WARMUP`] before any is timed.
+    /// Then each is compiled and run once, and screened by one batch of dispatches (as many as
+    /// take about [`SCREEN_TIME`] on the first configuration, at most `reps`); the
+    /// [`FINALISTS`] fastest are timed again, each by the better of two batches of `reps`, and
+    /// the fastest of those wins. The times returned are the screening's, the finalists'
+    /// replaced by their second timing.
+    pub fn measure_configs(
+        &self,
+        gpu: &Gpu,
+        configs: &[CoopConfig],
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        reps: u32,
+    ) -> Result<(CoopConfig, Vec<(CoopConfig, Duration)>), OpError> {
         let reps = reps.max(1);
+        let buildable: Vec<CoopConfig> = configs
+            .iter()
+            .copied()
+            .filter(|config| {
+                config
+                    .problem(gpu.limits(), self.subgroup_size, self.orders())
+                    .is_none()
+            })
+            .collect();
+        let Some(&first) = buildable.first() else {
+            return Err(OpError::shape(
+                OP,
+                "the device can build none of the configurations to measure",
+            ));
+        };
         let batch_of = |config: CoopConfig, n: u32| -> Result<Duration, OpError> {
             let mut batch = gpu.batch();
             for _ in 0..n {
@@ -496,20 +550,34 @@ impl CoopMatmulOp {
         };
         let start = Instant::now();
         while start.elapsed() < TUNE_WARMUP {
-            batch_of(self.candidates[0], reps)?;
+            batch_of(first, reps)?;
         }
-        let mut times = Vec::with_capacity(self.candidates.len());
-        for &config in &self.candidates {
+        let one = batch_of(first, 1)?;
+        let screen_reps = if one.is_zero() {
+            reps
+        } else {
+            let wanted = SCREEN_TIME.as_secs_f64() / one.as_secs_f64();
+            (wanted.ceil() as u32).clamp(1, reps)
+        };
+        let mut times = Vec::with_capacity(buildable.len());
+        for &config in &buildable {
             // The first batch compiles the pipeline.
             batch_of(config, 1)?;
-            let t = batch_of(config, reps)?.min(batch_of(config, reps)?);
-            times.push((config, t / reps));
+            times.push((config, batch_of(config, screen_reps)? / screen_reps));
         }
-        let best = times
+        let mut order: Vec<usize> = (0..times.len()).collect();
+        order.sort_by_key(|&i| times[i].1);
+        for &i in order.iter().take(FINALISTS) {
+            let config = times[i].0;
+            let t = batch_of(config, reps)?.min(batch_of(config, reps)?);
+            times[i].1 = t / reps;
+        }
+        let best = order
             .iter()
-            .min_by_key(|(_, t)| *t)
-            .map(|&(c, _)| c)
-            .unwrap_or(self.candidates[0]);
+            .take(FINALISTS)
+            .map(|&i| times[i])
+            .min_by_key(|&(_, t)| t)
+            .map_or(first, |(config, _)| config);
         Ok((best, times))
     }
 }

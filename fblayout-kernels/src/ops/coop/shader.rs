@@ -5,8 +5,9 @@
 //! third grid axis). Its subgroups tile the block: each owns `frags_m × frags_n` accumulator
 //! fragments of 16×16. Per k-step every invocation loads a few elements of the next A and B
 //! blocks into registers (four neighbours at a time along the axis the operand is contiguous
-//! in, as the kernel surface granted, else single elements), converts them to `f16` and stores
-//! them into workgroup memory; every subgroup then loads its fragments from there and
+//! in, as the kernel surface granted, else single elements) straight from the storage binding
+//! as the f16 they are stored in (no round trip through f32) and stores them into workgroup
+//! memory; every subgroup then loads its fragments from there and
 //! multiplies. With two stages the loads of step `t + 1` are in flight while step `t`
 //! multiplies, with one barrier per step.
 //!
@@ -21,9 +22,13 @@
 //!
 //! Edges are masked where blocks are staged: coordinates past `m` or `n` are clamped to the
 //! last row or column (their outputs are never stored), and elements past `k` are zeros, so
-//! neither padding nor NaN reaches a sum. Each accumulator goes through a per-subgroup 16×16
-//! scratch in workgroup memory (`coopStoreT`) and from there to C through `c_store`, guarded
-//! by C's extents, so C may have any layout and any extents.
+//! neither padding nor NaN reaches a sum. Where C is row- or column-major with 16-aligned rows
+//! (columns) and of the accumulator's type ([`Direct`]), a block that lies wholly inside C
+//! stores each fragment straight into C (`coopStoreT`/`coopStore` on `c_data`, the stride
+//! read from C's index function). Every other block, and every other C, sends each
+//! accumulator through a per-subgroup 16×16 scratch in workgroup memory (`coopStoreT`, two
+//! barriers) and from there to C through `c_store`, guarded by C's extents, so C may have any
+//! layout and any extents.
 //!
 //! naga 30's SPIR-V writer panics ("Expression [..] is not cached") when the index inside a
 //! `coopLoad`/`coopStore` pointer or its stride is an inline expression. Every such index and
@@ -75,6 +80,19 @@ pub(crate) struct CoopSpec {
     pub batch_axes: usize,
     pub a: Staging,
     pub b: Staging,
+    /// How interior blocks store their fragments straight into C, if they can.
+    pub c_direct: Option<Direct>,
+}
+
+/// How a fragment is stored straight into C (`coopStoreT`/`coopStore` on `c_data`): for a C
+/// whose offsets are affine in `(m, n)` with 16 consecutive elements along one of them
+/// contiguous and 16-aligned, and whose element type is the accumulator's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Direct {
+    /// Rows along `m`, `n` contiguous (row-major): `coopStoreT`, the stride between rows.
+    Rows,
+    /// `m` contiguous (column-major): `coopStore`, the stride between columns.
+    Cols,
 }
 
 /// The row length (with padding) and the number of rows of a staged block of `outer × k`.
@@ -133,7 +151,8 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
     } else {
         ("cm_n0", "cm_n_last")
     };
-    let ty = if w == 4 { "vec4<f32>" } else { "f32" };
+    // A and B are f16 in memory: the registers hold the stored elements as they are.
+    let ty = if w == 4 { "vec4<f16>" } else { "f16" };
     let mut st = Stage {
         declare: String::new(),
         load: String::new(),
@@ -180,29 +199,28 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
                 format!("cm_k0 + {row} < cm_k_len"),
             ),
         };
+        // Straight from the storage binding (`<role>_data`, of `vec4<f16>` where the surface
+        // granted wide reads), without `<role>_load`'s conversion to f32 and back.
+        let coords = at(role, &bc, &outer_c, &k_c);
         let (load, zero) = if w == 4 {
-            (format!("{role}_load4"), "vec4<f32>(0.0)")
+            (
+                format!("{role}_data[{role}_at({coords}) >> 2u]"),
+                "vec4<f16>(0.0h)",
+            )
         } else {
-            (format!("{role}_load"), "0.0")
+            (format!("{role}_data[{role}_at({coords})]"), "0.0h")
         };
-        let _ = writeln!(
-            st.load,
-            "{ind}{reg} = select({zero}, {load}({}), {mask});",
-            at(role, &bc, &outer_c, &k_c)
-        );
+        let _ = writeln!(st.load, "{ind}{reg} = select({zero}, {load}, {mask});");
         let _ = writeln!(
             st.store,
             "{ind}{{\n{ind}    let cm_s = cm_buf * {stage_len}u + {row} * {row_len}u + {col};"
         );
         if w == 4 {
             for (j, lane) in ["x", "y", "z", "w"].iter().enumerate() {
-                let _ = writeln!(
-                    st.store,
-                    "{ind}    {tile}[cm_s + {j}u] = f16({reg}.{lane});"
-                );
+                let _ = writeln!(st.store, "{ind}    {tile}[cm_s + {j}u] = {reg}.{lane};");
             }
         } else {
-            let _ = writeln!(st.store, "{ind}    {tile}[cm_s] = f16({reg});");
+            let _ = writeln!(st.store, "{ind}    {tile}[cm_s] = {reg};");
         }
         let _ = writeln!(st.store, "{ind}}}");
         st.load += close;
@@ -254,7 +272,6 @@ pub(crate) fn gemm(spec: &CoopSpec) -> String {
     let b_len = staged_elements(spec.b.order, bn, bk);
     let (a_row, _) = staged_shape(spec.a.order, bm, bk);
     let (b_row, _) = staged_shape(spec.b.order, bn, bk);
-    let bc = batch_coords(nb);
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -379,7 +396,29 @@ fn {ENTRY}(
         s.push_str("        }\n");
     }
     s.push_str("    }\n");
-    // Epilogue: each fragment through the subgroup's scratch into C, guarded by C's extents.
+    let (guarded, indent) = match spec.c_direct {
+        Some(direct) => {
+            s += &direct_epilogue(spec, direct);
+            s.push_str("    } else {\n");
+            (guarded_epilogue(spec, "    "), "    ")
+        }
+        None => (guarded_epilogue(spec, ""), ""),
+    };
+    s += &guarded;
+    if !indent.is_empty() {
+        s.push_str("    }\n");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The epilogue of any C: each fragment through the subgroup's scratch into C, guarded by C's
+/// extents (two barriers per fragment), every line indented by `extra`.
+fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
+    let c = spec.config;
+    let nb = spec.batch_axes;
+    let bc = batch_coords(nb);
+    let mut s = String::new();
     let m_dim = format!("c_dim{nb}()");
     let n_dim = format!("c_dim{}()", nb + 1);
     let _ = writeln!(
@@ -406,6 +445,49 @@ fn {ENTRY}(
             );
         }
     }
-    s.push_str("}\n");
+    if extra.is_empty() {
+        s
+    } else {
+        s.lines().map(|l| format!("{extra}{l}\n")).collect()
+    }
+}
+
+/// The epilogue of a block that lies inside C when C takes fragments straight
+/// ([`Direct`]): opens `if (cm_whole) {` (a condition uniform over the workgroup, as the
+/// stores require), stores every fragment with `coopStoreT`/`coopStore` at its origin's
+/// offset, the stride read from C's index function (the offset of the next row or column
+/// minus the origin's); the caller closes the branch.
+fn direct_epilogue(spec: &CoopSpec, direct: Direct) -> String {
+    let c = spec.config;
+    let bc = batch_coords(spec.batch_axes);
+    let mut s = String::new();
+    let (next_m, next_n, store) = match direct {
+        Direct::Rows => (" + 1u", "", "coopStoreT"),
+        Direct::Cols => ("", " + 1u", "coopStore"),
+    };
+    let _ = writeln!(
+        s,
+        "    // Blocks inside C store each fragment straight into it; edge blocks go through the
+    // subgroup's scratch.
+    let cm_whole = cm_m0 + {}u <= cm_m_len && cm_n0 + {}u <= cm_n_len;
+    if (cm_whole) {{
+        let cm_c0 = c_at({bc}cm_m0 + cm_sm, cm_n0 + cm_sn);
+        let cm_ld = c_at({bc}cm_m0 + cm_sm{next_m}, cm_n0 + cm_sn{next_n}) - cm_c0;",
+        c.block_m, c.block_n
+    );
+    for i in 0..c.frags_m {
+        for j in 0..c.frags_n {
+            let (along_m, along_n) = (16 * i, 16 * j);
+            let offset = match direct {
+                Direct::Rows => format!("{along_m}u * cm_ld + {along_n}u"),
+                Direct::Cols => format!("{along_m}u + {along_n}u * cm_ld"),
+            };
+            let _ = writeln!(
+                s,
+                "        let cm_c{i}_{j} = cm_c0 + {offset};
+        {store}(cm_acc{i}_{j}, &c_data[cm_c{i}_{j}], cm_ld);"
+            );
+        }
+    }
     s
 }

@@ -240,6 +240,45 @@ fn vectorized(op: Operand, axes: &[usize]) -> (Operand, Option<usize>) {
     (op, None)
 }
 
+/// Checks views `a`, `b`, `c` of the product `op` before any device is involved: one rank of 2
+/// matrix axes plus at most [`MAX_BATCH_AXES`] batch axes, and every pair of extents that must
+/// agree (the batch axes, `m`, `n`, `k`) equal where both are static (run-time ones are checked
+/// per call by [`Extents::of`]). Returns the number of batch axes.
+pub(crate) fn check_static_extents(
+    op: &'static str,
+    a: &View,
+    b: &View,
+    c: &View,
+) -> Result<usize, OpError> {
+    let rank = c.axes().len();
+    if a.axes().len() != rank || b.axes().len() != rank || !(2..=2 + MAX_BATCH_AXES).contains(&rank)
+    {
+        let ranks = |v: &View| vec![1; v.axes().len()];
+        Extents::of(&ranks(a), &ranks(b), &ranks(c))?;
+    }
+    let nb = rank - 2;
+    let agree =
+        |what: &str, (x, vx, i): (&str, &View, usize), (y, vy, j): (&str, &View, usize)| match (
+            vx.axes()[i].extent.as_static(),
+            vy.axes()[j].extent.as_static(),
+        ) {
+            (Some(e), Some(f)) if e != f => Err(OpError::shape(
+                op,
+                format!("{what} has extent {e} in {x} but {f} in {y}"),
+            )),
+            _ => Ok(()),
+        };
+    for d in 0..nb {
+        let what = format!("batch axis {d}");
+        agree(&what, ("A", a, d), ("C", c, d))?;
+        agree(&what, ("B", b, d), ("C", c, d))?;
+    }
+    agree("m", ("A", a, nb), ("C", c, nb))?;
+    agree("n", ("B", b, nb + 1), ("C", c, nb + 1))?;
+    agree("k", ("A", a, nb + 1), ("B", b, nb))?;
+    Ok(nb)
+}
+
 /// Fails when writing C through `view` would write one element from several products: a view
 /// whose offset ignores an axis longer than one (a broadcast).
 pub(crate) fn check_writable(view: &View) -> Result<(), OpError> {
@@ -276,38 +315,7 @@ impl MatmulOp {
     /// device has it) and that C is not written through a broadcast; builds the kernel of the
     /// large tiling, so a problem with the views shows here.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        let rank = c.axes().len();
-        if a.axes().len() != rank
-            || b.axes().len() != rank
-            || !(2..=2 + MAX_BATCH_AXES).contains(&rank)
-        {
-            let ranks = |v: &View| vec![1; v.axes().len()];
-            Extents::of(&ranks(a), &ranks(b), &ranks(c))?;
-        }
-        let nb = rank - 2;
-        // The static extents must already fit; run-time ones are checked per call.
-        let agree = |what: &str,
-                     (x, vx, i): (&str, &View, usize),
-                     (y, vy, j): (&str, &View, usize)| {
-            match (
-                vx.axes()[i].extent.as_static(),
-                vy.axes()[j].extent.as_static(),
-            ) {
-                (Some(e), Some(f)) if e != f => Err(OpError::shape(
-                    OP,
-                    format!("{what} has extent {e} in {x} but {f} in {y}"),
-                )),
-                _ => Ok(()),
-            }
-        };
-        for d in 0..nb {
-            let what = format!("batch axis {d}");
-            agree(&what, ("A", a, d), ("C", c, d))?;
-            agree(&what, ("B", b, d), ("C", c, d))?;
-        }
-        agree("m", ("A", a, nb), ("C", c, nb))?;
-        agree("n", ("B", b, nb + 1), ("C", c, nb + 1))?;
-        agree("k", ("A", a, nb + 1), ("B", b, nb))?;
+        let nb = check_static_extents(OP, a, b, c)?;
         for (role, v) in [("a", a), ("b", b), ("c", c)] {
             let why = match v.layout().elem() {
                 ElemType::F32 => None,
