@@ -4,11 +4,43 @@
 
 use fblayout_core::expr::CpuIndexFn;
 use fblayout_core::layout::Order;
-use fblayout_tests::{Case, apply_steps, arb_case, arb_steps, coords_of};
+use fblayout_tests::{Case, StepChoice, apply_steps, arb_case, arb_steps, coords_of};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 fn args(coords: &[u64], extents: &[u64]) -> Vec<u64> {
     coords.iter().chain(extents).copied().collect()
+}
+
+/// A view made of `steps` binds to the shape the oracle gives and reads, at every coordinate,
+/// what the oracle says, by its naive and simplified functions and the bound CPU path; one
+/// past the end of any axis is masked by both forms.
+fn agrees_with_the_oracle(case: &Case, steps: &[StepChoice]) -> Result<(), TestCaseError> {
+    let vc = apply_steps(case, steps);
+    let bound = vc.view.bind(&case.bindings()).unwrap();
+    prop_assert_eq!(bound.shape(), vc.shape.as_slice());
+    let naive = vc.view.index_fn();
+    let simple = naive.simplified();
+    prop_assert!(simple.op_count() <= naive.op_count());
+    let (naive, simple) = (CpuIndexFn::new(&naive), CpuIndexFn::new(&simple));
+    for c in coords_of(&vc.shape) {
+        let want = case.oracle_offset(&vc.oracle_coords(&c));
+        prop_assert!(want.is_some(), "view coordinate {:?} left the tensor", c);
+        let a = args(&c, bound.extent_args());
+        prop_assert_eq!(naive.eval(&a), want, "naive, at {:?}", c);
+        prop_assert_eq!(simple.eval(&a), want, "simplified, at {:?}", c);
+        prop_assert_eq!(bound.offset(&c), want, "bound, at {:?}", c);
+    }
+    let beyond: Vec<u64> = vc.shape.iter().map(|e| e + 1).collect();
+    for c in coords_of(&beyond) {
+        if c.iter().zip(&vc.shape).any(|(x, e)| x >= e) {
+            let a = args(&c, bound.extent_args());
+            prop_assert_eq!(naive.eval(&a), None, "naive mask at {:?}", c);
+            prop_assert_eq!(simple.eval(&a), None, "simplified mask at {:?}", c);
+            prop_assert_eq!(bound.offset(&c), None, "bound mask at {:?}", c);
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -16,30 +48,7 @@ proptest! {
 
     #[test]
     fn views_agree_with_the_oracle(case in arb_case(), steps in arb_steps()) {
-        let vc = apply_steps(&case, &steps);
-        let bound = vc.view.bind(&case.bindings()).unwrap();
-        prop_assert_eq!(bound.shape(), vc.shape.as_slice());
-        let naive = vc.view.index_fn();
-        let simple = naive.simplified();
-        prop_assert!(simple.op_count() <= naive.op_count());
-        let (naive, simple) = (CpuIndexFn::new(&naive), CpuIndexFn::new(&simple));
-        for c in coords_of(&vc.shape) {
-            let want = case.oracle_offset(&vc.oracle_coords(&c));
-            prop_assert!(want.is_some(), "view coordinate {:?} left the tensor", c);
-            let a = args(&c, bound.extent_args());
-            prop_assert_eq!(naive.eval(&a), want, "naive, at {:?}", c);
-            prop_assert_eq!(simple.eval(&a), want, "simplified, at {:?}", c);
-            prop_assert_eq!(bound.offset(&c), want, "bound, at {:?}", c);
-        }
-        // One past the end of any axis is masked, by both forms.
-        let beyond: Vec<u64> = vc.shape.iter().map(|e| e + 1).collect();
-        for c in coords_of(&beyond) {
-            if c.iter().zip(&vc.shape).any(|(x, e)| x >= e) {
-                let a = args(&c, bound.extent_args());
-                prop_assert_eq!(naive.eval(&a), None, "naive mask at {:?}", c);
-                prop_assert_eq!(simple.eval(&a), None, "simplified mask at {:?}", c);
-            }
-        }
+        agrees_with_the_oracle(&case, &steps)?;
     }
 
     #[test]
@@ -105,10 +114,10 @@ proptest! {
 /// unwrapped and the simplifier folds a remainder and its quotient back together, which is
 /// exact only where the view is in bounds; the offsets there must still be the oracle's.
 mod run_time_merges {
-    use super::args;
+    use super::{agrees_with_the_oracle, args};
     use fblayout_core::expr::CpuIndexFn;
     use fblayout_core::layout::{LayoutSpec, MAX_ELEMENTS, Order, unravel};
-    use fblayout_tests::{Case, StepChoice, apply_steps, arb_case, arb_merge_steps, coords_of};
+    use fblayout_tests::{Case, StepChoice, apply_steps, arb_case, arb_merge_steps};
     use proptest::prelude::*;
 
     proptest! {
@@ -123,27 +132,7 @@ mod run_time_merges {
             case in arb_case().prop_filter("two run-time axes", |c| c.layout.dynamic_axes().count() >= 2),
             steps in arb_merge_steps(),
         ) {
-            let vc = apply_steps(&case, &steps);
-            let bound = vc.view.bind(&case.bindings()).unwrap();
-            let naive = vc.view.index_fn();
-            let simple = vc.view.simplified_fn();
-            prop_assert!(simple.op_count() <= naive.op_count());
-            let (naive, simple) = (CpuIndexFn::new(&naive), CpuIndexFn::new(simple));
-            for c in coords_of(&vc.shape) {
-                let want = case.oracle_offset(&vc.oracle_coords(&c));
-                let a = args(&c, bound.extent_args());
-                prop_assert_eq!(naive.eval(&a), want, "naive, at {:?}", c);
-                prop_assert_eq!(simple.eval(&a), want, "simplified, at {:?}", c);
-                prop_assert_eq!(bound.offset(&c), want, "bound, at {:?}", c);
-            }
-            let beyond: Vec<u64> = vc.shape.iter().map(|e| e + 1).collect();
-            for c in coords_of(&beyond) {
-                if c.iter().zip(&vc.shape).any(|(x, e)| x >= e) {
-                    let a = args(&c, bound.extent_args());
-                    prop_assert_eq!(simple.eval(&a), None, "simplified mask at {:?}", c);
-                    prop_assert_eq!(bound.offset(&c), None, "bound mask at {:?}", c);
-                }
-            }
+            agrees_with_the_oracle(&case, &steps)?;
         }
 
         /// Two run-time axes and a static one, with extents up to a tensor of nearly
