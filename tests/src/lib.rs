@@ -332,6 +332,18 @@ pub fn arb_steps() -> impl Strategy<Value = Vec<StepChoice>> {
     prop::collection::vec(step, 0..=4)
 }
 
+/// Random view steps that merge often (run-time axes among them, when the case has some),
+/// with splits, transposes and slices in between.
+pub fn arb_merge_steps() -> impl Strategy<Value = Vec<StepChoice>> {
+    let step = prop_oneof![
+        3 => any::<u32>().prop_map(StepChoice::Merge),
+        1 => (any::<u32>(), any::<u32>()).prop_map(|(a, b)| StepChoice::Split(a, b)),
+        1 => (any::<u32>(), any::<u32>()).prop_map(|(a, b)| StepChoice::Transpose(a, b)),
+        1 => (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(a, b, c)| StepChoice::Slice(a, b, c)),
+    ];
+    prop::collection::vec(step, 1..=5)
+}
+
 /// The R-Tile tensors among the canonical views (those with tiles of more than one
 /// element), each once, in catalog order: the layouts whose tile helpers
 /// (`TensorLayout::tile_index_fn`) the tests snapshot and run.

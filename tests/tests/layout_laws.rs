@@ -4,11 +4,43 @@
 
 use fblayout_core::expr::CpuIndexFn;
 use fblayout_core::layout::Order;
-use fblayout_tests::{Case, apply_steps, arb_case, arb_steps, coords_of};
+use fblayout_tests::{Case, StepChoice, apply_steps, arb_case, arb_steps, coords_of};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 fn args(coords: &[u64], extents: &[u64]) -> Vec<u64> {
     coords.iter().chain(extents).copied().collect()
+}
+
+/// A view made of `steps` binds to the shape the oracle gives and reads, at every coordinate,
+/// what the oracle says, by its naive and simplified functions and the bound CPU path; one
+/// past the end of any axis is masked by both forms.
+fn agrees_with_the_oracle(case: &Case, steps: &[StepChoice]) -> Result<(), TestCaseError> {
+    let vc = apply_steps(case, steps);
+    let bound = vc.view.bind(&case.bindings()).unwrap();
+    prop_assert_eq!(bound.shape(), vc.shape.as_slice());
+    let naive = vc.view.index_fn();
+    let simple = naive.simplified();
+    prop_assert!(simple.op_count() <= naive.op_count());
+    let (naive, simple) = (CpuIndexFn::new(&naive), CpuIndexFn::new(&simple));
+    for c in coords_of(&vc.shape) {
+        let want = case.oracle_offset(&vc.oracle_coords(&c));
+        prop_assert!(want.is_some(), "view coordinate {:?} left the tensor", c);
+        let a = args(&c, bound.extent_args());
+        prop_assert_eq!(naive.eval(&a), want, "naive, at {:?}", c);
+        prop_assert_eq!(simple.eval(&a), want, "simplified, at {:?}", c);
+        prop_assert_eq!(bound.offset(&c), want, "bound, at {:?}", c);
+    }
+    let beyond: Vec<u64> = vc.shape.iter().map(|e| e + 1).collect();
+    for c in coords_of(&beyond) {
+        if c.iter().zip(&vc.shape).any(|(x, e)| x >= e) {
+            let a = args(&c, bound.extent_args());
+            prop_assert_eq!(naive.eval(&a), None, "naive mask at {:?}", c);
+            prop_assert_eq!(simple.eval(&a), None, "simplified mask at {:?}", c);
+            prop_assert_eq!(bound.offset(&c), None, "bound mask at {:?}", c);
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -16,30 +48,7 @@ proptest! {
 
     #[test]
     fn views_agree_with_the_oracle(case in arb_case(), steps in arb_steps()) {
-        let vc = apply_steps(&case, &steps);
-        let bound = vc.view.bind(&case.bindings()).unwrap();
-        prop_assert_eq!(bound.shape(), vc.shape.as_slice());
-        let naive = vc.view.index_fn();
-        let simple = naive.simplified();
-        prop_assert!(simple.op_count() <= naive.op_count());
-        let (naive, simple) = (CpuIndexFn::new(&naive), CpuIndexFn::new(&simple));
-        for c in coords_of(&vc.shape) {
-            let want = case.oracle_offset(&vc.oracle_coords(&c));
-            prop_assert!(want.is_some(), "view coordinate {:?} left the tensor", c);
-            let a = args(&c, bound.extent_args());
-            prop_assert_eq!(naive.eval(&a), want, "naive, at {:?}", c);
-            prop_assert_eq!(simple.eval(&a), want, "simplified, at {:?}", c);
-            prop_assert_eq!(bound.offset(&c), want, "bound, at {:?}", c);
-        }
-        // One past the end of any axis is masked, by both forms.
-        let beyond: Vec<u64> = vc.shape.iter().map(|e| e + 1).collect();
-        for c in coords_of(&beyond) {
-            if c.iter().zip(&vc.shape).any(|(x, e)| x >= e) {
-                let a = args(&c, bound.extent_args());
-                prop_assert_eq!(naive.eval(&a), None, "naive mask at {:?}", c);
-                prop_assert_eq!(simple.eval(&a), None, "simplified mask at {:?}", c);
-            }
-        }
+        agrees_with_the_oracle(&case, &steps)?;
     }
 
     #[test]
@@ -97,6 +106,92 @@ proptest! {
             let base = vc.oracle_coords(&c);
             let linear = base.iter().zip(&case.extents).fold(0, |acc, (&x, &e)| acc * u64::from(e) + x);
             prop_assert_eq!(u64::from(read[i]), linear + 1);
+        }
+    }
+}
+
+/// Merges of run-time axes: the unravel of a merged coordinate leaves its outermost part
+/// unwrapped and the simplifier folds a remainder and its quotient back together, which is
+/// exact only where the view is in bounds; the offsets there must still be the oracle's.
+mod run_time_merges {
+    use super::{agrees_with_the_oracle, args};
+    use fblayout_core::expr::CpuIndexFn;
+    use fblayout_core::layout::{LayoutSpec, MAX_ELEMENTS, Order, unravel};
+    use fblayout_tests::{Case, StepChoice, apply_steps, arb_case, arb_merge_steps};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Random tensors with at least two run-time axes (row-major, column-major, R-Tile
+        /// with padded tiles) under chains that merge often: every coordinate reads what the
+        /// oracle says, by the naive and the simplified function and the bound view, and one
+        /// past the end is masked.
+        #[test]
+        fn merged_views_agree_with_the_oracle(
+            case in arb_case().prop_filter("two run-time axes", |c| c.layout.dynamic_axes().count() >= 2),
+            steps in arb_merge_steps(),
+        ) {
+            agrees_with_the_oracle(&case, &steps)?;
+        }
+
+        /// Two run-time axes and a static one, with extents up to a tensor of nearly
+        /// `u32::MAX` elements (padding included), merged two or three at a time: the corners
+        /// and random coordinates read what the oracle says, and the first coordinate past
+        /// the merged axis is masked.
+        #[test]
+        fn large_merged_views_agree_with_the_oracle(
+            order in 0u8..3,
+            tile in 1u32..=8,
+            a in 1u32..=1 << 16,
+            c in 1u32..=16,
+            b_seed in any::<u32>(),
+            near_limit in any::<bool>(),
+            all_three in any::<bool>(),
+            samples in prop::collection::vec(any::<u64>(), 24),
+        ) {
+            let order = [Order::RowMajor, Order::ColMajor, Order::RTile][order as usize];
+            let mut spec = LayoutSpec::new("t").order(order).dyn_axis("a0").dyn_axis("a1");
+            if order == Order::RTile {
+                spec = spec.tile(tile, true);
+            }
+            spec = spec.axis("a2", c);
+            if order == Order::RTile {
+                spec.forward = vec!["a2".into()];
+            }
+            // The most rows `a1` may have, padded to its tile, with `a0 · a1 · a2` elements
+            // in the buffer; half the cases take one of the last eight.
+            let most = MAX_ELEMENTS / (u64::from(a) * u64::from(c));
+            let most = most - most % u64::from(tile);
+            prop_assume!(most >= 1);
+            let b = if near_limit {
+                most - u64::from(b_seed) % most.min(8)
+            } else {
+                1 + u64::from(b_seed) % most
+            };
+            let b = u32::try_from(b).unwrap();
+            let case = Case { layout: spec.build().unwrap(), extents: vec![a, b, c] };
+            let steps: &[StepChoice] = if all_three {
+                &[StepChoice::Merge(0), StepChoice::Merge(0)]
+            } else {
+                &[StepChoice::Merge(0)]
+            };
+            let vc = apply_steps(&case, steps);
+            let bound = vc.view.bind(&case.bindings()).unwrap();
+            let simple = CpuIndexFn::new(vc.view.simplified_fn());
+            let total: u64 = vc.shape.iter().product();
+            let mut coord = vec![0; vc.shape.len()];
+            for linear in [0, total - 1].into_iter().chain(samples.iter().map(|s| s % total)) {
+                unravel(linear, &vc.shape, &mut coord);
+                let want = case.oracle_offset(&vc.oracle_coords(&coord));
+                prop_assert!(want.is_some_and(|w| w < bound.len()), "{:?} left the buffer", coord);
+                let a = args(&coord, bound.extent_args());
+                prop_assert_eq!(simple.eval(&a), want, "simplified, at {:?}", coord);
+                prop_assert_eq!(bound.offset(&coord), want, "bound, at {:?}", coord);
+            }
+            let mut past = vec![0; vc.shape.len()];
+            past[0] = vc.shape[0];
+            prop_assert_eq!(simple.eval(&args(&past, bound.extent_args())), None);
         }
     }
 }

@@ -7,16 +7,23 @@
 //!    `x % 1` disappear; chains of constants combine (`(x * a) * b`, `(x / a) / b`,
 //!    `(x + a) + b`); and a division or remainder by a constant that divides a product's factor
 //!    distributes over a sum (`(x * 64 + y) / 4 = x * 16 + y / 4`). With [`Assumptions`] about
-//!    the upper bounds of variables, `y / c` and `y % c` fold when `y < c` is known.
+//!    the upper bounds of variables, `y / c` and `y % c` fold when `y < c` is known. A
+//!    remainder and its quotient put back together, `k · (x % s) + k · s · (x / s)`, become
+//!    `k · x` (the unravel of a merged coordinate followed by a row-major offset), whatever
+//!    the order and grouping of the terms and factors.
 //! 2. **Strength reduction.** Multiplication, division and remainder by a power of two become
 //!    shifts and masks, and chains of shifts or masks combine.
 //!
 //! Every rule holds for unsigned integers without overflow, which layouts guarantee by bounding
-//! buffer sizes by `u32::MAX`.
+//! buffer sizes by `u32::MAX`. The recombination also holds under wrapping arithmetic, but
+//! needs `s ≥ 1` (WGSL's `x % 0u` is 0): `s` must be a positive constant, a run-time extent
+//! ([`VarKind::Extent`], which binding refuses to be 0), or a product of such.
+//!
+//! [`VarKind::Extent`]: super::VarKind::Extent
 
 use std::collections::HashMap;
 
-use super::graph::{BinOp, ExprGraph, ExprId, Node, VarId};
+use super::graph::{BinOp, ExprGraph, ExprId, Node, VarId, VarKind};
 
 /// Facts the simplifier may use.
 #[derive(Debug, Clone, Default)]
@@ -254,7 +261,7 @@ impl<'a> Rebuild<'a> {
                 let (other, c2) = match (self.const_of(a), cb) {
                     (Some(c), _) => (b, c),
                     (_, Some(c)) => (a, c),
-                    _ => return None,
+                    _ => return self.recombine(a, b),
                 };
                 let (x, c1) = self.with_const(other, BinOp::Add)?;
                 let c = self.constant(c1.checked_add(c2)?);
@@ -273,6 +280,120 @@ impl<'a> Rebuild<'a> {
             BinOp::Div => self.div_by_const(a, cb?),
             BinOp::Rem => self.rem_by_const(a, cb?),
             _ => None,
+        }
+    }
+
+    /// `a + b` with a remainder and its quotient put back together: among the terms of the
+    /// sum, `k · (x % s)` and `k · s · (x / s)` (factors in any order and grouping, constants
+    /// multiplied out) become `k · x`, because `x % s + s · (x / s) = x` for every `x` and every
+    /// `s ≥ 1`. `s` must be known to be at least 1 (see [`at_least_one`](Self::at_least_one));
+    /// `None` when no two terms pair up.
+    fn recombine(&mut self, a: ExprId, b: ExprId) -> Option<ExprId> {
+        let mut terms = self.terms(a);
+        terms.extend(self.terms(b));
+        for i in 0..terms.len() {
+            for j in 0..terms.len() {
+                if i == j {
+                    continue;
+                }
+                if let Some(whole) = self.unsplit(terms[i], terms[j]) {
+                    let rest = terms
+                        .iter()
+                        .enumerate()
+                        .filter(|&(k, _)| k != i && k != j)
+                        .map(|(_, &t)| t);
+                    let mut sum = whole;
+                    for t in rest {
+                        sum = self.bin(BinOp::Add, sum, t);
+                    }
+                    return Some(sum);
+                }
+            }
+        }
+        None
+    }
+
+    /// `x · k` when `rem` is `k · (x % s)` and `quot` is `k · s · (x / s)` (see
+    /// [`recombine`](Self::recombine)).
+    fn unsplit(&mut self, rem: ExprId, quot: ExprId) -> Option<ExprId> {
+        let (Some(k_rem), f_rem) = self.factors(rem) else {
+            return None;
+        };
+        let (k_quot, f_quot) = self.factors(quot);
+        for (at, &r) in f_rem.iter().enumerate() {
+            let Node::Bin(BinOp::Rem, x, s) = self.out.node(r) else {
+                continue;
+            };
+            if !self.at_least_one(s) {
+                continue;
+            }
+            // The quotient as this graph writes it (`(y / c1) / c2` folds to `y / (c1 · c2)`).
+            let q = self.bin(BinOp::Div, x, s);
+            let (k_s, f_s) = self.factors(s);
+            let mut want: Vec<ExprId> = f_rem
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != at)
+                .map(|(_, &f)| f)
+                .chain(f_s)
+                .chain([q])
+                .collect();
+            want.sort_unstable();
+            if want == f_quot
+                && k_s
+                    .and_then(|k| k.checked_mul(k_rem))
+                    .is_some_and(|k| Some(k) == k_quot)
+            {
+                let mut whole = x;
+                for (i, &f) in f_rem.iter().enumerate() {
+                    if i != at {
+                        whole = self.bin(BinOp::Mul, whole, f);
+                    }
+                }
+                let k = self.constant(k_rem);
+                return Some(self.bin(BinOp::Mul, whole, k));
+            }
+        }
+        None
+    }
+
+    /// The terms of a sum: `id` split at every `+`.
+    fn terms(&self, id: ExprId) -> Vec<ExprId> {
+        match self.out.node(id) {
+            Node::Bin(BinOp::Add, p, q) => {
+                let mut t = self.terms(p);
+                t.extend(self.terms(q));
+                t
+            }
+            _ => vec![id],
+        }
+    }
+
+    /// The factors of a product: its constant part (`None` past `u64`), and the other factors
+    /// sorted by id (`id` split at every `*`).
+    fn factors(&self, id: ExprId) -> (Option<u64>, Vec<ExprId>) {
+        let mut k = Some(1u64);
+        let mut rest = Vec::new();
+        let mut stack = vec![id];
+        while let Some(f) = stack.pop() {
+            match self.out.node(f) {
+                Node::Bin(BinOp::Mul, p, q) => stack.extend([p, q]),
+                Node::Const(c) => k = k.and_then(|k| k.checked_mul(c)),
+                _ => rest.push(f),
+            }
+        }
+        rest.sort_unstable();
+        (k, rest)
+    }
+
+    /// Whether `id` is known to be at least 1: a positive constant, a run-time extent
+    /// (binding refuses zero extents), or a product of such.
+    fn at_least_one(&self, id: ExprId) -> bool {
+        match self.out.node(id) {
+            Node::Const(c) => c >= 1,
+            Node::Var(v) => self.out.var_decl(v).kind == VarKind::Extent,
+            Node::Bin(BinOp::Mul, p, q) => self.at_least_one(p) && self.at_least_one(q),
+            _ => false,
         }
     }
 
@@ -390,7 +511,6 @@ impl<'a> Rebuild<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::expr::graph::VarKind;
 
     fn setup() -> (ExprGraph, ExprId, ExprId) {
         let mut g = ExprGraph::unshared();
@@ -482,5 +602,139 @@ mod tests {
         let d = g.div(x, c0);
         let (out, r) = simplified(&g, d);
         assert_eq!(out.display(r), "x / 0");
+    }
+
+    /// Evaluates `id` with `env` giving each variable's value, in unbounded unsigned
+    /// arithmetic (no overflow happens at these sizes).
+    fn eval(g: &ExprGraph, id: ExprId, env: &[u64]) -> u64 {
+        match g.node(id) {
+            Node::Const(c) => c,
+            Node::Var(v) => env[v.index()],
+            Node::Bin(op, a, b) => {
+                let (a, b) = (eval(g, a, env), eval(g, b, env));
+                match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Mul => a * b,
+                    BinOp::Div => a / b,
+                    BinOp::Rem => a % b,
+                    BinOp::Shl => a << b,
+                    BinOp::Shr => a >> b,
+                    BinOp::BitAnd => a & b,
+                    BinOp::Lt => u64::from(a < b),
+                    BinOp::And => u64::from(a != 0 && b != 0),
+                }
+            }
+            Node::Bool(b) => u64::from(b),
+            Node::Select(c, a, b) => {
+                if eval(g, c, env) != 0 {
+                    eval(g, a, env)
+                } else {
+                    eval(g, b, env)
+                }
+            }
+        }
+    }
+
+    /// `x % s + s · (x / s) = x` for every `x` and `s ≥ 1`, whatever the order and grouping of
+    /// the terms and factors, scaled by a constant or not, and with the parts of a three-way
+    /// unravel nested; each rewrite is checked against the sum as written, for every `x`, `s`
+    /// and `t` in a range.
+    #[test]
+    fn a_remainder_and_its_quotient_recombine() {
+        let mut g = ExprGraph::unshared();
+        let [x, h] = ["x", "h"].map(|n| {
+            let v = g.declare(n, VarKind::Coord);
+            g.var(v)
+        });
+        let [s, t] = ["s_len", "t_len"].map(|n| {
+            let v = g.declare(n, VarKind::Extent);
+            g.var(v)
+        });
+        let (c3, c4, c12, c36, c768) = (
+            g.constant(3),
+            g.constant(4),
+            g.constant(12),
+            g.constant(36),
+            g.constant(768),
+        );
+        let mut cases = Vec::new();
+        // x % s + s * (x / s)
+        let r = g.rem(x, s);
+        let q = g.div(x, s);
+        let sq = g.mul(s, q);
+        cases.push((g.add(r, sq), "x"));
+        // ((x / s) * s + x % s) * 768 + h: the row-major offset of a merge
+        let qs = g.mul(q, s);
+        let row = g.add(qs, r);
+        let scaled = g.mul(row, c768);
+        cases.push((g.add(scaled, h), "h + (x * 768)"));
+        // (x % s) * 768 + h + (x / s) * (s * 768): strides multiplied out, terms apart
+        let r768 = g.mul(r, c768);
+        let s768 = g.mul(s, c768);
+        let q_s768 = g.mul(q, s768);
+        let left = g.add(r768, h);
+        cases.push((g.add(left, q_s768), "h + (x * 768)"));
+        // Constant divisors: x % 4 + 4 * (x / 4), and 3 * (x % 12) + (x / 12) * 36
+        let r4 = g.rem(x, c4);
+        let q4 = g.div(x, c4);
+        let q4x4 = g.mul(c4, q4);
+        cases.push((g.add(r4, q4x4), "x"));
+        let r12 = g.rem(x, c12);
+        let r12x3 = g.mul(c3, r12);
+        let q12 = g.div(x, c12);
+        let q12x36 = g.mul(q12, c36);
+        cases.push((g.add(r12x3, q12x36), "x * 3"));
+        // A three-way unravel of x over (_, t, s), recombined row-major
+        let qt = g.div(q, t);
+        let rt = g.rem(q, t);
+        let tqt = g.mul(t, qt);
+        let mid = g.add(rt, tqt);
+        let smid = g.mul(s, mid);
+        cases.push((g.add(r, smid), "x"));
+        let roots: Vec<ExprId> = cases.iter().map(|c| c.0).collect();
+        let (out, simple) = simplify(&g, &roots, &Assumptions::default());
+        for ((&before, want), &after) in roots.iter().zip(cases.iter().map(|c| c.1)).zip(&simple) {
+            assert_eq!(out.display(after), want, "{}", g.display(before));
+            for env in (0..40u64)
+                .flat_map(|x| (1..7u64).flat_map(move |s| (1..4u64).map(move |t| [x, 5, s, t])))
+            {
+                assert_eq!(eval(&out, after, &env), eval(&g, before, &env), "{env:?}");
+            }
+        }
+    }
+
+    /// The sums recombine only when they are `x`: a divisor that may be 0 (a coordinate, not a
+    /// run-time extent) or a quotient with the wrong factor stays as written.
+    #[test]
+    fn a_remainder_recombines_only_with_its_own_quotient() {
+        let mut g = ExprGraph::unshared();
+        let [x, y] = ["x", "y"].map(|n| {
+            let v = g.declare(n, VarKind::Coord);
+            g.var(v)
+        });
+        let s = {
+            let v = g.declare("s_len", VarKind::Extent);
+            g.var(v)
+        };
+        let two = g.constant(2);
+        // y may be 0, where x % y + y * (x / y) is 0 (WGSL), not x.
+        let r = g.rem(x, y);
+        let q = g.div(x, y);
+        let yq = g.mul(y, q);
+        let by_coord = g.add(r, yq);
+        // x % s + 2 * s * (x / s) is not x.
+        let rs = g.rem(x, s);
+        let qs = g.div(x, s);
+        let s2 = g.mul(s, two);
+        let s2q = g.mul(s2, qs);
+        let doubled = g.add(rs, s2q);
+        let (out, roots) = simplify(&g, &[by_coord, doubled], &Assumptions::default());
+        assert_eq!(out.display(roots[0]), "(x % y) + (y * (x / y))");
+        assert!(
+            out.display(roots[1]).contains('%'),
+            "{}",
+            out.display(roots[1])
+        );
     }
 }

@@ -643,18 +643,20 @@ impl View {
                 ViewStep::Merge { axes, .. } => {
                     let at = at(before, &axes[0]);
                     let extents = &before[at..at + axes.len()];
-                    let m = cur[at];
-                    let mut parts = Vec::new();
-                    for j in 0..extents.len() {
-                        let mut inner = g.constant(1);
-                        for e in &extents[j + 1..] {
-                            let ee = e.extent.expr(g);
-                            inner = g.mul(inner, ee);
-                        }
-                        let q = g.div(m, inner);
+                    // Unravel the merged coordinate, innermost part first: part `j` is
+                    // `rest % extent_j`, and `rest / extent_j` goes on outwards. Wherever the
+                    // view is in bounds the merged coordinate is below the product of the
+                    // extents, so what reaches the outermost part is already below its extent
+                    // and needs no `%` (offsets are defined where `in_bounds` holds, and every
+                    // reader guards them with it).
+                    let mut rest = cur[at];
+                    let mut parts = vec![rest; extents.len()];
+                    for j in (1..extents.len()).rev() {
                         let ej = extents[j].extent.expr(g);
-                        parts.push(g.rem(q, ej));
+                        parts[j] = g.rem(rest, ej);
+                        rest = g.div(rest, ej);
                     }
+                    parts[0] = rest;
                     let mut before = cur[..at].to_vec();
                     before.extend(parts);
                     before.extend_from_slice(&cur[at + 1..]);
@@ -802,5 +804,82 @@ mod tests {
         }
         assert_eq!(extent(12, &[], 4).as_static(), Some(3));
         assert_eq!(extent(12, &["a"], 4).as_static(), None);
+    }
+
+    /// A row-major `act[batch, seq, 768]` read as `[tokens, hidden]` is one stride: the
+    /// unravel of `tokens` into `(tokens / seq_len, tokens % seq_len)` folds back into
+    /// `tokens`, so no kernel pays a run-time division for it. The offsets are those of the
+    /// definition, `768 · (seq_len · b + s) + hidden` at `tokens = seq_len · b + s`.
+    #[test]
+    fn a_merge_of_run_time_axes_reads_one_stride() {
+        let act = super::super::LayoutSpec::new("act")
+            .dyn_axis("batch")
+            .dyn_axis("seq")
+            .axis("hidden", 768)
+            .build()
+            .expect("valid");
+        let v = act
+            .view()
+            .merge(&["batch", "seq"], "tokens")
+            .expect("adjacent axes");
+        let f = v.simplified_fn();
+        assert_eq!(f.graph.display(f.offset), "hidden + (tokens * 768)");
+        let wgsl = crate::emit::wgsl::emit_views("x", &[&v]).expect("valid WGSL");
+        let src = wgsl.source();
+        let start = src
+            .find("fn act_offset(tokens: u32, hidden: u32, batch_len: u32, seq_len: u32) -> u32")
+            .expect("the offset function is emitted");
+        let body = &src[start..start + src[start..].find('}').expect("a body")];
+        assert!(body.contains("return hidden + (tokens * 768u);"), "{body}");
+        let (batch, seq) = (3u64, 5u64);
+        let bound = v
+            .bind(&[("batch", batch as u32), ("seq", seq as u32)])
+            .expect("binds");
+        for b in 0..batch {
+            for s in 0..seq {
+                for hidden in [0, 1, 767] {
+                    let want = 768 * (seq * b + s) + hidden;
+                    assert_eq!(bound.offset(&[seq * b + s, hidden]), Some(want));
+                }
+            }
+        }
+        assert_eq!(bound.offset(&[batch * seq, 0]), None);
+    }
+
+    /// An R-Tile merge still unravels `tokens` (its tiles are per sequence), but once: the
+    /// outermost part needs no `% batch_len` where the view is in bounds. The index function
+    /// (offset and mask) costs 20 operations; with the `%` it cost 21. A merge of a static,
+    /// a run-time and a static axis of a row-major tensor costs only its mask (2), down from
+    /// 12 operations.
+    #[test]
+    fn a_merge_unravels_once() {
+        let rt = super::super::LayoutSpec::new("rt")
+            .dyn_axis("batch")
+            .dyn_axis("seq")
+            .axis("hidden", 768)
+            .rtile()
+            .reduce_forward(["hidden"])
+            .reduce_backward(["seq"])
+            .build()
+            .expect("valid");
+        let v = rt
+            .view()
+            .merge(&["batch", "seq"], "tokens")
+            .expect("adjacent");
+        let f = v.simplified_fn();
+        let offset = f.graph.display(f.offset);
+        assert_eq!(offset.matches("tokens / seq_len").count(), 1, "{offset}");
+        assert!(!offset.contains("batch_len"), "{offset}");
+        assert_eq!(f.op_count(), 20, "{offset}");
+        let s3 = super::super::LayoutSpec::new("s3")
+            .axis("a", 3)
+            .dyn_axis("b")
+            .axis("c", 5)
+            .build()
+            .expect("valid");
+        let v = s3.view().merge(&["a", "b", "c"], "m").expect("adjacent");
+        let f = v.simplified_fn();
+        assert_eq!(f.graph.display(f.offset), "m");
+        assert_eq!(f.op_count(), 2);
     }
 }
