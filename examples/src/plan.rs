@@ -130,6 +130,9 @@ pub(crate) enum PlanCommandError {
     /// No GPU for `--calibrate`.
     #[error("--calibrate needs a GPU: {0}")]
     Gpu(#[source] GpuError),
+    /// Calibration failed.
+    #[error("calibrating the cost model: {0}")]
+    Calibrate(#[source] PlanError),
     /// A strategy's plan failed.
     #[error("the {strategy} plan: {source}")]
     Plan {
@@ -218,6 +221,66 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
             model: name,
             source,
         })?;
+    let model = if args.calibrate {
+        let gpu = Gpu::new().map_err(PlanCommandError::Gpu)?;
+        CostModel::calibrated(&gpu, default_cache_dir().as_deref())
+            .map_err(PlanCommandError::Calibrate)?
+    } else {
+        CostModel::analytic()
+    };
+    // Everything that can fail runs before anything is printed.
+    let chosen = select::plan(&graph, sizes, &model, args.strategy).map_err(|source| {
+        PlanCommandError::Plan {
+            strategy: args.strategy,
+            source,
+        }
+    })?;
+    let memory = memory_of(&chosen)?;
+    let tensor = args
+        .tensor
+        .as_deref()
+        .map(|name| find_tensor(&chosen, name))
+        .transpose()?;
+    let mut others = Vec::new();
+    for strategy in Strategy::ALL {
+        if strategy == args.strategy {
+            continue;
+        }
+        others.push(match select::plan(&graph, sizes, &model, strategy) {
+            Ok(p) => {
+                let peak = memory_of(&p)?.peak_bytes();
+                Ok((p, peak))
+            }
+            // The exact solver refuses graphs too entangled for it; the others still compare.
+            Err(e @ PlanError::TooWide { .. }) => Err((strategy, e)),
+            Err(source) => return Err(PlanCommandError::Plan { strategy, source }),
+        });
+    }
+    let recomputed = if args.recompute && tensor.is_none() {
+        let (g, layouts) = recompute(chosen.graph(), chosen.layouts()).map_err(|source| {
+            PlanCommandError::Recompute {
+                strategy: args.strategy,
+                source,
+            }
+        })?;
+        let again =
+            plan_memory(&g, &layouts, sizes, MemoryOptions::default()).map_err(|source| {
+                PlanCommandError::Memory {
+                    strategy: args.strategy,
+                    source,
+                }
+            })?;
+        Some((g.nodes().len() - chosen.graph().nodes().len(), again))
+    } else {
+        None
+    };
+    if let Some(svg) = &args.svg {
+        write_atomically(svg, chosen.svg().as_bytes()).map_err(|source| PlanCommandError::Svg {
+            path: svg.clone(),
+            source,
+        })?;
+    }
+
     let print = PlanCommandError::Print;
     writeln!(
         out,
@@ -234,98 +297,54 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         graph.nodes().len()
     )
     .map_err(print)?;
-    let model = if args.calibrate {
-        let gpu = Gpu::new().map_err(PlanCommandError::Gpu)?;
-        CostModel::calibrated(&gpu, default_cache_dir().as_deref()).map_err(|source| {
-            PlanCommandError::Plan {
-                strategy: args.strategy,
-                source,
-            }
-        })?
-    } else {
-        CostModel::analytic()
-    };
     writeln!(out, "{model}").map_err(print)?;
-
-    let mut chosen = None;
     writeln!(
         out,
         "strategies: predicted step, conversions, peak memory (* = shown below)"
     )
     .map_err(print)?;
+    let mut others = others.into_iter();
     for strategy in Strategy::ALL {
-        let planned = match select::plan(&graph, sizes, &model, strategy) {
-            Ok(p) => p,
-            // The exact solver refuses graphs too entangled for it; the others still compare.
-            Err(e @ PlanError::TooWide { .. }) if strategy != args.strategy => {
-                writeln!(out, "  {:<10}   not solved: {e}", strategy.to_string()).map_err(print)?;
-                continue;
+        let line = if strategy == args.strategy {
+            summary_line(&chosen, memory.peak_bytes(), "*")
+        } else {
+            match others.next() {
+                Some(Ok((p, peak))) => summary_line(&p, peak, " "),
+                Some(Err((s, e))) => format!("  {:<10}   not solved: {e}", s.to_string()),
+                None => continue,
             }
-            Err(source) => return Err(PlanCommandError::Plan { strategy, source }),
         };
-        let memory = memory_of(&planned)?;
-        let mark = if strategy == args.strategy { "*" } else { " " };
-        writeln!(
+        writeln!(out, "{line}").map_err(print)?;
+    }
+    writeln!(out).map_err(print)?;
+    if let Some(t) = tensor {
+        explain_tensor(&chosen, t, out).map_err(print)?;
+    } else {
+        write!(out, "{chosen}\n{memory}").map_err(print)?;
+    }
+    if let Some((operations, again)) = recomputed {
+        write!(
             out,
-            "  {:<10} {mark} {:>12} {:>5} conversions {:>10.2} MiB",
-            strategy.to_string(),
-            seconds(planned.cost()),
-            planned.conversions().len(),
-            mib(memory.peak_bytes())
+            "\nwith cheap activations recomputed in the backward ({operations} operations run \
+             again):\n{again}"
         )
         .map_err(print)?;
-        if strategy == args.strategy {
-            chosen = Some((planned, memory));
-        }
-    }
-    let (planned, memory) = chosen.ok_or_else(|| PlanCommandError::Plan {
-        strategy: args.strategy,
-        source: PlanError::Assignment {
-            detail: "the strategy is not one of Strategy::ALL".into(),
-        },
-    })?;
-    writeln!(out).map_err(print)?;
-
-    if let Some(svg) = &args.svg {
-        write_atomically(svg, planned.svg().as_bytes()).map_err(|source| {
-            PlanCommandError::Svg {
-                path: svg.clone(),
-                source,
-            }
-        })?;
-    }
-    if let Some(name) = &args.tensor {
-        let t = find_tensor(&planned, name)?;
-        explain_tensor(&planned, t, out).map_err(print)?;
-    } else {
-        write!(out, "{planned}\n{memory}").map_err(print)?;
-        if args.recompute {
-            let (g, layouts) = recompute(planned.graph(), planned.layouts()).map_err(|source| {
-                PlanCommandError::Recompute {
-                    strategy: args.strategy,
-                    source,
-                }
-            })?;
-            let again =
-                plan_memory(&g, &layouts, sizes, MemoryOptions::default()).map_err(|source| {
-                    PlanCommandError::Memory {
-                        strategy: args.strategy,
-                        source,
-                    }
-                })?;
-            let recomputed = g.nodes().len() - planned.graph().nodes().len();
-            write!(
-                out,
-                "\nwith cheap activations recomputed in the backward ({recomputed} operations \
-                 run again):\n{again}"
-            )
-            .map_err(print)?;
-        }
     }
     if let Some(svg) = &args.svg {
         writeln!(out, "\nthe plan's SVG is in {}", svg.display()).map_err(print)?;
     }
     Ok(())
+}
+
+/// One strategy's line of the summary.
+fn summary_line(plan: &Plan, peak: u64, mark: &str) -> String {
+    format!(
+        "  {:<10} {mark} {:>12} {:>5} conversions {:>10.2} MiB",
+        plan.strategy().to_string(),
+        seconds(plan.cost()),
+        plan.conversions().len(),
+        mib(peak)
+    )
 }
 
 /// Refuses sizes no graph or run can have, naming the flag.

@@ -178,8 +178,10 @@ fn a_gradient_is_explained_with_its_tensor() {
 
 #[test]
 fn an_unknown_tensor_is_an_error_listing_close_names() {
-    let (ok, _, all) = small(&["--tensor", "prob"]);
+    let (ok, out, all) = small(&["--tensor", "prob"]);
     assert!(!ok);
+    // The error alone: nothing of the plan is printed before it.
+    assert!(out.is_empty(), "{out}");
     assert!(
         all.contains("no tensor `prob` in the plan; close matches: `l0.attn.probs`"),
         "{all}"
@@ -214,8 +216,9 @@ fn bad_input_is_an_error_with_its_cause() {
     }
     let dir = scratch("bad_input");
     let missing = dir.join("no-such-directory").join("plan.svg");
-    let (ok, _, all) = small(&["--svg", missing.to_str().unwrap()]);
+    let (ok, out, all) = small(&["--svg", missing.to_str().unwrap()]);
     assert!(!ok);
+    assert!(out.is_empty(), "{out}");
     assert!(all.contains("writing the SVG"), "{all}");
 }
 
@@ -332,4 +335,47 @@ fn the_books_picture_is_what_the_command_draws() {
         "book/src/img/plan.svg is not what `fblayout plan {}` draws today; run it again",
         args.join(" ")
     );
+}
+
+/// `--calibrate` on the adapter wgpu finds (lavapipe in CI; no adapter fails the test): the
+/// first run measures and writes the cache, the second reads it, a corrupt file is rebuilt.
+#[test]
+fn calibrating_measures_once_then_reads_the_cache() {
+    let dir = scratch("calibrate");
+    let run = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_fblayout"))
+            .arg("plan")
+            .args(SMALL)
+            .arg("--calibrate")
+            .env("FBLAYOUT_CACHE_DIR", &dir)
+            .output()
+            .expect("the fblayout binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let first = stdout
+            .lines()
+            .find(|l| l.starts_with("cost model: calibrated on"));
+        first.expect("the calibrated model's line").to_owned()
+    };
+    assert!(run().ends_with("(measured; no cache file yet)"));
+    assert!(run().ends_with("(read from the cache)"));
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("calibration-"))
+        })
+        .expect("the calibration cache file");
+    std::fs::write(&file, b"not a cache").unwrap();
+    let line = run();
+    assert!(
+        line.contains("(measured; the cache was rebuilt: "),
+        "{line}"
+    );
+    assert!(run().ends_with("(read from the cache)"));
 }
