@@ -11,7 +11,10 @@
 //! - the chosen plan's explanation (its `Display`: every tensor's layout and its cost under
 //!   each candidate, the conversions) and its memory plan (the peak and its breakdown), and
 //!   with `--recompute` the memory plan with cheap activations recomputed;
-//! - with `--tensor NAME` instead, only why that tensor has its layout;
+//! - with `--tensor NAME`, instead of the explanation and the memory plans, only why that
+//!   tensor has its layout: the operations touching it, and its cost under each candidate (of
+//!   it and its gradient together, which share one layout); an unknown name is an error that
+//!   lists the names close to it;
 //! - with `--svg FILE`, the plan drawn as SVG, written atomically (a temporary file in the same
 //!   directory, then renamed).
 
