@@ -31,5 +31,8 @@ pub mod kernels {}
 #[doc = include_str!("src/testing.md")]
 pub mod testing {}
 
+#[doc = include_str!("src/planner.md")]
+pub mod planner {}
+
 #[doc = include_str!("src/architecture.md")]
 pub mod architecture {}

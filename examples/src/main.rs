@@ -10,9 +10,13 @@
 //! random data: on the GPU under the planned layouts and under one row-major layout, timing
 //! every step, and on the CPU backend, against which the GPU's output and every gradient are
 //! checked.
+//!
+//! `fblayout plan` instead shows the layout plan and the memory plan of a shipped model's
+//! training step (see the `plan` module).
 
 mod encoder;
 mod layer;
+mod plan;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -38,8 +42,11 @@ enum Device {
 
 /// Lay out a transformer layer's tensors with fblayout and check them on CPU and GPU.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// Another job than the default run.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Sequences per batch.
     #[arg(long, default_value_t = 8)]
     batch: u32,
@@ -66,15 +73,42 @@ struct Args {
     no_layer: bool,
 }
 
+/// The jobs besides the default run.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Show the layout plan and memory plan of a shipped model's training step (encoder or
+    /// decoder), every tensor's layout and why.
+    Plan(plan::PlanArgs),
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args) {
+    let result = match &args.command {
+        Some(Command::Plan(plan_args)) => plan::run(plan_args).map_err(|e| error_chain(&e)),
+        None => run(&args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("fblayout: error: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its sources, joined by `: ` where a source's text is not already in its
+/// message.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        source = s.source();
+    }
+    message
 }
 
 fn run(args: &Args) -> Result<(), String> {

@@ -1,0 +1,591 @@
+//! `fblayout plan`: the layout and memory plan of a shipped model, explained.
+//!
+//! It builds the training graph of the encoder or the decoder ([`models::build`]), plans every
+//! tensor's layout under all four strategies ([`select::plan`]) with the analytic cost model
+//! or, with `--calibrate`, the model calibrated on the GPU (cached on disk,
+//! [`CostModel::calibrated`]), plans each plan's buffers ([`plan_memory`]), and prints:
+//!
+//! - the cost model's factors and where they come from;
+//! - one line per strategy: its predicted step, its conversions and its peak memory, so that
+//!   the chosen strategy's lead is seen;
+//! - the chosen plan's explanation (its `Display`: every tensor's layout and its cost under
+//!   each candidate, the conversions) and its memory plan (the peak and its breakdown), and
+//!   with `--recompute` the memory plan with cheap activations recomputed;
+//! - with `--tensor NAME`, instead of the explanation and the memory plans, only why that
+//!   tensor has its layout: the operations touching it, and its cost under each candidate (of
+//!   it and its gradient together, which share one layout); an unknown name is an error that
+//!   lists the names close to it;
+//! - with `--svg FILE`, the plan drawn as SVG, written atomically (a temporary file in the same
+//!   directory, then renamed).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use fblayout_core::typed::suggest::closest;
+use fblayout_kernels::runtime::{Gpu, GpuError, default_cache_dir};
+use fblayout_plan::graph::{GraphError, Sizes, TensorId};
+use fblayout_plan::memory::{MemoryError, MemoryOptions, MemoryPlan, plan_memory, recompute};
+use fblayout_plan::models::{self, Model, ModelConfig};
+use fblayout_plan::select::{self, CostModel, Plan, PlanError, Strategy};
+
+/// Which shipped model to plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ModelArg {
+    /// BERT-style: post-LayerNorm blocks, bidirectional attention.
+    Encoder,
+    /// GPT-style: pre-LayerNorm blocks, causal attention.
+    Decoder,
+}
+
+impl ModelArg {
+    fn model(self) -> Model {
+        match self {
+            Self::Encoder => Model::Encoder,
+            Self::Decoder => Model::Decoder,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Encoder => "encoder",
+            Self::Decoder => "decoder",
+        }
+    }
+}
+
+/// A strategy by the name it prints with (`row-major`, `per-op`, `guided`, `optimal`).
+fn parse_strategy(name: &str) -> Result<Strategy, String> {
+    Strategy::ALL
+        .into_iter()
+        .find(|s| s.to_string() == name)
+        .ok_or_else(|| {
+            let names: Vec<String> = Strategy::ALL.iter().map(Strategy::to_string).collect();
+            format!(
+                "no strategy `{name}`; the strategies are {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// Show the layout plan and the memory plan of a shipped model's training step.
+#[derive(clap::Args, Debug)]
+pub(crate) struct PlanArgs {
+    /// The model.
+    #[arg(long, value_enum, default_value_t = ModelArg::Encoder)]
+    model: ModelArg,
+    /// Blocks.
+    #[arg(long, default_value_t = ModelConfig::MINI.layers)]
+    layers: u32,
+    /// Hidden size (a multiple of --heads).
+    #[arg(long, default_value_t = ModelConfig::MINI.hidden)]
+    hidden: u32,
+    /// Attention heads.
+    #[arg(long, default_value_t = ModelConfig::MINI.heads)]
+    heads: u32,
+    /// Feed-forward size.
+    #[arg(long, default_value_t = ModelConfig::MINI.ffn)]
+    ffn: u32,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = ModelConfig::MINI.vocab)]
+    vocab: u32,
+    /// Position-table size (the longest sequence).
+    #[arg(long, default_value_t = ModelConfig::MINI.max_positions)]
+    max_positions: u32,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 32)]
+    batch: u32,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 128)]
+    seq: u32,
+    /// The strategy whose plan is shown: row-major, per-op, guided or optimal.
+    #[arg(long, default_value = "guided", value_parser = parse_strategy)]
+    strategy: Strategy,
+    /// Calibrate the cost model on the GPU (cached on disk per adapter and driver, in
+    /// FBLAYOUT_CACHE_DIR) instead of the analytic model.
+    #[arg(long)]
+    calibrate: bool,
+    /// Also plan memory with cheap activations recomputed in the backward.
+    #[arg(long)]
+    recompute: bool,
+    /// Show only why this tensor has its layout: its cost under each candidate.
+    #[arg(long, value_name = "NAME")]
+    tensor: Option<String>,
+    /// Write the plan drawn as SVG to this file.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+}
+
+/// Why the plan command failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PlanCommandError {
+    /// A size is out of range.
+    #[error("{0}")]
+    Size(String),
+    /// The model's graph could not be built.
+    #[error("building the {model} graph: {source}")]
+    Graph {
+        /// The model.
+        model: &'static str,
+        /// What the graph said.
+        #[source]
+        source: GraphError,
+    },
+    /// No GPU for `--calibrate`.
+    #[error("--calibrate needs a GPU: {0}")]
+    Gpu(#[source] GpuError),
+    /// Calibration failed.
+    #[error("calibrating the cost model: {0}")]
+    Calibrate(#[source] PlanError),
+    /// A strategy's plan failed.
+    #[error("the {strategy} plan: {source}")]
+    Plan {
+        /// The strategy.
+        strategy: Strategy,
+        /// What the planner said.
+        #[source]
+        source: PlanError,
+    },
+    /// A memory plan failed.
+    #[error("the memory plan of the {strategy} plan: {source}")]
+    Memory {
+        /// The strategy.
+        strategy: Strategy,
+        /// What the memory planner said.
+        #[source]
+        source: MemoryError,
+    },
+    /// The recomputing rewrite failed.
+    #[error("recomputing the activations of the {strategy} plan: {source}")]
+    Recompute {
+        /// The strategy.
+        strategy: Strategy,
+        /// What the rewrite said.
+        #[source]
+        source: GraphError,
+    },
+    /// `--tensor` names no tensor of the plan.
+    #[error("no tensor `{name}` in the plan{}", close_list(.close))]
+    UnknownTensor {
+        /// The name asked for.
+        name: String,
+        /// Names close to it.
+        close: Vec<String>,
+    },
+    /// The SVG could not be written.
+    #[error("writing the SVG `{}`: {source}", path.display())]
+    Svg {
+        /// The file asked for.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Printing failed (a closed pipe).
+    #[error("printing the plan: {0}")]
+    Print(#[source] std::io::Error),
+}
+
+fn close_list(close: &[String]) -> String {
+    if close.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = close.iter().map(|n| format!("`{n}`")).collect();
+        format!("; close matches: {}", names.join(", "))
+    }
+}
+
+/// The most close matches an unknown tensor's error lists.
+const CLOSE_MATCHES: usize = 8;
+
+/// Runs the plan command, printing to stdout.
+pub(crate) fn run(args: &PlanArgs) -> Result<(), PlanCommandError> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    run_to(args, &mut out)
+}
+
+fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanCommandError> {
+    let config = ModelConfig {
+        vocab: args.vocab,
+        max_positions: args.max_positions,
+        hidden: args.hidden,
+        heads: args.heads,
+        ffn: args.ffn,
+        layers: args.layers,
+    };
+    let sizes = Sizes {
+        batch: args.batch,
+        seq: args.seq,
+    };
+    check_sizes(config, sizes)?;
+    let name = args.model.name();
+    let graph =
+        models::build(args.model.model(), config).map_err(|source| PlanCommandError::Graph {
+            model: name,
+            source,
+        })?;
+    let model = if args.calibrate {
+        let gpu = Gpu::new().map_err(PlanCommandError::Gpu)?;
+        CostModel::calibrated(&gpu, default_cache_dir().as_deref())
+            .map_err(PlanCommandError::Calibrate)?
+    } else {
+        CostModel::analytic()
+    };
+    // Everything that can fail runs before anything is printed.
+    let chosen = select::plan(&graph, sizes, &model, args.strategy).map_err(|source| {
+        PlanCommandError::Plan {
+            strategy: args.strategy,
+            source,
+        }
+    })?;
+    let memory = memory_of(&chosen)?;
+    let tensor = args
+        .tensor
+        .as_deref()
+        .map(|name| find_tensor(&chosen, name))
+        .transpose()?;
+    let mut others = Vec::new();
+    for strategy in Strategy::ALL {
+        if strategy == args.strategy {
+            continue;
+        }
+        others.push(match select::plan(&graph, sizes, &model, strategy) {
+            Ok(p) => {
+                let peak = memory_of(&p)?.peak_bytes();
+                Ok((p, peak))
+            }
+            // The exact solver refuses graphs too entangled for it; the others still compare.
+            Err(e @ PlanError::TooWide { .. }) => Err((strategy, e)),
+            Err(source) => return Err(PlanCommandError::Plan { strategy, source }),
+        });
+    }
+    let recomputed = if args.recompute && tensor.is_none() {
+        let (g, layouts) = recompute(chosen.graph(), chosen.layouts()).map_err(|source| {
+            PlanCommandError::Recompute {
+                strategy: args.strategy,
+                source,
+            }
+        })?;
+        let again =
+            plan_memory(&g, &layouts, sizes, MemoryOptions::default()).map_err(|source| {
+                PlanCommandError::Memory {
+                    strategy: args.strategy,
+                    source,
+                }
+            })?;
+        Some((g.nodes().len() - chosen.graph().nodes().len(), again))
+    } else {
+        None
+    };
+    if let Some(svg) = &args.svg {
+        write_atomically(svg, chosen.svg().as_bytes()).map_err(|source| PlanCommandError::Svg {
+            path: svg.clone(),
+            source,
+        })?;
+    }
+
+    let print = PlanCommandError::Print;
+    writeln!(
+        out,
+        "fblayout plan: {name} of {} blocks, hidden {} ({} heads), feed-forward {}, vocabulary \
+         {}; batch {} × sequence {}; {} tensors, {} operations\n",
+        config.layers,
+        config.hidden,
+        config.heads,
+        config.ffn,
+        config.vocab,
+        sizes.batch,
+        sizes.seq,
+        graph.tensors().len(),
+        graph.nodes().len()
+    )
+    .map_err(print)?;
+    writeln!(out, "{model}").map_err(print)?;
+    writeln!(
+        out,
+        "strategies: predicted step, conversions, peak memory (* = shown below)"
+    )
+    .map_err(print)?;
+    let mut others = others.into_iter();
+    for strategy in Strategy::ALL {
+        let line = if strategy == args.strategy {
+            summary_line(&chosen, memory.peak_bytes(), "*")
+        } else {
+            match others.next() {
+                Some(Ok((p, peak))) => summary_line(&p, peak, " "),
+                Some(Err((s, e))) => format!("  {:<10}   not solved: {e}", s.to_string()),
+                None => continue,
+            }
+        };
+        writeln!(out, "{line}").map_err(print)?;
+    }
+    writeln!(out).map_err(print)?;
+    if let Some(t) = tensor {
+        explain_tensor(&chosen, t, out).map_err(print)?;
+    } else {
+        write!(out, "{chosen}\n{memory}").map_err(print)?;
+    }
+    if let Some((operations, again)) = recomputed {
+        write!(
+            out,
+            "\nwith cheap activations recomputed in the backward ({operations} operations run \
+             again):\n{again}"
+        )
+        .map_err(print)?;
+    }
+    if let Some(svg) = &args.svg {
+        writeln!(out, "\nthe plan's SVG is in {}", svg.display()).map_err(print)?;
+    }
+    Ok(())
+}
+
+/// One strategy's line of the summary.
+fn summary_line(plan: &Plan, peak: u64, mark: &str) -> String {
+    format!(
+        "  {:<10} {mark} {:>12} {:>5} conversions {:>10.2} MiB",
+        plan.strategy().to_string(),
+        seconds(plan.cost()),
+        plan.conversions().len(),
+        mib(peak)
+    )
+}
+
+/// Refuses sizes no graph or run can have, naming the flag.
+fn check_sizes(config: ModelConfig, sizes: Sizes) -> Result<(), PlanCommandError> {
+    for (flag, v) in [
+        ("--batch", sizes.batch),
+        ("--seq", sizes.seq),
+        ("--layers", config.layers),
+        ("--heads", config.heads),
+        ("--hidden", config.hidden),
+        ("--ffn", config.ffn),
+        ("--vocab", config.vocab),
+        ("--max-positions", config.max_positions),
+    ] {
+        if v == 0 {
+            return Err(PlanCommandError::Size(format!("{flag} must be at least 1")));
+        }
+    }
+    if !config.hidden.is_multiple_of(config.heads) {
+        return Err(PlanCommandError::Size(format!(
+            "--hidden {} is not a multiple of --heads {}",
+            config.hidden, config.heads
+        )));
+    }
+    if sizes.seq > config.max_positions {
+        return Err(PlanCommandError::Size(format!(
+            "--seq {} is longer than the position table (--max-positions {})",
+            sizes.seq, config.max_positions
+        )));
+    }
+    Ok(())
+}
+
+/// The memory plan of `plan`, buffers reused.
+fn memory_of(plan: &Plan) -> Result<MemoryPlan, PlanCommandError> {
+    plan_memory(
+        plan.graph(),
+        plan.layouts(),
+        plan.sizes(),
+        MemoryOptions::default(),
+    )
+    .map_err(|source| PlanCommandError::Memory {
+        strategy: plan.strategy(),
+        source,
+    })
+}
+
+/// Seconds in milliseconds, or in microseconds below one.
+fn seconds(s: f64) -> String {
+    if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.2} µs", s * 1e6)
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The tensor of `plan` named `name`, or an error listing the names close to it: those that
+/// contain it, then the closest spelling.
+fn find_tensor(plan: &Plan, name: &str) -> Result<TensorId, PlanCommandError> {
+    let g = plan.graph();
+    if let Some(t) = g.find(name) {
+        return Ok(t);
+    }
+    let names = || g.tensors().iter().map(|t| t.name.as_str());
+    let lower = name.to_lowercase();
+    let mut close: Vec<String> = names()
+        .filter(|n| n.to_lowercase().contains(&lower))
+        .take(CLOSE_MATCHES)
+        .map(str::to_owned)
+        .collect();
+    if let Some(c) = closest(name, names())
+        && !close.iter().any(|n| n == c)
+    {
+        close.insert(0, c.to_owned());
+        close.truncate(CLOSE_MATCHES);
+    }
+    Err(PlanCommandError::UnknownTensor {
+        name: name.to_owned(),
+        close,
+    })
+}
+
+/// Why `t` has its layout in `plan`: the operations touching it as planned, and what they
+/// would cost under each candidate.
+fn explain_tensor(plan: &Plan, t: TensorId, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let g = plan.graph();
+    let tensor = g.tensor(t);
+    let shape: Vec<String> = tensor
+        .axes
+        .iter()
+        .map(|a| format!("{}={}", a.name, a.dim))
+        .collect();
+    let chosen = plan.layout(t);
+    write!(
+        out,
+        "{} [{}] is {chosen} in the {} plan",
+        tensor.name,
+        shape.join(", "),
+        plan.strategy()
+    )?;
+    if g.saved().contains(&t) {
+        write!(
+            out,
+            " (saved: the forward writes it and the backward reads it again)"
+        )?;
+    }
+    writeln!(out)?;
+    if plan.is_copy(t) {
+        for c in plan.conversions().iter().filter(|c| c.copy == t) {
+            writeln!(
+                out,
+                "it is a copy the plan inserted: operation #{} converts `{}` from {} to {} for \
+                 operation #{} {} ({})",
+                c.node.index(),
+                g.tensor(c.source).name,
+                c.from,
+                c.to,
+                c.consumer.index(),
+                g.nodes()[c.consumer.index()].op,
+                seconds(c.cost)
+            )?;
+        }
+        return Ok(());
+    }
+    // A gradient shares its tensor's layout, so the two are priced together.
+    let mut group = vec![t];
+    if let Some(grad) = g.grad(t) {
+        group.push(grad);
+        writeln!(
+            out,
+            "its gradient `{}` is stored like it (the backward kernels write a gradient through \
+             its tensor's view), so each candidate below is priced for both",
+            g.tensor(grad).name
+        )?;
+    }
+    if let fblayout_plan::graph::Role::Grad { of } = tensor.role {
+        group.push(of);
+        writeln!(
+            out,
+            "it is the gradient of `{}` and is stored like it, so each candidate below is priced \
+             for both",
+            g.tensor(of).name
+        )?;
+    }
+    writeln!(
+        out,
+        "\nthe operations touching it, with their whole predicted time as planned:"
+    )?;
+    for (i, node) in g.nodes().iter().enumerate() {
+        if node
+            .inputs
+            .iter()
+            .chain(&node.outputs)
+            .any(|x| group.contains(x))
+        {
+            writeln!(
+                out,
+                "  #{i:<5} {:<40} {:>12}",
+                node.op.to_string(),
+                seconds(plan.node_costs()[i])
+            )?;
+        }
+    }
+    for c in plan
+        .conversions()
+        .iter()
+        .filter(|c| group.contains(&c.source))
+    {
+        writeln!(
+            out,
+            "  #{:<5} conversion of `{}` from {} to {}, for #{} {:>12}",
+            c.node.index(),
+            g.tensor(c.source).name,
+            c.from,
+            c.to,
+            c.consumer.index(),
+            seconds(c.cost)
+        )?;
+    }
+    let Some(candidates) = plan.candidates(t) else {
+        return Ok(());
+    };
+    if candidates.costs.len() < 2 {
+        writeln!(out, "\n{chosen} is its only candidate")?;
+        return Ok(());
+    }
+    let own = candidates
+        .costs
+        .iter()
+        .find(|c| c.0 == chosen)
+        .map_or(0.0, |c| c.1);
+    writeln!(
+        out,
+        "\nunder each candidate, the part of those operations' time that its layout decides \
+         (every read, write and product of it; every other tensor as planned, conversions where \
+         they pay):"
+    )?;
+    for &(layout, cost) in &candidates.costs {
+        let versus = if layout == chosen {
+            "chosen".to_owned()
+        } else if cost >= own {
+            format!("{} more", seconds(cost - own))
+        } else {
+            format!("{} less", seconds(own - cost))
+        };
+        writeln!(
+            out,
+            "  {:<14} {:>12}   {versus}",
+            layout.to_string(),
+            seconds(cost)
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, then renamed
+/// over `path`, so a reader never sees half a file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // The temporary file may not exist (the directory is missing or unwritable).
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
