@@ -71,7 +71,7 @@ pub const TUNE_WARMUP: Duration = Duration::from_millis(300);
 
 /// About how long one configuration's screening batch takes in
 /// [`CoopMatmulOp::measure_configs`] (one dispatch where a dispatch takes longer).
-pub const SCREEN_TIME: Duration = Duration::from_millis(1);
+pub const SCREEN_TIME: Duration = Duration::from_millis(10);
 
 /// How many of the screened configurations [`CoopMatmulOp::measure_configs`] times again.
 pub const FINALISTS: usize = 3;
@@ -507,9 +507,11 @@ impl CoopMatmulOp {
     /// dispatch.
     ///
     /// A GPU left idle runs at a low clock for a while, which would favour the configurations
-    /// measured last: the first one runs for at least [`TUNE_WARMUP`] before any is timed.
-    /// Then each is compiled and run once, and screened by one batch of dispatches (as many as
-    /// take about [`SCREEN_TIME`] on the first configuration, at most `reps`); the
+    /// measured last, and compiling a pipeline leaves it idle: so every configuration is
+    /// compiled (run once) first, then the first one runs for at least [`TUNE_WARMUP`], and only
+    /// then is each screened, back to back, by one batch of dispatches (as many as take about
+    /// [`SCREEN_TIME`] on the first configuration, at most `reps`: long enough that the
+    /// submission's own latency is a small part); the
     /// [`FINALISTS`] fastest are timed again, each by the better of two batches of `reps`, and
     /// the fastest of those wins. The times returned are the screening's, the finalists'
     /// replaced by their second timing.
@@ -548,6 +550,10 @@ impl CoopMatmulOp {
             gpu.wait()?;
             Ok(start.elapsed())
         };
+        // The first batch of each compiles its pipeline.
+        for &config in &buildable {
+            batch_of(config, 1)?;
+        }
         let start = Instant::now();
         while start.elapsed() < TUNE_WARMUP {
             batch_of(first, reps)?;
@@ -561,8 +567,6 @@ impl CoopMatmulOp {
         };
         let mut times = Vec::with_capacity(buildable.len());
         for &config in &buildable {
-            // The first batch compiles the pipeline.
-            batch_of(config, 1)?;
             times.push((config, batch_of(config, screen_reps)? / screen_reps));
         }
         let mut order: Vec<usize> = (0..times.len()).collect();
