@@ -6,12 +6,17 @@ use std::path::PathBuf;
 
 use fblayout_kernels::Gpu;
 use fblayout_kernels::runtime::DiskCache;
-use fblayout_plan::graph::Sizes;
+use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
+use fblayout_plan::graph::{Graph, Sizes};
+use fblayout_plan::layouts::LayoutChoice;
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::calibrate::{
     VERSION, cache_key, cache_path, decode, encode, load_or_measure,
 };
-use fblayout_plan::select::{Class, CostModel, Factors, Origin, PlanError, Strategy, plan};
+use fblayout_plan::select::{
+    Class, CostModel, Factors, KernelKind, Objective, Origin, PlanError, Strategy, plan,
+};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -32,6 +37,10 @@ fn measured() -> Factors {
     f.matmul
         .rates
         .push((Class::Contiguous, Class::Strided, 1.5e10));
+    f.kernels.multipliers = vec![
+        (KernelKind::Norm, LayoutChoice::RTile(8), 3.75),
+        (KernelKind::Attention, LayoutChoice::ColMajor, 0.625),
+    ];
     f
 }
 
@@ -67,6 +76,10 @@ fn factors_round_trip_through_the_cache_text() {
         .map(|l| format!("{l}\n"))
         .collect();
     assert!(decode(missing.as_bytes()).unwrap_err().contains("reduce"));
+    let negative = encode(&f).replace("kernel norm rt8 3.75", "kernel norm rt8 -3.75");
+    assert!(decode(negative.as_bytes()).unwrap_err().contains("norm"));
+    let unknown = encode(&f).replace("kernel norm rt8", "kernel norms rt8");
+    assert!(decode(unknown.as_bytes()).unwrap_err().contains("norms"));
     assert!(
         decode(b"bandwidth 1e9\nlatency 3\n")
             .unwrap_err()
@@ -217,6 +230,22 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
         }
     }
     assert!(f.bandwidth > 0.0 && f.dispatch >= 0.0, "{model}");
+    // Every kind of operation has a multiplier under every candidate layout of a matrix.
+    for kind in KernelKind::ALL {
+        for layout in LayoutChoice::candidates(2) {
+            assert!(
+                f.kernels
+                    .multipliers
+                    .iter()
+                    .any(|m| (m.0, m.1) == (kind, layout) && m.2 > 0.0),
+                "{kind} under {layout}: {model}"
+            );
+        }
+    }
+    // Calibration stays short enough to run once per device without a long wait (the target
+    // is half a minute on lavapipe; the bound leaves room for a machine shared with builds).
+    assert!(start.elapsed().as_secs() < 120, "{:.1?}", start.elapsed());
+    predicts_the_measured_order(&gpu, &model);
     let again = CostModel::calibrated(&gpu, Some(&dir)).unwrap();
     assert_eq!(cache_note(&again), "read from the cache");
     assert_eq!(again.factors(), model.factors());
@@ -242,4 +271,70 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
     );
     assert!(guided.cost() <= rm.cost());
     let _ = fs::remove_dir_all(&dir);
+}
+
+/// GPU seconds of one training step of `graph` with every matrix stored as `layout` (vectors
+/// have one candidate), the median of three after a warm-up.
+fn step_seconds(gpu: &Gpu, graph: &Graph, sizes: Sizes, layout: LayoutChoice) -> f64 {
+    let layouts: Vec<LayoutChoice> = graph
+        .ids()
+        .map(|t| {
+            let c = LayoutChoice::candidates(graph.tensor(t).axes.len());
+            if c.contains(&layout) { layout } else { c[0] }
+        })
+        .collect();
+    let memory = plan_memory(graph, &layouts, sizes, MemoryOptions::default()).unwrap();
+    let mut step =
+        GpuStep::new(gpu, graph, &layouts, &memory, sizes, AdamWConfig::default()).unwrap();
+    step.upload_params(3).unwrap();
+    let inputs = StepInputs::random(64, sizes, 5);
+    step.step(&inputs).unwrap();
+    let mut times: Vec<f64> = (0..3)
+        .map(|_| {
+            let (_, timings) = step.step_timed(&inputs).unwrap();
+            timings.iter().map(|t| t.nanos * 1e-9).sum()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[1]
+}
+
+/// The real check of the calibration: on a graph other than the calibration's (two blocks,
+/// another shape), the calibrated model's predicted ratio between all-row-major and
+/// all-R-Tile-8 lies on the same side of 1 as the measured one.
+fn predicts_the_measured_order(gpu: &Gpu, model: &CostModel) {
+    let config = ModelConfig {
+        vocab: 64,
+        max_positions: 32,
+        hidden: 64,
+        heads: 4,
+        ffn: 256,
+        layers: 2,
+    };
+    let g = build(Model::Encoder, config).unwrap();
+    let sizes = Sizes { batch: 4, seq: 32 };
+    let objective = Objective::new(&g, sizes, model).unwrap();
+    let all = |layout: LayoutChoice| -> Vec<LayoutChoice> {
+        g.ids()
+            .map(|t| {
+                let c = LayoutChoice::candidates(g.tensor(t).axes.len());
+                if c.contains(&layout) { layout } else { c[0] }
+            })
+            .collect()
+    };
+    let predicted = objective.cost(&all(LayoutChoice::RTile(8))).unwrap()
+        / objective.cost(&all(LayoutChoice::RowMajor)).unwrap();
+    let measured = step_seconds(gpu, &g, sizes, LayoutChoice::RTile(8))
+        / step_seconds(gpu, &g, sizes, LayoutChoice::RowMajor);
+    eprintln!("all R-Tile 8 over all row-major: predicted {predicted:.3}, measured {measured:.3}");
+    assert!(
+        (measured - 1.0).abs() > 0.1,
+        "the layouts don't differ clearly on this adapter (measured {measured:.3}): the check \
+         needs a graph where they do"
+    );
+    assert_eq!(
+        predicted > 1.0,
+        measured > 1.0,
+        "predicted {predicted:.3}, measured {measured:.3}"
+    );
 }

@@ -22,6 +22,8 @@ use std::fmt;
 
 use fblayout_core::layout::{BoundView, TensorLayout};
 
+use super::kernels::KernelFactors;
+
 /// How a layout lays out the elements along a walked axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Class {
@@ -131,6 +133,9 @@ pub struct Factors {
     pub matmul: MatmulRates,
     /// Seconds per kernel launch.
     pub dispatch: f64,
+    /// The multipliers fitted by timing the kernels under each layout (none in the analytic
+    /// model: every term as the analytic model has it).
+    pub kernels: KernelFactors,
 }
 
 impl Factors {
@@ -144,7 +149,8 @@ impl Factors {
     /// - `matmul`: 43.8 TFLOP/s, the 4096³ `f32` product, for every pair: the product stages
     ///   its tiles through workgroup memory, and there the R-Tile and row-major operands ran
     ///   within 5 % (41.8 against 43.8 TFLOP/s);
-    /// - `dispatch`: 0 (the analytic model counts bytes and flops only).
+    /// - `dispatch`: 0 (the analytic model counts bytes and flops only);
+    /// - `kernels`: none (no kernel was timed under each layout).
     pub fn reference() -> Self {
         let access = ClassFactors {
             tiled4: 1.52,
@@ -159,6 +165,7 @@ impl Factors {
                 rates: vec![(Class::Contiguous, Class::Contiguous, 43.8e12)],
             },
             dispatch: 0.0,
+            kernels: KernelFactors::default(),
         }
     }
 
@@ -189,7 +196,7 @@ impl Factors {
         if !(self.dispatch.is_finite() && self.dispatch >= 0.0) {
             return Err(format!("the dispatch time {} is not a time", self.dispatch));
         }
-        Ok(())
+        self.kernels.check()
     }
 }
 
@@ -280,7 +287,19 @@ impl fmt::Display for CostModel {
             .iter()
             .map(|(a, b, r)| format!("{}·{} {:.3}", short(*a), short(*b), r / 1e12))
             .collect();
-        writeln!(f, "  matmul TFLOP/s: {}", rates.join(", "))
+        writeln!(f, "  matmul TFLOP/s: {}", rates.join(", "))?;
+        let kernels = &x.kernels.multipliers;
+        if !kernels.is_empty() {
+            writeln!(f, "  kernel multipliers (rm / cm / rt4 / rt8):")?;
+            for kind in super::kernels::KernelKind::ALL {
+                let row: Vec<String> = crate::layouts::LayoutChoice::candidates(2)
+                    .into_iter()
+                    .map(|l| format!("{:.2}", x.kernels.of(kind, l)))
+                    .collect();
+                writeln!(f, "    {kind}: {}", row.join(" / "))?;
+            }
+        }
+        Ok(())
     }
 }
 
