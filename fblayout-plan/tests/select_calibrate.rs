@@ -15,7 +15,7 @@ use fblayout_plan::select::calibrate::{
     VERSION, cache_key, cache_path, decode, encode, load_or_measure,
 };
 use fblayout_plan::select::{
-    Class, CostModel, Factors, KernelKind, Objective, Origin, PlanError, Strategy, plan,
+    Class, CostModel, Factors, KernelKind, Objective, Operand, Origin, PlanError, Strategy, plan,
 };
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -38,8 +38,18 @@ fn measured() -> Factors {
         .rates
         .push((Class::Contiguous, Class::Strided, 1.5e10));
     f.kernels.multipliers = vec![
-        (KernelKind::Norm, LayoutChoice::RTile(8), 3.75),
-        (KernelKind::Attention, LayoutChoice::ColMajor, 0.625),
+        (
+            KernelKind::Norm,
+            Operand::Activation,
+            LayoutChoice::RTile(8),
+            3.75,
+        ),
+        (
+            KernelKind::Linear,
+            Operand::Weight,
+            LayoutChoice::ColMajor,
+            0.625,
+        ),
     ];
     f
 }
@@ -76,9 +86,12 @@ fn factors_round_trip_through_the_cache_text() {
         .map(|l| format!("{l}\n"))
         .collect();
     assert!(decode(missing.as_bytes()).unwrap_err().contains("reduce"));
-    let negative = encode(&f).replace("kernel norm rt8 3.75", "kernel norm rt8 -3.75");
+    let negative = encode(&f).replace(
+        "kernel norm activation rt8 3.75",
+        "kernel norm activation rt8 -3.75",
+    );
     assert!(decode(negative.as_bytes()).unwrap_err().contains("norm"));
-    let unknown = encode(&f).replace("kernel norm rt8", "kernel norms rt8");
+    let unknown = encode(&f).replace("kernel norm activation", "kernel norms activation");
     assert!(decode(unknown.as_bytes()).unwrap_err().contains("norms"));
     assert!(
         decode(b"bandwidth 1e9\nlatency 3\n")
@@ -237,7 +250,7 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
                 f.kernels
                     .multipliers
                     .iter()
-                    .any(|m| (m.0, m.1) == (kind, layout) && m.2 > 0.0),
+                    .any(|m| (m.0, m.2) == (kind, layout) && m.3 > 0.0),
                 "{kind} under {layout}: {model}"
             );
         }

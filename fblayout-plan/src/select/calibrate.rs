@@ -13,9 +13,9 @@
 //! - **matrix-product rates**: `A·B` with `A` row-major and column-major and `B` in every
 //!   candidate layout, each pair keyed by the classes of its operands along `k`.
 //!
-//! - **kernel factors**: a training step of a small graph under each candidate layout, each
-//!   operation's kernels timed, fitted to one multiplier per kind of operation and layout
-//!   ([`kernels`](super::kernels)).
+//! - **kernel factors**: training steps of a small graph under the candidate layouts, each
+//!   operation's kernels timed, fitted to one multiplier per kind of operation, operand
+//!   (activation or weight) and layout ([`kernels`](super::kernels)).
 //!
 //! Every class is found by the same code the planner prices layouts with, so the factors
 //! line up with the classes of the graph's tensors.
@@ -39,7 +39,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::PlanError;
 use super::cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes};
-use super::kernels::{KernelFactors, KernelKind, measure_kernels};
+use super::kernels::{KernelFactors, KernelKind, Operand, kernel_runs, measure_kernels};
 use crate::layouts::LayoutChoice;
 
 /// The format of the cache file; a change makes every older file stale.
@@ -141,8 +141,8 @@ pub fn encode(f: &Factors) -> String {
             super::cost::short(*b)
         );
     }
-    for (kind, layout, m) in &f.kernels.multipliers {
-        s += &format!("kernel {kind} {} {m}\n", layout.short());
+    for (kind, operand, layout, m) in &f.kernels.multipliers {
+        s += &format!("kernel {kind} {operand} {} {m}\n", layout.short());
     }
     s
 }
@@ -154,6 +154,7 @@ pub fn decode(data: &[u8]) -> Result<Factors, String> {
     let mut rates = Vec::new();
     let mut multipliers = Vec::new();
     let kind = |s: &str| KernelKind::named(s).ok_or_else(|| format!("unknown kernel kind `{s}`"));
+    let operand = |s: &str| Operand::named(s).ok_or_else(|| format!("unknown operand `{s}`"));
     let layout = |s: &str| {
         LayoutChoice::candidates(2)
             .into_iter()
@@ -193,8 +194,9 @@ pub fn decode(data: &[u8]) -> Result<Factors, String> {
             )),
             Some("kernel") => multipliers.push((
                 kind(words.get(1).copied().unwrap_or(""))?,
-                layout(words.get(2).copied().unwrap_or(""))?,
-                num(3)?,
+                operand(words.get(2).copied().unwrap_or(""))?,
+                layout(words.get(3).copied().unwrap_or(""))?,
+                num(4)?,
             )),
             _ => return Err(format!("unexpected line `{line}`")),
         }
@@ -340,9 +342,8 @@ pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
     let gathers = 5;
     let softmaxes = 4;
     let products = 8;
-    let kernel_layouts = LayoutChoice::candidates(2).len() as u64;
     let bar = ProgressBar::with_draw_target(
-        Some(gathers + softmaxes + products + kernel_layouts),
+        Some(gathers + softmaxes + products + kernel_runs() as u64),
         ProgressDrawTarget::hidden(),
     );
     if let Ok(style) = ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} {msg}") {

@@ -288,15 +288,21 @@ impl fmt::Display for CostModel {
             .map(|(a, b, r)| format!("{}·{} {:.3}", short(*a), short(*b), r / 1e12))
             .collect();
         writeln!(f, "  matmul TFLOP/s: {}", rates.join(", "))?;
-        let kernels = &x.kernels.multipliers;
-        if !kernels.is_empty() {
-            writeln!(f, "  kernel multipliers (rm / cm / rt4 / rt8):")?;
+        if !x.kernels.multipliers.is_empty() {
+            writeln!(
+                f,
+                "  kernel multipliers, activations | weights (rm / cm / rt4 / rt8):"
+            )?;
             for kind in super::kernels::KernelKind::ALL {
-                let row: Vec<String> = crate::layouts::LayoutChoice::candidates(2)
-                    .into_iter()
-                    .map(|l| format!("{:.2}", x.kernels.of(kind, l)))
-                    .collect();
-                writeln!(f, "    {kind}: {}", row.join(" / "))?;
+                let row = |o| {
+                    crate::layouts::LayoutChoice::candidates(2)
+                        .into_iter()
+                        .map(|l| format!("{:.2}", x.kernels.of(kind, o, l)))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                };
+                use super::kernels::Operand::{Activation, Weight};
+                writeln!(f, "    {kind}: {} | {}", row(Activation), row(Weight))?;
             }
         }
         Ok(())

@@ -3,20 +3,25 @@
 //! The analytic model ([`cost`](super::cost)) prices a walk by its memory class alone, but a
 //! layout's cost depends on the kernel too: on the H200 an R-Tile 8×8 norm forward runs at a
 //! fraction of its row-major speed while R-Tile attention scores run faster. So the calibration
-//! also runs one training step of a small graph ([`CALIBRATION`]) with every tensor in one
-//! candidate layout, for each candidate, and times each operation's kernels (its section of
-//! [`GpuStep::step_timed`], median of a few steps after a warm-up).
+//! also runs training steps of a small graph ([`CALIBRATION`]) under the candidate layouts and
+//! times each operation's kernels (its section of [`GpuStep::step_timed`], the median of a few
+//! steps after a warm-up).
 //!
-//! For each [`KernelKind`] and candidate `L`, the **multiplier** `m(kind, L)` is the measured
-//! seconds of that kind's operations with every tensor in `L`, less the part of the prediction
-//! it does not scale (the launch and the operands that have one candidate only: biases, γ),
-//! over the rest of the analytic prediction at the same layouts. The objective multiplies the
-//! analytic term of each operand stored as `L` by `m(kind, L)` (a matrix product's term by the
-//! geometric mean of its two operands' multipliers), so that at the calibration's shape the
-//! predicted times of every kind, and their ratios between layouts, are the measured ones.
+//! The multipliers are fitted per [`KernelKind`], [`Operand`] (activations apart from
+//! weights, whose layouts the planner chooses apart: a product reads one of each) and
+//! candidate `L`: the measured seconds of that kind's operations, less the part of the
+//! prediction no multiplier scales (the launch and the operands with one candidate only:
+//! biases, γ) and the part of the other operands (predicted with their own multipliers), over
+//! the analytic prediction of the operands fitted. The steps timed: every tensor row-major
+//! (one multiplier for both); for each other candidate `L`, the weights in `L` with the
+//! activations row-major (the weights' `L`), then every tensor in `L` (the activations' `L`).
+//! The objective multiplies the analytic term of each operand by its multiplier (a matrix
+//! product's term by the geometric mean of its two operands'), so that at the calibration's
+//! shape the predicted seconds of every kind, and their ratios between layouts, are the
+//! measured ones.
 //!
-//! A kind or layout with no multiplier (the analytic model has none) is 1: the analytic term
-//! as it is. A conversion (`Convert`) is priced by the conversion classification and the
+//! An operand with no multiplier takes the other operand's of its kind and layout, and one
+//! with neither (the analytic model has none) is 1: the analytic term as it is. A conversion (`Convert`) is priced by the conversion classification and the
 //! gather factors, not here.
 
 use std::fmt;
@@ -27,7 +32,7 @@ use super::PlanError;
 use super::cost::{CostModel, Factors, Origin};
 use super::objective::Objective;
 use crate::exec::{AdamWConfig, GpuStep, StepInputs, section};
-use crate::graph::{Graph, Op, Sizes};
+use crate::graph::{Graph, Op, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::{MemoryOptions, plan_memory};
 use crate::models::{Model, ModelConfig, build};
@@ -148,22 +153,80 @@ impl fmt::Display for KernelKind {
     }
 }
 
-/// The multipliers of the analytic terms by kind of operation and candidate layout (see the
-/// module docs).
+/// Which operands of an operation a multiplier is for: the product family reads an activation
+/// and a weight, whose layouts are chosen apart, so each has its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operand {
+    /// What the step computes and throws away: inputs, activations, losses, their gradients.
+    Activation,
+    /// What persists across steps with a parameter: the parameter, its gradient, its
+    /// optimizer state.
+    Weight,
+}
+
+impl Operand {
+    /// Both, in order.
+    pub const ALL: [Operand; 2] = [Self::Activation, Self::Weight];
+
+    /// The operand class of tensor `t` of `graph`.
+    pub fn of(graph: &Graph, t: TensorId) -> Self {
+        let is_param = |t: TensorId| graph.tensor(t).role == Role::Param;
+        match graph.tensor(t).role {
+            Role::Param | Role::State { .. } => Self::Weight,
+            Role::Grad { of } if is_param(of) => Self::Weight,
+            _ => Self::Activation,
+        }
+    }
+
+    /// Its name in the cache file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Activation => "activation",
+            Self::Weight => "weight",
+        }
+    }
+
+    /// The operand class named `name` ([`Operand::name`]).
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
+
+    fn other(self) -> Self {
+        match self {
+            Self::Activation => Self::Weight,
+            Self::Weight => Self::Activation,
+        }
+    }
+}
+
+impl fmt::Display for Operand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The multipliers of the analytic terms by kind of operation, operand and candidate layout
+/// (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KernelFactors {
-    /// `(kind, layout of the operand, multiplier)`; a pair not listed is 1.
-    pub multipliers: Vec<(KernelKind, LayoutChoice, f64)>,
+    /// `(kind, operand, layout of the operand, multiplier)`.
+    pub multipliers: Vec<(KernelKind, Operand, LayoutChoice, f64)>,
 }
 
 impl KernelFactors {
-    /// The multiplier of an operand stored as `layout` in an operation of `kind` (1 when
-    /// none was measured).
-    pub fn of(&self, kind: KernelKind, layout: LayoutChoice) -> f64 {
-        self.multipliers
-            .iter()
-            .find(|m| m.0 == kind && m.1 == layout)
-            .map_or(1.0, |m| m.2)
+    /// The multiplier of an `operand` stored as `layout` in an operation of `kind`: the one
+    /// listed; else the other operand's under that layout (a kind the calibration graph has
+    /// only one of, such as AdamW's weights); else 1.
+    pub fn of(&self, kind: KernelKind, operand: Operand, layout: LayoutChoice) -> f64 {
+        let find = |o: Operand| {
+            self.multipliers
+                .iter()
+                .find(|m| (m.0, m.1, m.2) == (kind, o, layout))
+                .map(|m| m.3)
+        };
+        find(operand)
+            .or_else(|| find(operand.other()))
+            .unwrap_or(1.0)
     }
 
     /// Checks that every multiplier is a positive finite number.
@@ -171,10 +234,10 @@ impl KernelFactors {
         match self
             .multipliers
             .iter()
-            .find(|m| !(m.2.is_finite() && m.2 > 0.0))
+            .find(|m| !(m.3.is_finite() && m.3 > 0.0))
         {
-            Some((k, l, v)) => Err(format!(
-                "the multiplier of {k} under {l} is {v}, not a positive number"
+            Some((k, o, l, v)) => Err(format!(
+                "the multiplier of {k}'s {o} under {l} is {v}, not a positive number"
             )),
             None => Ok(()),
         }
@@ -199,24 +262,21 @@ pub const CALIBRATION: (ModelConfig, Sizes) = (
 /// Timed steps per layout (after one that compiles and warms up).
 const STEPS: usize = 3;
 
-/// Seconds of each node of `graph`'s step with every tensor stored as `layout` on `gpu`: the
+/// Seconds of each node of `graph`'s step with its tensors stored as `layouts` on `gpu`: the
 /// median over [`STEPS`] timed steps, after one untimed.
 fn node_seconds(
     gpu: &Gpu,
     graph: &Graph,
     sizes: Sizes,
-    layout: LayoutChoice,
+    layouts: &[LayoutChoice],
+    what: &str,
 ) -> Result<Vec<f64>, PlanError> {
     let step_err = |source| PlanError::Exec {
-        step: format!("timing the kernels under {layout}"),
+        step: format!("timing the kernels with {what}"),
         source: Box::new(source),
     };
-    let layouts: Vec<LayoutChoice> = graph
-        .ids()
-        .map(|t| uniform(graph.tensor(t).axes.len(), layout))
-        .collect();
-    let memory = plan_memory(graph, &layouts, sizes, MemoryOptions::default()).map_err(step_err)?;
-    let mut step = GpuStep::new(gpu, graph, &layouts, &memory, sizes, AdamWConfig::default())
+    let memory = plan_memory(graph, layouts, sizes, MemoryOptions::default()).map_err(step_err)?;
+    let mut step = GpuStep::new(gpu, graph, layouts, &memory, sizes, AdamWConfig::default())
         .map_err(step_err)?;
     step.upload_params(7).map_err(step_err)?;
     let inputs = StepInputs::random(CALIBRATION.0.vocab, sizes, 11);
@@ -244,23 +304,35 @@ fn node_seconds(
     Ok(samples.into_iter().map(median).collect())
 }
 
-/// `layout` where a tensor of `rank` has it as a candidate, else its only candidate.
-fn uniform(rank: usize, layout: LayoutChoice) -> LayoutChoice {
-    let candidates = LayoutChoice::candidates(rank);
-    if candidates.contains(&layout) {
-        layout
-    } else {
-        candidates[0]
-    }
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// What one kind's operations took in one timed step, and what the analytic model predicts
+/// for them at the same layouts, split by what the multipliers scale.
+#[derive(Debug, Clone, Copy, Default)]
+struct KindTimes {
+    measured: f64,
+    /// The launch and the operands with one candidate: no multiplier scales them.
+    fixed: f64,
+    activations: f64,
+    weights: f64,
+}
+
+/// The number of timed steps [`measure_kernels`] runs (one per candidate layout of the
+/// activations, and one per layout other than row-major of the weights).
+pub fn kernel_runs() -> usize {
+    2 * LayoutChoice::candidates(2).len() - 1
+}
+
 /// Fits the multipliers on `gpu` over the analytic `factors` (see the module docs); `tick` is
-/// called once per layout timed.
+/// called after each timed step ([`kernel_runs`] of them).
+///
+/// Row-major first, every tensor in it: one multiplier for both operands. Then, for each other
+/// candidate `L`, the weights in `L` and the activations row-major (the weights' multiplier,
+/// the activations' part predicted with the row-major one), and every tensor in `L` (the
+/// activations' multiplier, the weights' part predicted with theirs).
 pub fn measure_kernels(
     gpu: &Gpu,
     factors: &Factors,
@@ -268,83 +340,130 @@ pub fn measure_kernels(
 ) -> Result<KernelFactors, PlanError> {
     let (config, sizes) = CALIBRATION;
     let graph = build(Model::Encoder, config)?;
-    let origin = || Origin::Calibrated {
-        adapter: gpu.info().to_string(),
-        cache: "fitting the kernel factors".into(),
-    };
-    let base = |scale: f64| -> Result<CostModel, PlanError> {
+    // The analytic model with the activations' multipliers `a` and the weights' `w`.
+    let scaled = |a: f64, w: f64| -> Result<Objective<'_>, PlanError> {
         let mut f = factors.clone();
         f.kernels = KernelFactors {
             multipliers: KernelKind::ALL
                 .into_iter()
                 .flat_map(|k| {
-                    LayoutChoice::candidates(2)
-                        .into_iter()
-                        .map(move |l| (k, l, scale))
+                    LayoutChoice::candidates(2).into_iter().flat_map(move |l| {
+                        [(k, Operand::Activation, l, a), (k, Operand::Weight, l, w)]
+                    })
                 })
                 .collect(),
         };
-        Ok(CostModel {
+        let model = CostModel {
             factors: f,
-            origin: origin(),
-        })
+            origin: Origin::Calibrated {
+                adapter: gpu.info().to_string(),
+                cache: "fitting the kernel factors".into(),
+            },
+        };
+        Objective::new(&graph, sizes, &model)
     };
-    // The whole prediction (multipliers 1) and the part no multiplier scales (multipliers 0).
-    let (whole, fixed) = (base(1.0)?, base(0.0)?);
-    let whole = Objective::new(&graph, sizes, &whole)?;
-    let fixed = Objective::new(&graph, sizes, &fixed)?;
-    let mut multipliers = Vec::new();
-    for layout in LayoutChoice::candidates(2) {
-        let seconds = node_seconds(gpu, &graph, sizes, layout)?;
-        tick(&format!("kernels under {layout}"));
+    let fixed = scaled(0.0, 0.0)?;
+    let activations = scaled(1.0, 0.0)?;
+    let weights = scaled(0.0, 1.0)?;
+    let run = |activation: LayoutChoice, weight: LayoutChoice| {
         let layouts: Vec<LayoutChoice> = graph
             .ids()
-            .map(|t| uniform(graph.tensor(t).axes.len(), layout))
+            .map(|t| {
+                let layout = match Operand::of(&graph, t) {
+                    Operand::Activation => activation,
+                    Operand::Weight => weight,
+                };
+                let candidates = LayoutChoice::candidates(graph.tensor(t).axes.len());
+                if candidates.contains(&layout) {
+                    layout
+                } else {
+                    candidates[0]
+                }
+            })
             .collect();
-        let assignment = whole.assignment(&layouts)?;
-        let own = |n: usize| -> Vec<u8> {
-            graph.nodes()[n]
-                .inputs
-                .iter()
-                .map(|t| assignment[t.index()])
-                .collect()
-        };
-        let mut sums: Vec<(KernelKind, f64, f64, f64)> = Vec::new();
+        let what = format!("the activations {activation} and the weights {weight}");
+        let seconds = node_seconds(gpu, &graph, sizes, &layouts, &what)?;
+        let assignment = fixed.assignment(&layouts)?;
+        let mut kinds: Vec<(KernelKind, KindTimes)> = Vec::new();
         for (n, node) in graph.nodes().iter().enumerate() {
             let Some(kind) = KernelKind::of(node.op) else {
                 continue;
             };
-            let reads = own(n);
-            let all = whole.price_node(n, &assignment, Some(&reads)).op;
-            let unscaled = fixed.price_node(n, &assignment, Some(&reads)).op;
-            match sums.iter_mut().find(|s| s.0 == kind) {
-                Some(s) => {
-                    s.1 += seconds[n];
-                    s.2 += unscaled;
-                    s.3 += all - unscaled;
+            let reads: Vec<u8> = node.inputs.iter().map(|t| assignment[t.index()]).collect();
+            let price = |o: &Objective<'_>| o.price_node(n, &assignment, Some(&reads)).op;
+            let base = price(&fixed);
+            let i = match kinds.iter().position(|k| k.0 == kind) {
+                Some(i) => i,
+                None => {
+                    kinds.push((kind, KindTimes::default()));
+                    kinds.len() - 1
                 }
-                None => sums.push((kind, seconds[n], unscaled, all - unscaled)),
+            };
+            let k = &mut kinds[i].1;
+            k.measured += seconds[n];
+            k.fixed += base;
+            k.activations += price(&activations) - base;
+            k.weights += price(&weights) - base;
+        }
+        Ok::<_, PlanError>(kinds)
+    };
+    // The multiplier that makes `part` account for what `known` leaves of the measured time
+    // (never below a twentieth of the measured time, so noise can't make it vanish).
+    let fit = |t: &KindTimes, known: f64, part: f64| {
+        (t.measured - t.fixed - known).max(t.measured / 20.0) / part
+    };
+    let row_major = LayoutChoice::RowMajor;
+    let mut kernels = KernelFactors::default();
+    for (kind, t) in run(row_major, row_major)? {
+        if t.activations + t.weights > 0.0 {
+            let m = fit(&t, 0.0, t.activations + t.weights);
+            for o in Operand::ALL {
+                kernels.multipliers.push((kind, o, row_major, m));
             }
         }
-        for (kind, measured, unscaled, scaled) in sums {
-            // Never below a twentieth of the measured time, so noise can't make it vanish.
-            let m = (measured - unscaled).max(measured / 20.0) / scaled.max(f64::MIN_POSITIVE);
-            multipliers.push((kind, layout, m));
-        }
     }
-    let kernels = KernelFactors { multipliers };
-    let missing: Vec<&str> = KernelKind::ALL
+    tick("kernels, row-major");
+    for layout in LayoutChoice::candidates(2) {
+        if layout == row_major {
+            continue;
+        }
+        for (kind, t) in run(row_major, layout)? {
+            if t.weights > 0.0 {
+                let known = kernels.of(kind, Operand::Activation, row_major) * t.activations;
+                let m = fit(&t, known, t.weights);
+                kernels.multipliers.push((kind, Operand::Weight, layout, m));
+            }
+        }
+        tick(&format!("kernels, weights {layout}"));
+        for (kind, t) in run(layout, layout)? {
+            if t.activations > 0.0 {
+                let listed = kernels
+                    .multipliers
+                    .iter()
+                    .any(|m| (m.0, m.1, m.2) == (kind, Operand::Weight, layout));
+                let m = if listed {
+                    let known = kernels.of(kind, Operand::Weight, layout) * t.weights;
+                    fit(&t, known, t.activations)
+                } else {
+                    fit(&t, 0.0, t.activations + t.weights)
+                };
+                kernels
+                    .multipliers
+                    .push((kind, Operand::Activation, layout, m));
+            }
+        }
+        tick(&format!("kernels, all {layout}"));
+    }
+    let missing: Vec<String> = KernelKind::ALL
         .into_iter()
-        .filter(|k| !kernels.multipliers.iter().any(|m| m.0 == *k))
-        .map(KernelKind::name)
+        .flat_map(|k| LayoutChoice::candidates(2).into_iter().map(move |l| (k, l)))
+        .filter(|&(k, l)| !kernels.multipliers.iter().any(|m| (m.0, m.2) == (k, l)))
+        .map(|(k, l)| format!("{k} under {l}"))
         .collect();
     if !missing.is_empty() {
         return Err(PlanError::Calibration {
             step: "kernel factors".into(),
-            detail: format!(
-                "the calibration graph has no operation of the kinds {}",
-                missing.join(", ")
-            ),
+            detail: format!("nothing measured for {}", missing.join(", ")),
         });
     }
     kernels.check().map_err(|detail| PlanError::Calibration {
