@@ -39,7 +39,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::PlanError;
 use super::cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes};
-use super::kernels::{KernelFactors, KernelKind, Operand, kernel_runs, measure_kernels};
+use super::kernels::{KernelFactors, KernelKind, Operand, measure_kernels, ticks};
 use crate::layouts::LayoutChoice;
 
 /// The format of the cache file; a change makes every older file stale.
@@ -343,7 +343,7 @@ pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
     let softmaxes = 4;
     let products = 8;
     let bar = ProgressBar::with_draw_target(
-        Some(gathers + softmaxes + products + kernel_runs() as u64),
+        Some(gathers + softmaxes + products + ticks()),
         ProgressDrawTarget::hidden(),
     );
     if let Ok(style) = ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} {msg}") {

@@ -4,8 +4,9 @@
 //! layout's cost depends on the kernel too: on the H200 an R-Tile 8×8 norm forward runs at a
 //! fraction of its row-major speed while R-Tile attention scores run faster. So the calibration
 //! also runs training steps of a small graph ([`CALIBRATION`]) under the candidate layouts and
-//! times each operation's kernels (its section of [`GpuStep::step_timed`], the median of a few
-//! steps after a warm-up).
+//! times each operation's kernels (its section of [`GpuStep::step_timed`], the quickest of a
+//! few steps after a warm-up, the layouts' steps taken in turn so that other work on the
+//! machine disturbs them alike).
 //!
 //! The multipliers are fitted per [`KernelKind`], [`Operand`] (activations apart from
 //! weights, whose layouts the planner chooses apart: a product reads one of each) and
@@ -259,54 +260,63 @@ pub const CALIBRATION: (ModelConfig, Sizes) = (
     Sizes { batch: 2, seq: 64 },
 );
 
-/// Timed steps per layout (after one that compiles and warms up).
-const STEPS: usize = 3;
+/// Timed rounds (one step of each layout each), after one step that compiles and warms up.
+const ROUNDS: usize = 3;
 
-/// Seconds of each node of `graph`'s step with its tensors stored as `layouts` on `gpu`: the
-/// median over [`STEPS`] timed steps, after one untimed.
+/// Seconds of each node of `graph`'s step on `gpu` with its tensors stored as each of
+/// `layouts`: every step built and run once untimed, then [`ROUNDS`] rounds of one timed step
+/// of each in turn (so that other work on the machine disturbs them alike), the quickest of
+/// each node's samples kept (other work only ever adds time).
 fn node_seconds(
     gpu: &Gpu,
     graph: &Graph,
     sizes: Sizes,
-    layouts: &[LayoutChoice],
-    what: &str,
-) -> Result<Vec<f64>, PlanError> {
-    let step_err = |source| PlanError::Exec {
-        step: format!("timing the kernels with {what}"),
-        source: Box::new(source),
+    layouts: &[(String, Vec<LayoutChoice>)],
+    tick: &mut dyn FnMut(&str),
+) -> Result<Vec<Vec<f64>>, PlanError> {
+    let step_err = |what: &str| {
+        let step = format!("timing the kernels with {what}");
+        move |source| PlanError::Exec {
+            step,
+            source: Box::new(source),
+        }
     };
-    let memory = plan_memory(graph, layouts, sizes, MemoryOptions::default()).map_err(step_err)?;
-    let mut step = GpuStep::new(gpu, graph, layouts, &memory, sizes, AdamWConfig::default())
-        .map_err(step_err)?;
-    step.upload_params(7).map_err(step_err)?;
     let inputs = StepInputs::random(CALIBRATION.0.vocab, sizes, 11);
-    step.step(&inputs).map_err(step_err)?;
+    let mut steps = Vec::with_capacity(layouts.len());
+    for (what, layouts) in layouts {
+        let memory =
+            plan_memory(graph, layouts, sizes, MemoryOptions::default()).map_err(step_err(what))?;
+        let mut step = GpuStep::new(gpu, graph, layouts, &memory, sizes, AdamWConfig::default())
+            .map_err(step_err(what))?;
+        step.upload_params(7).map_err(step_err(what))?;
+        step.step(&inputs).map_err(step_err(what))?;
+        steps.push(step);
+        tick("kernels: building the steps");
+    }
     let sections: Vec<String> = (0..graph.nodes().len())
         .map(|i| section(graph, i))
         .collect();
-    let mut samples = vec![Vec::with_capacity(STEPS); sections.len()];
-    for _ in 0..STEPS {
-        let (_, timings) = step.step_timed(&inputs).map_err(step_err)?;
-        let mut sums = vec![0.0; sections.len()];
-        for t in &timings {
-            if let Some(i) = t
-                .section
-                .as_deref()
-                .and_then(|s| sections.iter().position(|x| x == s))
-            {
-                sums[i] += t.nanos * 1e-9;
+    let mut best = vec![vec![f64::INFINITY; sections.len()]; layouts.len()];
+    for _ in 0..ROUNDS {
+        for ((step, (what, _)), best) in steps.iter_mut().zip(layouts).zip(&mut best) {
+            let (_, timings) = step.step_timed(&inputs).map_err(step_err(what))?;
+            let mut sums = vec![0.0; sections.len()];
+            for t in &timings {
+                if let Some(i) = t
+                    .section
+                    .as_deref()
+                    .and_then(|s| sections.iter().position(|x| x == s))
+                {
+                    sums[i] += t.nanos * 1e-9;
+                }
+            }
+            for (b, v) in best.iter_mut().zip(sums) {
+                *b = b.min(v);
             }
         }
-        for (s, v) in samples.iter_mut().zip(sums) {
-            s.push(v);
-        }
+        tick("kernels: timing the steps");
     }
-    Ok(samples.into_iter().map(median).collect())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    Ok(best)
 }
 
 /// What one kind's operations took in one timed step, and what the analytic model predicts
@@ -320,14 +330,14 @@ struct KindTimes {
     weights: f64,
 }
 
-/// The number of timed steps [`measure_kernels`] runs (one per candidate layout of the
-/// activations, and one per layout other than row-major of the weights).
-pub fn kernel_runs() -> usize {
-    2 * LayoutChoice::candidates(2).len() - 1
+/// The number of times [`measure_kernels`] calls its `tick`: once per step built (every tensor
+/// row-major, then two per other candidate), once per round of timing.
+pub fn ticks() -> u64 {
+    (2 * LayoutChoice::candidates(2).len() - 1 + ROUNDS) as u64
 }
 
 /// Fits the multipliers on `gpu` over the analytic `factors` (see the module docs); `tick` is
-/// called after each timed step ([`kernel_runs`] of them).
+/// called [`ticks`] times as it goes.
 ///
 /// Row-major first, every tensor in it: one multiplier for both operands. Then, for each other
 /// candidate `L`, the weights in `L` and the activations row-major (the weights' multiplier,
@@ -365,25 +375,43 @@ pub fn measure_kernels(
     let fixed = scaled(0.0, 0.0)?;
     let activations = scaled(1.0, 0.0)?;
     let weights = scaled(0.0, 1.0)?;
-    let run = |activation: LayoutChoice, weight: LayoutChoice| {
-        let layouts: Vec<LayoutChoice> = graph
-            .ids()
-            .map(|t| {
-                let layout = match Operand::of(&graph, t) {
-                    Operand::Activation => activation,
-                    Operand::Weight => weight,
-                };
-                let candidates = LayoutChoice::candidates(graph.tensor(t).axes.len());
-                if candidates.contains(&layout) {
-                    layout
-                } else {
-                    candidates[0]
-                }
-            })
-            .collect();
-        let what = format!("the activations {activation} and the weights {weight}");
-        let seconds = node_seconds(gpu, &graph, sizes, &layouts, &what)?;
-        let assignment = fixed.assignment(&layouts)?;
+    // Every tensor row-major; then for each other candidate, the weights in it with the
+    // activations row-major, and every tensor in it.
+    let row_major = LayoutChoice::RowMajor;
+    let mut configs = vec![(row_major, row_major)];
+    for layout in LayoutChoice::candidates(2) {
+        if layout != row_major {
+            configs.extend([(row_major, layout), (layout, layout)]);
+        }
+    }
+    let layouts: Vec<(String, Vec<LayoutChoice>)> = configs
+        .iter()
+        .map(|&(activation, weight)| {
+            let layouts = graph
+                .ids()
+                .map(|t| {
+                    let layout = match Operand::of(&graph, t) {
+                        Operand::Activation => activation,
+                        Operand::Weight => weight,
+                    };
+                    let candidates = LayoutChoice::candidates(graph.tensor(t).axes.len());
+                    if candidates.contains(&layout) {
+                        layout
+                    } else {
+                        candidates[0]
+                    }
+                })
+                .collect();
+            (
+                format!("the activations {activation} and the weights {weight}"),
+                layouts,
+            )
+        })
+        .collect();
+    let seconds = node_seconds(gpu, &graph, sizes, &layouts, &mut tick)?;
+    // Each kind's times and predictions under configuration `c`.
+    let kinds_at = |c: usize| {
+        let assignment = fixed.assignment(&layouts[c].1)?;
         let mut kinds: Vec<(KernelKind, KindTimes)> = Vec::new();
         for (n, node) in graph.nodes().iter().enumerate() {
             let Some(kind) = KernelKind::of(node.op) else {
@@ -400,7 +428,7 @@ pub fn measure_kernels(
                 }
             };
             let k = &mut kinds[i].1;
-            k.measured += seconds[n];
+            k.measured += seconds[c][n];
             k.fixed += base;
             k.activations += price(&activations) - base;
             k.weights += price(&weights) - base;
@@ -412,9 +440,8 @@ pub fn measure_kernels(
     let fit = |t: &KindTimes, known: f64, part: f64| {
         (t.measured - t.fixed - known).max(t.measured / 20.0) / part
     };
-    let row_major = LayoutChoice::RowMajor;
     let mut kernels = KernelFactors::default();
-    for (kind, t) in run(row_major, row_major)? {
+    for (kind, t) in kinds_at(0)? {
         if t.activations + t.weights > 0.0 {
             let m = fit(&t, 0.0, t.activations + t.weights);
             for o in Operand::ALL {
@@ -422,21 +449,13 @@ pub fn measure_kernels(
             }
         }
     }
-    tick("kernels, row-major");
-    for layout in LayoutChoice::candidates(2) {
-        if layout == row_major {
-            continue;
-        }
-        for (kind, t) in run(row_major, layout)? {
-            if t.weights > 0.0 {
+    for (c, &(activation, layout)) in configs.iter().enumerate().skip(1) {
+        for (kind, t) in kinds_at(c)? {
+            if activation == row_major && t.weights > 0.0 {
                 let known = kernels.of(kind, Operand::Activation, row_major) * t.activations;
                 let m = fit(&t, known, t.weights);
                 kernels.multipliers.push((kind, Operand::Weight, layout, m));
-            }
-        }
-        tick(&format!("kernels, weights {layout}"));
-        for (kind, t) in run(layout, layout)? {
-            if t.activations > 0.0 {
+            } else if activation == layout && t.activations > 0.0 {
                 let listed = kernels
                     .multipliers
                     .iter()
@@ -452,7 +471,6 @@ pub fn measure_kernels(
                     .push((kind, Operand::Activation, layout, m));
             }
         }
-        tick(&format!("kernels, all {layout}"));
     }
     let missing: Vec<String> = KernelKind::ALL
         .into_iter()
