@@ -326,33 +326,43 @@ fn step_seconds(gpu: &Gpu, graph: &Graph, sizes: Sizes, layouts: &[LayoutChoice]
 }
 
 /// The real check of the calibration: on a graph other than the calibration's (two blocks,
-/// another shape), the calibrated model's predicted ratio between all-row-major and
-/// all-R-Tile-8 lies on the same side of 1 as the measured one.
+/// another shape), the calibrated model's predicted ratio between all-row-major and another
+/// unified layout lies on the same side of 1 as the measured one, for each layout whose step
+/// time differs clearly (by more than 15 %) from row-major's; at least one must.
 fn predicts_the_measured_order(gpu: &Gpu, model: &CostModel) {
     let config = ModelConfig {
-        vocab: 64,
+        vocab: 128,
         max_positions: 32,
-        hidden: 64,
+        hidden: 128,
         heads: 4,
         ffn: 256,
         layers: 2,
     };
     let g = build(Model::Encoder, config).unwrap();
-    let sizes = Sizes { batch: 4, seq: 32 };
+    let sizes = Sizes { batch: 2, seq: 32 };
     let objective = Objective::new(&g, sizes, model).unwrap();
-    let (rm, rt8) = (LayoutChoice::RowMajor, LayoutChoice::RTile(8));
-    let predicted = objective.cost(&all(&g, rt8)).unwrap() / objective.cost(&all(&g, rm)).unwrap();
-    let seconds = step_seconds(gpu, &g, sizes, &[rt8, rm]);
-    let measured = seconds[0] / seconds[1];
-    eprintln!("all R-Tile 8 over all row-major: predicted {predicted:.3}, measured {measured:.3}");
+    let layouts = LayoutChoice::candidates(2);
+    let seconds = step_seconds(gpu, &g, sizes, &layouts);
+    let rm = objective.cost(&all(&g, LayoutChoice::RowMajor)).unwrap();
+    let mut clear = 0;
+    for (i, &layout) in layouts.iter().enumerate().skip(1) {
+        let predicted = objective.cost(&all(&g, layout)).unwrap() / rm;
+        let measured = seconds[i] / seconds[0];
+        eprintln!(
+            "all {layout} over all row-major: predicted {predicted:.3}, measured {measured:.3}"
+        );
+        if (measured - 1.0).abs() > 0.15 {
+            clear += 1;
+            assert_eq!(
+                predicted > 1.0,
+                measured > 1.0,
+                "all {layout} over all row-major: predicted {predicted:.3}, measured {measured:.3}"
+            );
+        }
+    }
     assert!(
-        (measured - 1.0).abs() > 0.1,
-        "the layouts don't differ clearly on this adapter (measured {measured:.3}): the check \
-         needs a graph where they do"
-    );
-    assert_eq!(
-        predicted > 1.0,
-        measured > 1.0,
-        "predicted {predicted:.3}, measured {measured:.3}"
+        clear > 0,
+        "no unified layout's step differs clearly from row-major's on this adapter: the check \
+         needs a graph where one does"
     );
 }
