@@ -13,6 +13,9 @@
 //!   in-tile permutation reads and writes both buffers once at full bandwidth; a global copy
 //!   moves its bytes at the factor of reading the source in the destination's order.
 //! - **Dispatch**: every kernel launch (a conversion adds one) costs `dispatch` seconds.
+//! - **Kernels**: each operand's bytes and a product's flops are multiplied by the factor that
+//!   timing the real kernels under each layout fitted for the operation's kind, the operand and
+//!   its layout ([`kernels`](super::kernels)); the analytic model has none.
 //!
 //! [`CostModel::analytic`] holds the factors of a reference device, the H200 as measured in
 //! `BENCHMARKS.md`; [`CostModel::calibrated`](super::CostModel::calibrated) measures them on
