@@ -17,7 +17,9 @@
 //! (one multiplier for both); for each other candidate `L`, the weights in `L` with the
 //! activations row-major (the weights' `L`), then every tensor in `L` (the activations' `L`).
 //! The objective multiplies the analytic term of each operand by its multiplier (a matrix
-//! product's term by the geometric mean of its two operands'), so that at the calibration's
+//! product's term by the mean of its two operands': half the product is each operand's, so
+//! that a step's prediction is linear in the multipliers and the fit exact), so that at the
+//! calibration's
 //! shape the predicted seconds of every kind, and their ratios between layouts, are the
 //! measured ones.
 //!

@@ -497,8 +497,10 @@ impl<'g> Objective<'g> {
                         let scale_of = |(p, _): (usize, Walk)| {
                             self.scale(node, node.inputs[p].index(), read(p))
                         };
+                        // Half the product's time to each operand: the multipliers add up.
                         total += m.flops / f.matmul.rate(class_of(m.a), class_of(m.b))
-                            * (scale_of(m.a) * scale_of(m.b)).sqrt();
+                            * (scale_of(m.a) + scale_of(m.b))
+                            / 2.0;
                     }
                     if total < best.0 {
                         best = (total, conversion, chosen);
