@@ -366,3 +366,21 @@ fn predicts_the_measured_order(gpu: &Gpu, model: &CostModel) {
          needs a graph where one does"
     );
 }
+
+#[test]
+fn a_missing_kernel_multiplier_falls_back_to_the_other_operand_then_to_one() {
+    let f = measured().kernels;
+    let (rt8, cm) = (LayoutChoice::RTile(8), LayoutChoice::ColMajor);
+    assert_eq!(f.of(KernelKind::Norm, Operand::Activation, rt8), 3.75);
+    // No weight multiplier for the norm under R-Tile 8: the activations'.
+    assert_eq!(f.of(KernelKind::Norm, Operand::Weight, rt8), 3.75);
+    assert_eq!(f.of(KernelKind::Linear, Operand::Activation, cm), 0.625);
+    // Nothing for the kind and layout: the analytic term as it is.
+    assert_eq!(f.of(KernelKind::Norm, Operand::Activation, cm), 1.0);
+    assert_eq!(
+        Factors::reference()
+            .kernels
+            .of(KernelKind::Attention, Operand::Weight, rt8),
+        1.0
+    );
+}
