@@ -6,12 +6,17 @@ use std::path::PathBuf;
 
 use fblayout_kernels::Gpu;
 use fblayout_kernels::runtime::DiskCache;
-use fblayout_plan::graph::Sizes;
+use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
+use fblayout_plan::graph::{Graph, Sizes};
+use fblayout_plan::layouts::LayoutChoice;
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::calibrate::{
     VERSION, cache_key, cache_path, decode, encode, load_or_measure,
 };
-use fblayout_plan::select::{Class, CostModel, Factors, Origin, PlanError, Strategy, plan};
+use fblayout_plan::select::{
+    Class, CostModel, Factors, KernelKind, Objective, Operand, Origin, PlanError, Strategy, plan,
+};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -32,6 +37,20 @@ fn measured() -> Factors {
     f.matmul
         .rates
         .push((Class::Contiguous, Class::Strided, 1.5e10));
+    f.kernels.multipliers = vec![
+        (
+            KernelKind::Norm,
+            Operand::Activation,
+            LayoutChoice::RTile(8),
+            3.75,
+        ),
+        (
+            KernelKind::Linear,
+            Operand::Weight,
+            LayoutChoice::ColMajor,
+            0.625,
+        ),
+    ];
     f
 }
 
@@ -67,6 +86,13 @@ fn factors_round_trip_through_the_cache_text() {
         .map(|l| format!("{l}\n"))
         .collect();
     assert!(decode(missing.as_bytes()).unwrap_err().contains("reduce"));
+    let negative = encode(&f).replace(
+        "kernel norm activation rt8 3.75",
+        "kernel norm activation rt8 -3.75",
+    );
+    assert!(decode(negative.as_bytes()).unwrap_err().contains("norm"));
+    let unknown = encode(&f).replace("kernel norm activation", "kernel norms activation");
+    assert!(decode(unknown.as_bytes()).unwrap_err().contains("norms"));
     assert!(
         decode(b"bandwidth 1e9\nlatency 3\n")
             .unwrap_err()
@@ -217,6 +243,22 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
         }
     }
     assert!(f.bandwidth > 0.0 && f.dispatch >= 0.0, "{model}");
+    // Every kind of operation has a multiplier under every candidate layout of a matrix.
+    for kind in KernelKind::ALL {
+        for layout in LayoutChoice::candidates(2) {
+            assert!(
+                f.kernels
+                    .multipliers
+                    .iter()
+                    .any(|m| (m.0, m.2) == (kind, layout) && m.3 > 0.0),
+                "{kind} under {layout}: {model}"
+            );
+        }
+    }
+    // Calibration stays short enough to run once per device without a long wait (the target
+    // is half a minute on lavapipe; the bound leaves room for a machine shared with builds).
+    assert!(start.elapsed().as_secs() < 120, "{:.1?}", start.elapsed());
+    predicts_the_measured_order(&gpu, &model);
     let again = CostModel::calibrated(&gpu, Some(&dir)).unwrap();
     assert_eq!(cache_note(&again), "read from the cache");
     assert_eq!(again.factors(), model.factors());
@@ -242,4 +284,103 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
     );
     assert!(guided.cost() <= rm.cost());
     let _ = fs::remove_dir_all(&dir);
+}
+
+/// The layouts of `graph`'s tensors with every matrix stored as `layout` (vectors have one
+/// candidate).
+fn all(graph: &Graph, layout: LayoutChoice) -> Vec<LayoutChoice> {
+    graph
+        .ids()
+        .map(|t| {
+            let c = LayoutChoice::candidates(graph.tensor(t).axes.len());
+            if c.contains(&layout) { layout } else { c[0] }
+        })
+        .collect()
+}
+
+/// GPU seconds of one training step of `graph` under each of `layouts`: after a warm-up, five
+/// rounds of one step of each in turn (so that other work on the machine disturbs them alike),
+/// the quickest of each kept.
+fn step_seconds(gpu: &Gpu, graph: &Graph, sizes: Sizes, layouts: &[LayoutChoice]) -> Vec<f64> {
+    let inputs = StepInputs::random(64, sizes, 5);
+    let mut steps: Vec<GpuStep<'_>> = layouts
+        .iter()
+        .map(|&l| {
+            let layouts = all(graph, l);
+            let memory = plan_memory(graph, &layouts, sizes, MemoryOptions::default()).unwrap();
+            let mut step =
+                GpuStep::new(gpu, graph, &layouts, &memory, sizes, AdamWConfig::default()).unwrap();
+            step.upload_params(3).unwrap();
+            step.step(&inputs).unwrap();
+            step
+        })
+        .collect();
+    let mut best = vec![f64::INFINITY; layouts.len()];
+    for _ in 0..5 {
+        for (step, best) in steps.iter_mut().zip(&mut best) {
+            let (_, timings) = step.step_timed(&inputs).unwrap();
+            *best = best.min(timings.iter().map(|t| t.nanos * 1e-9).sum());
+        }
+    }
+    best
+}
+
+/// The real check of the calibration: on a graph other than the calibration's (two blocks,
+/// another shape), the calibrated model's predicted ratio between all-row-major and another
+/// unified layout lies on the same side of 1 as the measured one, for each layout whose step
+/// time differs clearly (by more than 15 %) from row-major's; at least one must.
+fn predicts_the_measured_order(gpu: &Gpu, model: &CostModel) {
+    let config = ModelConfig {
+        vocab: 128,
+        max_positions: 32,
+        hidden: 128,
+        heads: 4,
+        ffn: 256,
+        layers: 2,
+    };
+    let g = build(Model::Encoder, config).unwrap();
+    let sizes = Sizes { batch: 2, seq: 32 };
+    let objective = Objective::new(&g, sizes, model).unwrap();
+    let layouts = LayoutChoice::candidates(2);
+    let seconds = step_seconds(gpu, &g, sizes, &layouts);
+    let rm = objective.cost(&all(&g, LayoutChoice::RowMajor)).unwrap();
+    let mut clear = 0;
+    for (i, &layout) in layouts.iter().enumerate().skip(1) {
+        let predicted = objective.cost(&all(&g, layout)).unwrap() / rm;
+        let measured = seconds[i] / seconds[0];
+        eprintln!(
+            "all {layout} over all row-major: predicted {predicted:.3}, measured {measured:.3}"
+        );
+        if (measured - 1.0).abs() > 0.15 {
+            clear += 1;
+            assert_eq!(
+                predicted > 1.0,
+                measured > 1.0,
+                "all {layout} over all row-major: predicted {predicted:.3}, measured {measured:.3}"
+            );
+        }
+    }
+    assert!(
+        clear > 0,
+        "no unified layout's step differs clearly from row-major's on this adapter: the check \
+         needs a graph where one does"
+    );
+}
+
+#[test]
+fn a_missing_kernel_multiplier_falls_back_to_the_other_operand_then_to_one() {
+    let f = measured().kernels;
+    let (rt8, cm) = (LayoutChoice::RTile(8), LayoutChoice::ColMajor);
+    assert_eq!(f.of(KernelKind::Norm, Operand::Activation, rt8), 3.75);
+    // No weight multiplier for the norm under R-Tile 8: the activations'.
+    assert_eq!(f.of(KernelKind::Norm, Operand::Weight, rt8), 3.75);
+    assert_eq!(f.of(KernelKind::Linear, Operand::Activation, cm), 0.625);
+    // Nothing for the kind and layout: the analytic term as it is.
+    assert_eq!(f.of(KernelKind::Norm, Operand::Activation, cm), 1.0);
+    assert_eq!(
+        Factors::reference()
+            .kernels
+            .of(KernelKind::Attention, Operand::Weight, rt8),
+        1.0
+    );
 }

@@ -94,6 +94,17 @@ fn head_dim(q: &Arg) -> u32 {
     q.bound.shape().last().copied().unwrap_or(1) as u32
 }
 
+/// The section node `i` of `graph` is timed under in [`GpuStep::step_timed`]: the operation's
+/// name and its first output's, `"<op> <first output>"`.
+pub fn section(graph: &Graph, i: usize) -> String {
+    let node = &graph.nodes()[i];
+    let first = node
+        .outputs
+        .first()
+        .map_or("", |&t| graph.tensor(t).name.as_str());
+    format!("{} {first}", node.op.name())
+}
+
 impl<'g> GpuStep<'g> {
     /// The step of `graph` on `gpu`, with tensors stored as `layouts` and placed by `memory`
     /// (planned for this graph, these layouts and `sizes`); AdamW runs with `adamw`.
@@ -121,15 +132,11 @@ impl<'g> GpuStep<'g> {
                 &kernels,
             )
             .map_err(|source| ExecError::op(i, node.op.name(), source))?;
-            let first = node
-                .outputs
-                .first()
-                .map_or("", |&t| graph.tensor(t).name.as_str());
             kernels.push(NodeKernel {
                 kernel,
                 reads,
                 writes,
-                section: format!("{} {first}", node.op.name()),
+                section: section(graph, i),
             });
         }
         let mut persistent = vec![false; memory.buffers().len()];

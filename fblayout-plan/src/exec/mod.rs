@@ -28,7 +28,7 @@ use fblayout_kernels::ops::{Activation, Attention, Mask, OpError};
 
 pub use cpu::CpuStep;
 pub use fblayout_kernels::runtime::Timing;
-pub use gpu::GpuStep;
+pub use gpu::{GpuStep, section};
 pub use init::initial_values;
 
 use crate::graph::{Act, Sizes, Tensor};

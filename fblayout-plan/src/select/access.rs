@@ -35,11 +35,15 @@ use crate::graph::{Graph, Node, Op, Sizes};
 /// it. The backward kernels of the norms, activations, attention and cross-entropy write each
 /// gradient through the view of the tensor they read it for (`dx` through `x`'s), and a
 /// gradient is stored like its tensor (see [`Objective`](super::objective::Objective)); a copy
-/// of `x` in another layout would make `dx` another layout too.
+/// of `x` in another layout would make `dx` another layout too. The embedding and its gradient
+/// read their token ids as the step uploads them, which a conversion in the graph would not
+/// be.
 pub(crate) fn reads_stored(op: Op) -> bool {
     matches!(
         op,
-        Op::LayerNormGrad { .. }
+        Op::Embedding
+            | Op::EmbeddingGrad
+            | Op::LayerNormGrad { .. }
             | Op::RmsNormGrad { .. }
             | Op::ActivationGrad(_)
             | Op::SwigluGrad

@@ -1,6 +1,6 @@
 //! Calibration: the cost model's factors measured by timing the real kernels on an adapter.
 //!
-//! [`measure`] times, on small `f32` tensors (a few seconds at most on a software adapter,
+//! [`measure`] times, on small `f32` tensors (under half a minute on a software adapter,
 //! with a progress bar once it passes two seconds):
 //!
 //! - **launch and bandwidth**: a [`Gather`] of a tiny view (the launch) and of a whole
@@ -12,6 +12,10 @@
 //!   (column-major), over the contiguous one;
 //! - **matrix-product rates**: `A·B` with `A` row-major and column-major and `B` in every
 //!   candidate layout, each pair keyed by the classes of its operands along `k`.
+//!
+//! - **kernel factors**: training steps of a small graph under the candidate layouts, each
+//!   operation's kernels timed, fitted to one multiplier per kind of operation, operand
+//!   (activation or weight) and layout ([`kernels`](super::kernels)).
 //!
 //! Every class is found by the same code the planner prices layouts with, so the factors
 //! line up with the classes of the graph's tensors.
@@ -35,9 +39,11 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::PlanError;
 use super::cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes};
+use super::kernels::{KernelFactors, KernelKind, Operand, measure_kernels, ticks};
+use crate::layouts::LayoutChoice;
 
 /// The format of the cache file; a change makes every older file stale.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Side of the square matrices gathered.
 const GATHER_SIDE: u32 = 1024;
@@ -135,6 +141,9 @@ pub fn encode(f: &Factors) -> String {
             super::cost::short(*b)
         );
     }
+    for (kind, operand, layout, m) in &f.kernels.multipliers {
+        s += &format!("kernel {kind} {operand} {} {m}\n", layout.short());
+    }
     s
 }
 
@@ -143,6 +152,15 @@ pub fn decode(data: &[u8]) -> Result<Factors, String> {
     let text = std::str::from_utf8(data).map_err(|_| "the factors are not text".to_owned())?;
     let (mut bandwidth, mut dispatch, mut access, mut reduce) = (None, None, None, None);
     let mut rates = Vec::new();
+    let mut multipliers = Vec::new();
+    let kind = |s: &str| KernelKind::named(s).ok_or_else(|| format!("unknown kernel kind `{s}`"));
+    let operand = |s: &str| Operand::named(s).ok_or_else(|| format!("unknown operand `{s}`"));
+    let layout = |s: &str| {
+        LayoutChoice::candidates(2)
+            .into_iter()
+            .find(|l| l.short() == s)
+            .ok_or_else(|| format!("unknown layout `{s}`"))
+    };
     let class = |s: &str| {
         Class::ALL
             .into_iter()
@@ -174,6 +192,12 @@ pub fn decode(data: &[u8]) -> Result<Factors, String> {
                 class(words.get(2).copied().unwrap_or(""))?,
                 num(3)?,
             )),
+            Some("kernel") => multipliers.push((
+                kind(words.get(1).copied().unwrap_or(""))?,
+                operand(words.get(2).copied().unwrap_or(""))?,
+                layout(words.get(3).copied().unwrap_or(""))?,
+                num(4)?,
+            )),
             _ => return Err(format!("unexpected line `{line}`")),
         }
     }
@@ -184,6 +208,7 @@ pub fn decode(data: &[u8]) -> Result<Factors, String> {
         access: access.ok_or_else(|| missing("access"))?,
         reduce: reduce.ok_or_else(|| missing("reduce"))?,
         matmul: MatmulRates { rates },
+        kernels: KernelFactors { multipliers },
     };
     factors.check()?;
     Ok(factors)
@@ -318,7 +343,7 @@ pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
     let softmaxes = 4;
     let products = 8;
     let bar = ProgressBar::with_draw_target(
-        Some(gathers + softmaxes + products),
+        Some(gathers + softmaxes + products + ticks()),
         ProgressDrawTarget::hidden(),
     );
     if let Ok(style) = ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} {msg}") {
@@ -495,8 +520,7 @@ pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
             tick("products");
         }
     }
-    bar.finish_and_clear();
-    let factors = Factors {
+    let mut factors = Factors {
         bandwidth,
         access,
         reduce,
@@ -507,7 +531,10 @@ pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
                 .collect(),
         },
         dispatch,
+        kernels: KernelFactors::default(),
     };
+    factors.kernels = measure_kernels(gpu, &factors, tick)?;
+    bar.finish_and_clear();
     factors.check().map_err(|detail| PlanError::Calibration {
         step: "the measured factors".into(),
         detail,

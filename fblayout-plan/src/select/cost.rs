@@ -13,6 +13,9 @@
 //!   in-tile permutation reads and writes both buffers once at full bandwidth; a global copy
 //!   moves its bytes at the factor of reading the source in the destination's order.
 //! - **Dispatch**: every kernel launch (a conversion adds one) costs `dispatch` seconds.
+//! - **Kernels**: each operand's bytes and a product's flops are multiplied by the factor that
+//!   timing the real kernels under each layout fitted for the operation's kind, the operand and
+//!   its layout ([`kernels`](super::kernels)); the analytic model has none.
 //!
 //! [`CostModel::analytic`] holds the factors of a reference device, the H200 as measured in
 //! `BENCHMARKS.md`; [`CostModel::calibrated`](super::CostModel::calibrated) measures them on
@@ -21,6 +24,8 @@
 use std::fmt;
 
 use fblayout_core::layout::{BoundView, TensorLayout};
+
+use super::kernels::KernelFactors;
 
 /// How a layout lays out the elements along a walked axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,6 +136,9 @@ pub struct Factors {
     pub matmul: MatmulRates,
     /// Seconds per kernel launch.
     pub dispatch: f64,
+    /// The multipliers fitted by timing the kernels under each layout (none in the analytic
+    /// model: every term as the analytic model has it).
+    pub kernels: KernelFactors,
 }
 
 impl Factors {
@@ -144,7 +152,8 @@ impl Factors {
     /// - `matmul`: 43.8 TFLOP/s, the 4096³ `f32` product, for every pair: the product stages
     ///   its tiles through workgroup memory, and there the R-Tile and row-major operands ran
     ///   within 5 % (41.8 against 43.8 TFLOP/s);
-    /// - `dispatch`: 0 (the analytic model counts bytes and flops only).
+    /// - `dispatch`: 0 (the analytic model counts bytes and flops only);
+    /// - `kernels`: none (no kernel was timed under each layout).
     pub fn reference() -> Self {
         let access = ClassFactors {
             tiled4: 1.52,
@@ -159,6 +168,7 @@ impl Factors {
                 rates: vec![(Class::Contiguous, Class::Contiguous, 43.8e12)],
             },
             dispatch: 0.0,
+            kernels: KernelFactors::default(),
         }
     }
 
@@ -189,7 +199,7 @@ impl Factors {
         if !(self.dispatch.is_finite() && self.dispatch >= 0.0) {
             return Err(format!("the dispatch time {} is not a time", self.dispatch));
         }
-        Ok(())
+        self.kernels.check()
     }
 }
 
@@ -280,7 +290,25 @@ impl fmt::Display for CostModel {
             .iter()
             .map(|(a, b, r)| format!("{}·{} {:.3}", short(*a), short(*b), r / 1e12))
             .collect();
-        writeln!(f, "  matmul TFLOP/s: {}", rates.join(", "))
+        writeln!(f, "  matmul TFLOP/s: {}", rates.join(", "))?;
+        if !x.kernels.multipliers.is_empty() {
+            writeln!(
+                f,
+                "  kernel multipliers, activations | weights (rm / cm / rt4 / rt8):"
+            )?;
+            for kind in super::kernels::KernelKind::ALL {
+                let row = |o| {
+                    crate::layouts::LayoutChoice::candidates(2)
+                        .into_iter()
+                        .map(|l| format!("{:.2}", x.kernels.of(kind, o, l)))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                };
+                use super::kernels::Operand::{Activation, Weight};
+                writeln!(f, "    {kind}: {} | {}", row(Activation), row(Weight))?;
+            }
+        }
+        Ok(())
     }
 }
 

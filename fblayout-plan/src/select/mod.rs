@@ -22,7 +22,9 @@
 //! `(plan.graph(), plan.layouts())`.
 //!
 //! [`CostModel::calibrated`] times the kernels of `fblayout-kernels` on the adapter to
-//! measure the model's factors ([`calibrate`]), cached on disk per adapter and driver.
+//! measure the model's factors ([`calibrate`]), and times a training step under each layout
+//! to fit a multiplier per kind of operation and layout that corrects the analytic terms
+//! ([`kernels`]); both are cached on disk per adapter and driver.
 //!
 //! ```
 //! use fblayout_plan::graph::Sizes;
@@ -48,6 +50,7 @@ pub mod cost;
 pub mod exact;
 pub mod explain;
 pub mod guided;
+pub mod kernels;
 pub mod objective;
 pub mod per_op;
 mod plan;
@@ -62,6 +65,7 @@ use crate::graph::{Graph, GraphError, Sizes};
 use crate::layouts::LayoutChoice;
 
 pub use cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin};
+pub use kernels::{KernelFactors, KernelKind, Operand};
 pub use objective::Objective;
 pub use plan::{Candidates, Inserted, Plan};
 
@@ -178,6 +182,15 @@ pub enum PlanError {
         step: String,
         /// What went wrong.
         detail: String,
+    },
+    /// A training step timed by the calibration could not be built or run.
+    #[error("calibration, {step}: {source}")]
+    Exec {
+        /// The measurement.
+        step: String,
+        /// The executor's error.
+        #[source]
+        source: Box<crate::exec::ExecError>,
     },
     /// The calibration cache could not be written.
     #[error("writing the calibration cache `{}`: {source}", path.display())]

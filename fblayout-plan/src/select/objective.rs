@@ -13,6 +13,9 @@
 //! small table over its scope, so the exact optimum is a minimum of a sum of small factors
 //! ([`exact`](super::exact)).
 //!
+//! Each operand's term is multiplied by its kernel factor, by the operation's kind and the
+//! operand's layout ([`kernels`](super::kernels)); the analytic model has none (all 1).
+//!
 //! Two rules come from the kernels, which read a gradient through the view of the tensor it
 //! is the gradient of: a **tie** term over every gradient and its tensor costs nothing when
 //! both have one layout and [`TIE_PENALTY`] otherwise, so no strategy separates them (copies
@@ -24,6 +27,7 @@ use fblayout_core::layout::{Conversion, ElemType, TensorLayout, classify_layouts
 use super::PlanError;
 use super::access::{Access, Matmul, Walk, accesses, reads_stored};
 use super::cost::{Class, CostModel, Factors, walk_classes};
+use super::kernels::{KernelKind, Operand};
 use crate::graph::{Dim, Graph, Op, Role, Sizes, TensorId};
 
 /// The seconds a tie term adds when a gradient and its tensor have different layouts: more
@@ -432,7 +436,12 @@ impl<'g> Objective<'g> {
                 let access = accesses(self.graph, node, self.sizes).outputs[*position];
                 let stored = &self.shape(t).stored[usize::from(assignment[t])];
                 let class = self.class(t, assignment[t], access.walk, node, assignment);
-                (f.walk(stored.bytes, class, access.reduce), 0.0, vec![])
+                let scale = self.scale(node, t, assignment[t]);
+                (
+                    f.walk(stored.bytes, class, access.reduce) * scale,
+                    0.0,
+                    vec![],
+                )
             }
             Kind::Reads { positions, matmul } => {
                 let table = accesses(self.graph, node, self.sizes);
@@ -472,18 +481,26 @@ impl<'g> Objective<'g> {
                         let c = shape.conversion_cost[usize::from(assignment[t])][usize::from(r)];
                         conversion += c;
                         total += c;
+                        let scale = self.scale(node, t, r);
                         for access in &table.inputs[p] {
                             let class = self.class(t, r, access.walk, node, assignment);
                             total +=
-                                f.walk(shape.stored[usize::from(r)].bytes, class, access.reduce);
+                                f.walk(shape.stored[usize::from(r)].bytes, class, access.reduce)
+                                    * scale;
                         }
                     }
                     if let Some(m) = matmul {
+                        let read = |p: usize| chosen.iter().find(|c| c.0 == p).map_or(0, |c| c.1);
                         let class_of = |(p, walk): (usize, Walk)| {
-                            let r = chosen.iter().find(|c| c.0 == p).map_or(0, |c| c.1);
-                            self.class(node.inputs[p].index(), r, walk, node, assignment)
+                            self.class(node.inputs[p].index(), read(p), walk, node, assignment)
                         };
-                        total += m.flops / f.matmul.rate(class_of(m.a), class_of(m.b));
+                        let scale_of = |(p, _): (usize, Walk)| {
+                            self.scale(node, node.inputs[p].index(), read(p))
+                        };
+                        // Half the product's time to each operand: the multipliers add up.
+                        total += m.flops / f.matmul.rate(class_of(m.a), class_of(m.b))
+                            * (scale_of(m.a) + scale_of(m.b))
+                            / 2.0;
                     }
                     if total < best.0 {
                         best = (total, conversion, chosen);
@@ -505,6 +522,19 @@ impl<'g> Objective<'g> {
                 best
             }
         }
+    }
+
+    /// The kernel multiplier ([`kernels`](super::kernels)) of tensor `t`, stored as candidate
+    /// `c`, in `node`'s operation: 1 for a tensor with one candidate (its cost is the same
+    /// under every assignment) and for a conversion.
+    fn scale(&self, node: &crate::graph::Node, t: usize, c: u8) -> f64 {
+        if self.arity(t) < 2 {
+            return 1.0;
+        }
+        let operand = Operand::of(self.graph, TensorId(t as u32));
+        KernelKind::of(node.op).map_or(1.0, |k| {
+            self.factors.kernels.of(k, operand, self.choice(t, c))
+        })
     }
 
     /// The class of walking tensor `t`, stored as candidate `c`, along `walk` in `node`,
