@@ -18,9 +18,9 @@
 //!
 //! Two rules come from the kernels, which read a gradient through the view of the tensor it
 //! is the gradient of: a **tie** term over every gradient and its tensor costs nothing when
-//! both have one layout and [`TIE_PENALTY`] otherwise, so no strategy separates them (copies
+//! both have one layout and a penalty of 10⁶ s otherwise, so no strategy separates them (copies
 //! made by a `Convert` are exempt: they are the other layout); and the operations of
-//! [`reads_stored`] read their inputs without conversion.
+//! `access::reads_stored` read their inputs without conversion.
 
 use fblayout_core::layout::{Conversion, ElemType, TensorLayout, classify_layouts};
 
