@@ -6,7 +6,7 @@
 //! each staged step reaches (`k_step`, a multiple of 16), whether the staging is double-
 //! buffered (`stages`: 2 lets the next step's loads overlap this step's multiplies) and the
 //! accumulator's element type. [`CoopConfig::candidates`] lists the ones a device can build;
-//! the autotune ([`super::tune`]) picks among them.
+//! the autotune (`tune`) picks among them.
 
 use std::fmt;
 use std::str::FromStr;
