@@ -89,6 +89,62 @@ fn v(a: &Arg) -> &View {
     &a.view
 }
 
+/// A LayerNorm node's tensors among its operands `r` (read) and `w` (written): the forward's
+/// `x, γ, β → y, mean, rstd`, the backward's `x, γ, mean, rstd, dy → dx, dγ, dβ`. The backward
+/// reads neither β nor y: dβ and dy stand in for them, as the kernel's views.
+fn layer_norm_operands<'a, T>(forward: bool, r: &'a [T], w: &'a [T]) -> LayerNormTensors<&'a T> {
+    if forward {
+        LayerNormTensors {
+            x: &r[0],
+            gamma: &r[1],
+            beta: &r[2],
+            y: &w[0],
+            mean: &w[1],
+            rstd: &w[2],
+        }
+    } else {
+        LayerNormTensors {
+            x: &r[0],
+            gamma: &r[1],
+            beta: &w[2],
+            y: &r[4],
+            mean: &r[2],
+            rstd: &r[3],
+        }
+    }
+}
+
+/// An RMSNorm node's tensors: the forward's `x, γ → y, rstd`, the backward's
+/// `x, γ, rstd, dy → dx, dγ` (dy stands in for y).
+fn rms_norm_operands<'a, T>(forward: bool, r: &'a [T], w: &'a [T]) -> RmsNormTensors<&'a T> {
+    if forward {
+        RmsNormTensors {
+            x: &r[0],
+            gamma: &r[1],
+            y: &w[0],
+            rstd: &w[1],
+        }
+    } else {
+        RmsNormTensors {
+            x: &r[0],
+            gamma: &r[1],
+            y: &r[3],
+            rstd: &r[2],
+        }
+    }
+}
+
+/// An attention node's queries, keys, values, output and probabilities: the forward's
+/// `q, k, v → out, probs`, the backward's `q, k, v, probs, dout → dq, dk, dv` (dout stands in for
+/// the output, which the backward does not read).
+fn attention_operands<'a, T>(forward: bool, r: &'a [T], w: &'a [T]) -> [&'a T; 5] {
+    if forward {
+        [&r[0], &r[1], &r[2], &w[0], &w[1]]
+    } else {
+        [&r[0], &r[1], &r[2], &r[4], &r[3]]
+    }
+}
+
 /// The extent of the last axis of `q` (the queries' head size).
 fn head_dim(q: &Arg) -> u32 {
     q.bound.shape().last().copied().unwrap_or(1) as u32
@@ -391,28 +447,12 @@ impl<'g> GpuStep<'g> {
             (Kernel::Bias(k), Op::Bias) => k.forward(batch, &r[0], &r[1], &w[0]),
             (Kernel::Bias(k), _) => k.backward(batch, &r[0], &w[0], false),
             (Kernel::Add(k), _) => k.forward(batch, &r[0], &r[1], &w[0]),
-            (Kernel::LayerNorm(k), Op::LayerNorm { .. }) => k.forward(
-                batch,
-                &LayerNormTensors {
-                    x: &r[0],
-                    gamma: &r[1],
-                    beta: &r[2],
-                    y: &w[0],
-                    mean: &w[1],
-                    rstd: &w[2],
-                },
-            ),
-            // β and y are not read by the backward: dβ and dy stand in for them.
+            (Kernel::LayerNorm(k), Op::LayerNorm { .. }) => {
+                k.forward(batch, &layer_norm_operands(true, &r, &w))
+            }
             (Kernel::LayerNorm(k), _) => k.backward(
                 batch,
-                &LayerNormTensors {
-                    x: &r[0],
-                    gamma: &r[1],
-                    beta: &w[2],
-                    y: &r[4],
-                    mean: &r[2],
-                    rstd: &r[3],
-                },
+                &layer_norm_operands(false, &r, &w),
                 &LayerNormGrads {
                     dy: &r[4],
                     dx: &w[0],
@@ -421,23 +461,12 @@ impl<'g> GpuStep<'g> {
                 },
                 false,
             ),
-            (Kernel::RmsNorm(k), Op::RmsNorm { .. }) => k.forward(
-                batch,
-                &RmsNormTensors {
-                    x: &r[0],
-                    gamma: &r[1],
-                    y: &w[0],
-                    rstd: &w[1],
-                },
-            ),
+            (Kernel::RmsNorm(k), Op::RmsNorm { .. }) => {
+                k.forward(batch, &rms_norm_operands(true, &r, &w))
+            }
             (Kernel::RmsNorm(k), _) => k.backward(
                 batch,
-                &RmsNormTensors {
-                    x: &r[0],
-                    gamma: &r[1],
-                    y: &r[3],
-                    rstd: &r[2],
-                },
+                &rms_norm_operands(false, &r, &w),
                 &RmsNormGrads {
                     dy: &r[3],
                     dx: &w[0],
@@ -449,26 +478,21 @@ impl<'g> GpuStep<'g> {
             (Kernel::Activation(k), _) => k.backward(batch, &r[0], &r[1], &w[0]),
             (Kernel::Swiglu(k), Op::Swiglu) => k.forward(batch, &r[0], &r[1], &w[0]),
             (Kernel::Swiglu(k), _) => k.backward(batch, &r[0], &r[1], &r[2], &w[0], &w[1]),
-            (Kernel::Attention(k), Op::Attention { .. }) => {
+            (Kernel::Attention(k), op) => {
+                let forward = matches!(op, Op::Attention { .. });
+                let [q, kk, vv, out, probs] = attention_operands(forward, &r, &w).map(Clone::clone);
                 let args = AttentionArgs {
-                    q: r[0].clone(),
-                    k: r[1].clone(),
-                    v: r[2].clone(),
-                    out: w[0].clone(),
-                    probs: w[1].clone(),
+                    q,
+                    k: kk,
+                    v: vv,
+                    out,
+                    probs,
                 };
-                k.forward(batch, &args)
-            }
-            // The backward does not read the output: dout stands in for it.
-            (Kernel::Attention(k), _) => {
-                let args = AttentionArgs {
-                    q: r[0].clone(),
-                    k: r[1].clone(),
-                    v: r[2].clone(),
-                    out: r[4].clone(),
-                    probs: r[3].clone(),
-                };
-                k.backward(batch, &args, &r[4], &w[0], &w[1], &w[2])
+                if forward {
+                    k.forward(batch, &args)
+                } else {
+                    k.backward(batch, &args, &r[4], &w[0], &w[1], &w[2])
+                }
             }
             (Kernel::CrossEntropy(k, s), Op::CrossEntropy { .. }) => {
                 k.forward(batch, &r[0], &r[1], &w[0], &self.states[*s].1)
@@ -524,50 +548,28 @@ fn build(
         Op::Add | Op::Accumulate => {
             Kernel::Add(Box::new(AddOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?))
         }
-        Op::LayerNorm { eps } => Kernel::LayerNorm(Box::new(LayerNormOp::new(
-            gpu,
-            &LayerNormTensors {
-                x: v(&r[0]),
-                gamma: v(&r[1]),
-                beta: v(&r[2]),
-                y: v(&w[0]),
-                mean: v(&w[1]),
-                rstd: v(&w[2]),
-            },
-            eps,
-        )?)),
-        Op::LayerNormGrad { eps } => Kernel::LayerNorm(Box::new(LayerNormOp::new(
-            gpu,
-            &LayerNormTensors {
-                x: v(&r[0]),
-                gamma: v(&r[1]),
-                beta: v(&w[2]),
-                y: v(&r[4]),
-                mean: v(&r[2]),
-                rstd: v(&r[3]),
-            },
-            eps,
-        )?)),
-        Op::RmsNorm { eps } => Kernel::RmsNorm(Box::new(RmsNormOp::new(
-            gpu,
-            &RmsNormTensors {
-                x: v(&r[0]),
-                gamma: v(&r[1]),
-                y: v(&w[0]),
-                rstd: v(&w[1]),
-            },
-            eps,
-        )?)),
-        Op::RmsNormGrad { eps } => Kernel::RmsNorm(Box::new(RmsNormOp::new(
-            gpu,
-            &RmsNormTensors {
-                x: v(&r[0]),
-                gamma: v(&r[1]),
-                y: v(&r[3]),
-                rstd: v(&r[2]),
-            },
-            eps,
-        )?)),
+        Op::LayerNorm { eps } | Op::LayerNormGrad { eps } => {
+            let t = layer_norm_operands(matches!(op, Op::LayerNorm { .. }), r, w);
+            let views = LayerNormTensors {
+                x: v(t.x),
+                gamma: v(t.gamma),
+                beta: v(t.beta),
+                y: v(t.y),
+                mean: v(t.mean),
+                rstd: v(t.rstd),
+            };
+            Kernel::LayerNorm(Box::new(LayerNormOp::new(gpu, &views, eps)?))
+        }
+        Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => {
+            let t = rms_norm_operands(matches!(op, Op::RmsNorm { .. }), r, w);
+            let views = RmsNormTensors {
+                x: v(t.x),
+                gamma: v(t.gamma),
+                y: v(t.y),
+                rstd: v(t.rstd),
+            };
+            Kernel::RmsNorm(Box::new(RmsNormOp::new(gpu, &views, eps)?))
+        }
         Op::Activation(a) => Kernel::Activation(Box::new(ActivationOp::new(
             gpu,
             activation(a),
@@ -588,32 +590,24 @@ fn build(
             heads,
             kv_heads,
             causal,
-        } => Kernel::Attention(Box::new(AttentionOp::new(
-            gpu,
-            &AttentionViews {
-                q: v(&r[0]),
-                k: v(&r[1]),
-                v: v(&r[2]),
-                out: v(&w[0]),
-                scores: v(&w[1]),
-            },
-            attention(heads, kv_heads, causal, head_dim(&r[0])),
-        )?)),
-        Op::AttentionGrad {
+        }
+        | Op::AttentionGrad {
             heads,
             kv_heads,
             causal,
-        } => Kernel::Attention(Box::new(AttentionOp::new(
-            gpu,
-            &AttentionViews {
-                q: v(&r[0]),
-                k: v(&r[1]),
-                v: v(&r[2]),
-                out: v(&r[4]),
-                scores: v(&r[3]),
-            },
-            attention(heads, kv_heads, causal, head_dim(&r[0])),
-        )?)),
+        } => {
+            let forward = matches!(op, Op::Attention { .. });
+            let [q, k, vv, out, scores] = attention_operands(forward, r, w).map(v);
+            let views = AttentionViews {
+                q,
+                k,
+                v: vv,
+                out,
+                scores,
+            };
+            let shape = attention(heads, kv_heads, causal, head_dim(&r[0]));
+            Kernel::Attention(Box::new(AttentionOp::new(gpu, &views, shape)?))
+        }
         Op::CrossEntropy { ignore_index } => {
             let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]), ignore_index)?;
             states.push((node, k.state(gpu, r[1].bound.shape()[0] as u32)?));
