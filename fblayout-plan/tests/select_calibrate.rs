@@ -6,16 +6,14 @@ use std::path::PathBuf;
 
 use fblayout_kernels::Gpu;
 use fblayout_kernels::runtime::DiskCache;
-use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
-use fblayout_plan::graph::{Graph, Sizes};
+use fblayout_plan::graph::Sizes;
 use fblayout_plan::layouts::LayoutChoice;
-use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::calibrate::{
     VERSION, cache_key, cache_path, decode, encode, load_or_measure,
 };
 use fblayout_plan::select::{
-    Class, CostModel, Factors, KernelKind, Objective, Operand, Origin, PlanError, Strategy, plan,
+    Class, CostModel, Factors, KernelKind, Operand, Origin, PlanError, Strategy, plan,
 };
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -255,10 +253,6 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
             );
         }
     }
-    // Calibration stays short enough to run once per device without a long wait (the target
-    // is half a minute on lavapipe; the bound leaves room for a machine shared with builds).
-    assert!(start.elapsed().as_secs() < 120, "{:.1?}", start.elapsed());
-    predicts_the_measured_order(&gpu, &model);
     let again = CostModel::calibrated(&gpu, Some(&dir)).unwrap();
     assert_eq!(cache_note(&again), "read from the cache");
     assert_eq!(again.factors(), model.factors());
@@ -284,87 +278,6 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
     );
     assert!(guided.cost() <= rm.cost());
     let _ = fs::remove_dir_all(&dir);
-}
-
-/// The layouts of `graph`'s tensors with every matrix stored as `layout` (vectors have one
-/// candidate).
-fn all(graph: &Graph, layout: LayoutChoice) -> Vec<LayoutChoice> {
-    graph
-        .ids()
-        .map(|t| {
-            let c = LayoutChoice::candidates(graph.tensor(t).axes.len());
-            if c.contains(&layout) { layout } else { c[0] }
-        })
-        .collect()
-}
-
-/// GPU seconds of one training step of `graph` under each of `layouts`: after a warm-up, five
-/// rounds of one step of each in turn (so that other work on the machine disturbs them alike),
-/// the quickest of each kept.
-fn step_seconds(gpu: &Gpu, graph: &Graph, sizes: Sizes, layouts: &[LayoutChoice]) -> Vec<f64> {
-    let inputs = StepInputs::random(64, sizes, 5);
-    let mut steps: Vec<GpuStep<'_>> = layouts
-        .iter()
-        .map(|&l| {
-            let layouts = all(graph, l);
-            let memory = plan_memory(graph, &layouts, sizes, MemoryOptions::default()).unwrap();
-            let mut step =
-                GpuStep::new(gpu, graph, &layouts, &memory, sizes, AdamWConfig::default()).unwrap();
-            step.upload_params(3).unwrap();
-            step.step(&inputs).unwrap();
-            step
-        })
-        .collect();
-    let mut best = vec![f64::INFINITY; layouts.len()];
-    for _ in 0..5 {
-        for (step, best) in steps.iter_mut().zip(&mut best) {
-            let (_, timings) = step.step_timed(&inputs).unwrap();
-            *best = best.min(timings.iter().map(|t| t.nanos * 1e-9).sum());
-        }
-    }
-    best
-}
-
-/// The real check of the calibration: on a graph other than the calibration's (two blocks,
-/// another shape), the calibrated model's predicted ratio between all-row-major and another
-/// unified layout lies on the same side of 1 as the measured one, for each layout whose step
-/// time differs clearly (by more than 15 %) from row-major's; at least one must.
-fn predicts_the_measured_order(gpu: &Gpu, model: &CostModel) {
-    let config = ModelConfig {
-        vocab: 128,
-        max_positions: 32,
-        hidden: 128,
-        heads: 4,
-        ffn: 256,
-        layers: 2,
-    };
-    let g = build(Model::Encoder, config).unwrap();
-    let sizes = Sizes { batch: 2, seq: 32 };
-    let objective = Objective::new(&g, sizes, model).unwrap();
-    let layouts = LayoutChoice::candidates(2);
-    let seconds = step_seconds(gpu, &g, sizes, &layouts);
-    let rm = objective.cost(&all(&g, LayoutChoice::RowMajor)).unwrap();
-    let mut clear = 0;
-    for (i, &layout) in layouts.iter().enumerate().skip(1) {
-        let predicted = objective.cost(&all(&g, layout)).unwrap() / rm;
-        let measured = seconds[i] / seconds[0];
-        eprintln!(
-            "all {layout} over all row-major: predicted {predicted:.3}, measured {measured:.3}"
-        );
-        if (measured - 1.0).abs() > 0.15 {
-            clear += 1;
-            assert_eq!(
-                predicted > 1.0,
-                measured > 1.0,
-                "all {layout} over all row-major: predicted {predicted:.3}, measured {measured:.3}"
-            );
-        }
-    }
-    assert!(
-        clear > 0,
-        "no unified layout's step differs clearly from row-major's on this adapter: the check \
-         needs a graph where one does"
-    );
 }
 
 #[test]
