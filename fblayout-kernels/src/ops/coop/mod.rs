@@ -365,11 +365,7 @@ impl CoopMatmulOp {
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<Extents, OpError> {
-        let k = self.kernel(gpu, self.candidates[0])?;
-        for (role, arg) in [("a", a), ("b", b), ("c", c)] {
-            k.check_view(role, arg)?;
-        }
-        Extents::of(&a.dims(), &b.dims(), &c.dims())
+        Extents::of_call(&*self.kernel(gpu, self.candidates[0])?, a, b, c)
     }
 
     /// The autotune's key of a problem.

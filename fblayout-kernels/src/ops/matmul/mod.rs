@@ -116,6 +116,20 @@ pub struct Extents {
 }
 
 impl Extents {
+    /// The extents of a call of a product built as `kernel`: each argument must be read
+    /// through the view the kernel was built for, then the shapes must fit ([`Extents::of`]).
+    pub(crate) fn of_call(
+        kernel: &Compiled,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<Self, OpError> {
+        for (role, arg) in [("a", a), ("b", b), ("c", c)] {
+            kernel.check_view(role, arg)?;
+        }
+        Self::of(&a.dims(), &b.dims(), &c.dims())
+    }
+
     /// The extents of `A [b.., m, k] · B [b.., k, n] → C [b.., m, n]`, or why they don't fit.
     pub fn of(a: &[usize], b: &[usize], c: &[usize]) -> Result<Self, OpError> {
         let rank = c.len();
@@ -471,11 +485,7 @@ impl MatmulOp {
         c: &GpuArg<'_>,
     ) -> Result<Extents, OpError> {
         let first = self.candidates.first().map_or(TileConfig::SMALL, |c| c.0);
-        let gemm = self.kernel(gpu, Kernel::Gemm(first))?;
-        for (role, arg) in [("a", a), ("b", b), ("c", c)] {
-            gemm.check_view(role, arg)?;
-        }
-        Extents::of(&a.dims(), &b.dims(), &c.dims())
+        Extents::of_call(&*self.kernel(gpu, Kernel::Gemm(first))?, a, b, c)
     }
 
     /// Records `C = alpha · A·B + beta · C` with the tiling chosen for its shape.
