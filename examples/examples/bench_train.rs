@@ -11,8 +11,9 @@
 //! the GPU executor. Every strategy starts from the same parameters and inputs: the first
 //! step's losses must agree (they are the same computation in other layouts) before anything is
 //! timed. Then each runs `--warmup-ms` of steps, and the median of `--samples` steps is
-//! reported (wall clock around one submission and the loss's read-back), with the peak memory
-//! of its plan and the predicted cost.
+//! reported (wall clock around one submission and the loss's read-back), with the host's part
+//! of it (writing the inputs, re-recording what changes per step, submitting), the kernels' GPU
+//! time summed from one timed step, the peak memory of its plan and the predicted cost.
 
 mod support;
 
@@ -92,6 +93,8 @@ struct Row {
     conversions: usize,
     peak: u64,
     step_ms: f64,
+    /// The host's median milliseconds of a step before its submission.
+    host_ms: f64,
     first_loss: f32,
     /// GPU milliseconds of one step by kind of operation (from timestamps where the adapter
     /// has them).
@@ -187,10 +190,12 @@ fn measure(
         step.step(inputs).map_err(err)?;
     }
     let mut times = Vec::with_capacity(args.samples);
+    let mut host = Vec::with_capacity(args.samples);
     for _ in 0..args.samples.max(1) {
         let t = Instant::now();
         step.step(inputs).map_err(err)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
+        host.push(step.host_time().as_secs_f64() * 1e3);
     }
     let (_, timings) = step.step_timed(inputs).map_err(err)?;
     Ok(Row {
@@ -199,6 +204,7 @@ fn measure(
         conversions: p.conversions().len(),
         peak: memory.peak_bytes(),
         step_ms: median(times),
+        host_ms: median(host),
         first_loss,
         by_kind: by_kind(&timings),
     })
@@ -256,17 +262,19 @@ fn check_losses(rows: &[Row]) -> Res<()> {
 fn print_rows(rows: &[Row]) {
     let (a, b) = (rows[0].step_ms, rows[1].step_ms);
     println!(
-        "| strategy | step ms (median) | (a) / this | (b) / this | peak MiB | peak vs (a) | conversions | predicted ms |"
+        "| strategy | step ms (median) | (a) / this | (b) / this | host ms | kernels ms | peak MiB | peak vs (a) | conversions | predicted ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     for r in rows {
         println!(
-            "| {} | {:.2} | {:.2}× | {:.2}× | {:.0} | {:.2}× | {} | {:.2} |",
+            "| {} | {:.2} | {:.2}× | {:.2}× | {:.2} | {:.2} | {:.0} | {:.2}× | {} | {:.2} |",
             r.label,
             r.step_ms,
             a / r.step_ms,
             b / r.step_ms,
+            r.host_ms,
+            r.by_kind.iter().map(|(_, ms)| ms).sum::<f64>(),
             mib(r.peak),
             r.peak as f64 / rows[0].peak as f64,
             r.conversions,

@@ -969,4 +969,140 @@ mod batches_pool_and_cache {
             super::gpu().features()
         );
     }
+
+    #[test]
+    fn a_recording_runs_again_and_takes_replaced_parameters_and_buffers() {
+        let gpu = gpu();
+        let kernel = scale_kernel(gpu);
+        let n = 100u32;
+        let input: Vec<f32> = (0..n).map(|i| i as f32 - 40.0).collect();
+        let x = GpuBuffer::from_slice(gpu, &input).unwrap();
+        let y = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
+        let z = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
+        let record = |k1: f32, k2: f32, out: &GpuBuffer| {
+            let mut batch = gpu.batch();
+            let p1 = params(n, k1);
+            let p2 = params(n, k2);
+            batch
+                .dispatch(&kernel, "main", &[("x", &x), ("y", &y)], &p1, [2, 1, 1])
+                .unwrap();
+            batch
+                .dispatch(&kernel, "main", &[("x", &y), ("y", out)], &p2, [2, 1, 1])
+                .unwrap();
+            batch
+        };
+        // y = x·k1 + i, out = y·k2 + i.
+        let want = |k1: f32, k2: f32| -> Vec<f32> {
+            (0..n)
+                .map(|i| (input[i as usize] * k1 + i as f32) * k2 + i as f32)
+                .collect()
+        };
+        let mut recording = record(2.0, 3.0, &z).finish().unwrap();
+        assert_eq!(recording.len(), 2);
+        for _ in 0..2 {
+            z.write(&vec![f32::NAN; n as usize]).unwrap();
+            recording.submit().unwrap();
+            assert_eq!(z.read_back::<f32>().unwrap(), want(2.0, 3.0));
+        }
+        // The second dispatch again, with a new factor and into another buffer.
+        let w = GpuBuffer::from_slice(gpu, &vec![f32::NAN; n as usize]).unwrap();
+        let mut again = gpu.batch();
+        let p = params(n, -1.5);
+        again
+            .dispatch(&kernel, "main", &[("x", &y), ("y", &w)], &p, [2, 1, 1])
+            .unwrap();
+        recording.replace(1, again).unwrap();
+        recording.submit().unwrap();
+        assert_eq!(w.read_back::<f32>().unwrap(), want(2.0, -1.5));
+        // Both again, timed: the same work, one timing per dispatch.
+        recording.replace(0, record(0.5, 4.0, &z)).unwrap();
+        let timings = recording.submit_timed().unwrap();
+        assert_eq!(timings.len(), 2);
+        assert_eq!(z.read_back::<f32>().unwrap(), want(0.5, 4.0));
+    }
+
+    #[test]
+    fn a_replacement_that_does_not_fit_is_refused_and_changes_nothing() {
+        let gpu = gpu();
+        let kernel = scale_kernel(gpu);
+        let n = 8u32;
+        let x = GpuBuffer::from_slice(gpu, &vec![1.0f32; n as usize]).unwrap();
+        let y = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
+        let c = GpuBuffer::from_slice(gpu, &vec![7.0f32; n as usize]).unwrap();
+        let mut batch = gpu.batch();
+        batch
+            .dispatch(
+                &kernel,
+                "main",
+                &[("x", &x), ("y", &y)],
+                &params(n, 2.0),
+                [1, 1, 1],
+            )
+            .unwrap();
+        batch.clear(&c);
+        let mut recording = batch.finish().unwrap();
+        let message = |e: GpuError| e.to_string();
+        // Past the end.
+        let mut two = gpu.batch();
+        two.clear(&y);
+        two.clear(&y);
+        assert!(message(recording.replace(1, two).unwrap_err()).contains("do not fit"));
+        // A dispatch in place of a clear.
+        let mut dispatch = gpu.batch();
+        dispatch
+            .dispatch(
+                &kernel,
+                "main",
+                &[("x", &x), ("y", &y)],
+                &params(n, 5.0),
+                [1, 1, 1],
+            )
+            .unwrap();
+        let err = message(recording.replace(1, dispatch).unwrap_err());
+        assert!(err.contains("not the same kind of work"), "{err}");
+        // Another kernel in place of the dispatch.
+        let other = KernelSource::new("other")
+            .operand(
+                Operand::read(
+                    "x",
+                    &LayoutSpec::new("x").dyn_axis("n").build().unwrap().view(),
+                )
+                .unwrap(),
+            )
+            .operand(
+                Operand::write(
+                    "y",
+                    &LayoutSpec::new("x").dyn_axis("n").build().unwrap().view(),
+                )
+                .unwrap(),
+            )
+            .scalar("k", Scalar::F32)
+            .features(gpu.wgsl_features())
+            .body(
+                "@compute @workgroup_size(64)
+                 fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+                     if (id.x < y_dim0()) { y_store(id.x, x_load(id.x) - params.k); }
+                 }",
+            )
+            .build()
+            .unwrap();
+        let mut swapped = gpu.batch();
+        swapped
+            .dispatch(
+                &other,
+                "main",
+                &[("x", &x), ("y", &y)],
+                &params(n, 5.0),
+                [1, 1, 1],
+            )
+            .unwrap();
+        let err = message(recording.replace(0, swapped).unwrap_err());
+        assert!(err.contains("not the same kind of work"), "{err}");
+        // Nothing was replaced: the recording still computes y = 2x + i, then clears c.
+        y.write(&vec![f32::NAN; n as usize]).unwrap();
+        recording.submit().unwrap();
+        let want: Vec<f32> = (0..n).map(|i| 2.0 + i as f32).collect();
+        assert_eq!(y.read_back::<f32>().unwrap(), want);
+        assert_eq!(c.read_back::<f32>().unwrap(), vec![0.0; n as usize]);
+    }
 }

@@ -133,3 +133,38 @@ fn a_second_step_moves_on_and_mismatched_gradient_layouts_are_refused() {
     assert!(matches!(err, ExecError::Op { .. }), "{err}");
     assert!(err.to_string().contains("view"), "{err}");
 }
+
+#[test]
+fn steps_submitted_again_track_the_cpu_over_new_batches() {
+    // The first step records everything; later ones submit that recording again with only
+    // AdamW's step number and the embeddings' new token ids recorded anew. Three steps on three
+    // different batches must follow the CPU's three steps.
+    let gpu = gpu();
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = graph(model);
+        let layouts = family_layouts(&g, 5);
+        let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+        let mut on_gpu = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
+        let mut on_cpu =
+            fblayout_plan::exec::CpuStep::new(&g, &layouts, &memory, SIZES, ADAMW).unwrap();
+        on_gpu.upload_params(7).unwrap();
+        on_cpu.init_params(7).unwrap();
+        for seed in [11, 12, 13] {
+            let inputs = StepInputs::random(SMALL.vocab, SIZES, seed);
+            let got = f64::from(on_gpu.step(&inputs).unwrap());
+            let want = on_cpu.step(&inputs).unwrap();
+            assert!(
+                (got - want).abs() <= TOLERANCE * want.abs(),
+                "{model:?} step on batch {seed}: loss {got} vs {want}"
+            );
+        }
+        for p in g.params() {
+            let name = &g.tensor(p).name;
+            let e = exec_support::relative_error(
+                &on_gpu.read(name).unwrap(),
+                &on_cpu.read(name).unwrap(),
+            );
+            assert!(e <= TOLERANCE, "{model:?}: `{name}` after 3 steps: {e:e}");
+        }
+    }
+}

@@ -99,18 +99,55 @@ impl TokenIds {
     pub fn new(gpu: &Gpu, ids: &[u32], vocab: u32) -> Result<Self, OpError> {
         let index = TokenIndex::new(ids, vocab)?;
         let tokens = ids.len() as u32;
-        let used = index.starts.len() as u32 - 1;
-        Ok(Self {
+        // As many distinct ids as there can be, so that `refill` never reallocates.
+        let most = tokens.min(vocab) as usize;
+        let mut uploaded = Self {
             vocab,
             tokens,
-            used,
+            used: 0,
             views: IndexViews::new(),
-            ids: GpuBuffer::from_slice(gpu, ids)?,
-            slot: GpuBuffer::from_slice(gpu, &index.slot)?,
-            rows: GpuBuffer::from_slice(gpu, &index.rows)?,
-            starts: GpuBuffer::from_slice(gpu, &index.starts)?,
-            positions: GpuBuffer::from_slice(gpu, &index.positions)?,
-        })
+            ids: GpuBuffer::scratch::<u32>(gpu, ids.len())?,
+            slot: GpuBuffer::scratch::<u32>(gpu, index.slot.len())?,
+            rows: GpuBuffer::scratch::<u32>(gpu, most)?,
+            starts: GpuBuffer::scratch::<u32>(gpu, most + 1)?,
+            positions: GpuBuffer::scratch::<u32>(gpu, index.positions.len())?,
+        };
+        uploaded.upload(&index, ids)?;
+        Ok(uploaded)
+    }
+
+    /// Replaces the ids with `ids` (as many as before, each below the same vocabulary) in the
+    /// same buffers, so that work recorded once over them reads the new batch.
+    pub fn refill(&mut self, ids: &[u32]) -> Result<(), OpError> {
+        if ids.len() != self.tokens as usize {
+            return Err(OpError::shape(
+                FORWARD,
+                format!(
+                    "{} token ids refill buffers of {}: a refill keeps the count",
+                    ids.len(),
+                    self.tokens
+                ),
+            ));
+        }
+        let index = TokenIndex::new(ids, self.vocab)?;
+        self.upload(&index, ids)
+    }
+
+    /// Writes `ids` and their `index` into the buffers (the index's vectors padded with zeros
+    /// to their buffers' capacity).
+    fn upload(&mut self, index: &TokenIndex, ids: &[u32]) -> Result<(), OpError> {
+        let padded = |v: &[u32], buffer: &GpuBuffer| {
+            let mut v = v.to_vec();
+            v.resize(buffer.len_bytes() as usize / 4, 0);
+            v
+        };
+        self.ids.write(ids)?;
+        self.slot.write(&index.slot)?;
+        self.rows.write(&padded(&index.rows, &self.rows))?;
+        self.starts.write(&padded(&index.starts, &self.starts))?;
+        self.positions.write(&index.positions)?;
+        self.used = index.starts.len() as u32 - 1;
+        Ok(())
     }
 
     /// The number of tokens.

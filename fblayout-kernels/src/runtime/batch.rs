@@ -11,6 +11,10 @@
 //! timestamps where the device has `TIMESTAMP_QUERY`, else from the wall clock around one
 //! submission per dispatch.
 //!
+//! [`Batch::finish`] makes a [`Recording`]: the batch with its bind groups built, to submit
+//! again and again without recording it again (a training step), with the parts that change
+//! between submissions re-recorded and put in place by [`Recording::replace`].
+//!
 //! ```no_run
 //! # fn demo(gpu: &fblayout_kernels::runtime::Gpu, kernel: &fblayout_core::kernel::KernelModule,
 //! #         x: &fblayout_kernels::runtime::GpuBuffer, y: &fblayout_kernels::runtime::GpuBuffer)
@@ -278,8 +282,171 @@ impl<'g> Batch<'g> {
 
     /// Sends everything recorded in one submission, without waiting for it.
     pub fn submit(self) -> Result<(), GpuError> {
+        self.finish()?.submit()
+    }
+
+    /// Runs the batch, waits for it, and returns the time of each dispatch (copies and clears
+    /// are not timed), with GPU timestamps where the device has them.
+    pub fn submit_timed(self) -> Result<Vec<Timing>, GpuError> {
+        self.finish()?.submit_timed()
+    }
+
+    /// Makes the batch ready to run, as many times as wanted: its parameter blocks uploaded and
+    /// its bind groups built once (see [`Recording`]).
+    pub fn finish(self) -> Result<Recording<'g>, GpuError> {
         let gpu = self.gpu;
         let arena = Arena::new(gpu, &self.items)?;
+        let groups = scoped(
+            gpu.device(),
+            || format!("the bind groups of {} dispatches", self.items.len()),
+            || {
+                self.items
+                    .iter()
+                    .enumerate()
+                    .map(|(at, item)| match item {
+                        Item::Dispatch(d) => Some(bind_group(gpu, d, arena.slot(at))),
+                        _ => None,
+                    })
+                    .collect()
+            },
+        )?;
+        Ok(Recording {
+            gpu,
+            items: self.items,
+            groups,
+            arena,
+            dirty: false,
+        })
+    }
+}
+
+/// A finished [`Batch`]: its items with their bind groups and parameter blocks, submitted as
+/// often as wanted, each time in one submission, without recording anything again.
+///
+/// A training step records its dispatches once and submits this every step. What changes from
+/// one step to the next (an optimiser's step number, a new batch of token ids) is recorded
+/// again into a small batch and put in place with [`replace`](Self::replace): only the
+/// replaced dispatches get new bind groups, and only where their buffers changed.
+pub struct Recording<'g> {
+    gpu: &'g Gpu,
+    items: Vec<Item>,
+    /// Each dispatch's bind group (`None` for copies and clears).
+    groups: Vec<Option<wgpu::BindGroup>>,
+    arena: Arena,
+    /// Whether the host copy of the parameter blocks changed since the last upload.
+    dirty: bool,
+}
+
+impl std::fmt::Debug for Recording<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recording")
+            .field("items", &self.items.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'g> Recording<'g> {
+    /// The number of recorded items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Puts the items of `batch` in place of items `at..at + batch.len()`.
+    ///
+    /// Each replaced item must be of the same kind; a dispatch must run the same pipeline with a
+    /// parameter block of the same size (its values, its buffers and its grid may change). A
+    /// dispatch whose buffers are the same keeps its bind group. Nothing is replaced unless all
+    /// of them fit.
+    pub fn replace(&mut self, at: usize, batch: Batch<'_>) -> Result<(), GpuError> {
+        let what = || {
+            format!(
+                "replacing items {at}.. of a recording of {}",
+                self.items.len()
+            )
+        };
+        if !std::ptr::eq(batch.gpu, self.gpu) {
+            return Err(GpuError::bad_input(
+                what(),
+                "the batch was recorded on another device",
+            ));
+        }
+        let end = at
+            .checked_add(batch.items.len())
+            .filter(|&end| end <= self.items.len())
+            .ok_or_else(|| {
+                GpuError::bad_input(
+                    what(),
+                    format!("{} items do not fit from {at}", batch.items.len()),
+                )
+            })?;
+        for (k, (old, new)) in self.items[at..end].iter().zip(&batch.items).enumerate() {
+            let fits = match (old, new) {
+                (Item::Dispatch(old), Item::Dispatch(new)) => {
+                    old.pipeline == new.pipeline
+                        && old.params.as_ref().map(|(b, p)| (*b, p.len()))
+                            == new.params.as_ref().map(|(b, p)| (*b, p.len()))
+                }
+                (Item::Copy { .. }, Item::Copy { .. }) | (Item::Clear(_), Item::Clear(_)) => true,
+                _ => false,
+            };
+            if !fits {
+                return Err(GpuError::bad_input(
+                    what(),
+                    format!(
+                        "item {} is not the same kind of work as the one it would replace",
+                        at + k
+                    ),
+                ));
+            }
+        }
+        let gpu = self.gpu;
+        for (k, new) in batch.items.into_iter().enumerate() {
+            let i = at + k;
+            if let Item::Dispatch(d) = &new {
+                let Item::Dispatch(old) = &self.items[i] else {
+                    unreachable!("kinds were checked above")
+                };
+                let same = old.buffers.len() == d.buffers.len()
+                    && old
+                        .buffers
+                        .iter()
+                        .zip(&d.buffers)
+                        .all(|((b0, x), (b1, y))| b0 == b1 && x.same_memory(y));
+                if let Some((_, block)) = &d.params {
+                    self.arena.write(i, block);
+                    self.dirty = true;
+                }
+                if !same {
+                    let slot = self.arena.slot(i);
+                    self.groups[i] = Some(scoped(
+                        gpu.device(),
+                        || format!("the bind group of `{}`", d.label),
+                        || bind_group(gpu, d, slot),
+                    )?);
+                }
+            }
+            self.items[i] = new;
+        }
+        Ok(())
+    }
+
+    /// Uploads the parameter blocks where [`replace`](Self::replace) changed them.
+    fn upload(&mut self) -> Result<(), GpuError> {
+        if std::mem::take(&mut self.dirty) {
+            self.arena.upload()?;
+        }
+        Ok(())
+    }
+
+    /// Sends every item in one submission, without waiting for it.
+    pub fn submit(&mut self) -> Result<(), GpuError> {
+        self.upload()?;
+        let gpu = self.gpu;
         scoped(
             gpu.device(),
             || format!("a batch of {} dispatches and copies", self.items.len()),
@@ -293,7 +460,7 @@ impl<'g> Batch<'g> {
                             timestamp_writes: None,
                         });
                         while let Some(Item::Dispatch(d)) = self.items.get(at) {
-                            record(gpu, &mut pass, d, arena.slot(at));
+                            run(&mut pass, d, self.groups[at].as_ref());
                             at += 1;
                         }
                     } else {
@@ -306,11 +473,11 @@ impl<'g> Batch<'g> {
         )
     }
 
-    /// Runs the batch, waits for it, and returns the time of each dispatch (copies and clears
-    /// are not timed), with GPU timestamps where the device has them.
-    pub fn submit_timed(self) -> Result<Vec<Timing>, GpuError> {
+    /// Runs every item, waits, and returns the time of each dispatch (copies and clears are
+    /// not timed), with GPU timestamps where the device has them.
+    pub fn submit_timed(&mut self) -> Result<Vec<Timing>, GpuError> {
+        self.upload()?;
         let gpu = self.gpu;
-        let arena = Arena::new(gpu, &self.items)?;
         let dispatches = self
             .items
             .iter()
@@ -337,7 +504,7 @@ impl<'g> Batch<'g> {
                                         label: Some(&d.label),
                                         timestamp_writes: None,
                                     });
-                                record(gpu, &mut pass, d, arena.slot(at));
+                                run(&mut pass, d, self.groups[at].as_ref());
                             }
                             other => record_transfer(&mut encoder, other),
                         }
@@ -393,7 +560,7 @@ impl<'g> Batch<'g> {
                                         end_of_pass_write_index: Some(q + 1),
                                     }),
                                 });
-                            record(gpu, &mut pass, d, arena.slot(at));
+                            run(&mut pass, d, self.groups[at].as_ref());
                             q += 2;
                         }
                         other => record_transfer(&mut encoder, other),
@@ -431,9 +598,10 @@ fn encoder(gpu: &Gpu, label: &str) -> wgpu::CommandEncoder {
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
 }
 
-/// One uniform buffer holding every parameter block of a batch.
+/// One uniform buffer holding every parameter block of a batch, and its host copy.
 struct Arena {
     buffer: Option<GpuBuffer>,
+    bytes: Vec<u8>,
     /// For each item, the offset and size of its block.
     slots: Vec<Option<(u64, u64)>>,
 }
@@ -462,21 +630,37 @@ impl Arena {
         } else {
             Some(GpuBuffer::uniform_bytes(gpu, &bytes)?)
         };
-        Ok(Self { buffer, slots })
+        Ok(Self {
+            buffer,
+            bytes,
+            slots,
+        })
     }
 
     fn slot(&self, at: usize) -> Option<(&GpuBuffer, u64, u64)> {
         let (offset, size) = self.slots[at]?;
         Some((self.buffer.as_ref()?, offset, size))
     }
+
+    /// Overwrites the host copy of item `at`'s block (of the size it was given).
+    fn write(&mut self, at: usize, block: &[u8]) {
+        if let Some((offset, size)) = self.slots[at] {
+            let offset = offset as usize;
+            self.bytes[offset..offset + size as usize].copy_from_slice(block);
+        }
+    }
+
+    /// Sends the host copy to the buffer (ordered before later submissions).
+    fn upload(&self) -> Result<(), GpuError> {
+        match &self.buffer {
+            Some(buffer) => buffer.write(&self.bytes),
+            None => Ok(()),
+        }
+    }
 }
 
-fn record(
-    gpu: &Gpu,
-    pass: &mut wgpu::ComputePass<'_>,
-    d: &Dispatch,
-    params: Option<(&GpuBuffer, u64, u64)>,
-) {
+/// The bind group of `d`: its buffers, and its parameter block at its slot of the arena.
+fn bind_group(gpu: &Gpu, d: &Dispatch, params: Option<(&GpuBuffer, u64, u64)>) -> wgpu::BindGroup {
     let mut entries: Vec<wgpu::BindGroupEntry<'_>> = d
         .buffers
         .iter()
@@ -495,13 +679,17 @@ fn record(
             }),
         });
     }
-    let bind_group = gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
+    gpu.device().create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some(&d.label),
         layout: &d.pipeline.get_bind_group_layout(0),
         entries: &entries,
-    });
+    })
+}
+
+/// Records dispatch `d` with its bind group into `pass`.
+fn run(pass: &mut wgpu::ComputePass<'_>, d: &Dispatch, group: Option<&wgpu::BindGroup>) {
     pass.set_pipeline(&d.pipeline);
-    pass.set_bind_group(0, &bind_group, &[]);
+    pass.set_bind_group(0, group, &[]);
     let [x, y, z] = d.grid;
     pass.dispatch_workgroups(x, y, z);
 }

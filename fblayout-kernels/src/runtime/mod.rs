@@ -8,6 +8,7 @@
 //!   [`PoolStats`]), read back with [`GpuBuffer::read_back`].
 //! - [`Batch`]: many dispatches of [`KernelModule`](fblayout_core::kernel::KernelModule)s,
 //!   copies and clears, one submission; [`Batch::submit_timed`] times each dispatch.
+//!   [`Batch::finish`] makes it a [`Recording`], submitted again without recording again.
 //! - [`Gpu::dispatch`] / [`Gpu::dispatch_linear`]: run one entry point of a validated
 //!   [`WgslModule`](fblayout_core::shader::WgslModule) with [`Binding`]s, submitted at once.
 //! - [`GpuError`]: everything that can go wrong, including wgpu validation errors caught in
@@ -46,7 +47,7 @@ mod gated;
 mod gpu;
 mod pool;
 
-pub use batch::{Batch, Timing};
+pub use batch::{Batch, Recording, Timing};
 pub use buffer::{BufferKind, GpuBuffer};
 pub use choice::{ADAPTER_ENV, AdapterChoice, BACKEND_ENV};
 pub use disk_cache::{CacheLoad, DiskCache, default_cache_dir};

@@ -1,5 +1,11 @@
 //! The GPU executor: every kernel of the graph built once for its views, buffers from the memory
-//! plan, and a whole training step recorded into one batch and submitted once.
+//! plan, and a whole training step recorded into one batch and submitted once. The first step
+//! records every dispatch; later steps submit that [`Recording`] again, with only the nodes
+//! whose work changes from step to step (AdamW's step number, the embeddings' token ids)
+//! recorded anew and put in place, so the host's part of a step is small.
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use fblayout_core::layout::{BoundView, View};
 use fblayout_kernels::ops::matmul::linear::Output;
@@ -9,7 +15,7 @@ use fblayout_kernels::ops::{
     LayerNormTensors, LinearOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors, SwigluOp,
     TokenIds,
 };
-use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer, Timing};
+use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer, Recording, Timing};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::views::{BoundGraph, BoundOperand, bind_graph};
@@ -22,6 +28,9 @@ use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
 
 type Arg = BoundOperand;
+
+/// A step's recording, with the range of items each node recorded.
+type Recorded<'g> = (Recording<'g>, Vec<Range<usize>>);
 
 /// The kernel of one node, built for its operands' views.
 #[derive(Debug)]
@@ -54,7 +63,8 @@ struct NodeKernel {
 /// [`new`](Self::new) builds every kernel (each validated by naga) and allocates every buffer
 /// of the memory plan from the device's pool; [`step`](Self::step) records the whole step —
 /// forward, backward and AdamW — into one batch, one named section per operation, and submits
-/// it once. The kernels read a gradient through the view of the tensor it is the gradient of,
+/// it once (the first step records it; later ones submit that recording again, see the
+/// [module docs](self)). The kernels read a gradient through the view of the tensor it is the gradient of,
 /// so a gradient must be stored like that tensor ([`tensor_layouts`](super::views::tensor_layouts)
 /// then gives both one layout); where a kernel's operands don't fit, building fails with the kernel's error.
 pub struct GpuStep<'g> {
@@ -72,6 +82,13 @@ pub struct GpuStep<'g> {
     steps: u32,
     /// Scratch for the physical values of one tensor (inputs written each step).
     scratch: Vec<u32>,
+    /// The step as recorded the first time, with the items of each node, submitted again by
+    /// every later step.
+    recorded: Option<Recorded<'g>>,
+    /// The host's time of the last step up to its submission.
+    host: Duration,
+    /// The token ids of every input an embedding reads (by tensor), refilled each step.
+    token_ids: Vec<Option<TokenIds>>,
 }
 
 impl std::fmt::Debug for GpuStep<'_> {
@@ -225,6 +242,9 @@ impl<'g> GpuStep<'g> {
             adamw,
             steps: 0,
             scratch: Vec::new(),
+            recorded: None,
+            host: Duration::ZERO,
+            token_ids: Vec::new(),
         };
         for t in graph.ids() {
             if let Role::State { .. } = graph.tensor(t).role {
@@ -320,6 +340,13 @@ impl<'g> GpuStep<'g> {
         self.steps
     }
 
+    /// How long the host took in the last untimed [`step`](Self::step) before the GPU had all
+    /// of it: writing the inputs, recording (the first step records everything, later ones
+    /// only what [changes per step](Self::changes_per_step)) and submitting.
+    pub fn host_time(&self) -> Duration {
+        self.host
+    }
+
     /// One training step on `inputs`, submitted once; returns the loss before the update.
     pub fn step(&mut self, inputs: &StepInputs) -> Result<f32, ExecError> {
         let (loss, _) = self.run(inputs, false)?;
@@ -332,19 +359,39 @@ impl<'g> GpuStep<'g> {
     }
 
     fn run(&mut self, inputs: &StepInputs, timed: bool) -> Result<(f32, Vec<Timing>), ExecError> {
-        let ids = self.load(inputs)?;
+        let start = Instant::now();
+        self.load(inputs)?;
+        let ids = &self.token_ids;
         let adam_step = self.steps + 1;
-        let mut batch = self.gpu.batch();
-        for i in 0..self.kernels.len() {
-            self.record(&mut batch, i, &ids, adam_step)
-                .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
+        let mut recorded = match self.recorded.take() {
+            Some(recorded) => self.rerecord(recorded, ids, adam_step)?,
+            None => None,
+        };
+        if recorded.is_none() {
+            let mut batch = self.gpu.batch();
+            let mut spans = Vec::with_capacity(self.kernels.len());
+            for i in 0..self.kernels.len() {
+                let start = batch.len();
+                self.record(&mut batch, i, ids, adam_step)
+                    .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
+                spans.push(start..batch.len());
+            }
+            let recording = batch
+                .finish()
+                .map_err(|e| ExecError::gpu("recording the step", e))?;
+            recorded = Some((recording, spans));
         }
+        let (recording, _) = recorded.as_mut().expect("recorded above");
         let timings = if timed {
-            batch.submit_timed()
+            recording.submit_timed()
         } else {
-            batch.submit().map(|()| Vec::new())
+            recording.submit().map(|()| Vec::new())
         }
         .map_err(|e| ExecError::gpu("submitting the step", e))?;
+        if !timed {
+            self.host = start.elapsed();
+        }
+        self.recorded = recorded;
         let mut loss = 0.0;
         for (node, state) in &self.states {
             loss += state
@@ -355,10 +402,43 @@ impl<'g> GpuStep<'g> {
         Ok((loss, timings))
     }
 
-    /// Writes the step's integer inputs into their buffers; returns the token ids of every
-    /// input an embedding reads, uploaded with their index (by tensor).
-    fn load(&mut self, inputs: &StepInputs) -> Result<Vec<Option<TokenIds>>, ExecError> {
-        let mut ids: Vec<Option<TokenIds>> = (0..self.whole.len()).map(|_| None).collect();
+    /// Whether node `i` records something that changes from step to step: the step number
+    /// (AdamW) or the uploaded token ids (embeddings).
+    fn changes_per_step(&self, i: usize) -> bool {
+        matches!(
+            self.graph.nodes()[i].op,
+            Op::AdamW | Op::Embedding | Op::EmbeddingGrad
+        )
+    }
+
+    /// The recorded step with every node that [changes per step](Self::changes_per_step)
+    /// recorded again for this one and put in place; `None` where a node's work no longer
+    /// fits its place (then the whole step is recorded again).
+    fn rerecord(
+        &self,
+        (mut recording, spans): Recorded<'g>,
+        ids: &[Option<TokenIds>],
+        adam_step: u32,
+    ) -> Result<Option<Recorded<'g>>, ExecError> {
+        for (i, span) in spans.iter().enumerate() {
+            if !self.changes_per_step(i) {
+                continue;
+            }
+            let mut batch = self.gpu.batch();
+            self.record(&mut batch, i, ids, adam_step)
+                .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
+            if batch.len() != span.len() || recording.replace(span.start, batch).is_err() {
+                return Ok(None);
+            }
+        }
+        Ok(Some((recording, spans)))
+    }
+
+    /// Writes the step's integer inputs into their buffers, and the token ids of every input
+    /// an embedding reads, with their index, into [`token_ids`](Self) (by tensor; the same
+    /// buffers every step).
+    fn load(&mut self, inputs: &StepInputs) -> Result<(), ExecError> {
+        self.token_ids.resize_with(self.whole.len(), || None);
         for t in self.graph.ids() {
             let tensor = self.graph.tensor(t);
             if tensor.role != Role::Input {
@@ -382,12 +462,15 @@ impl<'g> GpuStep<'g> {
                     .then(|| (i, self.whole[n.inputs[1].index()].shape()[0] as u32))
             });
             if let Some((node, rows)) = lookup {
-                let uploaded = TokenIds::new(self.gpu, values, rows)
-                    .map_err(|source| ExecError::op(node, "embedding", source))?;
-                ids[t.index()] = Some(uploaded);
+                let uploaded = match self.token_ids[t.index()].take() {
+                    Some(mut ids) => ids.refill(values).map(|()| ids),
+                    None => TokenIds::new(self.gpu, values, rows),
+                }
+                .map_err(|source| ExecError::op(node, "embedding", source))?;
+                self.token_ids[t.index()] = Some(uploaded);
             }
         }
-        Ok(ids)
+        Ok(())
     }
 
     fn arg<'a>(&'a self, a: &'a Arg) -> Result<GpuArg<'a>, OpError> {
