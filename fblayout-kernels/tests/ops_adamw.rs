@@ -295,3 +295,86 @@ fn bad_steps_and_shapes_are_typed_errors() {
     let err = SumSquaresOp::new(gpu, &t[1].view, &out).unwrap_err();
     assert!(matches!(err, OpError::Shape { .. }), "{err}");
 }
+
+/// One gated GPU step on the tensors with the gate holding `gate`; returns `(p, m, v)`.
+fn gated_step(gpu: &Gpu, t: &[Tensor; 4], gate: f64, scale: f32) -> [Vec<f64>; 3] {
+    let views = AdamWTensors {
+        param: &t[0].view,
+        grad: &t[1].view,
+        m: &t[2].view,
+        v: &t[3].view,
+    };
+    let g = Tensor::new(view_1d("gate", "one", 1, ElemType::F32), vec![], vec![gate]);
+    let op = AdamWOp::gated(gpu, &views, &g.view).unwrap();
+    let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
+    let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
+    let a = AdamWTensors {
+        param: &args[0],
+        grad: &args[1],
+        m: &args[2],
+        v: &args[3],
+    };
+    let gb = g.upload(gpu);
+    let mut batch = gpu.batch();
+    op.step_gated(&mut batch, &a, &HYPER, 1, scale, &g.gpu_arg(&gb))
+        .unwrap();
+    // The ungated entry points refuse each other's kernels.
+    assert!(op.step(&mut batch, &a, &HYPER, 1, scale).is_err());
+    batch.submit().unwrap();
+    [
+        t[0].download(&bufs[0]),
+        t[2].download(&bufs[2]),
+        t[3].download(&bufs[3]),
+    ]
+}
+
+#[test]
+fn a_gated_step_runs_on_a_finite_gate_and_keeps_everything_on_an_overflow() {
+    let gpu = gpu();
+    let mut rng = Rng::new(9);
+    for layouts in [
+        [Layout2::RowMajor; 4],
+        [Layout2::RTile(4); 4],
+        [Layout2::ColMajor; 4],
+    ] {
+        let t = tensors(&mut rng, layouts, 13, 36, ElemType::F32);
+        // A finite gate: the definition's step (the gate's value itself does not matter).
+        let want = reference(
+            &t[0].values,
+            &t[1].values,
+            &t[2].values,
+            &t[3].values,
+            1,
+            0.25,
+        );
+        let got = gated_step(gpu, &t, 1.0e30, 0.25);
+        for (k, name) in ["param", "m", "v"].iter().enumerate() {
+            assert_close(
+                &format!("{layouts:?} finite gate: {name}"),
+                &got[k],
+                &want[k],
+                tolerance(ElemType::F32, 16),
+            );
+        }
+        // An infinite or NaN gate: nothing moves, bit for bit.
+        for gate in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+            let got = gated_step(gpu, &t, gate, 0.25);
+            for (k, (name, i)) in [("param", 0), ("m", 2), ("v", 3)].into_iter().enumerate() {
+                let stored = t[i].read_host(&t[i].host::<f32>());
+                assert_eq!(got[k], stored, "{layouts:?} gate {gate}: {name} moved");
+            }
+        }
+    }
+    let v = view_2d("p", Layout2::RowMajor, 4, 4, ElemType::F32).0;
+    let views = AdamWTensors {
+        param: &v,
+        grad: &v,
+        m: &v,
+        v: &v,
+    };
+    let wide = view_1d("gate", "one", 2, ElemType::F32);
+    assert!(matches!(
+        AdamWOp::gated(gpu, &views, &wide),
+        Err(OpError::Shape { .. })
+    ));
+}

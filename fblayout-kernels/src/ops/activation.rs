@@ -145,6 +145,7 @@ impl ActivationOp {
                 outputs: vec![("y", y, format!("fbl_{f}{{S}}(x)"))],
                 scalars: vec![],
                 helpers: HELPERS,
+                unwalked: Vec::new(),
             },
         )?;
         let backward = Elementwise::new(
@@ -155,6 +156,7 @@ impl ActivationOp {
                 outputs: vec![("dx", x, format!("dy * fbl_{f}_grad{{S}}(x)"))],
                 scalars: vec![],
                 helpers: HELPERS,
+                unwalked: Vec::new(),
             },
         )?;
         Ok(Self {
@@ -246,6 +248,7 @@ impl SwigluOp {
                 outputs: vec![("y", y, "fbl_silu{S}(gate) * up".to_owned())],
                 scalars: vec![],
                 helpers: HELPERS,
+                unwalked: Vec::new(),
             },
         )?;
         let backward = Elementwise::new(
@@ -259,6 +262,7 @@ impl SwigluOp {
                 ],
                 scalars: vec![],
                 helpers: HELPERS,
+                unwalked: Vec::new(),
             },
         )?;
         Ok(Self { forward, backward })

@@ -16,6 +16,11 @@
 //! written through one read-write operand. The bias corrections are computed on the host, in
 //! `f64`, from `t`.
 //!
+//! A [gated](AdamWOp::gated) step reads one more value on the device, a gate, and keeps the
+//! parameters and moments as they are where it is infinite or NaN: with the gate the sum of
+//! squares of every gradient, a mixed-precision step whose scaled gradients overflowed is
+//! skipped without the host reading anything first (dynamic loss scaling).
+//!
 //! [`SumSquaresOp`] computes `Σ g²` over every element of a tensor in two passes: each workgroup
 //! sums a chunk with `fbl_wg_sum` into a partial, one workgroup adds the partials in a fixed
 //! order and writes (or adds, to sum over several tensors) the total. The clipping scale
@@ -101,7 +106,9 @@ pub struct AdamWTensors<T> {
 const STEP: &str = "adamw step";
 
 /// WGSL of the step, for both widths (see the elementwise kernels' helpers).
-const HELPERS: &str = "
+macro_rules! step_helpers {
+    () => {
+        "
 fn fbl_adam_m{S}(m: {T}, g: {T}) -> {T} {
     return params.beta1 * m + (1.0 - params.beta1) * (g * params.grad_scale);
 }
@@ -114,30 +121,69 @@ fn fbl_adam_p{S}(p: {T}, m: {T}, v: {T}, g: {T}) -> {T} {
     let v_root = sqrt(fbl_adam_v{S}(v, g)) / params.bias2_sqrt;
     return p - params.lr * (m_hat / (v_root + params.eps) + params.weight_decay * p);
 }
-";
+"
+    };
+}
+
+const HELPERS: &str = step_helpers!();
+
+/// The gated step's helpers: whether the gate's value is infinite or NaN, read from its bits
+/// (all exponent bits set), which no fast-math assumption about floats can fold away.
+const GATED_HELPERS: &str = concat!(
+    step_helpers!(),
+    "
+fn fbl_adam_skip{S}() -> bool {
+    return (bitcast<u32>(gate_load(0u)) & 0x7f800000u) == 0x7f800000u;
+}
+"
+);
 
 /// The AdamW step's kernel, built for the views of its tensors.
 #[derive(Debug, Clone)]
 pub struct AdamWOp {
     kernel: Elementwise,
+    gated: bool,
 }
 
 impl AdamWOp {
     /// The kernel for tensors read through `views` (all of one shape, any layouts).
     pub fn new(gpu: &Gpu, views: &AdamWTensors<&View>) -> Result<Self, OpError> {
+        Self::build(gpu, views, None)
+    }
+
+    /// The kernel of a step that does nothing — parameters and moments keep their values —
+    /// where the one value of `gate` (shape `[1]`) is infinite or NaN: the sum of squares of
+    /// every gradient of a mixed-precision step ([`SumSquaresOp`]), which overflows when a
+    /// scaled `f16` gradient did, so that such a step is skipped on the device without the host
+    /// reading anything first. Run it with [`step_gated`](Self::step_gated).
+    pub fn gated(gpu: &Gpu, views: &AdamWTensors<&View>, gate: &View) -> Result<Self, OpError> {
+        if gate.axes().len() != 1 || gate.axes()[0].extent.as_static() != Some(1) {
+            return Err(OpError::shape(
+                STEP,
+                format!("the gate `{}` must have shape [1]", gate.name()),
+            ));
+        }
+        Self::build(gpu, views, Some(gate))
+    }
+
+    fn build(gpu: &Gpu, views: &AdamWTensors<&View>, gate: Option<&View>) -> Result<Self, OpError> {
         let AdamWTensors { param, grad, m, v } = *views;
+        let kept = |expr: &str, old: &str| match gate {
+            Some(_) => format!("select({expr}, {old}, fbl_adam_skip{{S}}())"),
+            None => expr.to_owned(),
+        };
         let kernel = Elementwise::new(
             gpu,
             Spec {
                 op: STEP,
                 inputs: vec![("grad", grad), ("param", param), ("m", m), ("v", v)],
                 outputs: vec![
-                    ("m", m, "fbl_adam_m{S}(m, grad)".to_owned()),
-                    ("v", v, "fbl_adam_v{S}(v, grad)".to_owned()),
+                    ("m", m, kept("fbl_adam_m{S}(m, grad)", "m")),
+                    ("v", v, kept("fbl_adam_v{S}(v, grad)", "v")),
                     (
                         "param",
                         param,
-                        "fbl_adam_p{S}(param, m, v, grad)".to_owned(),
+                        kept("fbl_adam_p{S}(param, m, v, grad)", "param"),
                     ),
                 ],
                 scalars: [
@@ -153,10 +199,18 @@ impl AdamWOp {
                 .into_iter()
                 .map(|n| (n, Scalar::F32))
                 .collect(),
-                helpers: HELPERS,
+                helpers: if gate.is_some() {
+                    GATED_HELPERS
+                } else {
+                    HELPERS
+                },
+                unwalked: gate.map(|g| ("gate", g)).into_iter().collect(),
             },
         )?;
-        Ok(Self { kernel })
+        Ok(Self {
+            kernel,
+            gated: gate.is_some(),
+        })
     }
 
     /// Whether an invocation updates four elements.
@@ -178,13 +232,53 @@ impl AdamWOp {
         step: u32,
         grad_scale: f32,
     ) -> Result<(), OpError> {
+        if self.gated {
+            return Err(OpError::shape(
+                STEP,
+                "the kernel was built with a gate: record it with step_gated",
+            ));
+        }
+        self.record(batch, t, hyper, step, grad_scale, None)
+    }
+
+    /// Records step `step` of a [gated](Self::gated) kernel, skipped on the device where
+    /// `gate`'s value is not finite.
+    pub fn step_gated(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &AdamWTensors<&GpuArg<'_>>,
+        hyper: &AdamW,
+        step: u32,
+        grad_scale: f32,
+        gate: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        if !self.gated {
+            return Err(OpError::shape(
+                STEP,
+                "the kernel was built without a gate: record it with step",
+            ));
+        }
+        self.record(batch, t, hyper, step, grad_scale, Some(gate))
+    }
+
+    fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &AdamWTensors<&GpuArg<'_>>,
+        hyper: &AdamW,
+        step: u32,
+        grad_scale: f32,
+        gate: Option<&GpuArg<'_>>,
+    ) -> Result<(), OpError> {
         hyper.check(step)?;
         let (bias1, bias2_sqrt) = hyper.corrections(step);
         let f = ParamValue::F32;
+        let mut args = vec![t.grad, t.param, t.m, t.v];
+        args.extend(gate);
         self.kernel.record(
             batch,
             STEP,
-            &[t.grad, t.param, t.m, t.v],
+            &args,
             &[
                 ("lr", f(hyper.lr)),
                 ("beta1", f(hyper.beta1)),

@@ -33,6 +33,7 @@ impl AddOp {
                 outputs: vec![("y", y, "a + b".to_owned())],
                 scalars: vec![],
                 helpers: "",
+                unwalked: Vec::new(),
             },
         )?;
         Ok(Self {
@@ -51,6 +52,7 @@ impl AddOp {
                 outputs: vec![("y", y, "a + y".to_owned())],
                 scalars: vec![],
                 helpers: "",
+                unwalked: Vec::new(),
             },
         )?;
         Ok(Self {

@@ -105,6 +105,7 @@ impl BiasOp {
                 outputs: vec![("y", &self.y, "x + b".to_owned())],
                 scalars: vec![],
                 helpers: "",
+                unwalked: Vec::new(),
             },
         )?;
         let f = Arc::new(Forward {

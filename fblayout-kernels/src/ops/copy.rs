@@ -31,6 +31,7 @@ impl CopyOp {
                 outputs: vec![("y", y, "x".to_owned())],
                 scalars: vec![],
                 helpers: "",
+                unwalked: Vec::new(),
             },
         )?;
         Ok(Self { kernel })

@@ -48,13 +48,20 @@ pub(crate) struct Spec<'a> {
     /// the value type (`f32` or `vec4<f32>`) and `{S}` for a suffix (`_1` or `_4`) that the
     /// function names and the expressions' calls carry.
     pub helpers: &'static str,
+    /// Read-only operands outside the walk (role and view, of any shape), which the helpers
+    /// read by their own coordinates (`<role>_load(..)`): a flag or a scalar on the device.
+    /// They are bound after the walked operands.
+    pub unwalked: Vec<(&'static str, &'a View)>,
 }
 
 /// A built elementwise kernel.
 #[derive(Debug, Clone)]
 pub(crate) struct Elementwise {
     compiled: Compiled,
+    /// Every operand's role in binding order: the walked ones, then the unwalked.
     roles: Vec<&'static str>,
+    /// How many of `roles` are walked.
+    walked: usize,
     vector: bool,
 }
 
@@ -113,6 +120,9 @@ impl Elementwise {
         for o in operands {
             source = source.operand(o);
         }
+        for (role, view) in &spec.unwalked {
+            source = source.operand(Operand::read(role, view)?);
+        }
         for (name, scalar) in &spec.scalars {
             source = source.scalar(*name, *scalar);
         }
@@ -123,7 +133,12 @@ impl Elementwise {
         let source = source.body(body);
         Ok(Self {
             compiled: Compiled::new(spec.op, gpu, source)?,
-            roles: all.iter().map(|(r, _)| *r).collect(),
+            roles: all
+                .iter()
+                .map(|(r, _)| *r)
+                .chain(spec.unwalked.iter().map(|(r, _)| *r))
+                .collect(),
+            walked: all.len(),
             vector,
         })
     }
@@ -138,8 +153,8 @@ impl Elementwise {
         self.compiled.module().source()
     }
 
-    /// Records the kernel over `args` (one per operand, all of one shape: the inputs, then the
-    /// outputs that are not updated inputs).
+    /// Records the kernel over `args` (one per operand: the inputs, then the outputs that are
+    /// not updated inputs, all of one shape; then the unwalked operands).
     pub(crate) fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -147,7 +162,22 @@ impl Elementwise {
         args: &[&GpuArg<'_>],
         scalars: &[(&str, ParamValue)],
     ) -> Result<(), OpError> {
-        let dims = check_same_dims(op, &self.roles, args.iter().map(|a| a.dims()))?;
+        if args.len() != self.roles.len() {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "{} arguments for the operands {}",
+                    args.len(),
+                    self.roles.join(", ")
+                ),
+            ));
+        }
+        let walked = &args[..self.walked];
+        let dims = check_same_dims(
+            op,
+            &self.roles[..self.walked],
+            walked.iter().map(|a| a.dims()),
+        )?;
         let mut units: u64 = 1;
         for (d, &n) in dims.iter().enumerate() {
             let n = if self.vector && d + 1 == dims.len() {

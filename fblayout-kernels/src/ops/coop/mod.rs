@@ -460,17 +460,42 @@ impl CoopMatmulOp {
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<CoopConfig, OpError> {
+        self.tune_among(gpu, &self.candidates, a, b, c)
+    }
+
+    /// Like [`tune`](Self::tune), measuring only the candidates among `configs` (a shorter
+    /// search, where measuring all of them would take too long); a problem tuned before keeps
+    /// its choice.
+    pub fn tune_among(
+        &self,
+        gpu: &Gpu,
+        configs: &[CoopConfig],
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<CoopConfig, OpError> {
         let e = self.extents(gpu, a, b, c)?;
         let problem = self.problem(&e);
         {
-            let table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+            // Another op (or process) may have tuned it since this one loaded the file.
+            if let Some(disk) = &self.tune_file {
+                for (p, c) in TuneTable::load(disk).0.entries {
+                    table.entries.entry(p).or_insert(c);
+                }
+            }
             if let Some(&c) = table.entries.get(&problem)
                 && self.candidates.contains(&c)
             {
                 return Ok(c);
             }
         }
-        let (best, _) = self.measure(gpu, a, b, c, 4)?;
+        let among: Vec<CoopConfig> = configs
+            .iter()
+            .copied()
+            .filter(|c| self.candidates.contains(c))
+            .collect();
+        let (best, _) = self.measure_configs(gpu, &among, a, b, c, 4)?;
         let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
         table.entries.insert(problem, best);
         if let Some(disk) = &self.tune_file
