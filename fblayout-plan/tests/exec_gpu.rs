@@ -9,7 +9,7 @@ use exec_support::{
     random_layouts, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
-use fblayout_plan::exec::{ExecError, GpuStep, StepInputs};
+use fblayout_plan::exec::{ExecError, GpuStep, LossScaling, StepInputs};
 use fblayout_plan::graph::Graph;
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
@@ -167,4 +167,109 @@ fn steps_submitted_again_track_the_cpu_over_new_batches() {
             assert!(e <= TOLERANCE, "{model:?}: `{name}` after 3 steps: {e:e}");
         }
     }
+}
+
+/// f16 activations and gradients on the GPU against f64 on the CPU: each stored value rounds
+/// to 11 bits.
+const MIXED_TOLERANCE: f64 = 3e-2;
+
+#[test]
+fn a_mixed_precision_step_tracks_the_cpu() {
+    let gpu = gpu();
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = fblayout_plan::graph::precision::mixed(&graph(model)).unwrap();
+        for (what, layouts) in [
+            ("row-major", row_major(&g)),
+            ("families", family_layouts(&g, 6)),
+        ] {
+            let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+            let mut on_gpu = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
+            let mut on_cpu =
+                fblayout_plan::exec::CpuStep::new(&g, &layouts, &memory, SIZES, ADAMW).unwrap();
+            on_gpu.upload_params(7).unwrap();
+            on_cpu.init_params(7).unwrap();
+            assert_eq!(on_gpu.loss_scale(), Some(65536.0));
+            for seed in [11, 12] {
+                let inputs = StepInputs::random(SMALL.vocab, SIZES, seed);
+                let got = f64::from(on_gpu.step(&inputs).unwrap());
+                let want = on_cpu.step(&inputs).unwrap();
+                assert!(!on_gpu.last_step_skipped(), "{model:?} {what}: skipped");
+                assert!(
+                    (got - want).abs() <= MIXED_TOLERANCE * want.abs(),
+                    "{model:?} {what} batch {seed}: loss {got} vs {want}"
+                );
+            }
+            assert_eq!(on_gpu.steps(), 2);
+            for p in g.params() {
+                for name in [&g.tensor(p).name, &g.tensor(g.grad(p).unwrap()).name] {
+                    let e = exec_support::relative_error(
+                        &on_gpu.read(name).unwrap(),
+                        &on_cpu.read(name).unwrap(),
+                    );
+                    assert!(e <= MIXED_TOLERANCE, "{model:?} {what}: `{name}`: {e:e}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_overflowing_step_changes_nothing_and_lowers_the_scale() {
+    let gpu = gpu();
+    let g = fblayout_plan::graph::precision::mixed(&graph(Model::Decoder)).unwrap();
+    let layouts = row_major(&g);
+    let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+    let mut step = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
+    step.upload_params(7).unwrap();
+    let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
+    let snapshot = |step: &GpuStep<'_>| -> Vec<Vec<f64>> {
+        g.params()
+            .iter()
+            .flat_map(|&p| {
+                let name = &g.tensor(p).name;
+                [name.clone(), format!("{name}.m"), format!("{name}.v")]
+            })
+            .map(|n| step.read(&n).unwrap())
+            .collect()
+    };
+    let before = snapshot(&step);
+    // A scale no f16 gradient survives: the step overflows, and the device skips the update.
+    let huge = LossScaling {
+        initial: 1.0e30,
+        ..LossScaling::default()
+    };
+    step.set_loss_scaling(huge).unwrap();
+    let loss = step.step(&inputs).unwrap();
+    assert!(
+        loss.is_finite(),
+        "the forward does not see the scale: {loss}"
+    );
+    assert!(step.last_step_skipped());
+    assert_eq!(step.steps(), 0, "a skipped step is no step");
+    assert_eq!(step.loss_scale(), Some(0.5e30));
+    assert_eq!(snapshot(&step), before, "a skipped step moved something");
+    // A scale that fits: the next step applies, with AdamW's first step number.
+    step.set_loss_scaling(LossScaling::default()).unwrap();
+    let again = step.step(&inputs).unwrap();
+    assert!(!step.last_step_skipped());
+    assert_eq!(step.steps(), 1);
+    assert_eq!(
+        again, loss,
+        "the same batch, the same parameters: the same loss"
+    );
+    assert_ne!(snapshot(&step), before);
+    // Loss scaling is refused with its cause where gradients are f32 or settings are bad.
+    let f32_graph = graph(Model::Decoder);
+    let layouts = row_major(&f32_graph);
+    let memory = plan_memory(&f32_graph, &layouts, SIZES, MemoryOptions::default()).unwrap();
+    let mut plain = GpuStep::new(&gpu, &f32_graph, &layouts, &memory, SIZES, ADAMW).unwrap();
+    assert_eq!(plain.loss_scale(), None);
+    let err = plain.set_loss_scaling(LossScaling::default()).unwrap_err();
+    assert!(err.to_string().contains("f32"), "{err}");
+    let bad = LossScaling {
+        backoff: 2.0,
+        ..LossScaling::default()
+    };
+    let err = step.set_loss_scaling(bad).unwrap_err();
+    assert!(err.to_string().contains("backoff"), "{err}");
 }

@@ -7,17 +7,18 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use fblayout_core::layout::{BoundView, View};
+use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::matmul::linear::Output;
 use fblayout_kernels::ops::{
     ActivationOp, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp, AttentionViews, BiasOp,
     CopyOp, CrossEntropyOp, CrossEntropyState, EmbeddingOp, LayerNormGrads, LayerNormOp,
-    LayerNormTensors, LinearOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors, SwigluOp,
-    TokenIds,
+    LayerNormTensors, LinearOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors, SumSquaresOp,
+    SwigluOp, TokenIds,
 };
 use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer, Recording, Timing};
 use fblayout_kernels::tensor::GpuArg;
 
+use super::scaling::{LossScaler, LossScaling};
 use super::views::{BoundGraph, BoundOperand, bind_graph};
 use super::{
     AdamWConfig, ExecError, StepInputs, activation, attention, check_values, initial_values,
@@ -46,8 +47,43 @@ enum Kernel {
     Attention(Box<AttentionOp>),
     /// A cross-entropy and the state its forward writes and its backward reads.
     CrossEntropy(Box<CrossEntropyOp>, usize),
-    AdamW(Box<AdamWOp>),
+    /// A step, and where loss scaling gates it, the sum of squares of its gradient.
+    AdamW(Box<AdamWOp>, Option<Box<SumSquaresOp>>),
     Copy(Box<CopyOp>),
+}
+
+/// Dynamic loss scaling of a step with `f16` gradients (see [`scaling`](super::scaling)).
+struct Scaling {
+    scaler: LossScaler,
+    /// Σ g² over every parameter's gradient, the gate of every AdamW step.
+    gate: GpuBuffer,
+    gate_view: View,
+    /// Whether the last step overflowed, and so changed nothing.
+    skipped: bool,
+    /// The scale the last step's gradients carry.
+    applied: f32,
+}
+
+impl Scaling {
+    fn new(gpu: &Gpu) -> Result<Self, ExecError> {
+        let gate_view = LayoutSpec::new("grad_sum_squares")
+            .axis("one", 1)
+            .build()
+            .map_err(|e| ExecError::LossScaling(e.to_string()))?
+            .view();
+        Ok(Self {
+            scaler: LossScaler::new(LossScaling::default()).map_err(ExecError::LossScaling)?,
+            gate: GpuBuffer::scratch::<f32>(gpu, 1)
+                .map_err(|e| ExecError::gpu("allocating the loss scale's gate", e))?,
+            gate_view,
+            skipped: false,
+            applied: 1.0,
+        })
+    }
+
+    fn gate(&self) -> Result<GpuArg<'_>, OpError> {
+        Ok(GpuArg::new(&self.gate, &self.gate_view, &[])?)
+    }
 }
 
 struct NodeKernel {
@@ -89,6 +125,10 @@ pub struct GpuStep<'g> {
     host: Duration,
     /// The token ids of every input an embedding reads (by tensor), refilled each step.
     token_ids: Vec<Option<TokenIds>>,
+    /// Loss scaling, where the graph has `f16` gradients.
+    scaling: Option<Scaling>,
+    /// The first AdamW node, which also records every gradient's sum of squares.
+    first_adamw: Option<usize>,
 }
 
 impl std::fmt::Debug for GpuStep<'_> {
@@ -98,6 +138,18 @@ impl std::fmt::Debug for GpuStep<'_> {
             .field("buffers", &self.buffers.len())
             .field("steps", &self.steps)
             .finish_non_exhaustive()
+    }
+}
+
+/// Host values go in and out of the step as `f32`: the persistent tensors, the loss and the
+/// parameters' gradients, which mixed precision keeps `f32` too.
+fn check_f32(tensor: &crate::graph::Tensor) -> Result<(), ExecError> {
+    match tensor.elem {
+        ElemType::F32 => Ok(()),
+        other => Err(ExecError::Value {
+            tensor: tensor.name.clone(),
+            detail: format!("it is stored as {other}; values are read and written as f32"),
+        }),
     }
 }
 
@@ -191,6 +243,11 @@ impl<'g> GpuStep<'g> {
     ) -> Result<Self, ExecError> {
         memory.check_fits(graph, sizes).map_err(ExecError::Plan)?;
         let BoundGraph { whole, ops } = bind_graph(graph, layouts, sizes)?;
+        let half_grads = graph
+            .tensors()
+            .iter()
+            .any(|t| t.elem == ElemType::F16 && matches!(t.role, Role::Grad { .. }));
+        let scaling = half_grads.then(|| Scaling::new(gpu)).transpose()?;
         let mut kernels = Vec::with_capacity(graph.nodes().len());
         let mut states = Vec::new();
         for (i, (node, (reads, writes))) in graph.nodes().iter().zip(ops).enumerate() {
@@ -203,6 +260,7 @@ impl<'g> GpuStep<'g> {
                 &writes,
                 &mut states,
                 &kernels,
+                scaling.as_ref().map(|s| &s.gate_view),
             )
             .map_err(|source| ExecError::op(i, node.op.name(), source))?;
             kernels.push(NodeKernel {
@@ -245,6 +303,8 @@ impl<'g> GpuStep<'g> {
             recorded: None,
             host: Duration::ZERO,
             token_ids: Vec::new(),
+            scaling,
+            first_adamw: graph.nodes().iter().position(|n| n.op == Op::AdamW),
         };
         for t in graph.ids() {
             if let Role::State { .. } = graph.tensor(t).role {
@@ -259,9 +319,11 @@ impl<'g> GpuStep<'g> {
     /// Fills every buffer that holds no persistent tensor with NaN: whatever a step reads
     /// before writing it shows.
     pub fn poison(&mut self) -> Result<(), ExecError> {
+        // NaN as one f32 and as each of two f16s.
+        const NAN: u32 = 0x7fff_7fff;
         for (buffer, &keep) in self.buffers.iter().zip(&self.persistent) {
             if !keep {
-                let nan = vec![f32::NAN; buffer.len_bytes() as usize / 4];
+                let nan = vec![NAN; buffer.len_bytes() as usize / 4];
                 buffer
                     .write(&nan)
                     .map_err(|e| ExecError::gpu("poisoning a buffer", e))?;
@@ -287,6 +349,7 @@ impl<'g> GpuStep<'g> {
         let name = &self.graph.tensor(t).name;
         let bound = &self.whole[t.index()];
         check_values(name, logical.len(), bound)?;
+        check_f32(self.graph.tensor(t))?;
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.clone()))?;
         let buffer = &self.buffers[b];
         let mut physical = vec![0f32; buffer.len_bytes() as usize / 4];
@@ -318,7 +381,8 @@ impl<'g> GpuStep<'g> {
     }
 
     /// The logical values (row-major) of tensor `name`, read back: a persistent tensor, the
-    /// loss, or a parameter's gradient (after a step).
+    /// loss, or a parameter's gradient (after a step; with loss scaling, divided by the scale
+    /// that step used, so it is the loss's gradient either way).
     pub fn read(&self, name: &str) -> Result<Vec<f64>, ExecError> {
         let t = self.id(name)?;
         let tensor = self.graph.tensor(t);
@@ -326,18 +390,72 @@ impl<'g> GpuStep<'g> {
             return Err(ExecError::Unknown(name.to_owned()));
         }
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
+        check_f32(tensor)?;
         let data: Vec<f32> = self.buffers[b]
             .read_back()
             .map_err(|e| ExecError::gpu("reading a tensor back", e))?;
         let bound = &self.whole[t.index()];
+        // A gradient of a scaled loss carries the scale.
+        let unscale = match (&self.scaling, tensor.role) {
+            (Some(s), Role::Grad { .. }) => 1.0 / f64::from(s.applied),
+            _ => 1.0,
+        };
         let mut out = Vec::with_capacity(bound.logical_len() as usize);
-        bound.for_each(|_, _, off| out.push(f64::from(data[off as usize])));
+        bound.for_each(|_, _, off| out.push(f64::from(data[off as usize]) * unscale));
         Ok(out)
     }
 
     /// The number of steps taken.
     pub fn steps(&self) -> u32 {
         self.steps
+    }
+
+    /// The loss scale the next step starts its backward with, where the graph's gradients are
+    /// `f16` (`None` where they are `f32` and nothing is scaled).
+    pub fn loss_scale(&self) -> Option<f32> {
+        self.scaling.as_ref().map(|s| s.scaler.scale())
+    }
+
+    /// Whether the last step's scaled gradients overflowed, so that it changed no parameter
+    /// (and did not count as a step); always `false` without loss scaling.
+    pub fn last_step_skipped(&self) -> bool {
+        self.scaling.as_ref().is_some_and(|s| s.skipped)
+    }
+
+    /// Sets how the loss scale starts and moves (it restarts at `config.initial`); an error
+    /// where the graph has no `f16` gradients or `config` is out of range.
+    pub fn set_loss_scaling(&mut self, config: LossScaling) -> Result<(), ExecError> {
+        let Some(scaling) = &mut self.scaling else {
+            return Err(ExecError::LossScaling(
+                "the graph's gradients are f32: nothing is scaled".into(),
+            ));
+        };
+        scaling.scaler = LossScaler::new(config).map_err(ExecError::LossScaling)?;
+        Ok(())
+    }
+
+    /// Chooses the tensor-core tiles of every linear layer's products for this step's
+    /// extents, timing a short list once per adapter and problem (see [`LinearOp::tune`]);
+    /// returns how many linear operations run a product on tensor cores. Nothing of the step's
+    /// tensors is overwritten; without tensor cores this does nothing.
+    pub fn tune(&self) -> Result<usize, ExecError> {
+        let mut on_cores = 0;
+        for (i, node) in self.kernels.iter().enumerate() {
+            let Kernel::Linear(k) = &node.kernel else {
+                continue;
+            };
+            let (r, w) = (&node.reads, &node.writes);
+            // The operands the op was built with: x, w, y (see `build`).
+            let (x, wt, y) = match self.graph.nodes()[i].op {
+                Op::Linear => (&r[0], &r[1], &w[0]),
+                Op::LinearGradInput => (&w[0], &r[1], &r[0]),
+                _ => (&r[0], &w[0], &r[1]),
+            };
+            let tuned = (|| k.tune(self.gpu, &self.arg(x)?, &self.arg(wt)?, &self.arg(y)?))();
+            tuned.map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
+            on_cores += usize::from(k.tensor_cores().iter().any(|&c| c));
+        }
+        Ok(on_cores)
     }
 
     /// How long the host took in the last untimed [`step`](Self::step) before the GPU had all
@@ -398,17 +516,31 @@ impl<'g> GpuStep<'g> {
                 .mean()
                 .map_err(|source| ExecError::op(*node, "cross_entropy", source))?;
         }
+        if let Some(scaling) = &mut self.scaling {
+            let total: Vec<f32> = scaling
+                .gate
+                .read_back()
+                .map_err(|e| ExecError::gpu("reading the gradients' sum of squares", e))?;
+            scaling.applied = scaling.scaler.scale();
+            scaling.skipped = scaling.scaler.update(total[0]);
+            if scaling.skipped {
+                // The device changed nothing: the next step is this step again.
+                return Ok((loss, timings));
+            }
+        }
         self.steps = adam_step;
         Ok((loss, timings))
     }
 
     /// Whether node `i` records something that changes from step to step: the step number
-    /// (AdamW) or the uploaded token ids (embeddings).
+    /// (AdamW), the uploaded token ids (embeddings), the loss scale (AdamW and the loss's
+    /// gradient, where the loss is scaled).
     fn changes_per_step(&self, i: usize) -> bool {
-        matches!(
-            self.graph.nodes()[i].op,
-            Op::AdamW | Op::Embedding | Op::EmbeddingGrad
-        )
+        match self.graph.nodes()[i].op {
+            Op::AdamW | Op::Embedding | Op::EmbeddingGrad => true,
+            Op::CrossEntropyGrad { .. } => self.scaling.is_some(),
+            _ => false,
+        }
     }
 
     /// The recorded step with every node that [changes per step](Self::changes_per_step)
@@ -468,6 +600,19 @@ impl<'g> GpuStep<'g> {
                 }
                 .map_err(|source| ExecError::op(node, "embedding", source))?;
                 self.token_ids[t.index()] = Some(uploaded);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the sum of squares of every parameter's gradient into the gate (the first
+    /// overwrites it, the others add), before any AdamW step reads it.
+    fn record_sum_squares(&self, batch: &mut Batch<'_>, gate: &GpuArg<'_>) -> Result<(), OpError> {
+        let mut first = true;
+        for node in &self.kernels {
+            if let Kernel::AdamW(_, Some(sum)) = &node.kernel {
+                sum.record(batch, &self.arg(&node.reads[1])?, gate, !first)?;
+                first = false;
             }
         }
         Ok(())
@@ -581,20 +726,29 @@ impl<'g> GpuStep<'g> {
                 k.forward(batch, &r[0], &r[1], &w[0], &self.states[*s].1)
             }
             (Kernel::CrossEntropy(k, s), _) => {
-                k.backward(batch, &r[0], &r[1], &self.states[*s].1, 1.0, &w[0])
+                // The loss's gradient starts the backward, scaled where gradients are f16.
+                let dloss = self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale());
+                k.backward(batch, &r[0], &r[1], &self.states[*s].1, dloss, &w[0])
             }
-            (Kernel::AdamW(k), _) => k.step(
-                batch,
-                &AdamWTensors {
+            (Kernel::AdamW(k, _), _) => {
+                let t = AdamWTensors {
                     param: &w[0],
                     grad: &r[1],
                     m: &w[1],
                     v: &w[2],
-                },
-                &self.adamw,
-                adam_step,
-                1.0,
-            ),
+                };
+                match &self.scaling {
+                    None => k.step(batch, &t, &self.adamw, adam_step, 1.0),
+                    Some(scaling) => {
+                        let gate = scaling.gate()?;
+                        if self.first_adamw == Some(i) {
+                            self.record_sum_squares(batch, &gate)?;
+                        }
+                        let unscale = 1.0 / scaling.scaler.scale();
+                        k.step_gated(batch, &t, &self.adamw, adam_step, unscale, &gate)
+                    }
+                }
+            }
             (Kernel::Copy(k), _) => k.forward(batch, &r[0], &w[0]),
         }
     }
@@ -603,7 +757,7 @@ impl<'g> GpuStep<'g> {
 /// The kernel of `op` for operands `r` (reads) and `w` (writes); a cross-entropy's state is
 /// added to `states` by its forward and found there by its backward (the forward over the same
 /// labels, among the nodes `built` so far).
-#[allow(clippy::too_many_arguments)] // the node, its operands and what earlier nodes built
+#[allow(clippy::too_many_arguments)] // the node, its operands, what earlier nodes built, the gate
 fn build(
     gpu: &Gpu,
     graph: &Graph,
@@ -613,6 +767,7 @@ fn build(
     w: &[Arg],
     states: &mut Vec<(usize, CrossEntropyState)>,
     built: &[NodeKernel],
+    gate: Option<&View>,
 ) -> Result<Kernel, OpError> {
     Ok(match op {
         Op::Embedding => Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&r[1]), v(&w[0]))?)),
@@ -716,15 +871,21 @@ fn build(
             let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), &loss, ignore_index)?;
             Kernel::CrossEntropy(Box::new(k), s)
         }
-        Op::AdamW => Kernel::AdamW(Box::new(AdamWOp::new(
-            gpu,
-            &AdamWTensors {
+        Op::AdamW => {
+            let views = AdamWTensors {
                 param: v(&w[0]),
                 grad: v(&r[1]),
                 m: v(&w[1]),
                 v: v(&w[2]),
-            },
-        )?)),
+            };
+            match gate {
+                Some(gate) => Kernel::AdamW(
+                    Box::new(AdamWOp::gated(gpu, &views, gate)?),
+                    Some(Box::new(SumSquaresOp::new(gpu, v(&r[1]), gate)?)),
+                ),
+                None => Kernel::AdamW(Box::new(AdamWOp::new(gpu, &views)?), None),
+            }
+        }
         Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
     })
 }

@@ -10,7 +10,9 @@
 //!   executor the memory planner's tests run with every freed buffer poisoned.
 //! - [`GpuStep`] builds every kernel once for its views, takes its buffers from the memory plan
 //!   (through the device's buffer pool), and records a whole step into one batch: one
-//!   submission, one named section per operation for timing.
+//!   submission, one named section per operation for timing. A graph in mixed precision
+//!   ([`precision::mixed`](crate::graph::precision::mixed)) runs with dynamic loss scaling
+//!   ([`scaling`]), its linear layers on tensor cores where the device has them.
 //!
 //! Parameters start from [`CpuStep::init_params`] (or values given by name); the optimizer's
 //! moments start at zero and persist across steps, as do the parameters. After a step the
@@ -20,6 +22,7 @@
 mod cpu;
 mod gpu;
 mod init;
+pub mod scaling;
 pub mod views;
 
 use fblayout_core::layout::{BoundView, LayoutError, LayoutErrors};
@@ -30,6 +33,7 @@ pub use cpu::CpuStep;
 pub use fblayout_kernels::runtime::Timing;
 pub use gpu::{GpuStep, section};
 pub use init::initial_values;
+pub use scaling::LossScaling;
 
 use crate::graph::{Act, Sizes, Tensor};
 use crate::layouts::LayoutChoice;
@@ -129,6 +133,9 @@ pub enum ExecError {
     /// The memory plan was made for another graph or other sizes.
     #[error("the memory plan does not fit: {0}")]
     Plan(String),
+    /// Loss scaling was asked of a step without `f16` gradients, or set out of its range.
+    #[error("loss scaling: {0}")]
+    LossScaling(String),
     /// A value given for a tensor doesn't fit it.
     #[error("tensor `{tensor}`: {detail}")]
     Value {

@@ -9,11 +9,13 @@
 //! [`Op::Accumulate`] sums them. [`Graph::saved`] lists the forward tensors the backward reads
 //! again: the activations whose layout the planner chooses first. [`optimizer::add_adamw`]
 //! then appends one in-place [`Op::AdamW`] per parameter, with its moments
-//! ([`Role::State`]).
+//! ([`Role::State`]). [`precision::mixed`] makes activations and gradients `f16` around `f32`
+//! master weights.
 
 mod autodiff;
 mod op;
 pub mod optimizer;
+pub mod precision;
 mod tensor;
 
 use std::collections::HashSet;

@@ -1,0 +1,191 @@
+//! Dynamic loss scaling for `f16` gradients.
+//!
+//! A mixed-precision step ([`precision::mixed`](crate::graph::precision::mixed)) computes its
+//! gradients in `f16`, whose smallest normal value is about 6·10⁻⁵: many gradients of a
+//! transformer are smaller and would flush to zero. So the backward starts from the loss's
+//! gradient multiplied by a scale `S`, every gradient comes out `S` times too large, and AdamW
+//! divides it back (`grad_scale = 1/S`). Too large a scale overflows `f16` to infinity; the
+//! sum of squares of every parameter's gradient is then infinite or NaN, the device skips that
+//! step's update (a gated AdamW), and the scale is lowered. After `interval` steps without an
+//! overflow it is raised again, so it stays near the largest that fits. (PyTorch's
+//! `GradScaler` does the same, with the same defaults.)
+
+/// How the loss scale moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossScaling {
+    /// The first step's scale.
+    pub initial: f32,
+    /// The factor the scale grows by after `interval` steps without an overflow.
+    pub growth: f32,
+    /// The factor the scale shrinks by on an overflow (below 1).
+    pub backoff: f32,
+    /// Steps without an overflow before the scale grows.
+    pub interval: u32,
+}
+
+impl Default for LossScaling {
+    /// PyTorch's `GradScaler` defaults: 2¹⁶, ×2 every 2000 good steps, ×½ on an overflow.
+    fn default() -> Self {
+        Self {
+            initial: 65536.0,
+            growth: 2.0,
+            backoff: 0.5,
+            interval: 2000,
+        }
+    }
+}
+
+impl LossScaling {
+    /// Checks that the scale starts finite and positive, grows, shrinks, and grows after at
+    /// least one step.
+    pub fn check(&self) -> Result<(), String> {
+        let positive = |x: f32| x.is_finite() && x > 0.0;
+        if !positive(self.initial) {
+            return Err(format!(
+                "the initial loss scale is {}; it must be finite and positive",
+                self.initial
+            ));
+        }
+        if !(self.growth.is_finite() && self.growth >= 1.0) {
+            return Err(format!(
+                "the growth factor is {}; it must be ≥ 1",
+                self.growth
+            ));
+        }
+        if !(positive(self.backoff) && self.backoff < 1.0) {
+            return Err(format!(
+                "the backoff factor is {}; it must be in (0, 1)",
+                self.backoff
+            ));
+        }
+        if self.interval == 0 {
+            return Err("the growth interval must be at least one step".into());
+        }
+        Ok(())
+    }
+}
+
+/// The scale of the next step and the steps since the last overflow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LossScaler {
+    config: LossScaling,
+    scale: f32,
+    good: u32,
+}
+
+impl LossScaler {
+    pub(crate) fn new(config: LossScaling) -> Result<Self, String> {
+        config.check()?;
+        Ok(Self {
+            config,
+            scale: config.initial,
+            good: 0,
+        })
+    }
+
+    /// The scale the next step multiplies the loss's gradient by.
+    pub(crate) fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Moves the scale after a step whose gradients' sum of squares was `sum_squares`;
+    /// returns whether that step overflowed (and so was skipped).
+    pub(crate) fn update(&mut self, sum_squares: f32) -> bool {
+        if sum_squares.is_finite() {
+            self.good += 1;
+            if self.good >= self.config.interval {
+                let grown = self.scale * self.config.growth;
+                // Past f32's range the scale stays where it is.
+                if grown.is_finite() {
+                    self.scale = grown;
+                }
+                self.good = 0;
+            }
+            false
+        } else {
+            // Never below the smallest positive f32: a scale of zero would zero every gradient.
+            self.scale = (self.scale * self.config.backoff).max(f32::MIN_POSITIVE);
+            self.good = 0;
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_halves_on_an_overflow_and_doubles_after_the_interval() {
+        let mut s = LossScaler::new(LossScaling {
+            interval: 3,
+            ..LossScaling::default()
+        })
+        .unwrap();
+        assert_eq!(s.scale(), 65536.0);
+        assert!(s.update(f32::INFINITY));
+        assert_eq!(s.scale(), 32768.0);
+        assert!(s.update(f32::NAN));
+        assert_eq!(s.scale(), 16384.0);
+        for _ in 0..2 {
+            assert!(!s.update(1.0));
+            assert_eq!(s.scale(), 16384.0);
+        }
+        assert!(!s.update(1.0));
+        assert_eq!(s.scale(), 32768.0);
+        // An overflow restarts the count.
+        assert!(!s.update(1.0));
+        assert!(s.update(f32::INFINITY));
+        for _ in 0..2 {
+            s.update(0.0);
+        }
+        assert_eq!(s.scale(), 16384.0);
+        s.update(0.0);
+        assert_eq!(s.scale(), 32768.0);
+    }
+
+    #[test]
+    fn the_scale_stays_finite_and_positive() {
+        let mut s = LossScaler::new(LossScaling {
+            initial: f32::MAX,
+            interval: 1,
+            ..LossScaling::default()
+        })
+        .unwrap();
+        s.update(1.0);
+        assert_eq!(s.scale(), f32::MAX);
+        for _ in 0..300 {
+            s.update(f32::INFINITY);
+        }
+        assert_eq!(s.scale(), f32::MIN_POSITIVE);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_their_cause() {
+        let bad = [
+            LossScaling {
+                initial: 0.0,
+                ..LossScaling::default()
+            },
+            LossScaling {
+                initial: f32::INFINITY,
+                ..LossScaling::default()
+            },
+            LossScaling {
+                growth: 0.5,
+                ..LossScaling::default()
+            },
+            LossScaling {
+                backoff: 1.0,
+                ..LossScaling::default()
+            },
+            LossScaling {
+                interval: 0,
+                ..LossScaling::default()
+            },
+        ];
+        for config in bad {
+            assert!(LossScaler::new(config).is_err(), "{config:?}");
+        }
+    }
+}

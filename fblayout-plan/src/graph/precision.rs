@@ -1,0 +1,202 @@
+//! Mixed precision: which tensors of a training step are `f16`.
+//!
+//! [`mixed`] rewrites a graph (forward, backward and optimizer) so that:
+//!
+//! - activations and their gradients are `f16`: half the bytes of every memory-bound kernel
+//!   and of the stored activations, and the operands tensor cores multiply;
+//! - parameters, their gradients and the optimizer's moments stay `f32` (the master weights:
+//!   AdamW's small updates would round away in `f16`);
+//! - every weight a linear layer reads gets an `f16` copy, made by an [`Op::Convert`] at the
+//!   start of the forward and read by both products that read the weight (the forward and
+//!   the input gradient), so that both factors of each product are `f16`; the weight
+//!   gradient is still written `f32`;
+//! - the statistics a normalisation saves (mean, reciprocal deviation) and the per-row losses
+//!   stay `f32`, as sums that `f16` would round.
+//!
+//! The kernels read and write each operand in its own element type and compute in `f32`, so
+//! the rewritten graph runs on the same kernels. Gradients in `f16` need the loss scaled up so
+//! that small ones don't flush to zero; the executor does that (dynamic loss scaling) and
+//! skips a step whose scaled gradients overflowed.
+
+use fblayout_core::layout::ElemType;
+
+use super::op::{Op, Pass};
+use super::tensor::{Role, TensorId};
+use super::{Graph, GraphError, Node};
+
+/// The element types of a training step's tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// Everything as built (`f32`).
+    #[default]
+    F32,
+    /// `f16` activations and gradients, `f32` master weights (see the module docs).
+    Mixed,
+}
+
+impl Precision {
+    /// `graph` in this precision: itself, or [`mixed`]'s rewrite.
+    pub fn apply(self, graph: &Graph) -> Result<Graph, GraphError> {
+        match self {
+            Self::F32 => Ok(graph.clone()),
+            Self::Mixed => mixed(graph),
+        }
+    }
+}
+
+/// The mixed-precision rewrite of `graph` (see the module docs). The graph must hold its
+/// backward; its tensors must not be `f16` already.
+pub fn mixed(graph: &Graph) -> Result<Graph, GraphError> {
+    if !graph.has_backward() {
+        return Err(GraphError::Backward(
+            "mixed precision rewrites a training step: derive the backward first".into(),
+        ));
+    }
+    if let Some(t) = graph.tensors.iter().find(|t| t.elem == ElemType::F16) {
+        return Err(GraphError::Shape {
+            op: "mixed precision",
+            detail: format!("`{}` is f16 already", t.name),
+        });
+    }
+    let mut g = graph.clone();
+    let kept = kept_f32(&g);
+    for (i, t) in g.tensors.iter_mut().enumerate() {
+        if t.elem == ElemType::F32 && halved(graph, t.role) && !kept.contains(&TensorId(i as u32)) {
+            t.elem = ElemType::F16;
+        }
+    }
+    for w in linear_weights(&g) {
+        copy_to_f16(&mut g, w)?;
+    }
+    Ok(g)
+}
+
+/// Whether a tensor of `role` becomes `f16`: activations and the gradients of activations.
+fn halved(graph: &Graph, role: Role) -> bool {
+    match role {
+        Role::Activation => true,
+        Role::Grad { of } => !matches!(graph.tensor(of).role, Role::Param | Role::State { .. }),
+        Role::Input | Role::Param | Role::Loss | Role::State { .. } => false,
+    }
+}
+
+/// The activations that stay `f32`: what a normalisation saves besides its output.
+fn kept_f32(graph: &Graph) -> Vec<TensorId> {
+    graph
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::LayerNorm { .. } | Op::RmsNorm { .. }))
+        .flat_map(|n| n.outputs[1..].iter().copied())
+        .collect()
+}
+
+/// The parameters a linear layer's products read as their weight.
+fn linear_weights(graph: &Graph) -> Vec<TensorId> {
+    let mut weights: Vec<TensorId> = Vec::new();
+    for n in &graph.nodes {
+        if matches!(n.op, Op::Linear | Op::LinearGradInput) {
+            let w = n.inputs[1];
+            if graph.tensor(w).role == Role::Param && !weights.contains(&w) {
+                weights.push(w);
+            }
+        }
+    }
+    weights
+}
+
+/// Gives weight `w` an `f16` copy `<w>.f16`, converted before its first reader and read by
+/// every product that read `w`.
+fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
+    let reads = |n: &Node| matches!(n.op, Op::Linear | Op::LinearGradInput) && n.inputs[1] == w;
+    let Some(first) = g.nodes.iter().position(reads) else {
+        return Ok(());
+    };
+    let name = format!("{}.f16", g.tensor(w).name);
+    let copy = g.insert_convert(super::NodeId(first as u32), w, name)?;
+    g.tensors[copy.index()].elem = ElemType::F16;
+    // The copy is made once, in the forward, whichever pass reads the weight first.
+    g.nodes[first].op = Op::Convert {
+        pass: Pass::Forward,
+    };
+    for n in &mut g.nodes[first + 1..] {
+        if reads(n) {
+            n.inputs[1] = copy;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::{Model, ModelConfig, build};
+
+    fn small(model: Model) -> Graph {
+        build(
+            model,
+            ModelConfig {
+                vocab: 20,
+                max_positions: 8,
+                hidden: 8,
+                heads: 2,
+                ffn: 16,
+                layers: 2,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn activations_and_their_gradients_are_halved_and_the_master_weights_kept() {
+        for model in [Model::Encoder, Model::Decoder] {
+            let f32 = small(model);
+            let g = mixed(&f32).unwrap();
+            for t in g.tensors() {
+                let want = match t.role {
+                    Role::Input => ElemType::U32,
+                    Role::Param | Role::Loss | Role::State { .. } => ElemType::F32,
+                    Role::Grad { of } if g.tensor(of).role == Role::Param => ElemType::F32,
+                    // Norm statistics stay f32; everything else the forward or backward
+                    // computes is f16.
+                    _ if t.name.ends_with(".mean") || t.name.ends_with(".rstd") => ElemType::F32,
+                    _ => ElemType::F16,
+                };
+                assert_eq!(t.elem, want, "{model:?}: `{}` ({:?})", t.name, t.role);
+            }
+            // Every product multiplies two f16 factors; each weight is copied once.
+            for n in g.nodes() {
+                if matches!(
+                    n.op,
+                    Op::Linear | Op::LinearGradInput | Op::LinearGradWeight
+                ) {
+                    for &t in &n.inputs {
+                        assert_eq!(g.tensor(t).elem, ElemType::F16, "{model:?} {}", n.op);
+                    }
+                }
+            }
+            let linear_params = f32.nodes().iter().filter(|n| n.op == Op::Linear).count();
+            let copies: Vec<&Node> = g
+                .nodes()
+                .iter()
+                .filter(|n| matches!(n.op, Op::Convert { .. }))
+                .collect();
+            assert_eq!(copies.len(), linear_params);
+            for c in copies {
+                assert_eq!(c.op.pass(), Pass::Forward);
+                assert_eq!(g.tensor(c.inputs[0]).role, Role::Param);
+            }
+            assert_eq!(g.nodes().len(), f32.nodes().len() + linear_params);
+        }
+    }
+
+    #[test]
+    fn a_graph_without_backward_or_already_halved_is_refused() {
+        let mut g = Graph::new();
+        let x = g.add_tensor("x", &[], ElemType::F32, Role::Param).unwrap();
+        let _ = x;
+        assert!(matches!(mixed(&g), Err(GraphError::Backward(_))));
+        let once = mixed(&small(Model::Encoder)).unwrap();
+        assert!(matches!(mixed(&once), Err(GraphError::Shape { .. })));
+        assert_eq!(Precision::F32.apply(&once).unwrap(), once);
+    }
+}
