@@ -14,9 +14,9 @@
 //! k-steps; the workgroups of each part write their f32 sums into a workspace of partial
 //! products (`[product, part, rows, cols]`, padded to whole blocks, taken from the buffer pool
 //! per record), and a second kernel adds the parts up in part order (so the result does not
-//! depend on scheduling) and writes C through C's view. It pays where C has too few blocks to
-//! occupy the device (the weight gradient `Xᵀ·dY` of a linear layer: 384 × 1536 outputs,
-//! 4096 tokens), and costs a write and a read of `s` partial products everywhere else.
+//! depend on scheduling) and writes C through C's view. It can pay where C has too few blocks
+//! to occupy the device (the weight gradient `Xᵀ·dY` of a linear layer: 384 × 1536 outputs,
+//! 4096 tokens); it costs writing and reading back `s` partial products of C's size.
 
 use std::fmt;
 use std::str::FromStr;
@@ -49,8 +49,9 @@ pub struct CoopConfig {
 /// The splits of the reduction [`CoopConfig::split_candidates`] tries.
 pub const SPLITS: [u32; 3] = [2, 4, 8];
 
-/// Each part of a split reduction spans at least this many k-steps (fewer would spend the
-/// part's time filling the staging pipeline).
+/// Each part of a split reduction spans at least this many k-steps (a threshold chosen, not
+/// yet measured: a short part spends much of its time filling the staging pipeline and
+/// storing its fragments).
 pub const MIN_STEPS_PER_PART: u32 = 8;
 
 /// The blocks and fragments per subgroup the candidates are made of: from four subgroups of
