@@ -72,7 +72,8 @@ struct Args {
     /// adapter offers it).
     #[arg(long, default_value = "f32")]
     acc: String,
-    /// Also time every candidate configuration at each shape (the autotune's table).
+    /// Also time every candidate configuration at each shape (the autotune's table): every
+    /// unsplit one, and the split-k ones the shape gets (`…/split4`: the reduction in 4 parts).
     #[arg(long)]
     configs: bool,
     /// Skip the f32 path.
@@ -381,16 +382,22 @@ fn bench_product(
     Ok(())
 }
 
-/// Every configuration with accumulator `acc` the device builds, screened and the fastest
-/// re-timed by [`CoopMatmulOp::measure_configs`]: the fastest and all times (seconds).
+/// Every unsplit configuration with accumulator `acc` the device builds, and the split-k
+/// candidates of the problem, screened and the fastest re-timed by
+/// [`CoopMatmulOp::measure_configs`]: the fastest and all times (seconds).
 fn measure_all(
     gpu: &Gpu,
     op: &CoopMatmulOp,
     g: &Args3<'_>,
     acc: CoopScalar,
 ) -> Res<(CoopConfig, Vec<(CoopConfig, f64)>)> {
+    let mut configs = CoopConfig::space(acc);
+    if acc == op.accumulator() {
+        let e = op.extents(gpu, &g.a, &g.b, &g.c).map_err(err)?;
+        configs.extend(op.candidates_for(&e).into_iter().filter(|c| c.split_k > 1));
+    }
     let (best, all) = op
-        .measure_configs(gpu, &CoopConfig::space(acc), &g.a, &g.b, &g.c, 4)
+        .measure_configs(gpu, &configs, &g.a, &g.b, &g.c, 4)
         .map_err(err)?;
     let all = all.into_iter().map(|(c, t)| (c, t.as_secs_f64())).collect();
     Ok((best, all))

@@ -1,5 +1,6 @@
 //! The cooperative-matrix GEMM against the f32 CPU matmul, on random f16 data, under every
-//! transposition, on shapes fragments don't divide, with NaN-poisoned outputs.
+//! transposition, on shapes fragments don't divide, with NaN-poisoned outputs; unsplit and
+//! with the reduction split (split-k), whose parts are whole k-steps and need not divide `k`.
 //!
 //! These need a device with `EXPERIMENTAL_COOPERATIVE_MATRIX` (the H200; not lavapipe).
 //! Elsewhere each test prints that it is skipped and why, and fails when
@@ -10,7 +11,7 @@ mod support;
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, kernel_source};
-use fblayout_kernels::ops::matmul::{Scale, matmul_cpu};
+use fblayout_kernels::ops::matmul::{Extents, Scale, matmul_cpu};
 use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
 use support::{Layout2, Rng, Tensor, assert_close, gpu, static_2d, tolerance, view_2d};
 
@@ -114,6 +115,20 @@ fn fixed(name: &str, rows: u32, cols: u32, transposed: bool) -> (View, Vec<(Stri
     (view, Vec::new())
 }
 
+/// Random A `[m, k]` and B `[k, n]` (f16, each read through a transpose where `ta`, `tb`) and
+/// a row-major C `[m, n]` of `c_elem`.
+fn product(
+    rng: &mut Rng,
+    (m, n, k): (u32, u32, u32),
+    (ta, tb): (bool, bool),
+    c_elem: ElemType,
+) -> (Tensor, Tensor, Tensor) {
+    let a = random(rng, fixed("a", m, k, ta));
+    let b = random(rng, fixed("b", k, n, tb));
+    let (vc, bc) = view_2d("c", Layout2::RowMajor, m, n, c_elem);
+    (a, b, Tensor::random(rng, vc, bc, -1.0, 1.0))
+}
+
 #[test]
 fn every_transposition_matches_the_f32_cpu_matmul_on_shapes_fragments_dont_divide() {
     let Some(gpu) = coop_gpu("every_transposition") else {
@@ -121,13 +136,9 @@ fn every_transposition_matches_the_f32_cpu_matmul_on_shapes_fragments_dont_divid
     };
     let mut rng = Rng::new(81);
     // 150 × 90 × 100: no fragment, block or k-step divides any extent.
-    let (m, n, k) = (148, 92, 100);
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-        let a = random(&mut rng, fixed("a", m, k, ta));
-        let b = random(&mut rng, fixed("b", k, n, tb));
         for c_elem in [ElemType::F32, ElemType::F16] {
-            let (vc, bc) = view_2d("c", Layout2::RowMajor, m, n, c_elem);
-            let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+            let (a, b, c) = product(&mut rng, (148, 92, 100), (ta, tb), c_elem);
             let what = format!("A transposed {ta}, B transposed {tb}, C {c_elem}");
             check(
                 gpu,
@@ -139,6 +150,108 @@ fn every_transposition_matches_the_f32_cpu_matmul_on_shapes_fragments_dont_divid
             );
         }
     }
+}
+
+/// Split-k under every transposition, into f32 and f16 C, on shapes no fragment or block
+/// divides and a k (1001, odd) that no split divides: the parts are whole k-steps, the last
+/// one shorter (SMALL split 8: seven parts of 128 and one of 105; DEFAULT split 4: three of
+/// 256 and one of 233; split 3 of 64×64 k-step 32: 352, 352 and 297).
+#[test]
+fn split_k_matches_under_every_transposition_with_an_odd_k() {
+    let Some(gpu) = coop_gpu("split_k_every_transposition") else {
+        return;
+    };
+    let mut rng = Rng::new(89);
+    let configs = [
+        CoopConfig::SMALL.with_split(8),
+        CoopConfig::DEFAULT.with_split(4),
+        CoopConfig::SPLIT_BASES[3].with_split(3),
+        CoopConfig::SPLIT_BASES[2].with_split(2),
+    ];
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        for c_elem in [ElemType::F32, ElemType::F16] {
+            let (a, b, c) = product(&mut rng, (148, 92, 1001), (ta, tb), c_elem);
+            let what = format!("split-k, A transposed {ta}, B transposed {tb}, C {c_elem}");
+            check(gpu, &what, &a, &b, &c, &configs);
+        }
+    }
+}
+
+/// A split into more parts than `k` has k-steps runs one part per k-step (k = 40 is three k-steps of
+/// 16: split 8 runs 3 parts), and a k of one k-step runs unsplit; both still match.
+#[test]
+fn split_k_beyond_the_k_steps_runs_fewer_parts() {
+    let Some(gpu) = coop_gpu("split_k_beyond") else {
+        return;
+    };
+    let mut rng = Rng::new(90);
+    for k in [40, 16, 7] {
+        let (a, b, c) = product(&mut rng, (70, 52, k), (false, true), ElemType::F32);
+        check(
+            gpu,
+            &format!("k = {k}"),
+            &a,
+            &b,
+            &c,
+            &[CoopConfig::SMALL.with_split(8)],
+        );
+    }
+}
+
+/// The weight gradient's shape, scaled down (few blocks, a long k): the problem gets split-k
+/// candidates, every one matches, the op's choice before an autotune is split and matches,
+/// and a split product is the same bits every time it runs (the parts are added in order).
+#[test]
+fn split_k_candidates_of_a_thin_product_match_and_are_deterministic() {
+    let Some(gpu) = coop_gpu("split_k_candidates") else {
+        return;
+    };
+    let mut rng = Rng::new(91);
+    // dW = Xᵀ·dY: X [tokens, 96] read through its transpose, dY [tokens, 80].
+    let (m, n, k) = (96, 80, 1100);
+    let (a, b, c) = product(&mut rng, (m, n, k), (true, false), ElemType::F32);
+    let op = CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+    let e = Extents {
+        batch: Vec::new(),
+        m: m as usize,
+        n: n as usize,
+        k: k as usize,
+    };
+    let configs = op.candidates_for(&e);
+    assert!(configs.iter().any(|c| c.split_k > 1), "{configs:?}");
+    assert!(configs.len() < op.candidates().len(), "{configs:?}");
+    assert!(op.config_for(&e).split_k > 1, "{}", op.config_for(&e));
+    check(gpu, "dW-like, every candidate", &a, &b, &c, &configs);
+    let want = oracle(&a, &b, &c);
+    let first = run(gpu, &op, None, &a, &b, &c);
+    assert_close(
+        "the op's choice",
+        &first,
+        &want,
+        tolerance(ElemType::F16, k as usize),
+    );
+    for config in configs.iter().filter(|c| c.split_k > 1) {
+        let once = run(gpu, &op, Some(*config), &a, &b, &c);
+        let again = run(gpu, &op, Some(*config), &a, &b, &c);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&once), bits(&again), "{config}: not deterministic");
+    }
+    // The split-k candidates are measured like any others.
+    let (ba, bb, bcc) = (a.upload(gpu), b.upload(gpu), c.poisoned(gpu));
+    let (ga, gb, gc) = (a.gpu_arg(&ba), b.gpu_arg(&bb), c.gpu_arg(&bcc));
+    let (best, times) = op.measure(gpu, &ga, &gb, &gc, 2).unwrap();
+    assert_eq!(times.len(), configs.len());
+    assert!(configs.contains(&best));
+    // Split-k's partial sums are f32: with the f16 accumulator it is a typed error.
+    let f16_split = CoopConfig::SMALL.with_acc(CoopScalar::F16).with_split(2);
+    let mut batch = gpu.batch();
+    let err = op
+        .record_config(&mut batch, f16_split, &ga, &gb, &gc)
+        .unwrap_err();
+    assert!(
+        matches!(&err, OpError::Shape { detail, .. } if detail.contains("f32 accumulator")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -162,7 +275,7 @@ fn every_layout_of_each_operand_matches() {
             &a,
             &b,
             &c,
-            &[CoopConfig::SMALL],
+            &[CoopConfig::SMALL, CoopConfig::SMALL.with_split(3)],
         );
         let a = random(
             &mut rng,
@@ -175,7 +288,7 @@ fn every_layout_of_each_operand_matches() {
             &a,
             &b,
             &c,
-            &[CoopConfig::SMALL],
+            &[CoopConfig::SMALL, CoopConfig::SMALL.with_split(3)],
         );
     }
 }
@@ -288,7 +401,11 @@ fn batched_attention_scores_read_permuted_views() {
         &qt,
         &kt,
         &st,
-        &[CoopConfig::DEFAULT, CoopConfig::SMALL],
+        &[
+            CoopConfig::DEFAULT,
+            CoopConfig::SMALL,
+            CoopConfig::SMALL.with_split(2),
+        ],
     );
 }
 
@@ -344,7 +461,13 @@ fn batched_attention_values_and_gradients_read_permuted_views() {
     let ot = Tensor::random(&mut rng, o.view(), bind.clone(), -1.0, 1.0);
     let dv = per_head("dv", "key", ElemType::F32);
     let dvt = Tensor::random(&mut rng, dv.view(), bind, -1.0, 1.0);
-    let configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
+    // Split-k over the 40 keys (three k-steps of 16): three parts per head.
+    let configs = [
+        CoopConfig::DEFAULT,
+        CoopConfig::SMALL,
+        CoopConfig::SMALL.with_split(4),
+        CoopConfig::DEFAULT.with_split(2),
+    ];
     check(gpu, "O = P·V per head", &pt, &vt, &ot, &configs);
     check(gpu, "dV = Pᵀ·dO per head", &pt_t, &dot, &dvt, &configs);
 }

@@ -1,11 +1,14 @@
 //! Every cooperative-matrix shader the crate can emit passes naga's validator and its SPIR-V
 //! writer (naga 30's writer panics on `coopLoad` operands that are not `let`s; this catches it
-//! on machines without the feature), and the WGSL of two configurations is snapshotted.
+//! on machines without the feature), split-k's partial-sum kernels and its reduction
+//! included, and the WGSL of a few configurations is snapshotted.
 
 mod support;
 
 use fblayout_core::layout::{ElemType, View};
-use fblayout_kernels::ops::coop::{CoopConfig, Order, kernel_source, staging_orders};
+use fblayout_kernels::ops::coop::{
+    CoopConfig, Order, kernel_source, reduce_kernel_source, staging_orders,
+};
 use fblayout_kernels::runtime::CoopScalar;
 use naga::back::spv;
 use support::{Layout2, static_2d, view_2d};
@@ -48,19 +51,33 @@ fn views(la: Layout2, lb: Layout2, lc: Layout2, c_elem: ElemType) -> (View, View
     (a, b, c)
 }
 
-/// Validates the kernel for `config` and writes its SPIR-V; returns the SPIR-V's words.
-fn spirv(a: &View, b: &View, c: &View, config: CoopConfig) -> Vec<u32> {
-    let module = kernel_source(a, b, c, config, 32)
-        .unwrap()
-        .build()
-        .unwrap_or_else(|e| panic!("{config}: {e}"));
-    spv::write_vec(
+/// Validates `source` and writes its SPIR-V; returns the SPIR-V's words.
+fn spirv_of(what: &str, source: fblayout_core::kernel::KernelSource) -> Vec<u32> {
+    let module = source.build().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let words = spv::write_vec(
         module.module().naga_module(),
         module.module().naga_info(),
         &spv_options(),
         None,
     )
-    .unwrap_or_else(|e| panic!("{config}: the SPIR-V writer failed: {e}"))
+    .unwrap_or_else(|e| panic!("{what}: the SPIR-V writer failed: {e}"));
+    assert_eq!(words[0], 0x0723_0203, "{what}: SPIR-V magic");
+    words
+}
+
+/// Validates the kernel for `config` and writes its SPIR-V; returns the SPIR-V's words. For a
+/// split-k configuration, split-k's reduction kernel goes through both as well.
+fn spirv(a: &View, b: &View, c: &View, config: CoopConfig) -> Vec<u32> {
+    if config.split_k > 1 {
+        spirv_of(
+            &format!("{config}: the reduction"),
+            reduce_kernel_source(a, b, c).unwrap(),
+        );
+    }
+    spirv_of(
+        &config.to_string(),
+        kernel_source(a, b, c, config, 32).unwrap(),
+    )
 }
 
 /// A `[rows, cols]` f16 view of static extents: row-major, or a row-major `[cols, rows]`
@@ -92,10 +109,25 @@ fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
         orders_seen.push(staging_orders(&a, &b, &c).unwrap());
         for acc in [CoopScalar::F32, CoopScalar::F16] {
             for config in CoopConfig::space(acc) {
-                let words = spirv(&a, &b, &c, config);
-                assert_eq!(words[0], 0x0723_0203, "{config}: SPIR-V magic");
+                spirv(&a, &b, &c, config);
                 shaders += 1;
             }
+        }
+        for config in CoopConfig::split_space() {
+            let text = kernel_source(&a, &b, &c, config, 32)
+                .unwrap()
+                .build()
+                .unwrap()
+                .source()
+                .to_owned();
+            // Split-k's kernel stores every fragment straight into the workspace.
+            assert!(text.contains("coopStoreT(cm_acc0_0, &partial_data[cm_c0_0], cm_ld)"));
+            assert!(
+                !text.contains("c_store(") && !text.contains("cm_out"),
+                "{config}"
+            );
+            spirv(&a, &b, &c, config);
+            shaders += 1;
         }
     }
     // Every pair of staging orders was covered.
@@ -110,12 +142,20 @@ fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
             "{want:?} not among {orders_seen:?}"
         );
     }
-    assert_eq!(shaders, 4 * 2 * CoopConfig::space(CoopScalar::F32).len());
+    assert_eq!(
+        shaders,
+        4 * (2 * CoopConfig::space(CoopScalar::F32).len() + CoopConfig::split_space().len())
+    );
 }
 
 #[test]
 fn other_layouts_element_reads_and_f16_outputs_survive_it_too() {
-    let configs = [CoopConfig::DEFAULT, CoopConfig::SMALL];
+    let configs = [
+        CoopConfig::DEFAULT,
+        CoopConfig::SMALL,
+        CoopConfig::DEFAULT.with_split(4),
+        CoopConfig::SMALL.with_split(2),
+    ];
     let combos = [
         (Layout2::RTile(16), Layout2::RTile(16), Layout2::RTile(16)),
         (Layout2::ColMajor, Layout2::ColMajor, Layout2::ColMajor),
@@ -158,6 +198,7 @@ fn batched_views_survive_it() {
         .build()
         .unwrap();
     spirv(&q, &k_t, &s.view(), CoopConfig::DEFAULT);
+    spirv(&q, &k_t, &s.view(), CoopConfig::DEFAULT.with_split(2));
 }
 
 #[test]
@@ -274,6 +315,7 @@ fn wgsl_snapshots() {
         k_step: 32,
         stages: 2,
         acc: CoopScalar::F32,
+        split_k: 1,
     };
     let t = kernel_source(&a, &b, &c, config, 32)
         .unwrap()
@@ -294,4 +336,24 @@ fn wgsl_snapshots() {
         .build()
         .unwrap();
     insta::assert_snapshot!("coop_row_major_small_direct_store", direct.source());
+}
+
+/// Split-k's pair for a weight gradient `dW = Xᵀ·dY`: the kernel writing each part's sums
+/// into the workspace (A read through a transpose), and the reduction writing an f16 C.
+#[test]
+fn split_k_wgsl_snapshots() {
+    // Xᵀ [72, 100] reads X [100 tokens, 72] through its transpose; k is the 100 tokens.
+    let (xt, dy) = (fixed("x", 72, 100, true), fixed("dy", 100, 60, false));
+    let (dw, _) = view_2d("dw", Layout2::RowMajor, 72, 60, ElemType::F16);
+    let config = CoopConfig::SMALL.with_split(4);
+    let partial = kernel_source(&xt, &dy, &dw, config, 32)
+        .unwrap()
+        .build()
+        .unwrap();
+    insta::assert_snapshot!("coop_split_k_partial_transposed_a", partial.source());
+    let reduce = reduce_kernel_source(&xt, &dy, &dw)
+        .unwrap()
+        .build()
+        .unwrap();
+    insta::assert_snapshot!("coop_split_k_reduce_f16", reduce.source());
 }

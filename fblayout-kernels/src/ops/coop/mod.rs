@@ -13,7 +13,12 @@
 //!   the order each operand is contiguous in, and the fragment loads (`coopLoad` or
 //!   `coopLoadT`) follow that order, so a transposed view costs nothing.
 //! - [`config`]: [`CoopConfig`], the tile configurations (block, fragments per subgroup,
-//!   k-step, stages, accumulator) and the ones a device can build.
+//!   k-step, stages, accumulator, split of the reduction) and the ones a device can build or
+//!   a problem gets.
+//! - Split-k (a [`CoopConfig`] with `split_k > 1`, for products of few blocks of C and a long
+//!   `k`): the GEMM kernel writes each part's f32 sums into a workspace from the buffer pool,
+//!   and the f32 GEMM's reduction kernel adds the parts in order and writes C through C's view
+//!   (see [`config`]).
 //! - `tune`: the autotune's results, saved per adapter beside the pipeline cache.
 //!
 //! ```no_run
@@ -49,17 +54,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use fblayout_core::kernel::{KernelSource, Operand};
+use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::{ElemType, Order as MemoryOrder, View};
 use fblayout_core::shader::WgslFeatures;
 
 pub use self::config::{CoopConfig, ParseConfigError};
 pub use self::shader::Order;
-use self::shader::{CoopSpec, Direct, Staging, Width};
+use self::shader::{CoopSpec, Direct, Output, Staging, Width};
 use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
-use super::matmul::{Extents, check_static_extents, check_writable};
+use super::matmul::{
+    DEFAULT_COMPUTE_UNITS, Extents, Reduction, Scale, check_static_extents, check_writable,
+    split_parts,
+};
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu};
 use crate::tensor::GpuArg;
 
@@ -70,7 +78,7 @@ const OP: &str = "coop matmul";
 pub const TUNE_WARMUP: Duration = Duration::from_millis(300);
 
 /// About how long one configuration's screening batch takes in
-/// [`CoopMatmulOp::measure_configs`] (one dispatch where a dispatch takes longer).
+/// [`CoopMatmulOp::measure_configs`] (one product where a product takes longer).
 pub const SCREEN_TIME: Duration = Duration::from_millis(10);
 
 /// How many of the screened configurations [`CoopMatmulOp::measure_configs`] times again.
@@ -83,12 +91,23 @@ pub const FEATURES: WgslFeatures = WgslFeatures {
     cooperative_matrix: true,
 };
 
+/// The WGSL features of split-k's reduction kernel (f16 for an f16 C).
+pub const REDUCE_FEATURES: WgslFeatures = WgslFeatures {
+    f16: true,
+    subgroups: false,
+    cooperative_matrix: false,
+};
+
 /// The operands of a product, built from views and checked (no device needed).
 #[derive(Debug, Clone)]
 struct Operands {
     a: Operand,
     b: Operand,
     c: Operand,
+    /// Split-k's partial sums, written by the GEMM kernel.
+    partial: Operand,
+    /// Split-k's second kernel, which writes C.
+    reduction: Reduction,
     batch_axes: usize,
     a_staging: Staging,
     b_staging: Staging,
@@ -179,10 +198,13 @@ impl Operands {
         check_writable(c)?;
         let (a, a_staging) = staging(Operand::read("a", a)?, "a", nb, nb + 1);
         let (b, b_staging) = staging(Operand::read("b", b)?, "b", nb + 1, nb);
+        let reduction = Reduction::new(c, nb)?;
         Ok(Self {
             a,
             b,
             c: Operand::write("c", c)?,
+            partial: Operand::write("partial", reduction.partial_view())?,
+            reduction,
             batch_axes: nb,
             a_staging,
             b_staging,
@@ -195,10 +217,17 @@ impl Operands {
         (self.a_staging.order, self.b_staging.order)
     }
 
+    /// The GEMM kernel of `config`: into C, or with `split_k > 1` into split-k's partial
+    /// sums.
     fn source(&self, config: CoopConfig, subgroup_size: u32) -> KernelSource {
         let acc_elem = match config.acc {
             CoopScalar::F16 => ElemType::F16,
             _ => ElemType::F32,
+        };
+        let output = if config.split_k > 1 {
+            Output::Partial
+        } else {
+            Output::C(self.c_direct.filter(|_| acc_elem == self.c_elem))
         };
         let spec = CoopSpec {
             config,
@@ -206,20 +235,48 @@ impl Operands {
             batch_axes: self.batch_axes,
             a: self.a_staging,
             b: self.b_staging,
-            c_direct: self.c_direct.filter(|_| acc_elem == self.c_elem),
+            output,
         };
-        KernelSource::new(OP)
+        let source = KernelSource::new(OP)
             .operand(self.a.clone())
-            .operand(self.b.clone())
-            .operand(self.c.clone())
-            .body(shader::gemm(&spec))
-            .features(FEATURES)
+            .operand(self.b.clone());
+        let source = match output {
+            Output::Partial => source
+                .operand(self.partial.clone())
+                .scalar("splits", Scalar::U32)
+                .scalar("split_len", Scalar::U32),
+            Output::C(_) => source.operand(self.c.clone()),
+        };
+        source.body(shader::gemm(&spec)).features(FEATURES)
+    }
+
+    /// Split-k's reduction kernel.
+    fn reduce_source(&self) -> KernelSource {
+        self.reduction.source().features(REDUCE_FEATURES)
+    }
+}
+
+/// Which kernel of the op: the GEMM of a configuration (unsplit, into C), the GEMM of a
+/// split-k configuration (into the partial sums; one kernel serves every split, keyed by the
+/// configuration with `split_k = 2`), or split-k's reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kernel {
+    Gemm(CoopConfig),
+    Reduce,
+}
+
+impl Kernel {
+    /// The kernel that runs `config`'s GEMM with the reduction in `split` parts.
+    fn gemm(config: CoopConfig, split: u32) -> Self {
+        Kernel::Gemm(config.with_split(split.min(2)))
     }
 }
 
 /// The WGSL of the cooperative-matrix GEMM for views `a`, `b`, `c`, `config` and subgroups of
 /// `subgroup_size` lanes, before validation (no device needed: for tests that pass every
-/// shader through naga's validator and SPIR-V writer, and for snapshots).
+/// shader through naga's validator and SPIR-V writer, and for snapshots). With
+/// `config.split_k > 1` it is the kernel that writes split-k's partial sums
+/// ([`reduce_kernel_source`] is the kernel that adds them into C).
 pub fn kernel_source(
     a: &View,
     b: &View,
@@ -228,6 +285,12 @@ pub fn kernel_source(
     subgroup_size: u32,
 ) -> Result<KernelSource, OpError> {
     Ok(Operands::new(a, b, c)?.source(config, subgroup_size))
+}
+
+/// The WGSL of split-k's reduction for views `a`, `b`, `c` (it writes C through `c`), before
+/// validation; see [`kernel_source`].
+pub fn reduce_kernel_source(a: &View, b: &View, c: &View) -> Result<KernelSource, OpError> {
+    Ok(Operands::new(a, b, c)?.reduce_source())
 }
 
 /// How the operands of views `a` and `b` are staged: the order of each (for choosing
@@ -240,15 +303,17 @@ pub fn staging_orders(a: &View, b: &View, c: &View) -> Result<(Order, Order), Op
 /// docs).
 ///
 /// Kernels are built per configuration on first use and kept. [`record`](Self::record) uses
-/// the configuration the autotune chose for the problem ([`tune`](Self::tune)), or
-/// [`CoopConfig::DEFAULT`] (the first candidate) before one ran.
+/// the configuration the autotune chose for the problem ([`tune`](Self::tune)), or the first
+/// of the problem's candidates ([`candidates_for`](Self::candidates_for)) before one ran.
 #[derive(Debug)]
 pub struct CoopMatmulOp {
     operands: Operands,
     subgroup_size: u32,
     acc: CoopScalar,
     candidates: Vec<CoopConfig>,
-    kernels: Mutex<HashMap<CoopConfig, Arc<Compiled>>>,
+    limits: wgpu::Limits,
+    units: u32,
+    kernels: Mutex<HashMap<Kernel, Arc<Compiled>>>,
     tuned: Mutex<TuneTable>,
     tune_file: Option<DiskCache>,
     tune_load: CacheLoad,
@@ -308,18 +373,48 @@ impl CoopMatmulOp {
             subgroup_size: lo,
             acc: fragment.acc,
             candidates,
+            limits: gpu.limits().clone(),
+            units: DEFAULT_COMPUTE_UNITS,
             kernels: Mutex::default(),
             tuned: Mutex::new(table),
             tune_file,
             tune_load,
         };
-        op.kernel(gpu, op.candidates[0])?;
+        op.kernel(gpu, Kernel::Gemm(op.candidates[0]))?;
         Ok(op)
     }
 
-    /// The configurations this op can run, the default first.
+    /// The same op choosing split-k candidates for a device of `units` compute units
+    /// (multiprocessors; default [`DEFAULT_COMPUTE_UNITS`], an H200's: wgpu does not say).
+    pub fn compute_units(mut self, units: u32) -> Self {
+        self.units = units.max(1);
+        self
+    }
+
+    /// The unsplit configurations this op can run, the default first.
     pub fn candidates(&self) -> &[CoopConfig] {
         &self.candidates
+    }
+
+    /// The configurations the autotune measures for extents `e` (see
+    /// [`CoopConfig::split_candidates`]): split-k ones for products of few blocks and a long
+    /// `k`, else [`candidates`](Self::candidates).
+    pub fn candidates_for(&self, e: &Extents) -> Vec<CoopConfig> {
+        let split = e.gemm().map_or_else(Vec::new, |shape| {
+            CoopConfig::split_candidates(
+                &self.limits,
+                self.subgroup_size,
+                self.orders(),
+                self.acc,
+                shape,
+                self.units,
+            )
+        });
+        if split.is_empty() {
+            self.candidates.clone()
+        } else {
+            split
+        }
     }
 
     /// The accumulator type of the adapter's fragment.
@@ -337,22 +432,42 @@ impl CoopMatmulOp {
         &self.tune_load
     }
 
-    /// The WGSL of the kernel of `config`.
+    /// The WGSL of the GEMM kernel of `config` (with `split_k > 1`, the one writing the
+    /// partial sums).
     pub fn source(&self, gpu: &Gpu, config: CoopConfig) -> Result<String, OpError> {
-        Ok(self.kernel(gpu, config)?.module().source().to_owned())
+        let kernel = self.kernel(gpu, Kernel::gemm(config, config.split_k))?;
+        Ok(kernel.module().source().to_owned())
     }
 
-    fn kernel(&self, gpu: &Gpu, config: CoopConfig) -> Result<Arc<Compiled>, OpError> {
+    /// The WGSL of split-k's reduction kernel.
+    pub fn reduce_source(&self, gpu: &Gpu) -> Result<String, OpError> {
+        Ok(self
+            .kernel(gpu, Kernel::Reduce)?
+            .module()
+            .source()
+            .to_owned())
+    }
+
+    /// The kernel `which`, built on first use.
+    fn kernel(&self, gpu: &Gpu, which: Kernel) -> Result<Arc<Compiled>, OpError> {
         let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = kernels.get(&config) {
+        if let Some(k) = kernels.get(&which) {
             return Ok(Arc::clone(k));
         }
-        if let Some(why) = config.problem(gpu.limits(), self.subgroup_size, self.orders()) {
-            return Err(OpError::shape(OP, why));
-        }
-        let module = self.operands.source(config, self.subgroup_size).build()?;
-        let compiled = Arc::new(Compiled::from_module(OP, module));
-        kernels.insert(config, Arc::clone(&compiled));
+        let compiled = match which {
+            Kernel::Gemm(config) => {
+                if let Some(why) = config.problem(gpu.limits(), self.subgroup_size, self.orders()) {
+                    return Err(OpError::shape(OP, why));
+                }
+                let module = self.operands.source(config, self.subgroup_size).build()?;
+                Compiled::from_module(OP, module)
+            }
+            Kernel::Reduce => {
+                Compiled::from_module(Reduction::OP, self.operands.reduce_source().build()?)
+            }
+        };
+        let compiled = Arc::new(compiled);
+        kernels.insert(which, Arc::clone(&compiled));
         Ok(compiled)
     }
 
@@ -365,7 +480,12 @@ impl CoopMatmulOp {
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<Extents, OpError> {
-        Extents::of_call(&*self.kernel(gpu, self.candidates[0])?, a, b, c)
+        Extents::of_call(
+            &*self.kernel(gpu, Kernel::Gemm(self.candidates[0]))?,
+            a,
+            b,
+            c,
+        )
     }
 
     /// The autotune's key of a problem.
@@ -382,15 +502,16 @@ impl CoopMatmulOp {
     }
 
     /// The configuration [`record`](Self::record) uses for extents `e`: the autotune's
-    /// choice, else the first candidate.
+    /// choice, else the first of the problem's candidates.
     pub fn config_for(&self, e: &Extents) -> CoopConfig {
-        let table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
-        table
-            .entries
-            .get(&self.problem(e))
-            .copied()
-            .filter(|c| self.candidates.contains(c))
-            .unwrap_or(self.candidates[0])
+        let tuned = {
+            let table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+            table.entries.get(&self.problem(e)).copied()
+        };
+        let candidates = self.candidates_for(e);
+        tuned
+            .filter(|c| candidates.contains(c))
+            .unwrap_or(candidates[0])
     }
 
     /// Records `C = A·B` with the configuration chosen for its problem.
@@ -406,7 +527,10 @@ impl CoopMatmulOp {
         self.record_config(batch, config, a, b, c)
     }
 
-    /// Records `C = A·B` with `config`.
+    /// Records `C = A·B` with `config`. With `config.split_k > 1` the reduction is split into
+    /// that many parts (fewer where `k` has fewer k-steps), each of whole k-steps: the GEMM
+    /// kernel writes their sums into a workspace from the device's buffer pool, padded to
+    /// whole blocks, and the reduction kernel adds them in order into C.
     pub fn record_config(
         &self,
         batch: &mut Batch<'_>,
@@ -422,11 +546,12 @@ impl CoopMatmulOp {
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
             return Ok(());
         }
-        let grid = [
+        let (split, split_len) = split_parts(shape.k, config.split_k, config.k_step);
+        let (blocks_n, blocks_m) = (
             shape.n.div_ceil(config.block_n),
             shape.m.div_ceil(config.block_m),
-            shape.batch,
-        ];
+        );
+        let grid = [blocks_n, blocks_m, shape.batch.saturating_mul(split)];
         let max = gpu.max_workgroups_per_dimension();
         if grid.iter().any(|&g| g > max) {
             return Err(OpError::shape(
@@ -436,17 +561,40 @@ impl CoopMatmulOp {
                 ),
             ));
         }
-        let kernel = self.kernel(gpu, config)?;
+        let kernel = self.kernel(gpu, Kernel::gemm(config, split))?;
+        if split == 1 {
+            return kernel.record(
+                batch,
+                shader::ENTRY,
+                &[("a", a), ("b", b), ("c", c)],
+                &[],
+                grid,
+            );
+        }
+        let reduce = self.kernel(gpu, Kernel::Reduce)?;
+        // The workspace holds whole blocks, so that every fragment is stored straight.
+        let (rows, cols) = blocks_m
+            .checked_mul(config.block_m)
+            .zip(blocks_n.checked_mul(config.block_n))
+            .ok_or_else(too_big)?;
+        let reduction = &self.operands.reduction;
+        let (scratch, bound) = reduction.workspace(gpu, shape.batch, split, rows, cols)?;
+        let partial = GpuArg::bound(&scratch, reduction.partial_view(), bound)?;
         kernel.record(
             batch,
             shader::ENTRY,
-            &[("a", a), ("b", b), ("c", c)],
-            &[],
+            &[("a", a), ("b", b), ("partial", &partial)],
+            &[
+                ("splits", ParamValue::U32(split)),
+                ("split_len", ParamValue::U32(split_len)),
+            ],
             grid,
-        )
+        )?;
+        reduction.record(&reduce, batch, &partial, c, Scale::OVERWRITE, shape)
     }
 
-    /// Measures every candidate on these arguments (C is overwritten) and keeps the fastest
+    /// Measures every candidate of the problem ([`candidates_for`](Self::candidates_for)) on
+    /// these arguments (C is overwritten) and keeps the fastest
     /// for their problem, in memory and in the autotune file; returns it. A problem tuned
     /// before (in this process or an earlier one on this adapter) is not measured again.
     ///
@@ -485,7 +633,7 @@ impl CoopMatmulOp {
                 }
             }
             if let Some(&c) = table.entries.get(&problem)
-                && self.candidates.contains(&c)
+                && self.candidates_for(&e).contains(&c)
             {
                 return Ok(c);
             }
@@ -510,8 +658,8 @@ impl CoopMatmulOp {
         Ok(best)
     }
 
-    /// Times every candidate (see [`measure_configs`](Self::measure_configs)); returns the
-    /// fastest and every candidate's time per dispatch.
+    /// Times every candidate of the problem (see [`measure_configs`](Self::measure_configs));
+    /// returns the fastest and every candidate's time per product.
     pub fn measure(
         &self,
         gpu: &Gpu,
@@ -520,17 +668,18 @@ impl CoopMatmulOp {
         c: &GpuArg<'_>,
         reps: u32,
     ) -> Result<(CoopConfig, Vec<(CoopConfig, Duration)>), OpError> {
-        self.measure_configs(gpu, &self.candidates, a, b, c, reps)
+        let candidates = self.candidates_for(&self.extents(gpu, a, b, c)?);
+        self.measure_configs(gpu, &candidates, a, b, c, reps)
     }
 
     /// Times the configurations of `configs` the device can build (others are left out) on
     /// these arguments (C is overwritten); returns the fastest and each one's time per
-    /// dispatch.
+    /// product (a split-k product is two dispatches).
     ///
     /// A GPU left idle runs at a low clock for a while, which would favour the configurations
     /// measured last, and compiling a pipeline leaves it idle: so every configuration is
     /// compiled (run once) first, then the first one runs for at least [`TUNE_WARMUP`], and only
-    /// then is each screened, back to back, by one batch of dispatches (as many as take about
+    /// then is each screened, back to back, by one batch of products (as many as take about
     /// [`SCREEN_TIME`] on the first configuration, at most `reps`: long enough that the
     /// submission's own latency is a small part); the
     /// [`FINALISTS`] fastest are timed again, each by the better of two batches of `reps`, and

@@ -30,6 +30,13 @@
 //! barriers) and from there to C through `c_store`, guarded by C's extents, so C may have any
 //! layout and any extents.
 //!
+//! With split-k ([`Output::Partial`]) the third grid axis also runs over the parts of the
+//! reduction (`part = z % splits`); a workgroup reduces `k` from `part · split_len` to the
+//! next part's start (or `k`) and stores every fragment straight into the workspace of partial
+//! sums `[product, part, rows, cols]` (`coopStoreT` on `partial_data`, the stride read from the
+//! workspace's index function): the workspace is padded to whole blocks, so every block lies
+//! inside it. The reduction kernel (the f32 GEMM's, shared) then writes C.
+//!
 //! naga 30's SPIR-V writer panics ("Expression [..] is not cached") when the index inside a
 //! `coopLoad`/`coopStore` pointer or its stride is an inline expression. Every such index and
 //! stride is therefore bound to a `let` first; the crate's tests pass every configuration
@@ -80,8 +87,28 @@ pub(crate) struct CoopSpec {
     pub batch_axes: usize,
     pub a: Staging,
     pub b: Staging,
-    /// How interior blocks store their fragments straight into C, if they can.
-    pub c_direct: Option<Direct>,
+    /// Where the sums go.
+    pub output: Output,
+}
+
+/// Where a kernel's sums go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Output {
+    /// Into C, interior blocks straight where they can ([`Direct`]).
+    C(Option<Direct>),
+    /// Into split-k's workspace of partial sums (operand `partial`, scalars `splits` and
+    /// `split_len`).
+    Partial,
+}
+
+impl CoopSpec {
+    /// The name of the end of this workgroup's part of `k` (elements past it are zeros).
+    fn k_end(&self) -> &'static str {
+        match self.output {
+            Output::C(_) => "cm_k_len",
+            Output::Partial => "cm_k_end",
+        }
+    }
 }
 
 /// How a fragment is stored straight into C (`coopStoreT`/`coopStore` on `c_data`): for a C
@@ -146,6 +173,7 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
     let items = rows * per_row;
     let per_thread = items.div_ceil(threads);
     let tile = format!("cm_{role}_tile");
+    let k_end = spec.k_end();
     let (origin, last) = if role == "a" {
         ("cm_m0", "cm_m_last")
     } else {
@@ -180,23 +208,23 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
                 format!("min({origin} + {row}, {last})"),
                 format!("min(cm_k0 + {col}, cm_k_last4)"),
                 format!(
-                    "vec4<u32>(cm_k0 + {col}) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(cm_k_len)"
+                    "vec4<u32>(cm_k0 + {col}) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>({k_end})"
                 ),
             ),
             (Order::OuterRows, _) => (
                 format!("min({origin} + {row}, {last})"),
                 format!("min(cm_k0 + {col}, cm_k_last)"),
-                format!("cm_k0 + {col} < cm_k_len"),
+                format!("cm_k0 + {col} < {k_end}"),
             ),
             (Order::KRows, 4) => (
                 format!("min({origin} + {col}, {last}4)"),
                 format!("min(cm_k0 + {row}, cm_k_last)"),
-                format!("cm_k0 + {row} < cm_k_len"),
+                format!("cm_k0 + {row} < {k_end}"),
             ),
             (Order::KRows, _) => (
                 format!("min({origin} + {col}, {last})"),
                 format!("min(cm_k0 + {row}, cm_k_last)"),
-                format!("cm_k0 + {row} < cm_k_len"),
+                format!("cm_k0 + {row} < {k_end}"),
             ),
         };
         // Straight from the storage binding (`<role>_data`, of `vec4<f16>` where the surface
@@ -272,14 +300,29 @@ pub(crate) fn gemm(spec: &CoopSpec) -> String {
     let b_len = staged_elements(spec.b.order, bn, bk);
     let (a_row, _) = staged_shape(spec.a.order, bm, bk);
     let (b_row, _) = staged_shape(spec.b.order, bn, bk);
+    let partial = spec.output == Output::Partial;
     let mut s = String::new();
     let _ = writeln!(
         s,
         "// Configuration: {c}; A staged {:?}, B staged {:?}; {} lanes per subgroup.
 var<workgroup> cm_a_tile: array<f16, {}>;
-var<workgroup> cm_b_tile: array<f16, {}>;
-var<workgroup> cm_out: array<{acc}, {}>;
-
+var<workgroup> cm_b_tile: array<f16, {}>;",
+        spec.a,
+        spec.b,
+        spec.subgroup_size,
+        a_len * stages,
+        b_len * stages,
+    );
+    if !partial {
+        let _ = writeln!(
+            s,
+            "var<workgroup> cm_out: array<{acc}, {}>;",
+            subgroups * 256
+        );
+    }
+    let _ = writeln!(
+        s,
+        "
 @compute @workgroup_size({threads})
 fn {ENTRY}(
     @builtin(workgroup_id) cm_wg: vec3<u32>,
@@ -289,15 +332,17 @@ fn {ENTRY}(
     let cm_k_len = a_dim{}();
     let cm_n_len = b_dim{}();
     var cm_z = cm_wg.z;",
-        spec.a,
-        spec.b,
-        spec.subgroup_size,
-        a_len * stages,
-        b_len * stages,
-        subgroups * 256,
         nb + 1,
         nb + 1,
     );
+    if partial {
+        s.push_str(
+            "    let cm_split = cm_z % params.splits;
+    cm_z = cm_z / params.splits;
+    let cm_product = cm_z;
+",
+        );
+    }
     for d in (1..nb).rev() {
         let _ = writeln!(
             s,
@@ -318,15 +363,24 @@ fn {ENTRY}(
     let cm_m_last4 = cm_m_last - cm_m_last % 4u;
     let cm_n_last4 = cm_n_last - cm_n_last % 4u;
     let cm_k_last4 = cm_k_last - cm_k_last % 4u;
-    let cm_steps = (cm_k_len + {}u) / {bk}u;
-    // This subgroup's fragments: rows cm_sm.., columns cm_sn.. of the block.
+{}    // This subgroup's fragments: rows cm_sm.., columns cm_sn.. of the block.
     let cm_sg = cm_lid / {}u;
     let cm_lane = cm_lid % {}u;
     let cm_sm = (cm_sg / {sg_n}u) * {}u;
     let cm_sn = (cm_sg % {sg_n}u) * {}u;
     let cm_a_stride = {a_row}u;
     let cm_b_stride = {b_row}u;",
-        bk - 1,
+        if partial {
+            format!(
+                "    // This workgroup's part of the reduction: k from cm_k_begin to cm_k_end.
+    let cm_k_begin = min(cm_split * params.split_len, cm_k_len);
+    let cm_k_end = min(cm_k_begin + params.split_len, cm_k_len);
+    let cm_steps = (cm_k_end - cm_k_begin + {}u) / {bk}u;\n",
+                bk - 1
+            )
+        } else {
+            format!("    let cm_steps = (cm_k_len + {}u) / {bk}u;\n", bk - 1)
+        },
         spec.subgroup_size,
         spec.subgroup_size,
         16 * c.frags_m,
@@ -354,10 +408,13 @@ fn {ENTRY}(
     let sb = stage("b", spec.b, bn, spec);
     s += &sa.declare;
     s += &sb.declare;
+    let k_origin = if partial { "cm_k_begin + " } else { "" };
     let _ = writeln!(
         s,
-        "    if (cm_steps > 0u) {{\n        let cm_k0 = 0u;\n{}{}    }}",
-        sa.load, sb.load
+        "    if (cm_steps > 0u) {{\n        let cm_k0 = {};\n{}{}    }}",
+        if partial { "cm_k_begin" } else { "0u" },
+        sa.load,
+        sb.load
     );
     let buf = if stages == 2 { "cm_t & 1u" } else { "0u" };
     let _ = writeln!(
@@ -373,7 +430,7 @@ fn {ENTRY}(
         s,
         "{}{}        workgroupBarrier();
         // The next step's loads are in flight while this step multiplies.
-        let cm_k0 = (cm_t + 1u) * {bk}u;
+        let cm_k0 = {k_origin}(cm_t + 1u) * {bk}u;
 {}{}",
         sa.store, sb.store, sa.load, sb.load
     );
@@ -396,13 +453,17 @@ fn {ENTRY}(
         s.push_str("        }\n");
     }
     s.push_str("    }\n");
-    let (guarded, indent) = match spec.c_direct {
-        Some(direct) => {
+    let (guarded, indent) = match spec.output {
+        Output::Partial => {
+            s += &partial_epilogue(spec);
+            (String::new(), "")
+        }
+        Output::C(Some(direct)) => {
             s += &direct_epilogue(spec, direct);
             s.push_str("    } else {\n");
             (guarded_epilogue(spec, "    "), "    ")
         }
-        None => (guarded_epilogue(spec, ""), ""),
+        Output::C(None) => (guarded_epilogue(spec, ""), ""),
     };
     s += &guarded;
     if !indent.is_empty() {
@@ -454,12 +515,46 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
 
 /// The epilogue of a block that lies inside C when C takes fragments straight
 /// ([`Direct`]): opens `if (cm_whole) {` (a condition uniform over the workgroup, as the
-/// stores require), stores every fragment with `coopStoreT`/`coopStore` at its origin's
-/// offset, the stride read from C's index function (the offset of the next row or column
-/// minus the origin's); the caller closes the branch.
+/// stores require) and stores every fragment straight into C ([`straight_stores`]); the
+/// caller closes the branch.
 fn direct_epilogue(spec: &CoopSpec, direct: Direct) -> String {
     let c = spec.config;
     let bc = batch_coords(spec.batch_axes);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "    // Blocks inside C store each fragment straight into it; edge blocks go through the
+    // subgroup's scratch.
+    let cm_whole = cm_m0 + {}u <= cm_m_len && cm_n0 + {}u <= cm_n_len;
+    if (cm_whole) {{",
+        c.block_m, c.block_n
+    );
+    s += &straight_stores(spec, direct, "c", &bc, "        ");
+    s
+}
+
+/// The epilogue of split-k's partial kernel: every block lies inside the workspace (padded to
+/// whole blocks), so every fragment goes straight into its part's partial sums.
+fn partial_epilogue(spec: &CoopSpec) -> String {
+    let mut s = String::from(
+        "    // The workspace is padded to whole blocks: every fragment goes straight into it.\n",
+    );
+    s += &straight_stores(
+        spec,
+        Direct::Rows,
+        "partial",
+        "cm_product, cm_split, ",
+        "    ",
+    );
+    s
+}
+
+/// Stores every fragment with `coopStoreT`/`coopStore` on `<role>_data` at its origin's
+/// offset (coordinates `coords` then row and column), the stride read from the operand's
+/// index function (the offset of the next row or column minus the origin's); every line
+/// indented by `ind`.
+fn straight_stores(spec: &CoopSpec, direct: Direct, role: &str, coords: &str, ind: &str) -> String {
+    let c = spec.config;
     let mut s = String::new();
     let (next_m, next_n, store) = match direct {
         Direct::Rows => (" + 1u", "", "coopStoreT"),
@@ -467,13 +562,8 @@ fn direct_epilogue(spec: &CoopSpec, direct: Direct) -> String {
     };
     let _ = writeln!(
         s,
-        "    // Blocks inside C store each fragment straight into it; edge blocks go through the
-    // subgroup's scratch.
-    let cm_whole = cm_m0 + {}u <= cm_m_len && cm_n0 + {}u <= cm_n_len;
-    if (cm_whole) {{
-        let cm_c0 = c_at({bc}cm_m0 + cm_sm, cm_n0 + cm_sn);
-        let cm_ld = c_at({bc}cm_m0 + cm_sm{next_m}, cm_n0 + cm_sn{next_n}) - cm_c0;",
-        c.block_m, c.block_n
+        "{ind}let cm_c0 = {role}_at({coords}cm_m0 + cm_sm, cm_n0 + cm_sn);
+{ind}let cm_ld = {role}_at({coords}cm_m0 + cm_sm{next_m}, cm_n0 + cm_sn{next_n}) - cm_c0;"
     );
     for i in 0..c.frags_m {
         for j in 0..c.frags_n {
@@ -484,8 +574,8 @@ fn direct_epilogue(spec: &CoopSpec, direct: Direct) -> String {
             };
             let _ = writeln!(
                 s,
-                "        let cm_c{i}_{j} = cm_c0 + {offset};
-        {store}(cm_acc{i}_{j}, &c_data[cm_c{i}_{j}], cm_ld);"
+                "{ind}let cm_c{i}_{j} = cm_c0 + {offset};
+{ind}{store}(cm_acc{i}_{j}, &{role}_data[cm_c{i}_{j}], cm_ld);"
             );
         }
     }

@@ -62,7 +62,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use fblayout_core::expr::{Node, VarKind};
 use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::{ElemType, LayoutSpec, View};
+use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 
 use self::shader::{Epilogue, GemmSpec, Staging, Store};
 use super::compiled::Compiled;
@@ -220,10 +220,9 @@ enum Kernel {
 pub struct MatmulOp {
     a: Operand,
     b: Operand,
-    c: Operand,
     partial: Operand,
+    reduction: Reduction,
     batch_axes: usize,
-    store: Store,
     candidates: Vec<(TileConfig, f64)>,
     units: u32,
     kernels: Arc<Mutex<HashMap<Kernel, Arc<Compiled>>>>,
@@ -241,6 +240,125 @@ fn partial_view() -> Result<View, OpError> {
         .build()
         .map_err(|e| OpError::shape(OP, e.to_string()))?;
     Ok(layout.view().merge(&["cols4", "lane"], "cols")?)
+}
+
+/// How split-k cuts a reduction of `k` into (at most) `requested` parts of whole k-steps of
+/// `k_step`: the number of parts and the length of each (the last may be shorter); `(1, k)`
+/// where there is no split (one part, or fewer than two k-steps).
+pub(crate) fn split_parts(k: u32, requested: u32, k_step: u32) -> (u32, u32) {
+    let split = requested.max(1).min(k.div_ceil(k_step).max(1));
+    if split == 1 {
+        return (1, k);
+    }
+    let split_len = k.div_ceil(split).div_ceil(k_step) * k_step;
+    (k.div_ceil(split_len), split_len)
+}
+
+/// Split-k's second kernel and its workspace, shared by [`MatmulOp`] and the cooperative GEMM:
+/// the partial sums of the parts of a reduction, `[product, split, rows, cols]` in f32
+/// ([`partial_view`]; `rows` and `cols` may run past C's), are added in part order, so the
+/// result does not depend on how the parts were scheduled, and `alpha · Σ + beta · C` is
+/// written through C's view (four elements at a time along `n` or `m` where the view allows,
+/// masked to C's extents).
+#[derive(Debug, Clone)]
+pub(crate) struct Reduction {
+    partial: Operand,
+    c: Operand,
+    store: Store,
+    batch_axes: usize,
+}
+
+impl Reduction {
+    /// The name of the reduction's kernel.
+    pub(crate) const OP: &'static str = REDUCE_OP;
+    /// Its entry point.
+    pub(crate) const ENTRY: &'static str = shader::REDUCE_ENTRY;
+
+    /// The reduction into C written through `c`, of `batch_axes` batch axes.
+    pub(crate) fn new(c: &View, batch_axes: usize) -> Result<Self, OpError> {
+        let nb = batch_axes;
+        let (c, c_axis) = vectorized(Operand::write("c", c)?, &[nb + 1, nb]);
+        let store = match c_axis {
+            Some(axis) if axis == nb + 1 => Store::N,
+            Some(_) => Store::M,
+            None => Store::Scalar,
+        };
+        Ok(Self {
+            partial: Operand::read("partial", &partial_view()?)?.vectorized(3),
+            c,
+            store,
+            batch_axes,
+        })
+    }
+
+    /// The view of the partial sums (the workspace's).
+    pub(crate) fn partial_view(&self) -> &View {
+        self.partial.view()
+    }
+
+    /// The kernel's source (scalars `alpha`, `beta`, `splits`).
+    pub(crate) fn source(&self) -> KernelSource {
+        KernelSource::new(REDUCE_OP)
+            .operand(self.partial.clone())
+            .operand(self.c.clone())
+            .scalar("alpha", Scalar::F32)
+            .scalar("beta", Scalar::F32)
+            .scalar("splits", Scalar::U32)
+            .body(shader::reduce(self.store, self.batch_axes))
+    }
+
+    /// A workspace from the buffer pool for `split` parts of `products` products of `rows ×
+    /// cols` partial sums (`cols` rounded up to whole `vec4`s), and its extents.
+    pub(crate) fn workspace(
+        &self,
+        gpu: &Gpu,
+        products: u32,
+        split: u32,
+        rows: u32,
+        cols: u32,
+    ) -> Result<(GpuBuffer, BoundView), OpError> {
+        let bound = self.partial_view().bind(&[
+            ("product", products),
+            ("split", split),
+            ("rows", rows),
+            ("cols4", cols.div_ceil(4)),
+        ])?;
+        let scratch = GpuBuffer::scratch::<f32>(gpu, bound.len() as usize)?;
+        Ok((scratch, bound))
+    }
+
+    /// Records `C = alpha · Σ_split partial + beta · C` for `shape` with the reduction's
+    /// `kernel` (built from [`source`](Self::source)), over every part of the workspace
+    /// `partial` (a [`workspace`](Self::workspace)).
+    pub(crate) fn record(
+        &self,
+        kernel: &Compiled,
+        batch: &mut Batch<'_>,
+        partial: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        scale: Scale,
+        shape: GemmShape,
+    ) -> Result<(), OpError> {
+        // The workspace's `split` axis: its parts.
+        let split = u32::try_from(partial.dims()[1]).map_err(|_| {
+            OpError::shape(
+                REDUCE_OP,
+                format!("{:?} parts of a reduction", partial.dims()),
+            )
+        })?;
+        let units = u64::from(shape.batch) * u64::from(shape.m) * u64::from(shape.n.div_ceil(4));
+        kernel.record_linear(
+            batch,
+            Self::ENTRY,
+            &[("partial", partial), ("c", c)],
+            &[
+                ("alpha", ParamValue::F32(scale.alpha)),
+                ("beta", ParamValue::F32(scale.beta)),
+                ("splits", ParamValue::U32(split)),
+            ],
+            workgroups(units),
+        )
+    }
 }
 
 /// `op` with wide accesses along the first of `axes` that grants them.
@@ -349,13 +467,8 @@ impl MatmulOp {
         check_writable(c)?;
         let (a, _) = vectorized(Operand::read("a", a)?, &[nb, nb + 1]);
         let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
-        let (c, c_axis) = vectorized(Operand::write("c", c)?, &[nb + 1, nb]);
-        let store = match c_axis {
-            Some(axis) if axis == nb + 1 => Store::N,
-            Some(_) => Store::M,
-            None => Store::Scalar,
-        };
-        let partial = Operand::write("partial", &partial_view()?)?.vectorized(3);
+        let reduction = Reduction::new(c, nb)?;
+        let partial = Operand::write("partial", reduction.partial_view())?.vectorized(3);
         let candidates: Vec<(TileConfig, f64)> = TileConfig::CANDIDATES
             .into_iter()
             .filter(|(t, _)| t.check(gpu.limits()).is_ok())
@@ -363,10 +476,9 @@ impl MatmulOp {
         let op = Self {
             a,
             b,
-            c,
             partial,
+            reduction,
             batch_axes: nb,
-            store,
             candidates,
             units: DEFAULT_COMPUTE_UNITS,
             kernels: Arc::default(),
@@ -404,7 +516,7 @@ impl MatmulOp {
         [
             self.a.vector_axis(),
             self.b.vector_axis(),
-            self.c.vector_axis(),
+            self.reduction.c.vector_axis(),
         ]
     }
 
@@ -449,21 +561,15 @@ impl MatmulOp {
                 .body(shader::gemm(&spec)))
         };
         let source = match which {
-            Kernel::Gemm(config) => gemm(config, Epilogue::Direct(self.store))?
-                .operand(self.c.clone())
+            Kernel::Gemm(config) => gemm(config, Epilogue::Direct(self.reduction.store))?
+                .operand(self.reduction.c.clone())
                 .scalar("alpha", Scalar::F32)
                 .scalar("beta", Scalar::F32),
             Kernel::Partial(config) => gemm(config, Epilogue::Partial)?
                 .operand(self.partial.clone())
                 .scalar("splits", Scalar::U32)
                 .scalar("split_len", Scalar::U32),
-            Kernel::Reduce => KernelSource::new(REDUCE_OP)
-                .operand(Operand::read("partial", self.partial.view())?.vectorized(3))
-                .operand(self.c.clone())
-                .scalar("alpha", Scalar::F32)
-                .scalar("beta", Scalar::F32)
-                .scalar("splits", Scalar::U32)
-                .body(shader::reduce(self.store, nb)),
+            Kernel::Reduce => self.reduction.source(),
         };
         let op = if which == Kernel::Reduce {
             REDUCE_OP
@@ -530,10 +636,8 @@ impl MatmulOp {
         }
         let plan = plan.unwrap_or_else(|| self.plan(shape));
         let config = plan.config;
-        let split = plan
-            .split_k
-            .max(1)
-            .min(shape.k.div_ceil(config.k_step).max(1));
+        // Split-k: each part reduces a whole number of k-steps into the partial sums.
+        let (split, split_len) = split_parts(shape.k, plan.split_k, config.k_step);
         let max = gpu.max_workgroups_per_dimension();
         let grid = [
             shape.n.div_ceil(config.tile_n),
@@ -565,38 +669,24 @@ impl MatmulOp {
                 grid,
             );
         }
-        // Split-k: each split reduces a whole number of k-steps into the partial sums.
-        let split_len = shape.k.div_ceil(split).div_ceil(config.k_step) * config.k_step;
-        let split = shape.k.div_ceil(split_len);
-        let grid = [grid[0], grid[1], shape.batch * split];
         let partial_kernel = self.kernel(gpu, Kernel::Partial(config))?;
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
-        let view = self.partial.view();
-        let bound = view.bind(&[
-            ("product", shape.batch),
-            ("split", split),
-            ("rows", shape.m),
-            ("cols4", shape.n.div_ceil(4)),
-        ])?;
-        let scratch = GpuBuffer::scratch::<f32>(gpu, bound.len() as usize)?;
-        let partial = GpuArg::bound(&scratch, view, bound)?;
-        let splits = ("splits", ParamValue::U32(split));
+        let (scratch, bound) =
+            self.reduction
+                .workspace(gpu, shape.batch, split, shape.m, shape.n)?;
+        let partial = GpuArg::bound(&scratch, self.partial.view(), bound)?;
         partial_kernel.record(
             batch,
             shader::ENTRY,
             &[("a", a), ("b", b), ("partial", &partial)],
-            &[splits, ("split_len", ParamValue::U32(split_len))],
+            &[
+                ("splits", ParamValue::U32(split)),
+                ("split_len", ParamValue::U32(split_len)),
+            ],
             grid,
         )?;
-        let [alpha, beta] = scalars(scale);
-        let units = u64::from(shape.batch) * u64::from(shape.m) * u64::from(shape.n.div_ceil(4));
-        reduce.record_linear(
-            batch,
-            shader::REDUCE_ENTRY,
-            &[("partial", &partial), ("c", c)],
-            &[alpha, beta, splits],
-            workgroups(units),
-        )
+        self.reduction
+            .record(&reduce, batch, &partial, c, scale, shape)
     }
 }
 
