@@ -13,8 +13,36 @@ use std::fmt;
 pub struct WgslModule {
     name: String,
     source: String,
+    /// The source without its line comments, and its hash (see [`WgslModule::code`]).
+    code: (String, u64),
     module: naga::Module,
     info: naga::valid::ModuleInfo,
+}
+
+/// `source` without its `//` comments (the whole source where it has a block comment, inside
+/// which `//` would not start one), and a hash of that.
+fn code_of(source: &str) -> (String, u64) {
+    use std::hash::{Hash, Hasher};
+    let code = if source.contains("/*") {
+        source.to_owned()
+    } else {
+        let mut code = String::with_capacity(source.len());
+        for line in source.lines() {
+            let line = line
+                .split_once("//")
+                .map_or(line, |(code, _)| code)
+                .trim_end();
+            if !line.is_empty() {
+                code.push_str(line);
+                code.push('\n');
+            }
+        }
+        code
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    code.hash(&mut hasher);
+    let hash = hasher.finish();
+    (code, hash)
 }
 
 /// Why a WGSL module was rejected.
@@ -100,6 +128,7 @@ impl WgslModule {
         match validator.validate(&module) {
             Ok(info) => Ok(Self {
                 name,
+                code: code_of(&source),
                 source,
                 module,
                 info,
@@ -119,6 +148,18 @@ impl WgslModule {
     /// The validated WGSL source.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The source without its line comments, which name what a kernel was built for (its
+    /// tensors' views): two modules of one code are one shader to a device, so a pipeline
+    /// cache keys on it. Computed once, with its hash ([`code_hash`](Self::code_hash)).
+    pub fn code(&self) -> &str {
+        &self.code.0
+    }
+
+    /// A hash of [`code`](Self::code).
+    pub fn code_hash(&self) -> u64 {
+        self.code.1
     }
 
     /// naga's IR of the module.

@@ -167,8 +167,25 @@ fn dec(@builtin(global_invocation_id) id: vec3<u32>) {
     let again = module("incdec again", src);
     gpu.dispatch(&again, "inc", &b, [2, 1, 1]).unwrap();
     assert_eq!(gpu.cached_pipelines(), 2);
-    // Dispatches run in submission order: 10 + 3 - 1 + 1.
-    assert_eq!(data.read_back::<u32>().unwrap(), vec![13u32; 100]);
+    // Comments (the tensors' names in generated kernels) don't make another kernel.
+    let commented = module(
+        "incdec commented",
+        &format!(
+            "// Kernel built for tensor `l3.ffn`\n{}",
+            src.replace("1u; }", "1u; } // one")
+        ),
+    );
+    gpu.dispatch(&commented, "inc", &b, [2, 1, 1]).unwrap();
+    assert_eq!(gpu.cached_pipelines(), 2);
+    // Other code does, and so does a block comment, inside which `//` is no comment.
+    let other = module("inc by two", &src.replace("+ 1u", "+ 2u"));
+    gpu.dispatch(&other, "inc", &b, [2, 1, 1]).unwrap();
+    assert_eq!(gpu.cached_pipelines(), 3);
+    let block = module("incdec block", &format!("/* a // b */\n{src}"));
+    gpu.dispatch(&block, "dec", &b, [2, 1, 1]).unwrap();
+    assert_eq!(gpu.cached_pipelines(), 4);
+    // Dispatches run in submission order: 10 + 3 - 1 + 1 + 1 + 2 - 1.
+    assert_eq!(data.read_back::<u32>().unwrap(), vec![15u32; 100]);
 }
 
 #[test]

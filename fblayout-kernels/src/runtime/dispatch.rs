@@ -10,7 +10,6 @@
 //! dimension; [`Gpu::dispatch_linear`] folds longer work into a 2-D grid (see [`linear_grid`] for
 //! the index its entry points compute).
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::PoisonError;
 
@@ -55,7 +54,8 @@ impl<'a> Binding<'a> {
 /// Compiled shader modules and pipelines, keyed by WGSL source and entry point.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    modules: HashMap<String, CachedModule>,
+    /// By the hash of a module's code: the modules of that hash, each with its code.
+    modules: HashMap<u64, Vec<(String, CachedModule)>>,
 }
 
 struct CachedModule {
@@ -65,7 +65,11 @@ struct CachedModule {
 
 impl PipelineCache {
     pub(crate) fn pipeline_count(&self) -> usize {
-        self.modules.values().map(|m| m.pipelines.len()).sum()
+        self.modules
+            .values()
+            .flatten()
+            .map(|(_, m)| m.pipelines.len())
+            .sum()
     }
 }
 
@@ -208,18 +212,13 @@ impl Gpu {
             .pipelines
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let source = module.source();
-        if let Some(pipeline) = cache
-            .modules
-            .get(source)
-            .and_then(|m| m.pipelines.get(entry))
-        {
-            return Ok(pipeline.clone());
-        }
-        let device = self.device();
-        let cached = match cache.modules.entry(source.to_string()) {
-            Entry::Occupied(occupied) => occupied.into_mut(),
-            Entry::Vacant(vacant) => {
+        // Modules that differ only in their comments share a shader and its pipelines.
+        let (code, source) = (module.code(), module.source());
+        let same = cache.modules.entry(module.code_hash()).or_default();
+        let at = match same.iter().position(|(c, _)| c == code) {
+            Some(at) => at,
+            None => {
+                let device = self.device();
                 let shader = scoped(
                     device,
                     || format!("the shader module `{}`", module.name()),
@@ -230,12 +229,21 @@ impl Gpu {
                         })
                     },
                 )?;
-                vacant.insert(CachedModule {
-                    shader,
-                    pipelines: HashMap::new(),
-                })
+                same.push((
+                    code.to_owned(),
+                    CachedModule {
+                        shader,
+                        pipelines: HashMap::new(),
+                    },
+                ));
+                same.len() - 1
             }
         };
+        let cached = &mut same[at].1;
+        if let Some(pipeline) = cached.pipelines.get(entry) {
+            return Ok(pipeline.clone());
+        }
+        let device = self.device();
         let pipeline = scoped(
             device,
             || format!("the compute pipeline for `{entry}` in `{}`", module.name()),

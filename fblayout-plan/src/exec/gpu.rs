@@ -489,9 +489,16 @@ impl<'g> GpuStep<'g> {
             let mut batch = self.gpu.batch();
             let mut spans = Vec::with_capacity(self.kernels.len());
             for i in 0..self.kernels.len() {
+                let failed = |source| ExecError::op(i, self.graph.nodes()[i].op.name(), source);
+                if let Some(scaling) = &self.scaling
+                    && self.first_adamw == Some(i)
+                {
+                    // The same every step, so outside the first AdamW node's span.
+                    let gate = scaling.gate().map_err(failed)?;
+                    self.record_sum_squares(&mut batch, &gate).map_err(failed)?;
+                }
                 let start = batch.len();
-                self.record(&mut batch, i, ids, adam_step)
-                    .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
+                self.record(&mut batch, i, ids, adam_step).map_err(failed)?;
                 spans.push(start..batch.len());
             }
             let recording = batch
@@ -606,7 +613,8 @@ impl<'g> GpuStep<'g> {
     }
 
     /// Records the sum of squares of every parameter's gradient into the gate (the first
-    /// overwrites it, the others add), before any AdamW step reads it.
+    /// overwrites it, the others add), before any AdamW step reads it: recorded once, before
+    /// the first AdamW node, and not again (its work is the same every step).
     fn record_sum_squares(&self, batch: &mut Batch<'_>, gate: &GpuArg<'_>) -> Result<(), OpError> {
         let mut first = true;
         for node in &self.kernels {
@@ -741,9 +749,6 @@ impl<'g> GpuStep<'g> {
                     None => k.step(batch, &t, &self.adamw, adam_step, 1.0),
                     Some(scaling) => {
                         let gate = scaling.gate()?;
-                        if self.first_adamw == Some(i) {
-                            self.record_sum_squares(batch, &gate)?;
-                        }
                         let unscale = 1.0 / scaling.scaler.scale();
                         k.step_gated(batch, &t, &self.adamw, adam_step, unscale, &gate)
                     }

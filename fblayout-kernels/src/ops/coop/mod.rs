@@ -608,12 +608,13 @@ impl CoopMatmulOp {
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<CoopConfig, OpError> {
-        self.tune_among(gpu, &self.candidates, a, b, c)
+        let e = self.extents(gpu, a, b, c)?;
+        self.tune_among(gpu, &self.candidates_for(&e), a, b, c)
     }
 
-    /// Like [`tune`](Self::tune), measuring only the candidates among `configs` (a shorter
-    /// search, where measuring all of them would take too long); a problem tuned before keeps
-    /// its choice.
+    /// Like [`tune`](Self::tune), measuring only those of `configs` that are candidates of the
+    /// problem (a shorter search, where measuring all of them would take too long); a problem
+    /// tuned before keeps its choice.
     pub fn tune_among(
         &self,
         gpu: &Gpu,
@@ -638,10 +639,11 @@ impl CoopMatmulOp {
                 return Ok(c);
             }
         }
+        let candidates = self.candidates_for(&e);
         let among: Vec<CoopConfig> = configs
             .iter()
             .copied()
-            .filter(|c| self.candidates.contains(c))
+            .filter(|c| candidates.contains(c))
             .collect();
         let (best, _) = self.measure_configs(gpu, &among, a, b, c, 4)?;
         let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);

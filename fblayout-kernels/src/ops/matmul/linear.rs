@@ -130,15 +130,22 @@ impl Gemm {
         };
         let scratch = GpuBuffer::scratch::<u8>(gpu, c.buffer().len_bytes() as usize)?;
         let c = GpuArg::bound(&scratch, c.view(), c.bound_view().clone())?;
-        let shortlist: Vec<CoopConfig> = coop
-            .candidates()
+        let candidates = coop.candidates_for(&coop.extents(gpu, a, b, &c)?);
+        // A product that splits k has a short list of its own; others are cut to the shapes
+        // and k-steps that won before.
+        let shortlist: Vec<CoopConfig> = candidates
             .iter()
             .copied()
-            .filter(|k| TUNE_SHORTLIST.contains(&(k.block_m, k.block_n, k.frags_m, k.frags_n)))
-            .filter(|k| k.stages == 1 && k.acc == coop.accumulator())
+            .filter(|k| {
+                k.split_k > 1
+                    || (TUNE_SHORTLIST.contains(&(k.block_m, k.block_n, k.frags_m, k.frags_n))
+                        && TUNE_K_STEPS.contains(&k.k_step)
+                        && k.stages == 1
+                        && k.acc == coop.accumulator())
+            })
             .collect();
         let among = if shortlist.is_empty() {
-            coop.candidates()
+            &candidates
         } else {
             &shortlist
         };
@@ -148,8 +155,9 @@ impl Gemm {
 }
 
 /// The tile shapes (block and fragments per subgroup) [`LinearOp::tune`] measures, single-staged
-/// with the device's accumulator: the ones that won some product of a transformer layer on the
-/// H200 (see BENCHMARKS.md), a short search where the whole space takes minutes a layer.
+/// with the device's accumulator and the k-steps of [`TUNE_K_STEPS`]: the ones that won some
+/// product of a transformer layer on the H200 (see BENCHMARKS.md), a short search where the
+/// whole space takes minutes a model.
 const TUNE_SHORTLIST: [(u32, u32, u32, u32); 6] = [
     (64, 64, 2, 2),
     (128, 128, 2, 4),
@@ -158,6 +166,9 @@ const TUNE_SHORTLIST: [(u32, u32, u32, u32); 6] = [
     (256, 128, 4, 4),
     (128, 256, 4, 4),
 ];
+
+/// The k-steps [`LinearOp::tune`] measures.
+const TUNE_K_STEPS: [u32; 2] = [32, 64];
 
 /// The forward and backward GEMMs of a linear layer (see the module docs).
 #[derive(Debug, Clone)]
