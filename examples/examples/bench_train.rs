@@ -89,6 +89,10 @@ struct Args {
     /// The precision of the steps.
     #[arg(long, value_enum, default_value_t = Precisions::F32)]
     precision: Precisions,
+    /// Also list the operations that took the most GPU time in one step, this many per
+    /// strategy.
+    #[arg(long, default_value_t = 0)]
+    sections: usize,
 }
 
 fn main() -> ExitCode {
@@ -109,12 +113,15 @@ struct Row {
     conversions: usize,
     peak: u64,
     step_ms: f64,
-    /// The host's median milliseconds of a step before its submission.
-    host_ms: f64,
+    /// The host's median milliseconds of a step before its submission: in all, writing the
+    /// inputs, recording, encoding and submitting.
+    host_ms: [f64; 4],
     first_loss: f32,
     /// GPU milliseconds of one step by kind of operation (from timestamps where the adapter
     /// has them).
     by_kind: Vec<(&'static str, f64)>,
+    /// GPU milliseconds of one step by operation (section), largest first.
+    by_section: Vec<(String, f64)>,
 }
 
 fn run(args: &Args) -> Res<()> {
@@ -176,6 +183,16 @@ fn run(args: &Args) -> Res<()> {
             }
             check_losses(&rows, precision)?;
             print_rows(&rows);
+            for r in rows.iter().filter(|_| args.sections > 0) {
+                println!(
+                    "\nThe {} costliest operations of one step, {}:\n",
+                    args.sections, r.label
+                );
+                println!("| operation | GPU ms |\n|---|---:|");
+                for (name, ms) in r.by_section.iter().take(args.sections) {
+                    println!("| {name} | {ms:.3} |");
+                }
+            }
             medians.push((precision, rows));
         }
         if let [(_, f32_rows), (_, mixed_rows)] = &medians[..] {
@@ -245,7 +262,8 @@ fn measure(
         let t = Instant::now();
         step.step(inputs).map_err(err)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
-        host.push(step.host_time().as_secs_f64() * 1e3);
+        let h = step.host_time();
+        host.push([h.total(), h.inputs, h.recording, h.submission].map(|d| d.as_secs_f64() * 1e3));
     }
     let (_, timings) = step.step_timed(inputs).map_err(err)?;
     Ok(Row {
@@ -254,9 +272,10 @@ fn measure(
         conversions: p.conversions().len(),
         peak: memory.peak_bytes(),
         step_ms: median(times),
-        host_ms: median(host),
+        host_ms: std::array::from_fn(|k| median(host.iter().map(|h| h[k]).collect())),
         first_loss,
         by_kind: by_kind(&timings),
+        by_section: by_section(&timings),
     })
 }
 
@@ -290,6 +309,20 @@ fn by_kind(timings: &[fblayout_plan::exec::Timing]) -> Vec<(&'static str, f64)> 
     sums
 }
 
+/// GPU milliseconds by section (one operation of the graph), largest first.
+fn by_section(timings: &[fblayout_plan::exec::Timing]) -> Vec<(String, f64)> {
+    let mut sums: Vec<(String, f64)> = Vec::new();
+    for t in timings {
+        let name = t.section.as_deref().unwrap_or(&t.label);
+        match sums.iter_mut().find(|(n, _)| n == name) {
+            Some((_, ms)) => *ms += t.nanos / 1e6,
+            None => sums.push((name.to_owned(), t.nanos / 1e6)),
+        }
+    }
+    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+    sums
+}
+
 /// Every strategy computes the same first step in other layouts: their losses must agree (to
 /// within f16's rounding in mixed precision, where other layouts round other sums).
 fn check_losses(rows: &[Row], precision: Precision) -> Res<()> {
@@ -317,18 +350,21 @@ fn check_losses(rows: &[Row], precision: Precision) -> Res<()> {
 fn print_rows(rows: &[Row]) {
     let (a, b) = (rows[0].step_ms, rows[1].step_ms);
     println!(
-        "| strategy | step ms (median) | (a) / this | (b) / this | host ms | kernels ms | peak MiB | peak vs (a) | conversions | predicted ms |"
+        "| strategy | step ms (median) | (a) / this | (b) / this | host ms (inputs / record / submit) | kernels ms | peak MiB | peak vs (a) | conversions | predicted ms |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     for r in rows {
         println!(
-            "| {} | {:.2} | {:.2}× | {:.2}× | {:.2} | {:.2} | {:.0} | {:.2}× | {} | {:.2} |",
+            "| {} | {:.2} | {:.2}× | {:.2}× | {:.2} ({:.2} / {:.2} / {:.2}) | {:.2} | {:.0} | {:.2}× | {} | {:.2} |",
             r.label,
             r.step_ms,
             a / r.step_ms,
             b / r.step_ms,
-            r.host_ms,
+            r.host_ms[0],
+            r.host_ms[1],
+            r.host_ms[2],
+            r.host_ms[3],
             r.by_kind.iter().map(|(_, ms)| ms).sum::<f64>(),
             mib(r.peak),
             r.peak as f64 / rows[0].peak as f64,

@@ -6,9 +6,10 @@ mod support;
 
 use fblayout_core::layout::ElemType;
 use fblayout_kernels::cpu::Real;
-use fblayout_kernels::ops::adamw::{adamw_step_cpu, sum_squares_cpu};
+use fblayout_kernels::ops::adamw::{STEP_SCALARS, adamw_step_cpu, sum_squares_cpu};
 use fblayout_kernels::ops::{AdamW, AdamWOp, AdamWTensors, OpError, SumSquaresOp};
-use fblayout_kernels::runtime::Gpu;
+use fblayout_kernels::runtime::{Gpu, GpuBuffer};
+use fblayout_kernels::tensor::GpuArg;
 use support::{
     Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, gpu_without_subgroups, tolerance, view_1d,
     view_2d,
@@ -375,6 +376,88 @@ fn a_gated_step_runs_on_a_finite_gate_and_keeps_everything_on_an_overflow() {
     let wide = view_1d("gate", "one", 2, ElemType::F32);
     assert!(matches!(
         AdamWOp::gated(gpu, &views, &wide),
+        Err(OpError::Shape { .. })
+    ));
+}
+
+#[test]
+fn steps_reading_their_values_on_the_device_match_the_host_steps() {
+    // One recording of three steps, each reading its step number's corrections and the scale
+    // from the scalars buffer, written between submissions: the same as three host steps.
+    let gpu = gpu();
+    let mut rng = Rng::new(10);
+    for layouts in [
+        [Layout2::RowMajor; 4],
+        [Layout2::RTile(4); 4],
+        [Layout2::ColMajor; 4],
+    ] {
+        let t = tensors(&mut rng, layouts, 13, 36, ElemType::F32);
+        let want = cpu_steps::<f32>(&t, 3, 0.5);
+        let views = AdamWTensors {
+            param: &t[0].view,
+            grad: &t[1].view,
+            m: &t[2].view,
+            v: &t[3].view,
+        };
+        let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
+        let op = AdamWOp::on_device(gpu, &views, &scalars, None).unwrap();
+        let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
+        let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
+        let a = AdamWTensors {
+            param: &args[0],
+            grad: &args[1],
+            m: &args[2],
+            v: &args[3],
+        };
+        let sb = GpuBuffer::scratch::<f32>(gpu, STEP_SCALARS as usize).unwrap();
+        let sa = GpuArg::new(&sb, &scalars, &[]).unwrap();
+        let mut batch = gpu.batch();
+        op.step_on_device(&mut batch, &a, &HYPER, &sa, None)
+            .unwrap();
+        // The entry points of the other kernels refuse it, naming the right one.
+        let err = op.step(&mut batch, &a, &HYPER, 1, 0.5).unwrap_err();
+        assert!(err.to_string().contains("step_on_device"), "{err}");
+        assert!(
+            op.step_on_device(&mut batch, &a, &HYPER, &sa, Some(&sa))
+                .is_err()
+        );
+        let mut recording = batch.finish().unwrap();
+        for step in 1..=3 {
+            sb.write(&HYPER.step_scalars(step, 0.5).unwrap()).unwrap();
+            recording.submit().unwrap();
+        }
+        let got = [
+            t[0].download(&bufs[0]),
+            t[2].download(&bufs[2]),
+            t[3].download(&bufs[3]),
+        ];
+        for (k, name) in ["param", "m", "v"].iter().enumerate() {
+            assert_close(
+                &format!("{layouts:?}: {name}"),
+                &got[k],
+                &want[k],
+                tolerance(ElemType::F32, 16),
+            );
+        }
+    }
+    let v = view_2d("p", Layout2::RowMajor, 4, 4, ElemType::F32).0;
+    let views = AdamWTensors {
+        param: &v,
+        grad: &v,
+        m: &v,
+        v: &v,
+    };
+    for bad in [
+        view_1d("scalars", "values", 3, ElemType::F32),
+        view_1d("scalars", "values", STEP_SCALARS, ElemType::F16),
+    ] {
+        assert!(matches!(
+            AdamWOp::on_device(gpu, &views, &bad, None),
+            Err(OpError::Shape { .. })
+        ));
+    }
+    assert!(matches!(
+        HYPER.step_scalars(0, 1.0),
         Err(OpError::Shape { .. })
     ));
 }

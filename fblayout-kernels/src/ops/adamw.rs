@@ -105,73 +105,159 @@ pub struct AdamWTensors<T> {
 
 const STEP: &str = "adamw step";
 
-/// WGSL of the step, for both widths (see the elementwise kernels' helpers).
+/// WGSL of the step, for both widths (see the elementwise kernels' helpers); the gradient's
+/// scale and the bias corrections come from `fbl_adam_gs`, `fbl_adam_b1` and `fbl_adam_b2`.
 macro_rules! step_helpers {
     () => {
         "
 fn fbl_adam_m{S}(m: {T}, g: {T}) -> {T} {
-    return params.beta1 * m + (1.0 - params.beta1) * (g * params.grad_scale);
+    return params.beta1 * m + (1.0 - params.beta1) * (g * fbl_adam_gs{S}());
 }
 fn fbl_adam_v{S}(v: {T}, g: {T}) -> {T} {
-    let gs = g * params.grad_scale;
+    let gs = g * fbl_adam_gs{S}();
     return params.beta2 * v + (1.0 - params.beta2) * gs * gs;
 }
 fn fbl_adam_p{S}(p: {T}, m: {T}, v: {T}, g: {T}) -> {T} {
-    let m_hat = fbl_adam_m{S}(m, g) / params.bias1;
-    let v_root = sqrt(fbl_adam_v{S}(v, g)) / params.bias2_sqrt;
+    let m_hat = fbl_adam_m{S}(m, g) / fbl_adam_b1{S}();
+    let v_root = sqrt(fbl_adam_v{S}(v, g)) / fbl_adam_b2{S}();
     return p - params.lr * (m_hat / (v_root + params.eps) + params.weight_decay * p);
 }
 "
     };
 }
 
-const HELPERS: &str = step_helpers!();
+/// The per-step values from the parameter block.
+macro_rules! host_values {
+    () => {
+        "
+fn fbl_adam_gs{S}() -> f32 { return params.grad_scale; }
+fn fbl_adam_b1{S}() -> f32 { return params.bias1; }
+fn fbl_adam_b2{S}() -> f32 { return params.bias2_sqrt; }
+"
+    };
+}
 
-/// The gated step's helpers: whether the gate's value is infinite or NaN, read from its bits
-/// (all exponent bits set), which no fast-math assumption about floats can fold away.
-const GATED_HELPERS: &str = concat!(
-    step_helpers!(),
-    "
+/// The per-step values from the `scalars` operand, as [`AdamW::step_scalars`] lays them out.
+macro_rules! device_values {
+    () => {
+        "
+fn fbl_adam_gs{S}() -> f32 { return scalars_load(2u); }
+fn fbl_adam_b1{S}() -> f32 { return scalars_load(0u); }
+fn fbl_adam_b2{S}() -> f32 { return scalars_load(1u); }
+"
+    };
+}
+
+/// Whether the gate's value is infinite or NaN, read from its bits (all exponent bits set),
+/// which no fast-math assumption about floats can fold away.
+macro_rules! gate {
+    () => {
+        "
 fn fbl_adam_skip{S}() -> bool {
     return (bitcast<u32>(gate_load(0u)) & 0x7f800000u) == 0x7f800000u;
 }
 "
-);
+    };
+}
+
+/// The helpers of each kernel: by (gated, values on the device).
+const HELPERS: [[&str; 2]; 2] = [
+    [
+        concat!(step_helpers!(), host_values!()),
+        concat!(step_helpers!(), device_values!()),
+    ],
+    [
+        concat!(step_helpers!(), host_values!(), gate!()),
+        concat!(step_helpers!(), device_values!(), gate!()),
+    ],
+];
+
+/// How many values [`AdamW::step_scalars`] gives.
+pub const STEP_SCALARS: u32 = 4;
+
+impl AdamW {
+    /// What a step whose values are on the device ([`AdamWOp::on_device`]) reads from its
+    /// `scalars` operand for step `step` (from 1) with the gradient scaled by `grad_scale`:
+    /// `[1 − β1^t, √(1 − β2^t), grad_scale, 0]`.
+    pub fn step_scalars(&self, step: u32, grad_scale: f32) -> Result<[f32; 4], OpError> {
+        self.check(step)?;
+        let (bias1, bias2_sqrt) = self.corrections(step);
+        Ok([bias1 as f32, bias2_sqrt as f32, grad_scale, 0.0])
+    }
+}
 
 /// The AdamW step's kernel, built for the views of its tensors.
 #[derive(Debug, Clone)]
 pub struct AdamWOp {
     kernel: Elementwise,
     gated: bool,
+    on_device: bool,
+}
+
+/// Checks that `view` (operand `role`) holds `n` f32 values, shape `[n]`.
+fn check_vector(role: &str, view: &View, n: u32) -> Result<(), OpError> {
+    let axes = view.axes();
+    if axes.len() != 1
+        || axes[0].extent.as_static() != Some(u64::from(n))
+        || view.layout().elem() != fblayout_core::layout::ElemType::F32
+    {
+        return Err(OpError::shape(
+            STEP,
+            format!("the {role} `{}` must be f32 of shape [{n}]", view.name()),
+        ));
+    }
+    Ok(())
 }
 
 impl AdamWOp {
     /// The kernel for tensors read through `views` (all of one shape, any layouts).
     pub fn new(gpu: &Gpu, views: &AdamWTensors<&View>) -> Result<Self, OpError> {
-        Self::build(gpu, views, None)
+        Self::build(gpu, views, None, None)
     }
 
     /// The kernel of a step that does nothing — parameters and moments keep their values —
-    /// where the one value of `gate` (shape `[1]`) is infinite or NaN: the sum of squares of
-    /// every gradient of a mixed-precision step ([`SumSquaresOp`]), which overflows when a
+    /// where the one value of `gate` (f32, shape `[1]`) is infinite or NaN: the sum of squares
+    /// of every gradient of a mixed-precision step ([`SumSquaresOp`]), which overflows when a
     /// scaled `f16` gradient did, so that such a step is skipped on the device without the host
     /// reading anything first. Run it with [`step_gated`](Self::step_gated).
     pub fn gated(gpu: &Gpu, views: &AdamWTensors<&View>, gate: &View) -> Result<Self, OpError> {
-        if gate.axes().len() != 1 || gate.axes()[0].extent.as_static() != Some(1) {
-            return Err(OpError::shape(
-                STEP,
-                format!("the gate `{}` must have shape [1]", gate.name()),
-            ));
-        }
-        Self::build(gpu, views, Some(gate))
+        check_vector("gate", gate, 1)?;
+        Self::build(gpu, views, Some(gate), None)
     }
 
-    fn build(gpu: &Gpu, views: &AdamWTensors<&View>, gate: Option<&View>) -> Result<Self, OpError> {
+    /// The kernel of a step that reads its per-step values — the bias corrections of its
+    /// number and the gradient's scale — from `scalars` (f32, shape [[`STEP_SCALARS`]], written
+    /// with [`AdamW::step_scalars`]) on the device, gated by `gate` where given (see
+    /// [`gated`](Self::gated)). Work recorded once then runs any step: only the scalars are
+    /// written. Run it with [`step_on_device`](Self::step_on_device).
+    pub fn on_device(
+        gpu: &Gpu,
+        views: &AdamWTensors<&View>,
+        scalars: &View,
+        gate: Option<&View>,
+    ) -> Result<Self, OpError> {
+        check_vector("scalars", scalars, STEP_SCALARS)?;
+        if let Some(gate) = gate {
+            check_vector("gate", gate, 1)?;
+        }
+        Self::build(gpu, views, gate, Some(scalars))
+    }
+
+    fn build(
+        gpu: &Gpu,
+        views: &AdamWTensors<&View>,
+        gate: Option<&View>,
+        scalars: Option<&View>,
+    ) -> Result<Self, OpError> {
         let AdamWTensors { param, grad, m, v } = *views;
         let kept = |expr: &str, old: &str| match gate {
             Some(_) => format!("select({expr}, {old}, fbl_adam_skip{{S}}())"),
             None => expr.to_owned(),
         };
+        let mut names = vec!["lr", "beta1", "beta2", "eps", "weight_decay"];
+        if scalars.is_none() {
+            names.extend(["grad_scale", "bias1", "bias2_sqrt"]);
+        }
         let kernel = Elementwise::new(
             gpu,
             Spec {
@@ -186,30 +272,19 @@ impl AdamWOp {
                         kept("fbl_adam_p{S}(param, m, v, grad)", "param"),
                     ),
                 ],
-                scalars: [
-                    "lr",
-                    "beta1",
-                    "beta2",
-                    "eps",
-                    "weight_decay",
-                    "grad_scale",
-                    "bias1",
-                    "bias2_sqrt",
-                ]
-                .into_iter()
-                .map(|n| (n, Scalar::F32))
-                .collect(),
-                helpers: if gate.is_some() {
-                    GATED_HELPERS
-                } else {
-                    HELPERS
-                },
-                unwalked: gate.map(|g| ("gate", g)).into_iter().collect(),
+                scalars: names.into_iter().map(|n| (n, Scalar::F32)).collect(),
+                helpers: HELPERS[usize::from(gate.is_some())][usize::from(scalars.is_some())],
+                unwalked: gate
+                    .map(|g| ("gate", g))
+                    .into_iter()
+                    .chain(scalars.map(|s| ("scalars", s)))
+                    .collect(),
             },
         )?;
         Ok(Self {
             kernel,
             gated: gate.is_some(),
+            on_device: scalars.is_some(),
         })
     }
 
@@ -232,13 +307,8 @@ impl AdamWOp {
         step: u32,
         grad_scale: f32,
     ) -> Result<(), OpError> {
-        if self.gated {
-            return Err(OpError::shape(
-                STEP,
-                "the kernel was built with a gate: record it with step_gated",
-            ));
-        }
-        self.record(batch, t, hyper, step, grad_scale, None)
+        self.expect(false, false, "step")?;
+        self.record(batch, t, hyper, Some((step, grad_scale)), None, None)
     }
 
     /// Records step `step` of a [gated](Self::gated) kernel, skipped on the device where
@@ -252,13 +322,43 @@ impl AdamWOp {
         grad_scale: f32,
         gate: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        if !self.gated {
-            return Err(OpError::shape(
-                STEP,
-                "the kernel was built without a gate: record it with step",
-            ));
+        self.expect(true, false, "step_gated")?;
+        self.record(batch, t, hyper, Some((step, grad_scale)), Some(gate), None)
+    }
+
+    /// Records a step of an [`on_device`](Self::on_device) kernel: whichever step `scalars`
+    /// holds when it runs, gated by `gate` where the kernel was built with one.
+    pub fn step_on_device(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &AdamWTensors<&GpuArg<'_>>,
+        hyper: &AdamW,
+        scalars: &GpuArg<'_>,
+        gate: Option<&GpuArg<'_>>,
+    ) -> Result<(), OpError> {
+        self.expect(gate.is_some(), true, "step_on_device")?;
+        self.record(batch, t, hyper, None, gate, Some(scalars))
+    }
+
+    /// Checks that the kernel was built for the entry point `entry` with or without a gate.
+    fn expect(&self, gated: bool, on_device: bool, entry: &str) -> Result<(), OpError> {
+        if (self.gated, self.on_device) == (gated, on_device) {
+            return Ok(());
         }
-        self.record(batch, t, hyper, step, grad_scale, Some(gate))
+        let built = match (self.gated, self.on_device) {
+            (false, false) => "AdamWOp::new (record it with step)",
+            (true, false) => "AdamWOp::gated (record it with step_gated)",
+            (true, true) => {
+                "AdamWOp::on_device with a gate (record it with step_on_device and the gate)"
+            }
+            (false, true) => {
+                "AdamWOp::on_device without a gate (record it with step_on_device and no gate)"
+            }
+        };
+        Err(OpError::shape(
+            STEP,
+            format!("{entry} does not fit the kernel: it was built by {built}"),
+        ))
     }
 
     fn record(
@@ -266,30 +366,30 @@ impl AdamWOp {
         batch: &mut Batch<'_>,
         t: &AdamWTensors<&GpuArg<'_>>,
         hyper: &AdamW,
-        step: u32,
-        grad_scale: f32,
+        host: Option<(u32, f32)>,
         gate: Option<&GpuArg<'_>>,
+        scalars: Option<&GpuArg<'_>>,
     ) -> Result<(), OpError> {
-        hyper.check(step)?;
-        let (bias1, bias2_sqrt) = hyper.corrections(step);
         let f = ParamValue::F32;
+        let mut values = vec![
+            ("lr", f(hyper.lr)),
+            ("beta1", f(hyper.beta1)),
+            ("beta2", f(hyper.beta2)),
+            ("eps", f(hyper.eps)),
+            ("weight_decay", f(hyper.weight_decay)),
+        ];
+        if let Some((step, grad_scale)) = host {
+            let [bias1, bias2_sqrt, grad_scale, _] = hyper.step_scalars(step, grad_scale)?;
+            values.extend([
+                ("grad_scale", f(grad_scale)),
+                ("bias1", f(bias1)),
+                ("bias2_sqrt", f(bias2_sqrt)),
+            ]);
+        }
         let mut args = vec![t.grad, t.param, t.m, t.v];
         args.extend(gate);
-        self.kernel.record(
-            batch,
-            STEP,
-            &args,
-            &[
-                ("lr", f(hyper.lr)),
-                ("beta1", f(hyper.beta1)),
-                ("beta2", f(hyper.beta2)),
-                ("eps", f(hyper.eps)),
-                ("weight_decay", f(hyper.weight_decay)),
-                ("grad_scale", f(grad_scale)),
-                ("bias1", f(bias1 as f32)),
-                ("bias2_sqrt", f(bias2_sqrt as f32)),
-            ],
-        )
+        args.extend(scalars);
+        self.kernel.record(batch, STEP, &args, &values)
     }
 }
 

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
+use fblayout_kernels::ops::adamw::STEP_SCALARS;
 use fblayout_kernels::ops::matmul::linear::Output;
 use fblayout_kernels::ops::{
     ActivationOp, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp, AttentionViews, BiasOp,
@@ -64,17 +65,28 @@ struct Scaling {
     applied: f32,
 }
 
+/// A device vector of `n` f32 values named `name`, and its view.
+fn device_vector(gpu: &Gpu, name: &str, n: u32) -> Result<(GpuBuffer, View), ExecError> {
+    let view = LayoutSpec::new(name)
+        .axis("values", n)
+        .build()
+        .map_err(|source| ExecError::Layout {
+            tensor: name.to_owned(),
+            choice: LayoutChoice::RowMajor,
+            source,
+        })?
+        .view();
+    let buffer = GpuBuffer::scratch::<f32>(gpu, n as usize)
+        .map_err(|e| ExecError::gpu("allocating a step's device values", e))?;
+    Ok((buffer, view))
+}
+
 impl Scaling {
     fn new(gpu: &Gpu) -> Result<Self, ExecError> {
-        let gate_view = LayoutSpec::new("grad_sum_squares")
-            .axis("one", 1)
-            .build()
-            .map_err(|e| ExecError::LossScaling(e.to_string()))?
-            .view();
+        let (gate, gate_view) = device_vector(gpu, "grad_sum_squares", 1)?;
         Ok(Self {
             scaler: LossScaler::new(LossScaling::default()).map_err(ExecError::LossScaling)?,
-            gate: GpuBuffer::scratch::<f32>(gpu, 1)
-                .map_err(|e| ExecError::gpu("allocating the loss scale's gate", e))?,
+            gate,
             gate_view,
             skipped: false,
             applied: 1.0,
@@ -92,6 +104,25 @@ struct NodeKernel {
     writes: Vec<Arg>,
     /// The section its dispatches are timed under.
     section: String,
+}
+
+/// The host's part of a step, before the GPU has all of it: the GPU idles meanwhile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostTime {
+    /// Writing the inputs (and the token ids' index).
+    pub inputs: Duration,
+    /// Recording: the first step records everything, later ones only what changes per step,
+    /// then AdamW's step values are written.
+    pub recording: Duration,
+    /// Encoding the recorded step's commands and submitting them.
+    pub submission: Duration,
+}
+
+impl HostTime {
+    /// The three together.
+    pub fn total(&self) -> Duration {
+        self.inputs + self.recording + self.submission
+    }
 }
 
 /// A training step of a graph on the GPU (see the [module docs](super)).
@@ -122,11 +153,14 @@ pub struct GpuStep<'g> {
     /// every later step.
     recorded: Option<Recorded<'g>>,
     /// The host's time of the last step up to its submission.
-    host: Duration,
+    host: HostTime,
     /// The token ids of every input an embedding reads (by tensor), refilled each step.
     token_ids: Vec<Option<TokenIds>>,
     /// Loss scaling, where the graph has `f16` gradients.
     scaling: Option<Scaling>,
+    /// What every AdamW step reads of its step ([`AdamWConfig::step_scalars`]), written before
+    /// each submission: the recorded steps never change.
+    step_scalars: (GpuBuffer, View),
     /// The first AdamW node, which also records every gradient's sum of squares.
     first_adamw: Option<usize>,
 }
@@ -248,6 +282,7 @@ impl<'g> GpuStep<'g> {
             .iter()
             .any(|t| t.elem == ElemType::F16 && matches!(t.role, Role::Grad { .. }));
         let scaling = half_grads.then(|| Scaling::new(gpu)).transpose()?;
+        let step_scalars = device_vector(gpu, "adamw_step_scalars", STEP_SCALARS)?;
         let mut kernels = Vec::with_capacity(graph.nodes().len());
         let mut states = Vec::new();
         for (i, (node, (reads, writes))) in graph.nodes().iter().zip(ops).enumerate() {
@@ -260,6 +295,7 @@ impl<'g> GpuStep<'g> {
                 &writes,
                 &mut states,
                 &kernels,
+                &step_scalars.1,
                 scaling.as_ref().map(|s| &s.gate_view),
             )
             .map_err(|source| ExecError::op(i, node.op.name(), source))?;
@@ -301,9 +337,10 @@ impl<'g> GpuStep<'g> {
             steps: 0,
             scratch: Vec::new(),
             recorded: None,
-            host: Duration::ZERO,
+            host: HostTime::default(),
             token_ids: Vec::new(),
             scaling,
+            step_scalars,
             first_adamw: graph.nodes().iter().position(|n| n.op == Op::AdamW),
         };
         for t in graph.ids() {
@@ -459,9 +496,8 @@ impl<'g> GpuStep<'g> {
     }
 
     /// How long the host took in the last untimed [`step`](Self::step) before the GPU had all
-    /// of it: writing the inputs, recording (the first step records everything, later ones
-    /// only what [changes per step](Self::changes_per_step)) and submitting.
-    pub fn host_time(&self) -> Duration {
+    /// of it (see [`HostTime`]).
+    pub fn host_time(&self) -> HostTime {
         self.host
     }
 
@@ -479,10 +515,11 @@ impl<'g> GpuStep<'g> {
     fn run(&mut self, inputs: &StepInputs, timed: bool) -> Result<(f32, Vec<Timing>), ExecError> {
         let start = Instant::now();
         self.load(inputs)?;
+        let loaded = start.elapsed();
         let ids = &self.token_ids;
         let adam_step = self.steps + 1;
         let mut recorded = match self.recorded.take() {
-            Some(recorded) => self.rerecord(recorded, ids, adam_step)?,
+            Some(recorded) => self.rerecord(recorded, ids)?,
             None => None,
         };
         if recorded.is_none() {
@@ -498,7 +535,7 @@ impl<'g> GpuStep<'g> {
                     self.record_sum_squares(&mut batch, &gate).map_err(failed)?;
                 }
                 let start = batch.len();
-                self.record(&mut batch, i, ids, adam_step).map_err(failed)?;
+                self.record(&mut batch, i, ids).map_err(failed)?;
                 spans.push(start..batch.len());
             }
             let recording = batch
@@ -506,6 +543,19 @@ impl<'g> GpuStep<'g> {
                 .map_err(|e| ExecError::gpu("recording the step", e))?;
             recorded = Some((recording, spans));
         }
+        let unscale = self
+            .scaling
+            .as_ref()
+            .map_or(1.0, |s| 1.0 / s.scaler.scale());
+        let scalars = self
+            .adamw
+            .step_scalars(adam_step, unscale)
+            .map_err(|source| ExecError::op(self.first_adamw.unwrap_or(0), "adamw", source))?;
+        self.step_scalars
+            .0
+            .write(&scalars)
+            .map_err(|e| ExecError::gpu("writing AdamW's step", e))?;
+        let recorded_at = start.elapsed();
         let (recording, _) = recorded.as_mut().expect("recorded above");
         let timings = if timed {
             recording.submit_timed()
@@ -514,7 +564,11 @@ impl<'g> GpuStep<'g> {
         }
         .map_err(|e| ExecError::gpu("submitting the step", e))?;
         if !timed {
-            self.host = start.elapsed();
+            self.host = HostTime {
+                inputs: loaded,
+                recording: recorded_at - loaded,
+                submission: start.elapsed() - recorded_at,
+            };
         }
         self.recorded = recorded;
         let mut loss = 0.0;
@@ -539,12 +593,12 @@ impl<'g> GpuStep<'g> {
         Ok((loss, timings))
     }
 
-    /// Whether node `i` records something that changes from step to step: the step number
-    /// (AdamW), the uploaded token ids (embeddings), the loss scale (AdamW and the loss's
-    /// gradient, where the loss is scaled).
+    /// Whether node `i` records something that changes from step to step: the uploaded token
+    /// ids (embeddings), the loss scale (the loss's gradient, where the loss is scaled). AdamW
+    /// reads its step's values from the device ([`step_scalars`](Self)), written each step.
     fn changes_per_step(&self, i: usize) -> bool {
         match self.graph.nodes()[i].op {
-            Op::AdamW | Op::Embedding | Op::EmbeddingGrad => true,
+            Op::Embedding | Op::EmbeddingGrad => true,
             Op::CrossEntropyGrad { .. } => self.scaling.is_some(),
             _ => false,
         }
@@ -557,14 +611,13 @@ impl<'g> GpuStep<'g> {
         &self,
         (mut recording, spans): Recorded<'g>,
         ids: &[Option<TokenIds>],
-        adam_step: u32,
     ) -> Result<Option<Recorded<'g>>, ExecError> {
         for (i, span) in spans.iter().enumerate() {
             if !self.changes_per_step(i) {
                 continue;
             }
             let mut batch = self.gpu.batch();
-            self.record(&mut batch, i, ids, adam_step)
+            self.record(&mut batch, i, ids)
                 .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
             if batch.len() != span.len() || recording.replace(span.start, batch).is_err() {
                 return Ok(None);
@@ -640,7 +693,6 @@ impl<'g> GpuStep<'g> {
         batch: &mut Batch<'_>,
         i: usize,
         ids: &[Option<TokenIds>],
-        adam_step: u32,
     ) -> Result<(), OpError> {
         let node = &self.kernels[i];
         batch.section(node.section.clone());
@@ -745,14 +797,10 @@ impl<'g> GpuStep<'g> {
                     m: &w[1],
                     v: &w[2],
                 };
-                match &self.scaling {
-                    None => k.step(batch, &t, &self.adamw, adam_step, 1.0),
-                    Some(scaling) => {
-                        let gate = scaling.gate()?;
-                        let unscale = 1.0 / scaling.scaler.scale();
-                        k.step_gated(batch, &t, &self.adamw, adam_step, unscale, &gate)
-                    }
-                }
+                let (buffer, view) = &self.step_scalars;
+                let scalars = GpuArg::new(buffer, view, &[])?;
+                let gate = self.scaling.as_ref().map(Scaling::gate).transpose()?;
+                k.step_on_device(batch, &t, &self.adamw, &scalars, gate.as_ref())
             }
             (Kernel::Copy(k), _) => k.forward(batch, &r[0], &w[0]),
         }
@@ -762,7 +810,7 @@ impl<'g> GpuStep<'g> {
 /// The kernel of `op` for operands `r` (reads) and `w` (writes); a cross-entropy's state is
 /// added to `states` by its forward and found there by its backward (the forward over the same
 /// labels, among the nodes `built` so far).
-#[allow(clippy::too_many_arguments)] // the node, its operands, what earlier nodes built, the gate
+#[allow(clippy::too_many_arguments)] // the node, its operands, what earlier nodes built, AdamW's inputs
 fn build(
     gpu: &Gpu,
     graph: &Graph,
@@ -772,6 +820,7 @@ fn build(
     w: &[Arg],
     states: &mut Vec<(usize, CrossEntropyState)>,
     built: &[NodeKernel],
+    step_scalars: &View,
     gate: Option<&View>,
 ) -> Result<Kernel, OpError> {
     Ok(match op {
@@ -883,13 +932,11 @@ fn build(
                 m: v(&w[1]),
                 v: v(&w[2]),
             };
-            match gate {
-                Some(gate) => Kernel::AdamW(
-                    Box::new(AdamWOp::gated(gpu, &views, gate)?),
-                    Some(Box::new(SumSquaresOp::new(gpu, v(&r[1]), gate)?)),
-                ),
-                None => Kernel::AdamW(Box::new(AdamWOp::new(gpu, &views)?), None),
-            }
+            let step = AdamWOp::on_device(gpu, &views, step_scalars, gate)?;
+            let sum = gate
+                .map(|gate| SumSquaresOp::new(gpu, v(&r[1]), gate))
+                .transpose()?;
+            Kernel::AdamW(Box::new(step), sum.map(Box::new))
         }
         Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
     })
