@@ -27,7 +27,7 @@ use fblayout_plan::graph::Sizes;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
-use fblayout_plan::select::{CostModel, Strategy, plan};
+use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
 use support::{Res, err, exit, median};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -131,12 +131,6 @@ fn run(args: &Args) -> Res<()> {
         "adapter: {} ({:?}, {:?}, driver {} {})",
         info.name, info.backend, info.device_type, info.driver, info.driver_info
     );
-    let model = if args.analytic {
-        CostModel::analytic()
-    } else {
-        CostModel::calibrated(&gpu, default_cache_dir().as_deref()).map_err(err)?
-    };
-    println!("cost model: {}", model.origin());
     let sizes = Sizes {
         batch: args.batch,
         seq: args.seq,
@@ -159,11 +153,23 @@ fn run(args: &Args) -> Res<()> {
         Precisions::Mixed => &[Precision::Mixed],
         Precisions::Both => &[Precision::F32, Precision::Mixed],
     };
+    // Calibrated once per precision, at the shape being planned.
+    let mut cost_models = Vec::new();
+    for &precision in precisions {
+        let model = if args.analytic {
+            CostModel::analytic()
+        } else {
+            let at = CalibrationShape::new(config, sizes, precision);
+            CostModel::calibrated_at(&gpu, default_cache_dir().as_deref(), at).map_err(err)?
+        };
+        println!("cost model ({precision:?}): {}", model.origin());
+        cost_models.push(model);
+    }
     for &m in models {
         let built = build(m, config).map_err(err)?;
         let inputs = StepInputs::random(config.vocab, sizes, 11);
         let mut medians = Vec::new();
-        for &precision in precisions {
+        for (&precision, model) in precisions.iter().zip(&cost_models) {
             let graph = precision.apply(&built).map_err(err)?;
             println!(
                 "\n### {m:?} in {precision:?}: {} layers, hidden {}, {} heads, FFN {}, vocabulary {}, batch {} × seq {}\n",
@@ -178,7 +184,7 @@ fn run(args: &Args) -> Res<()> {
             let mut rows = Vec::new();
             for (strategy, label) in STRATEGIES {
                 rows.push(measure(
-                    &gpu, &graph, sizes, &model, strategy, label, &inputs, args,
+                    &gpu, &graph, sizes, model, strategy, label, &inputs, args,
                 )?);
             }
             check_losses(&rows, precision)?;
@@ -290,6 +296,7 @@ fn kind(section: &str) -> &'static str {
         "cross_entropy" | "cross_entropy_grad" => "cross-entropy",
         "embedding" | "embedding_grad" => "embedding",
         "adamw" => "AdamW",
+        "loss_scaling" => "overflow checks",
         "convert" => "conversions",
         _ => "elementwise",
     }

@@ -1,4 +1,4 @@
-//! The AdamW step and the sum of squares: against their definitions, and the GPU against the
+//! The AdamW step, the sum of squares and the non-finite check: against their definitions, and the GPU against the
 //! CPU under every 2-D layout and element type, with the subgroup reductions and their
 //! workgroup-memory fallback.
 
@@ -7,7 +7,8 @@ mod support;
 use fblayout_core::layout::ElemType;
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::adamw::{STEP_SCALARS, adamw_step_cpu, sum_squares_cpu};
-use fblayout_kernels::ops::{AdamW, AdamWOp, AdamWTensors, OpError, SumSquaresOp};
+use fblayout_kernels::ops::finite::non_finite_cpu;
+use fblayout_kernels::ops::{AdamW, AdamWOp, AdamWTensors, NonFiniteOp, OpError, SumSquaresOp};
 use fblayout_kernels::runtime::{Gpu, GpuBuffer};
 use fblayout_kernels::tensor::GpuArg;
 use support::{
@@ -297,16 +298,16 @@ fn bad_steps_and_shapes_are_typed_errors() {
     assert!(matches!(err, OpError::Shape { .. }), "{err}");
 }
 
-/// One gated GPU step on the tensors with the gate holding `gate`; returns `(p, m, v)`.
-fn gated_step(gpu: &Gpu, t: &[Tensor; 4], gate: f64, scale: f32) -> [Vec<f64>; 3] {
+/// One gated GPU step on the tensors with the flag holding `gate`; returns `(p, m, v)`.
+fn gated_step(gpu: &Gpu, t: &[Tensor; 4], gate: u32, scale: f32) -> [Vec<f64>; 3] {
     let views = AdamWTensors {
         param: &t[0].view,
         grad: &t[1].view,
         m: &t[2].view,
         v: &t[3].view,
     };
-    let g = Tensor::new(view_1d("gate", "one", 1, ElemType::F32), vec![], vec![gate]);
-    let op = AdamWOp::gated(gpu, &views, &g.view).unwrap();
+    let gate_view = view_1d("gate", "one", 1, ElemType::U32);
+    let op = AdamWOp::gated(gpu, &views, &gate_view).unwrap();
     let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
     let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
     let a = AdamWTensors {
@@ -315,9 +316,10 @@ fn gated_step(gpu: &Gpu, t: &[Tensor; 4], gate: f64, scale: f32) -> [Vec<f64>; 3
         m: &args[2],
         v: &args[3],
     };
-    let gb = g.upload(gpu);
+    let gb = GpuBuffer::from_slice(gpu, &[gate]).unwrap();
     let mut batch = gpu.batch();
-    op.step_gated(&mut batch, &a, &HYPER, 1, scale, &g.gpu_arg(&gb))
+    let ga = GpuArg::new(&gb, &gate_view, &[]).unwrap();
+    op.step_gated(&mut batch, &a, &HYPER, 1, scale, &ga)
         .unwrap();
     // The ungated entry points refuse each other's kernels.
     assert!(op.step(&mut batch, &a, &HYPER, 1, scale).is_err());
@@ -330,7 +332,7 @@ fn gated_step(gpu: &Gpu, t: &[Tensor; 4], gate: f64, scale: f32) -> [Vec<f64>; 3
 }
 
 #[test]
-fn a_gated_step_runs_on_a_finite_gate_and_keeps_everything_on_an_overflow() {
+fn a_gated_step_runs_on_a_clear_flag_and_keeps_everything_where_it_is_set() {
     let gpu = gpu();
     let mut rng = Rng::new(9);
     for layouts in [
@@ -339,7 +341,7 @@ fn a_gated_step_runs_on_a_finite_gate_and_keeps_everything_on_an_overflow() {
         [Layout2::ColMajor; 4],
     ] {
         let t = tensors(&mut rng, layouts, 13, 36, ElemType::F32);
-        // A finite gate: the definition's step (the gate's value itself does not matter).
+        // A clear flag: the definition's step.
         let want = reference(
             &t[0].values,
             &t[1].values,
@@ -348,21 +350,21 @@ fn a_gated_step_runs_on_a_finite_gate_and_keeps_everything_on_an_overflow() {
             1,
             0.25,
         );
-        let got = gated_step(gpu, &t, 1.0e30, 0.25);
+        let got = gated_step(gpu, &t, 0, 0.25);
         for (k, name) in ["param", "m", "v"].iter().enumerate() {
             assert_close(
-                &format!("{layouts:?} finite gate: {name}"),
+                &format!("{layouts:?} clear flag: {name}"),
                 &got[k],
                 &want[k],
                 tolerance(ElemType::F32, 16),
             );
         }
-        // An infinite or NaN gate: nothing moves, bit for bit.
-        for gate in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+        // A set flag: nothing moves, bit for bit.
+        for gate in [1, 7] {
             let got = gated_step(gpu, &t, gate, 0.25);
             for (k, (name, i)) in [("param", 0), ("m", 2), ("v", 3)].into_iter().enumerate() {
                 let stored = t[i].read_host(&t[i].host::<f32>());
-                assert_eq!(got[k], stored, "{layouts:?} gate {gate}: {name} moved");
+                assert_eq!(got[k], stored, "{layouts:?} flag {gate}: {name} moved");
             }
         }
     }
@@ -373,9 +375,72 @@ fn a_gated_step_runs_on_a_finite_gate_and_keeps_everything_on_an_overflow() {
         m: &v,
         v: &v,
     };
-    let wide = view_1d("gate", "one", 2, ElemType::F32);
+    for bad in [
+        view_1d("gate", "one", 2, ElemType::U32),
+        view_1d("gate", "one", 1, ElemType::F32),
+    ] {
+        assert!(matches!(
+            AdamWOp::gated(gpu, &views, &bad),
+            Err(OpError::Shape { .. })
+        ));
+    }
+}
+
+/// The flag after checking `t` on the GPU, starting from `start`.
+fn check_on_gpu(gpu: &Gpu, t: &Tensor, start: u32) -> u32 {
+    let flag = view_1d("flag", "one", 1, ElemType::U32);
+    let op = NonFiniteOp::new(gpu, &t.view, &flag).unwrap();
+    let (tb, fb) = (t.upload(gpu), GpuBuffer::from_slice(gpu, &[start]).unwrap());
+    let mut batch = gpu.batch();
+    let fa = GpuArg::new(&fb, &flag, &[]).unwrap();
+    op.record(&mut batch, &t.gpu_arg(&tb), &fa).unwrap();
+    batch.submit().unwrap();
+    fb.read_back::<u32>().unwrap()[0]
+}
+
+#[test]
+fn the_non_finite_check_sets_its_flag_for_any_infinity_or_nan_and_only_then() {
+    let gpu = gpu();
+    let mut rng = Rng::new(12);
+    // Shapes of one chunk and of many; the bad element anywhere, including a partial last run.
+    for (rows, cols) in [(3, 5), (13, 36), (700, 129)] {
+        for layout in [Layout2::RowMajor, Layout2::ColMajor, Layout2::RTile(4)] {
+            for elem in gpu_elems() {
+                let (view, bind) = view_2d("g", layout, rows, cols, elem);
+                let clean = Tensor::random(&mut rng, view.clone(), bind.clone(), -3.0, 3.0);
+                assert!(!non_finite_cpu(&clean.arg(&clean.host::<f32>())));
+                assert_eq!(
+                    check_on_gpu(gpu, &clean, 0),
+                    0,
+                    "{rows}×{cols} {layout:?} {elem}"
+                );
+                // A flag already set stays set: it collects several tensors' checks.
+                assert_eq!(check_on_gpu(gpu, &clean, 1), 1);
+                for (at, bad) in [
+                    (0, f64::INFINITY),
+                    (rows as usize * cols as usize - 1, f64::NEG_INFINITY),
+                    (rows as usize * cols as usize / 2, f64::NAN),
+                ] {
+                    let mut values = clean.values.clone();
+                    values[at] = bad;
+                    let t = Tensor::new(view.clone(), bind.clone(), values);
+                    assert!(non_finite_cpu(&t.arg(&t.host::<f32>())));
+                    assert_eq!(
+                        check_on_gpu(gpu, &t, 0),
+                        1,
+                        "{rows}×{cols} {layout:?} {elem}: {bad} at {at}"
+                    );
+                }
+            }
+        }
+    }
+    // Huge finite values are no overflow (a sum of squares would say they were).
+    let (view, bind) = view_2d("g", Layout2::RowMajor, 4, 8, ElemType::F32);
+    let huge = Tensor::new(view, bind, vec![3.0e38; 32]);
+    assert_eq!(check_on_gpu(gpu, &huge, 0), 0);
+    let v = view_2d("g", Layout2::RowMajor, 4, 4, ElemType::F32).0;
     assert!(matches!(
-        AdamWOp::gated(gpu, &views, &wide),
+        NonFiniteOp::new(gpu, &v, &view_1d("flag", "one", 1, ElemType::F32)),
         Err(OpError::Shape { .. })
     ));
 }

@@ -16,10 +16,11 @@
 //! written through one read-write operand. The bias corrections are computed on the host, in
 //! `f64`, from `t`.
 //!
-//! A [gated](AdamWOp::gated) step reads one more value on the device, a gate, and keeps the
-//! parameters and moments as they are where it is infinite or NaN: with the gate the sum of
-//! squares of every gradient, a mixed-precision step whose scaled gradients overflowed is
-//! skipped without the host reading anything first (dynamic loss scaling).
+//! A [gated](AdamWOp::gated) step reads one more value on the device, a flag, and keeps the
+//! parameters and moments as they are where it is set: with the flag set by
+//! [`NonFiniteOp`](super::NonFiniteOp) over every gradient, a mixed-precision step whose scaled
+//! gradients overflowed is skipped without the host reading anything first (dynamic loss
+//! scaling).
 //!
 //! [`SumSquaresOp`] computes `Σ g²` over every element of a tensor in two passes: each workgroup
 //! sums a chunk with `fbl_wg_sum` into a partial, one workgroup adds the partials in a fixed
@@ -29,7 +30,7 @@
 use std::fmt::Write as _;
 
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::{View, unravel};
+use fblayout_core::layout::{ElemType, View, unravel};
 use rayon::prelude::*;
 
 use super::compiled::Compiled;
@@ -148,13 +149,12 @@ fn fbl_adam_b2{S}() -> f32 { return scalars_load(1u); }
     };
 }
 
-/// Whether the gate's value is infinite or NaN, read from its bits (all exponent bits set),
-/// which no fast-math assumption about floats can fold away.
+/// Whether the gate (a flag) is set.
 macro_rules! gate {
     () => {
         "
 fn fbl_adam_skip{S}() -> bool {
-    return (bitcast<u32>(gate_load(0u)) & 0x7f800000u) == 0x7f800000u;
+    return gate_load(0u) != 0u;
 }
 "
     };
@@ -194,16 +194,16 @@ pub struct AdamWOp {
     on_device: bool,
 }
 
-/// Checks that `view` (operand `role`) holds `n` f32 values, shape `[n]`.
-fn check_vector(role: &str, view: &View, n: u32) -> Result<(), OpError> {
+/// Checks that `view` (operand `role`) holds `n` values of `elem`, shape `[n]`.
+fn check_vector(role: &str, view: &View, n: u32, elem: ElemType) -> Result<(), OpError> {
     let axes = view.axes();
     if axes.len() != 1
         || axes[0].extent.as_static() != Some(u64::from(n))
-        || view.layout().elem() != fblayout_core::layout::ElemType::F32
+        || view.layout().elem() != elem
     {
         return Err(OpError::shape(
             STEP,
-            format!("the {role} `{}` must be f32 of shape [{n}]", view.name()),
+            format!("the {role} `{}` must be {elem} of shape [{n}]", view.name()),
         ));
     }
     Ok(())
@@ -216,12 +216,13 @@ impl AdamWOp {
     }
 
     /// The kernel of a step that does nothing — parameters and moments keep their values —
-    /// where the one value of `gate` (f32, shape `[1]`) is infinite or NaN: the sum of squares
-    /// of every gradient of a mixed-precision step ([`SumSquaresOp`]), which overflows when a
-    /// scaled `f16` gradient did, so that such a step is skipped on the device without the host
-    /// reading anything first. Run it with [`step_gated`](Self::step_gated).
+    /// where the flag `gate` (`u32`, shape `[1]`) is not 0: set by
+    /// [`NonFiniteOp`](super::NonFiniteOp) where a gradient of a mixed-precision step holds an
+    /// infinity or a NaN (its scaled `f16` values overflowed), so that such a step is skipped on
+    /// the device without the host reading anything first. Run it with
+    /// [`step_gated`](Self::step_gated).
     pub fn gated(gpu: &Gpu, views: &AdamWTensors<&View>, gate: &View) -> Result<Self, OpError> {
-        check_vector("gate", gate, 1)?;
+        check_vector("gate", gate, 1, ElemType::U32)?;
         Self::build(gpu, views, Some(gate), None)
     }
 
@@ -236,9 +237,9 @@ impl AdamWOp {
         scalars: &View,
         gate: Option<&View>,
     ) -> Result<Self, OpError> {
-        check_vector("scalars", scalars, STEP_SCALARS)?;
+        check_vector("scalars", scalars, STEP_SCALARS, ElemType::F32)?;
         if let Some(gate) = gate {
-            check_vector("gate", gate, 1)?;
+            check_vector("gate", gate, 1, ElemType::U32)?;
         }
         Self::build(gpu, views, gate, Some(scalars))
     }
@@ -312,7 +313,7 @@ impl AdamWOp {
     }
 
     /// Records step `step` of a [gated](Self::gated) kernel, skipped on the device where
-    /// `gate`'s value is not finite.
+    /// `gate` is set.
     pub fn step_gated(
         &self,
         batch: &mut Batch<'_>,
@@ -432,7 +433,8 @@ pub struct SumSquaresOp {
 }
 
 const SUM_SQUARES: &str = "sum of squares";
-const LANES: u32 = 256;
+/// The workgroup size of [`chunk_entry`].
+pub(crate) const LANES: u32 = 256;
 /// Fewest elements (or four-element runs) a lane of pass 1 adds.
 const MIN_PER_LANE: u64 = 4;
 
@@ -459,7 +461,13 @@ impl SumSquaresOp {
         if let Some(last) = rank.checked_sub(1) {
             body += &getter(&g, last, width);
         }
-        body += &chunk_entry(rank, width, subgroups);
+        let pass = ChunkPass {
+            name: "sum_squares_chunks",
+            groups: "part_dim0()",
+            term: "v * v",
+            finish: "part_store(group, total);",
+        };
+        body += &chunk_entry(&pass, rank, width, subgroups);
         let chunks = Compiled::new(
             SUM_SQUARES,
             gpu,
@@ -512,25 +520,7 @@ impl SumSquaresOp {
         out: &GpuArg<'_>,
         accumulate: bool,
     ) -> Result<(), OpError> {
-        let dims = grad.dims();
-        let mut units: u64 = 1;
-        for (d, &n) in dims.iter().enumerate() {
-            let n = if d + 1 == dims.len() {
-                (n as u64).div_ceil(u64::from(self.width))
-            } else {
-                n as u64
-            };
-            units *= n;
-        }
-        let lanes = u64::from(LANES);
-        let per_group =
-            (units.div_ceil(FILL_WORKGROUPS).max(MIN_PER_LANE * lanes)).next_multiple_of(lanes);
-        let groups = units.div_ceil(per_group).max(1);
-        let (per_group, groups) = (
-            u32::try_from(per_group)
-                .map_err(|_| OpError::shape(SUM_SQUARES, "too many elements"))?,
-            groups as u32,
-        );
+        let (per_group, groups) = chunking(SUM_SQUARES, &grad.dims(), self.width)?;
         let buffer = self.partials.scratch(batch.gpu(), groups)?;
         let part = self.partials.arg(&buffer, groups)?;
         self.chunks.record_linear(
@@ -550,9 +540,30 @@ impl SumSquaresOp {
     }
 }
 
-fn chunk_entry(rank: usize, width: u32, subgroups: bool) -> String {
+/// What a pass over chunks of a tensor computes: per element `v` (`f32`, or `vec4<f32>` four at a
+/// time) the term `term` sums, and with its workgroup's total `total` the statement `finish`;
+/// `groups` is how many workgroups do work.
+pub(crate) struct ChunkPass<'a> {
+    /// The entry point's name.
+    pub name: &'a str,
+    /// The number of workgroups with a chunk.
+    pub groups: &'a str,
+    /// What is summed per element, over `v`.
+    pub term: &'a str,
+    /// What the first lane does with the workgroup's `total`.
+    pub finish: &'a str,
+}
+
+/// Every element's `g_get` value, the pass's term summed over a chunk of `params.per_group`
+/// units (elements, or runs of `width` along the last axis) per workgroup.
+pub(crate) fn chunk_entry(
+    pass: &ChunkPass<'_>,
+    rank: usize,
+    width: u32,
+    subgroups: bool,
+) -> String {
     let entry = LinearEntry {
-        name: "sum_squares_chunks",
+        name: pass.name,
         prefix: "ss",
     };
     // Units: elements, with the last axis in runs of `width`.
@@ -566,15 +577,17 @@ fn chunk_entry(rank: usize, width: u32, subgroups: bool) -> String {
         units.join(" * ")
     };
     let mut s = format!(
-        "@compute @workgroup_size({LANES})\nfn sum_squares_chunks(\
+        "@compute @workgroup_size({LANES})\nfn {}(\
          @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, \
          @builtin(local_invocation_index) lid: u32, {}) {{\n",
+        pass.name,
         entry_params(subgroups)
     );
     let _ = writeln!(s, "    let group = wg.x + wg.y * nwg.x;");
     let _ = writeln!(
         s,
-        "    if (group >= part_dim0()) {{\n        return;\n    }}"
+        "    if (group >= {}) {{\n        return;\n    }}",
+        pass.groups
     );
     let _ = writeln!(s, "    let count = {count};");
     let _ = writeln!(s, "    let first = group * params.per_group;");
@@ -598,19 +611,46 @@ fn chunk_entry(rank: usize, width: u32, subgroups: bool) -> String {
         format!("g_get{width}({})", coords.join(", "))
     };
     let _ = writeln!(s, "        let v = {value};");
-    let _ = writeln!(s, "        let sq = v * v;");
+    let _ = writeln!(s, "        let term = {};", pass.term);
     let _ = writeln!(
         s,
         "        acc = acc + {};\n    }}",
-        components_sum("sq", width)
+        components_sum("term", width)
     );
     let _ = writeln!(
         s,
         "    let total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u) {{\n        \
-         part_store(group, total);\n    }}\n}}",
-        subgroup_call_args(subgroups)
+         {}\n    }}\n}}",
+        subgroup_call_args(subgroups),
+        pass.finish
     );
     s
+}
+
+/// How [`chunk_entry`] splits `dims` (runs of `width` along the last axis): units per
+/// workgroup and workgroups.
+pub(crate) fn chunking(
+    op: &'static str,
+    dims: &[usize],
+    width: u32,
+) -> Result<(u32, u32), OpError> {
+    let mut units: u64 = 1;
+    for (d, &n) in dims.iter().enumerate() {
+        let n = if d + 1 == dims.len() {
+            (n as u64).div_ceil(u64::from(width))
+        } else {
+            n as u64
+        };
+        units *= n;
+    }
+    let lanes = u64::from(LANES);
+    let per_group =
+        (units.div_ceil(FILL_WORKGROUPS).max(MIN_PER_LANE * lanes)).next_multiple_of(lanes);
+    let groups = units.div_ceil(per_group).max(1);
+    Ok((
+        u32::try_from(per_group).map_err(|_| OpError::shape(op, "too many elements"))?,
+        u32::try_from(groups).map_err(|_| OpError::shape(op, "too many elements"))?,
+    ))
 }
 
 /// `Σ g²` over every element of `grad`, on the CPU in `f64`.

@@ -14,6 +14,7 @@
 //! - [`norm`]: LayerNorm and RMSNorm.
 //! - [`bias`]: bias add and its gradient.
 //! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
+//! - [`finite`]: whether a tensor holds an infinite or NaN element (loss scaling's check).
 //! - [`add`]: sums (residual connections; gradients that meet).
 //! - [`copy`]: copies between layouts (the conversions of a layout plan).
 //! - [`matmul`]: batched GEMM through views of any layout, and a linear layer's three GEMMs.
@@ -35,6 +36,7 @@ pub mod cross_entropy;
 pub(crate) mod elementwise;
 pub mod embedding;
 mod error;
+pub mod finite;
 pub mod matmul;
 pub mod norm;
 pub(crate) mod reduce_rows;
@@ -50,6 +52,7 @@ pub use copy::CopyOp;
 pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState};
 pub use embedding::{EmbeddingOp, TokenIds};
 pub use error::OpError;
+pub use finite::NonFiniteOp;
 pub use matmul::{LinearOp, MatmulOp};
 pub use norm::{
     LayerNormGrads, LayerNormOp, LayerNormTensors, NormOp, RmsNormGrads, RmsNormOp, RmsNormTensors,

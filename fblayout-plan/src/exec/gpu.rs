@@ -13,7 +13,7 @@ use fblayout_kernels::ops::matmul::linear::Output;
 use fblayout_kernels::ops::{
     ActivationOp, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp, AttentionViews, BiasOp,
     CopyOp, CrossEntropyOp, CrossEntropyState, EmbeddingOp, LayerNormGrads, LayerNormOp,
-    LayerNormTensors, LinearOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors, SumSquaresOp,
+    LayerNormTensors, LinearOp, NonFiniteOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors,
     SwigluOp, TokenIds,
 };
 use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer, Recording, Timing};
@@ -48,15 +48,16 @@ enum Kernel {
     Attention(Box<AttentionOp>),
     /// A cross-entropy and the state its forward writes and its backward reads.
     CrossEntropy(Box<CrossEntropyOp>, usize),
-    /// A step, and where loss scaling gates it, the sum of squares of its gradient.
-    AdamW(Box<AdamWOp>, Option<Box<SumSquaresOp>>),
+    /// A step, and where loss scaling gates it, the check of its gradient.
+    AdamW(Box<AdamWOp>, Option<Box<NonFiniteOp>>),
     Copy(Box<CopyOp>),
 }
 
 /// Dynamic loss scaling of a step with `f16` gradients (see [`scaling`](super::scaling)).
 struct Scaling {
     scaler: LossScaler,
-    /// Σ g² over every parameter's gradient, the gate of every AdamW step.
+    /// Set where a parameter's gradient holds an infinity or a NaN: the gate of every AdamW
+    /// step, cleared at the start of each step's checks.
     gate: GpuBuffer,
     gate_view: View,
     /// Whether the last step overflowed, and so changed nothing.
@@ -65,10 +66,16 @@ struct Scaling {
     applied: f32,
 }
 
-/// A device vector of `n` f32 values named `name`, and its view.
-fn device_vector(gpu: &Gpu, name: &str, n: u32) -> Result<(GpuBuffer, View), ExecError> {
+/// A device vector of `n` values of `elem` named `name`, and its view.
+fn device_vector(
+    gpu: &Gpu,
+    name: &str,
+    n: u32,
+    elem: ElemType,
+) -> Result<(GpuBuffer, View), ExecError> {
     let view = LayoutSpec::new(name)
         .axis("values", n)
+        .elem(elem)
         .build()
         .map_err(|source| ExecError::Layout {
             tensor: name.to_owned(),
@@ -76,14 +83,14 @@ fn device_vector(gpu: &Gpu, name: &str, n: u32) -> Result<(GpuBuffer, View), Exe
             source,
         })?
         .view();
-    let buffer = GpuBuffer::scratch::<f32>(gpu, n as usize)
+    let buffer = GpuBuffer::scratch::<u32>(gpu, n as usize)
         .map_err(|e| ExecError::gpu("allocating a step's device values", e))?;
     Ok((buffer, view))
 }
 
 impl Scaling {
     fn new(gpu: &Gpu) -> Result<Self, ExecError> {
-        let (gate, gate_view) = device_vector(gpu, "grad_sum_squares", 1)?;
+        let (gate, gate_view) = device_vector(gpu, "grad_overflowed", 1, ElemType::U32)?;
         Ok(Self {
             scaler: LossScaler::new(LossScaling::default()).map_err(ExecError::LossScaling)?,
             gate,
@@ -253,6 +260,9 @@ fn head_dim(q: &Arg) -> u32 {
     q.bound.shape().last().copied().unwrap_or(1) as u32
 }
 
+/// The section the overflow checks of loss scaling are timed under.
+pub const OVERFLOW_SECTION: &str = "loss_scaling overflow check";
+
 /// The section node `i` of `graph` is timed under in [`GpuStep::step_timed`]: the operation's
 /// name and its first output's, `"<op> <first output>"`.
 pub fn section(graph: &Graph, i: usize) -> String {
@@ -282,7 +292,7 @@ impl<'g> GpuStep<'g> {
             .iter()
             .any(|t| t.elem == ElemType::F16 && matches!(t.role, Role::Grad { .. }));
         let scaling = half_grads.then(|| Scaling::new(gpu)).transpose()?;
-        let step_scalars = device_vector(gpu, "adamw_step_scalars", STEP_SCALARS)?;
+        let step_scalars = device_vector(gpu, "adamw_step_scalars", STEP_SCALARS, ElemType::F32)?;
         let mut kernels = Vec::with_capacity(graph.nodes().len());
         let mut states = Vec::new();
         for (i, (node, (reads, writes))) in graph.nodes().iter().zip(ops).enumerate() {
@@ -531,8 +541,7 @@ impl<'g> GpuStep<'g> {
                     && self.first_adamw == Some(i)
                 {
                     // The same every step, so outside the first AdamW node's span.
-                    let gate = scaling.gate().map_err(failed)?;
-                    self.record_sum_squares(&mut batch, &gate).map_err(failed)?;
+                    self.record_checks(&mut batch, scaling).map_err(failed)?;
                 }
                 let start = batch.len();
                 self.record(&mut batch, i, ids).map_err(failed)?;
@@ -578,12 +587,12 @@ impl<'g> GpuStep<'g> {
                 .map_err(|source| ExecError::op(*node, "cross_entropy", source))?;
         }
         if let Some(scaling) = &mut self.scaling {
-            let total: Vec<f32> = scaling
+            let flag: Vec<u32> = scaling
                 .gate
                 .read_back()
-                .map_err(|e| ExecError::gpu("reading the gradients' sum of squares", e))?;
+                .map_err(|e| ExecError::gpu("reading the gradients' overflow flag", e))?;
             scaling.applied = scaling.scaler.scale();
-            scaling.skipped = scaling.scaler.update(total[0]);
+            scaling.skipped = scaling.scaler.update(flag[0] != 0);
             if scaling.skipped {
                 // The device changed nothing: the next step is this step again.
                 return Ok((loss, timings));
@@ -665,15 +674,16 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
-    /// Records the sum of squares of every parameter's gradient into the gate (the first
-    /// overwrites it, the others add), before any AdamW step reads it: recorded once, before
-    /// the first AdamW node, and not again (its work is the same every step).
-    fn record_sum_squares(&self, batch: &mut Batch<'_>, gate: &GpuArg<'_>) -> Result<(), OpError> {
-        let mut first = true;
+    /// Records the check of every parameter's gradient into the gate, cleared first, before
+    /// any AdamW step reads it: recorded once, before the first AdamW node, and not again (its
+    /// work is the same every step), in a section of its own.
+    fn record_checks(&self, batch: &mut Batch<'_>, scaling: &Scaling) -> Result<(), OpError> {
+        batch.section(OVERFLOW_SECTION);
+        batch.clear(&scaling.gate);
+        let gate = scaling.gate()?;
         for node in &self.kernels {
-            if let Kernel::AdamW(_, Some(sum)) = &node.kernel {
-                sum.record(batch, &self.arg(&node.reads[1])?, gate, !first)?;
-                first = false;
+            if let Kernel::AdamW(_, Some(check)) = &node.kernel {
+                check.record(batch, &self.arg(&node.reads[1])?, &gate)?;
             }
         }
         Ok(())
@@ -933,10 +943,10 @@ fn build(
                 v: v(&w[2]),
             };
             let step = AdamWOp::on_device(gpu, &views, step_scalars, gate)?;
-            let sum = gate
-                .map(|gate| SumSquaresOp::new(gpu, v(&r[1]), gate))
+            let check = gate
+                .map(|gate| NonFiniteOp::new(gpu, v(&r[1]), gate))
                 .transpose()?;
-            Kernel::AdamW(Box::new(step), sum.map(Box::new))
+            Kernel::AdamW(Box::new(step), check.map(Box::new))
         }
         Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
     })

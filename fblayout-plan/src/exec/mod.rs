@@ -31,7 +31,7 @@ use fblayout_kernels::ops::{Activation, Attention, Mask, OpError};
 
 pub use cpu::CpuStep;
 pub use fblayout_kernels::runtime::Timing;
-pub use gpu::{GpuStep, HostTime, section};
+pub use gpu::{GpuStep, HostTime, OVERFLOW_SECTION, section};
 pub use init::initial_values;
 pub use scaling::LossScaling;
 

@@ -4,9 +4,10 @@
 //! gradients in `f16`, whose smallest normal value is about 6·10⁻⁵: many gradients of a
 //! transformer are smaller and would flush to zero. So the backward starts from the loss's
 //! gradient multiplied by a scale `S`, every gradient comes out `S` times too large, and AdamW
-//! divides it back (`grad_scale = 1/S`). Too large a scale overflows `f16` to infinity; the
-//! sum of squares of every parameter's gradient is then infinite or NaN, the device skips that
-//! step's update (a gated AdamW), and the scale is lowered. After `interval` steps without an
+//! divides it back (`grad_scale = 1/S`). Too large a scale overflows `f16` to infinity, which
+//! reaches the parameters' gradients as infinities or NaNs; a check of every parameter's
+//! gradient then sets a flag, the device skips that step's update (a gated AdamW), and the
+//! scale is lowered. After `interval` steps without an
 //! overflow it is raised again, so it stays near the largest that fits. (PyTorch's
 //! `GradScaler` does the same, with the same defaults.)
 
@@ -88,10 +89,10 @@ impl LossScaler {
         self.scale
     }
 
-    /// Moves the scale after a step whose gradients' sum of squares was `sum_squares`;
-    /// returns whether that step overflowed (and so was skipped).
-    pub(crate) fn update(&mut self, sum_squares: f32) -> bool {
-        if sum_squares.is_finite() {
+    /// Moves the scale after a step whose gradients `overflowed` (an infinity or a NaN) or
+    /// not; returns whether it overflowed (and so was skipped).
+    pub(crate) fn update(&mut self, overflowed: bool) -> bool {
+        if !overflowed {
             self.good += 1;
             if self.good >= self.config.interval {
                 let grown = self.scale * self.config.growth;
@@ -123,24 +124,24 @@ mod tests {
         })
         .unwrap();
         assert_eq!(s.scale(), 65536.0);
-        assert!(s.update(f32::INFINITY));
+        assert!(s.update(true));
         assert_eq!(s.scale(), 32768.0);
-        assert!(s.update(f32::NAN));
+        assert!(s.update(true));
         assert_eq!(s.scale(), 16384.0);
         for _ in 0..2 {
-            assert!(!s.update(1.0));
+            assert!(!s.update(false));
             assert_eq!(s.scale(), 16384.0);
         }
-        assert!(!s.update(1.0));
+        assert!(!s.update(false));
         assert_eq!(s.scale(), 32768.0);
         // An overflow restarts the count.
-        assert!(!s.update(1.0));
-        assert!(s.update(f32::INFINITY));
+        assert!(!s.update(false));
+        assert!(s.update(true));
         for _ in 0..2 {
-            s.update(0.0);
+            s.update(false);
         }
         assert_eq!(s.scale(), 16384.0);
-        s.update(0.0);
+        s.update(false);
         assert_eq!(s.scale(), 32768.0);
     }
 
@@ -152,10 +153,10 @@ mod tests {
             ..LossScaling::default()
         })
         .unwrap();
-        s.update(1.0);
+        s.update(false);
         assert_eq!(s.scale(), f32::MAX);
         for _ in 0..300 {
-            s.update(f32::INFINITY);
+            s.update(true);
         }
         assert_eq!(s.scale(), f32::MIN_POSITIVE);
     }

@@ -39,7 +39,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::PlanError;
 use super::cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes};
-use super::kernels::{KernelFactors, KernelKind, Operand, measure_kernels, ticks};
+use super::kernels::{
+    CALIBRATION, CalibrationShape, KernelFactors, KernelKind, Operand, measure_kernels, ticks,
+};
 use crate::layouts::LayoutChoice;
 
 /// The format of the cache file; a change makes every older file stale.
@@ -84,11 +86,30 @@ pub fn cache_path(dir: &Path, info: &GpuInfo) -> PathBuf {
 
 impl CostModel {
     /// The model calibrated on `gpu`: read from the cache in `cache_dir` when a valid file is
-    /// there, else measured ([`measure`]) and written there. `None` measures every time.
+    /// there, else measured ([`measure`]) and written there. `None` measures every time. The
+    /// kernels are timed at the small [`CALIBRATION`] shape.
     pub fn calibrated(gpu: &Gpu, cache_dir: Option<&Path>) -> Result<CostModel, PlanError> {
+        Self::calibrated_at(gpu, cache_dir, CALIBRATION)
+    }
+
+    /// [`calibrated`](Self::calibrated), with the kernels timed in the block `at` describes:
+    /// the shape and precision a plan is for. A GPU runs small kernels at their launch cost
+    /// whatever the layout, so multipliers fitted at a small shape say little about a large
+    /// one. Each shape has its own cache file.
+    pub fn calibrated_at(
+        gpu: &Gpu,
+        cache_dir: Option<&Path>,
+        at: CalibrationShape,
+    ) -> Result<CostModel, PlanError> {
         let info = gpu.info();
-        let cache = cache_dir.map(|dir| DiskCache::at(cache_path(dir, info), cache_key(info)));
-        load_or_measure(cache.as_ref(), &info.to_string(), || measure(gpu))
+        let shape = at.name();
+        let cache = cache_dir.map(|dir| {
+            DiskCache::at(
+                cache_path(dir, info).with_extension(format!("{shape}.bin")),
+                format!("{}|{shape}", cache_key(info)),
+            )
+        });
+        load_or_measure(cache.as_ref(), &info.to_string(), || measure_at(gpu, at))
     }
 }
 
@@ -338,6 +359,12 @@ fn ratio(t: f64, base: f64, dispatch: f64) -> f64 {
 
 /// Measures the factors on `gpu` (see the module docs).
 pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
+    measure_at(gpu, CALIBRATION)
+}
+
+/// [`measure`], with the kernels timed in the block `at` describes (see
+/// [`CostModel::calibrated_at`]).
+pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, PlanError> {
     let started = Instant::now();
     let gathers = 5;
     let softmaxes = 4;
@@ -533,7 +560,7 @@ pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
         dispatch,
         kernels: KernelFactors::default(),
     };
-    factors.kernels = measure_kernels(gpu, &factors, tick)?;
+    factors.kernels = measure_kernels(gpu, &factors, at, tick)?;
     bar.finish_and_clear();
     factors.check().map_err(|detail| PlanError::Calibration {
         step: "the measured factors".into(),

@@ -3,7 +3,8 @@
 //! The analytic model ([`cost`](super::cost)) prices a walk by its memory class alone, but a
 //! layout's cost depends on the kernel too: on the H200 an R-Tile 8×8 norm forward runs at a
 //! fraction of its row-major speed while R-Tile attention scores run faster. So the calibration
-//! also runs training steps of a small graph ([`CALIBRATION`]) under the candidate layouts and
+//! also runs training steps of one block ([`CALIBRATION`], small, by default; the shape being
+//! planned with [`CostModel::calibrated_at`](super::CostModel::calibrated_at)) under the candidate layouts and
 //! times each operation's kernels (its section of [`GpuStep::step_timed`], the quickest of a
 //! few steps after a warm-up, the layouts' steps taken in turn so that other work on the
 //! machine disturbs them alike).
@@ -35,6 +36,7 @@ use super::PlanError;
 use super::cost::{CostModel, Factors, Origin};
 use super::objective::Objective;
 use crate::exec::{AdamWConfig, GpuStep, StepInputs, section};
+use crate::graph::precision::Precision;
 use crate::graph::{Graph, Op, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::{MemoryOptions, plan_memory};
@@ -247,11 +249,54 @@ impl KernelFactors {
     }
 }
 
-/// The graph whose kernels are timed: one encoder block at a small representative shape
-/// (128 tokens × 128 hidden, FFN 512, 2 × 4 heads × 64² probabilities), small enough that a
-/// software adapter runs its steps under every layout in seconds.
-pub const CALIBRATION: (ModelConfig, Sizes) = (
-    ModelConfig {
+/// What the kernels are timed in: one encoder block of a model of `config`'s widths (its
+/// `layers` are not used) at `sizes`, with its tensors' element types as `precision` makes
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CalibrationShape {
+    /// The model's widths.
+    pub config: ModelConfig,
+    /// The run-time extents.
+    pub sizes: Sizes,
+    /// The element types.
+    pub precision: Precision,
+}
+
+impl CalibrationShape {
+    /// One block of `config` at `sizes`, in `precision`.
+    pub fn new(config: ModelConfig, sizes: Sizes, precision: Precision) -> Self {
+        Self {
+            config: ModelConfig {
+                layers: 1,
+                ..config
+            },
+            sizes,
+            precision,
+        }
+    }
+
+    /// A name for its cache file and key.
+    pub fn name(&self) -> String {
+        let (c, s) = (self.config, self.sizes);
+        format!(
+            "h{}-a{}-f{}-v{}-p{}-b{}x{}-{:?}",
+            c.hidden, c.heads, c.ffn, c.vocab, c.max_positions, s.batch, s.seq, self.precision
+        )
+        .to_lowercase()
+    }
+
+    /// The graph whose kernels are timed.
+    pub fn graph(&self) -> Result<Graph, PlanError> {
+        let graph = build(Model::Encoder, self.config)?;
+        Ok(self.precision.apply(&graph)?)
+    }
+}
+
+/// The default calibration: one encoder block at a small representative shape (128 tokens ×
+/// 128 hidden, FFN 512, 2 × 4 heads × 64² probabilities) in f32, small enough that a software
+/// adapter runs its steps under every layout in seconds.
+pub const CALIBRATION: CalibrationShape = CalibrationShape {
+    config: ModelConfig {
         vocab: 256,
         max_positions: 64,
         hidden: 128,
@@ -259,8 +304,9 @@ pub const CALIBRATION: (ModelConfig, Sizes) = (
         ffn: 512,
         layers: 1,
     },
-    Sizes { batch: 2, seq: 64 },
-);
+    sizes: Sizes { batch: 2, seq: 64 },
+    precision: Precision::F32,
+};
 
 /// Timed rounds (one step of each layout each), after one step that compiles and warms up.
 const ROUNDS: usize = 3;
@@ -272,7 +318,7 @@ const ROUNDS: usize = 3;
 fn node_seconds(
     gpu: &Gpu,
     graph: &Graph,
-    sizes: Sizes,
+    (vocab, sizes): (u32, Sizes),
     layouts: &[(String, Vec<LayoutChoice>)],
     tick: &mut dyn FnMut(&str),
 ) -> Result<Vec<Vec<f64>>, PlanError> {
@@ -283,7 +329,7 @@ fn node_seconds(
             source: Box::new(source),
         }
     };
-    let inputs = StepInputs::random(CALIBRATION.0.vocab, sizes, 11);
+    let inputs = StepInputs::random(vocab, sizes, 11);
     let mut steps = Vec::with_capacity(layouts.len());
     for (what, layouts) in layouts {
         let memory =
@@ -338,8 +384,9 @@ pub fn ticks() -> u64 {
     (2 * LayoutChoice::candidates(2).len() - 1 + ROUNDS) as u64
 }
 
-/// Fits the multipliers on `gpu` over the analytic `factors` (see the module docs); `tick` is
-/// called [`ticks`] times as it goes.
+/// Fits the multipliers on `gpu` over the analytic `factors` (see the module docs), timing the
+/// block `at` describes ([`CALIBRATION`] by default); `tick` is called [`ticks`] times as it
+/// goes.
 ///
 /// Row-major first, every tensor in it: one multiplier for both operands. Then, for each other
 /// candidate `L`, the weights in `L` and the activations row-major (the weights' multiplier,
@@ -348,10 +395,11 @@ pub fn ticks() -> u64 {
 pub fn measure_kernels(
     gpu: &Gpu,
     factors: &Factors,
+    at: CalibrationShape,
     mut tick: impl FnMut(&str),
 ) -> Result<KernelFactors, PlanError> {
-    let (config, sizes) = CALIBRATION;
-    let graph = build(Model::Encoder, config)?;
+    let (config, sizes) = (at.config, at.sizes);
+    let graph = at.graph()?;
     // The analytic model with the activations' multipliers `a` and the weights' `w`.
     let scaled = |a: f64, w: f64| -> Result<Objective<'_>, PlanError> {
         let mut f = factors.clone();
@@ -410,7 +458,7 @@ pub fn measure_kernels(
             )
         })
         .collect();
-    let seconds = node_seconds(gpu, &graph, sizes, &layouts, &mut tick)?;
+    let seconds = node_seconds(gpu, &graph, (config.vocab, sizes), &layouts, &mut tick)?;
     // Each kind's times and predictions under configuration `c`.
     let kinds_at = |c: usize| {
         let assignment = fixed.assignment(&layouts[c].1)?;

@@ -65,7 +65,7 @@ use crate::graph::{Graph, GraphError, Sizes};
 use crate::layouts::LayoutChoice;
 
 pub use cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin};
-pub use kernels::{KernelFactors, KernelKind, Operand};
+pub use kernels::{CALIBRATION, CalibrationShape, KernelFactors, KernelKind, Operand};
 pub use objective::Objective;
 pub use plan::{Candidates, Inserted, Plan};
 
