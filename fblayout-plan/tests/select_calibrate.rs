@@ -7,13 +7,15 @@ use std::path::PathBuf;
 use fblayout_kernels::Gpu;
 use fblayout_kernels::runtime::DiskCache;
 use fblayout_plan::graph::Sizes;
+use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::calibrate::{
     VERSION, cache_key, cache_path, decode, encode, load_or_measure,
 };
 use fblayout_plan::select::{
-    Class, CostModel, Factors, KernelKind, Operand, Origin, PlanError, Strategy, plan,
+    CALIBRATION, CalibrationShape, Class, CostModel, Factors, KernelKind, Operand, Origin,
+    PlanError, Strategy, plan,
 };
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -216,8 +218,22 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
         )
     });
     let info = gpu.info();
-    assert!(cache_key(info).contains(&format!("v{VERSION}")));
-    assert!(cache_key(info).contains(&info.driver));
+    let key = cache_key(info, &CALIBRATION);
+    assert!(key.contains(&format!("v{VERSION}")));
+    assert!(key.contains(&info.driver));
+    assert!(key.contains(&CALIBRATION.name()));
+    // Another shape is another file and another key.
+    let other = CalibrationShape::new(
+        CALIBRATION.config,
+        Sizes { batch: 1, seq: 64 },
+        Precision::Mixed,
+    );
+    assert_ne!(cache_key(info, &other), key);
+    let somewhere = std::path::Path::new("cache");
+    assert_ne!(
+        cache_path(somewhere, info, &other),
+        cache_path(somewhere, info, &CALIBRATION)
+    );
     let dir = temp_dir("gpu");
     let start = std::time::Instant::now();
     let model = CostModel::calibrated(&gpu, Some(&dir)).unwrap();
@@ -227,7 +243,7 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
         "{}",
         cache_note(&model)
     );
-    assert!(cache_path(&dir, info).exists());
+    assert!(cache_path(&dir, info, &CALIBRATION).exists());
     let f = model.factors();
     // Every class was measured (a software adapter may read strided as fast as contiguous,
     // so only the definitions are checked): the products cover both classes of the left

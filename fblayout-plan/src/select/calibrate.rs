@@ -45,7 +45,7 @@ use super::kernels::{
 use crate::layouts::LayoutChoice;
 
 /// The format of the cache file; a change makes every older file stale.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Side of the square matrices gathered.
 const GATHER_SIDE: u32 = 1024;
@@ -60,24 +60,25 @@ const REPS: usize = 4;
 /// How long calibration runs before it shows a progress bar.
 const QUIET: Duration = Duration::from_secs(2);
 
-/// The cache key of an adapter: the format version, this crate's version, and the adapter's
-/// name, backend, type, driver and driver version.
-pub fn cache_key(info: &GpuInfo) -> String {
+/// The cache key of an adapter and a calibration shape: the format version, this crate's
+/// version, the adapter's name, backend, type, driver and driver version, and the shape.
+pub fn cache_key(info: &GpuInfo, at: &CalibrationShape) -> String {
     format!(
-        "fblayout-plan calibration v{VERSION} ({})|{}|{:?}|{:?}|{}|{}",
+        "fblayout-plan calibration v{VERSION} ({})|{}|{:?}|{:?}|{}|{}|{}",
         env!("CARGO_PKG_VERSION"),
         info.name,
         info.backend,
         info.device_type,
         info.driver,
-        info.driver_info
+        info.driver_info,
+        at.name()
     )
 }
 
-/// The cache file of an adapter in `dir`: named for the adapter and driver, so that a
-/// version change finds the old file and rebuilds it.
-pub fn cache_path(dir: &Path, info: &GpuInfo) -> PathBuf {
-    let name: String = format!("{}-{}", info.name, info.driver)
+/// The cache file of an adapter and a calibration shape in `dir`: named for the adapter, the
+/// driver and the shape, so that a version change finds the old file and rebuilds it.
+pub fn cache_path(dir: &Path, info: &GpuInfo, at: &CalibrationShape) -> PathBuf {
+    let name: String = format!("{}-{}-{}", info.name, info.driver, at.name())
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
@@ -102,13 +103,8 @@ impl CostModel {
         at: CalibrationShape,
     ) -> Result<CostModel, PlanError> {
         let info = gpu.info();
-        let shape = at.name();
-        let cache = cache_dir.map(|dir| {
-            DiskCache::at(
-                cache_path(dir, info).with_extension(format!("{shape}.bin")),
-                format!("{}|{shape}", cache_key(info)),
-            )
-        });
+        let cache =
+            cache_dir.map(|dir| DiskCache::at(cache_path(dir, info, &at), cache_key(info, &at)));
         load_or_measure(cache.as_ref(), &info.to_string(), || measure_at(gpu, at))
     }
 }
