@@ -8,9 +8,10 @@
 mod support;
 
 use fblayout_core::layout::ElemType;
+use fblayout_kernels::ops::adamw::STEP_SCALARS;
 use fblayout_kernels::ops::{
-    AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, RmsNormOp, RmsNormTensors,
-    SumSquaresOp,
+    AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, NonFiniteOp, RmsNormOp,
+    RmsNormTensors, SumSquaresOp,
 };
 use support::{Layout2, gpu_without_subgroups, view_1d, view_1d_dyn, view_2d};
 
@@ -104,5 +105,33 @@ fn adamw_and_sum_of_squares_shaders() {
         for (pass, shader) in ["chunks", "total"].iter().zip(ss.shaders()) {
             insta::assert_snapshot!(format!("sum_squares_{pass}_{name}"), shader.source());
         }
+    }
+}
+
+#[test]
+fn loss_scaling_shaders() {
+    // What a mixed-precision step runs per parameter: the overflow check of its gradient
+    // (f16 here) and the AdamW step that reads its values on the device, gated on the flag.
+    let gpu = gpu_without_subgroups();
+    for (name, layout) in configurations() {
+        let (p, _) = view_2d("param", layout, 8, COLS, ElemType::F32);
+        let (g, _) = view_2d("grad", layout, 8, COLS, ElemType::F16);
+        let flag = view_1d("flag", "one", 1, ElemType::U32);
+        let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
+        let check = NonFiniteOp::new(gpu, &g, &flag).unwrap();
+        insta::assert_snapshot!(format!("non_finite_{name}"), check.shader());
+        let step = AdamWOp::on_device(
+            gpu,
+            &AdamWTensors {
+                param: &p,
+                grad: &p,
+                m: &p,
+                v: &p,
+            },
+            &scalars,
+            Some(&flag),
+        )
+        .unwrap();
+        insta::assert_snapshot!(format!("adamw_on_device_gated_{name}"), step.shader());
     }
 }

@@ -9,7 +9,7 @@ use exec_support::{
     random_layouts, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
-use fblayout_plan::exec::{ExecError, GpuStep, LossScaling, StepInputs};
+use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, StepInputs};
 use fblayout_plan::graph::Graph;
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
@@ -55,6 +55,16 @@ fn run_gpu(gpu: &Gpu, g: &Graph, layouts: &[LayoutChoice]) -> Results {
         loss: f64::from(loss),
         values,
     }
+}
+
+/// A GPU step and a CPU step of `g` under `layouts`, from the same parameters (seed 7).
+fn both_steps<'g>(gpu: &'g Gpu, g: &Graph, layouts: &[LayoutChoice]) -> (GpuStep<'g>, CpuStep) {
+    let memory = plan_memory(g, layouts, SIZES, MemoryOptions::default()).unwrap();
+    let mut on_gpu = GpuStep::new(gpu, g, layouts, &memory, SIZES, ADAMW).unwrap();
+    let mut on_cpu = CpuStep::new(g, layouts, &memory, SIZES, ADAMW).unwrap();
+    on_gpu.upload_params(7).unwrap();
+    on_cpu.init_params(7).unwrap();
+    (on_gpu, on_cpu)
 }
 
 /// f32 on the GPU against f64 on the CPU, over a few hundred terms per result.
@@ -142,13 +152,7 @@ fn steps_submitted_again_track_the_cpu_over_new_batches() {
     let gpu = gpu();
     for model in [Model::Encoder, Model::Decoder] {
         let g = graph(model);
-        let layouts = family_layouts(&g, 5);
-        let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
-        let mut on_gpu = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
-        let mut on_cpu =
-            fblayout_plan::exec::CpuStep::new(&g, &layouts, &memory, SIZES, ADAMW).unwrap();
-        on_gpu.upload_params(7).unwrap();
-        on_cpu.init_params(7).unwrap();
+        let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &family_layouts(&g, 5));
         for seed in [11, 12, 13] {
             let inputs = StepInputs::random(SMALL.vocab, SIZES, seed);
             let got = f64::from(on_gpu.step(&inputs).unwrap());
@@ -182,12 +186,7 @@ fn a_mixed_precision_step_tracks_the_cpu() {
             ("row-major", row_major(&g)),
             ("families", family_layouts(&g, 6)),
         ] {
-            let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
-            let mut on_gpu = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
-            let mut on_cpu =
-                fblayout_plan::exec::CpuStep::new(&g, &layouts, &memory, SIZES, ADAMW).unwrap();
-            on_gpu.upload_params(7).unwrap();
-            on_cpu.init_params(7).unwrap();
+            let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &layouts);
             assert_eq!(on_gpu.loss_scale(), Some(65536.0));
             for seed in [11, 12] {
                 let inputs = StepInputs::random(SMALL.vocab, SIZES, seed);

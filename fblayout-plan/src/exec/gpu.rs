@@ -137,8 +137,8 @@ impl HostTime {
 /// [`new`](Self::new) builds every kernel (each validated by naga) and allocates every buffer
 /// of the memory plan from the device's pool; [`step`](Self::step) records the whole step —
 /// forward, backward and AdamW — into one batch, one named section per operation, and submits
-/// it once (the first step records it; later ones submit that recording again, see the
-/// [module docs](self)). The kernels read a gradient through the view of the tensor it is the gradient of,
+/// it once (the first step records it; later ones submit that recording again, with only the
+/// work that changes per step recorded anew). The kernels read a gradient through the view of the tensor it is the gradient of,
 /// so a gradient must be stored like that tensor ([`tensor_layouts`](super::views::tensor_layouts)
 /// then gives both one layout); where a kernel's operands don't fit, building fails with the kernel's error.
 pub struct GpuStep<'g> {
@@ -604,7 +604,7 @@ impl<'g> GpuStep<'g> {
 
     /// Whether node `i` records something that changes from step to step: the uploaded token
     /// ids (embeddings), the loss scale (the loss's gradient, where the loss is scaled). AdamW
-    /// reads its step's values from the device ([`step_scalars`](Self)), written each step.
+    /// reads its step's values from the device ([`AdamWConfig::step_scalars`]), written each step.
     fn changes_per_step(&self, i: usize) -> bool {
         match self.graph.nodes()[i].op {
             Op::Embedding | Op::EmbeddingGrad => true,
@@ -636,7 +636,7 @@ impl<'g> GpuStep<'g> {
     }
 
     /// Writes the step's integer inputs into their buffers, and the token ids of every input
-    /// an embedding reads, with their index, into [`token_ids`](Self) (by tensor; the same
+    /// an embedding reads, with their index, into `token_ids` (by tensor; the same
     /// buffers every step).
     fn load(&mut self, inputs: &StepInputs) -> Result<(), ExecError> {
         self.token_ids.resize_with(self.whole.len(), || None);

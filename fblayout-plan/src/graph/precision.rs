@@ -20,7 +20,7 @@
 
 use fblayout_core::layout::ElemType;
 
-use super::op::{Op, Pass};
+use super::op::Op;
 use super::tensor::{Role, TensorId};
 use super::{Graph, GraphError, Node};
 
@@ -112,12 +112,9 @@ fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
         return Ok(());
     };
     let name = format!("{}.f16", g.tensor(w).name);
+    // The first reader is the forward product, so the copy is made in the forward.
     let copy = g.insert_convert(super::NodeId(first as u32), w, name)?;
     g.tensors[copy.index()].elem = ElemType::F16;
-    // The copy is made once, in the forward, whichever pass reads the weight first.
-    g.nodes[first].op = Op::Convert {
-        pass: Pass::Forward,
-    };
     for n in &mut g.nodes[first + 1..] {
         if reads(n) {
             n.inputs[1] = copy;
@@ -129,6 +126,7 @@ fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::Pass;
     use crate::models::{Model, ModelConfig, build};
 
     fn small(model: Model) -> Graph {
