@@ -168,7 +168,7 @@ pub struct GpuStep<'g> {
     /// What every AdamW step reads of its step ([`AdamWConfig::step_scalars`]), written before
     /// each submission: the recorded steps never change.
     step_scalars: (GpuBuffer, View),
-    /// The first AdamW node, which also records every gradient's sum of squares.
+    /// The first AdamW node, before which the overflow checks are recorded.
     first_adamw: Option<usize>,
 }
 
@@ -528,30 +528,14 @@ impl<'g> GpuStep<'g> {
         let loaded = start.elapsed();
         let ids = &self.token_ids;
         let adam_step = self.steps + 1;
-        let mut recorded = match self.recorded.take() {
+        let again = match self.recorded.take() {
             Some(recorded) => self.rerecord(recorded, ids)?,
             None => None,
         };
-        if recorded.is_none() {
-            let mut batch = self.gpu.batch();
-            let mut spans = Vec::with_capacity(self.kernels.len());
-            for i in 0..self.kernels.len() {
-                let failed = |source| ExecError::op(i, self.graph.nodes()[i].op.name(), source);
-                if let Some(scaling) = &self.scaling
-                    && self.first_adamw == Some(i)
-                {
-                    // The same every step, so outside the first AdamW node's span.
-                    self.record_checks(&mut batch, scaling).map_err(failed)?;
-                }
-                let start = batch.len();
-                self.record(&mut batch, i, ids).map_err(failed)?;
-                spans.push(start..batch.len());
-            }
-            let recording = batch
-                .finish()
-                .map_err(|e| ExecError::gpu("recording the step", e))?;
-            recorded = Some((recording, spans));
-        }
+        let mut recorded = match again {
+            Some(recorded) => recorded,
+            None => self.record_all(ids)?,
+        };
         let unscale = self
             .scaling
             .as_ref()
@@ -565,11 +549,10 @@ impl<'g> GpuStep<'g> {
             .write(&scalars)
             .map_err(|e| ExecError::gpu("writing AdamW's step", e))?;
         let recorded_at = start.elapsed();
-        let (recording, _) = recorded.as_mut().expect("recorded above");
         let timings = if timed {
-            recording.submit_timed()
+            recorded.0.submit_timed()
         } else {
-            recording.submit().map(|()| Vec::new())
+            recorded.0.submit().map(|()| Vec::new())
         }
         .map_err(|e| ExecError::gpu("submitting the step", e))?;
         if !timed {
@@ -579,7 +562,7 @@ impl<'g> GpuStep<'g> {
                 submission: start.elapsed() - recorded_at,
             };
         }
-        self.recorded = recorded;
+        self.recorded = Some(recorded);
         let mut loss = 0.0;
         for (node, state) in &self.states {
             loss += state
@@ -600,6 +583,29 @@ impl<'g> GpuStep<'g> {
         }
         self.steps = adam_step;
         Ok((loss, timings))
+    }
+
+    /// Records the whole step: every node, with the range of items each one recorded, and the
+    /// overflow checks (the same every step, so outside any node's range) before the first
+    /// AdamW node where the loss is scaled.
+    fn record_all(&self, ids: &[Option<TokenIds>]) -> Result<Recorded<'g>, ExecError> {
+        let mut batch = self.gpu.batch();
+        let mut spans = Vec::with_capacity(self.kernels.len());
+        for i in 0..self.kernels.len() {
+            let failed = |source| ExecError::op(i, self.graph.nodes()[i].op.name(), source);
+            if let Some(scaling) = &self.scaling
+                && self.first_adamw == Some(i)
+            {
+                self.record_checks(&mut batch, scaling).map_err(failed)?;
+            }
+            let start = batch.len();
+            self.record(&mut batch, i, ids).map_err(failed)?;
+            spans.push(start..batch.len());
+        }
+        let recording = batch
+            .finish()
+            .map_err(|e| ExecError::gpu("recording the step", e))?;
+        Ok((recording, spans))
     }
 
     /// Whether node `i` records something that changes from step to step: the uploaded token
