@@ -407,10 +407,8 @@ impl<'g> Recording<'g> {
         let gpu = self.gpu;
         for (k, new) in batch.items.into_iter().enumerate() {
             let i = at + k;
-            if let Item::Dispatch(d) = &new {
-                let Item::Dispatch(old) = &self.items[i] else {
-                    unreachable!("kinds were checked above")
-                };
+            // Kinds were checked above: a dispatch replaces a dispatch.
+            if let (Item::Dispatch(old), Item::Dispatch(d)) = (&self.items[i], &new) {
                 let same = old.buffers.len() == d.buffers.len()
                     && old
                         .buffers
