@@ -1036,6 +1036,26 @@ mod batches_pool_and_cache {
         let timings = recording.submit_timed().unwrap();
         assert_eq!(timings.len(), 2);
         assert_eq!(z.read_back::<f32>().unwrap(), want(0.5, 4.0));
+        // Commands encoded ahead take parameters replaced after them...
+        let ahead = recording.encode().unwrap();
+        recording.replace(0, record(3.0, 0.25, &z)).unwrap();
+        z.write(&vec![f32::NAN; n as usize]).unwrap();
+        recording.submit_encoded(ahead).unwrap();
+        assert_eq!(z.read_back::<f32>().unwrap(), want(3.0, 0.25));
+        // ...but not another buffer: a replacement that changes a bind group makes them stale,
+        // and they are encoded again.
+        let ahead = recording.encode().unwrap();
+        recording.replace(0, record(-2.0, 1.0, &w)).unwrap();
+        w.write(&vec![f32::NAN; n as usize]).unwrap();
+        recording.submit_encoded(ahead).unwrap();
+        assert_eq!(w.read_back::<f32>().unwrap(), want(-2.0, 1.0));
+        // Commands of another recording are never submitted for this one.
+        let other = record(1.0, 1.0, &z).finish().unwrap();
+        let foreign = other.encode().unwrap();
+        z.write(&vec![f32::NAN; n as usize]).unwrap();
+        recording.submit_encoded(foreign).unwrap();
+        assert_eq!(w.read_back::<f32>().unwrap(), want(-2.0, 1.0));
+        assert!(z.read_back::<f32>().unwrap().iter().all(|v| v.is_nan()));
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!
 //! [`Batch::finish`] makes a [`Recording`]: the batch with its bind groups built, to submit
 //! again and again without recording it again (a training step), with the parts that change
-//! between submissions re-recorded and put in place by [`Recording::replace`].
+//! between submissions re-recorded and put in place by [`Recording::replace`], and its commands
+//! encoded ahead of time ([`Recording::encode`]) while the GPU is busy.
 //!
 //! ```no_run
 //! # fn demo(gpu: &fblayout_kernels::runtime::Gpu, kernel: &fblayout_core::kernel::KernelModule,
@@ -316,6 +317,10 @@ impl<'g> Batch<'g> {
             groups,
             arena,
             dirty: false,
+            generation: (
+                RECORDINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                0,
+            ),
         })
     }
 }
@@ -335,6 +340,29 @@ pub struct Recording<'g> {
     arena: Arena,
     /// Whether the host copy of the parameter blocks changed since the last upload.
     dirty: bool,
+    /// This recording among all of the process's, and the replacements that changed what
+    /// encoded commands hold (a bind group, a grid, a copy or a clear): commands encoded before
+    /// one, or from another recording, are stale.
+    generation: (u64, u64),
+}
+
+/// Numbers the recordings of the process, so that encoded commands know theirs.
+static RECORDINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A [`Recording`]'s commands, encoded ahead of their submission
+/// ([`Recording::encode`]): the host's part of encoding done while the GPU runs earlier work.
+/// The parameter blocks are not in them but read when they run, so they stay current.
+pub struct Encoded {
+    commands: wgpu::CommandBuffer,
+    generation: (u64, u64),
+}
+
+impl std::fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encoded")
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Recording<'_> {
@@ -408,6 +436,13 @@ impl<'g> Recording<'g> {
         for (k, new) in batch.items.into_iter().enumerate() {
             let i = at + k;
             // Kinds were checked above: a dispatch replaces a dispatch.
+            match (&self.items[i], &new) {
+                (Item::Dispatch(old), Item::Dispatch(d)) if old.grid != d.grid => {
+                    self.generation.1 += 1;
+                }
+                (Item::Dispatch(_), Item::Dispatch(_)) => {}
+                _ => self.generation.1 += 1,
+            }
             if let (Item::Dispatch(old), Item::Dispatch(d)) = (&self.items[i], &new) {
                 let same = old.buffers.len() == d.buffers.len()
                     && old
@@ -420,6 +455,7 @@ impl<'g> Recording<'g> {
                     self.dirty = true;
                 }
                 if !same {
+                    self.generation.1 += 1;
                     let slot = self.arena.slot(i);
                     self.groups[i] = Some(scoped(
                         gpu.device(),
@@ -443,9 +479,19 @@ impl<'g> Recording<'g> {
 
     /// Sends every item in one submission, without waiting for it.
     pub fn submit(&mut self) -> Result<(), GpuError> {
-        self.upload()?;
+        let encoded = self.encode()?;
+        self.submit_encoded(encoded)
+    }
+
+    /// Encodes every item into commands to submit later with
+    /// [`submit_encoded`](Self::submit_encoded): a training step encodes the next step's
+    /// commands while the GPU runs this one, so that the next submission costs the host almost
+    /// nothing. Parameter blocks changed in between still apply (they are read when the
+    /// commands run); a replacement that changes a bind group, a grid, a copy or a clear makes
+    /// the encoded commands stale, and they are encoded again at submission.
+    pub fn encode(&self) -> Result<Encoded, GpuError> {
         let gpu = self.gpu;
-        scoped(
+        let commands = scoped(
             gpu.device(),
             || format!("a batch of {} dispatches and copies", self.items.len()),
             || {
@@ -466,7 +512,31 @@ impl<'g> Recording<'g> {
                         at += 1;
                     }
                 }
-                gpu.queue().submit([encoder.finish()]);
+                encoder.finish()
+            },
+        )?;
+        Ok(Encoded {
+            commands,
+            generation: self.generation,
+        })
+    }
+
+    /// Submits commands [encoded](Self::encode) from this recording, without waiting for them,
+    /// after uploading the parameter blocks changed since; where a replacement made them stale,
+    /// or another recording encoded them, this one's are encoded again first.
+    pub fn submit_encoded(&mut self, encoded: Encoded) -> Result<(), GpuError> {
+        self.upload()?;
+        let commands = if encoded.generation == self.generation {
+            encoded.commands
+        } else {
+            self.encode()?.commands
+        };
+        let gpu = self.gpu;
+        scoped(
+            gpu.device(),
+            || format!("submitting a batch of {} items", self.items.len()),
+            || {
+                gpu.queue().submit([commands]);
             },
         )
     }

@@ -47,7 +47,7 @@ mod gated;
 mod gpu;
 mod pool;
 
-pub use batch::{Batch, Recording, Timing};
+pub use batch::{Batch, Encoded, Recording, Timing};
 pub use buffer::{BufferKind, GpuBuffer};
 pub use choice::{ADAPTER_ENV, AdapterChoice, BACKEND_ENV};
 pub use disk_cache::{CacheLoad, DiskCache, default_cache_dir};

@@ -1,8 +1,9 @@
 //! The GPU executor: every kernel of the graph built once for its views, buffers from the memory
 //! plan, and a whole training step recorded into one batch and submitted once. The first step
 //! records every dispatch; later steps submit that [`Recording`] again, with only the nodes
-//! whose work changes from step to step (AdamW's step number, the embeddings' token ids)
-//! recorded anew and put in place, so the host's part of a step is small.
+//! whose work changes from step to step (the embeddings' token ids; AdamW reads its step
+//! number from the device) recorded anew and put in place, and its commands encoded while the
+//! GPU runs the step before, so the host's part of a step is small.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ use fblayout_kernels::ops::{
     LayerNormTensors, LinearOp, NonFiniteOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors,
     SwigluOp, TokenIds,
 };
-use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer, Recording, Timing};
+use fblayout_kernels::runtime::{Batch, Encoded, Gpu, GpuBuffer, Recording, Timing};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::scaling::{LossScaler, LossScaling};
@@ -121,7 +122,8 @@ pub struct HostTime {
     /// Recording: the first step records everything, later ones only what changes per step,
     /// then AdamW's step values are written.
     pub recording: Duration,
-    /// Encoding the recorded step's commands and submitting them.
+    /// Submitting the step's commands (encoded while the GPU ran the step before, or here when
+    /// there is none or they went stale).
     pub submission: Duration,
 }
 
@@ -170,6 +172,8 @@ pub struct GpuStep<'g> {
     step_scalars: (GpuBuffer, View),
     /// The first AdamW node, before which the overflow checks are recorded.
     first_adamw: Option<usize>,
+    /// The next step's commands, encoded while the GPU ran this one.
+    next: Option<Encoded>,
 }
 
 impl std::fmt::Debug for GpuStep<'_> {
@@ -352,6 +356,7 @@ impl<'g> GpuStep<'g> {
             scaling,
             step_scalars,
             first_adamw: graph.nodes().iter().position(|n| n.op == Op::AdamW),
+            next: None,
         };
         for t in graph.ids() {
             if let Role::State { .. } = graph.tensor(t).role {
@@ -549,10 +554,15 @@ impl<'g> GpuStep<'g> {
             .write(&scalars)
             .map_err(|e| ExecError::gpu("writing AdamW's step", e))?;
         let recorded_at = start.elapsed();
+        let next = self.next.take();
         let timings = if timed {
             recorded.0.submit_timed()
         } else {
-            recorded.0.submit().map(|()| Vec::new())
+            match next {
+                Some(encoded) => recorded.0.submit_encoded(encoded),
+                None => recorded.0.submit(),
+            }
+            .map(|()| Vec::new())
         }
         .map_err(|e| ExecError::gpu("submitting the step", e))?;
         if !timed {
@@ -561,6 +571,12 @@ impl<'g> GpuStep<'g> {
                 recording: recorded_at - loaded,
                 submission: start.elapsed() - recorded_at,
             };
+            // While the GPU runs this step, encode the next one's commands.
+            let ahead = recorded
+                .0
+                .encode()
+                .map_err(|e| ExecError::gpu("encoding the next step", e))?;
+            self.next = Some(ahead);
         }
         self.recorded = Some(recorded);
         let mut loss = 0.0;
