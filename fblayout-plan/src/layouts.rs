@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use fblayout_core::layout::{LayoutErrors, LayoutSpec, Order, TensorLayout};
+use fblayout_core::layout::{ElemType, LayoutErrors, LayoutSpec, Order, TensorLayout};
 
 use crate::graph::{Dim, Sizes, Tensor};
 
@@ -38,6 +38,17 @@ impl LayoutChoice {
             Self::RTile(4),
             Self::RTile(8),
         ]
+    }
+
+    /// The candidates for `tensor`: [`candidates`](Self::candidates) of its rank, but only
+    /// row-major for integer tensors (token ids, positions, labels). They are indices, read
+    /// once per row in order; a copy into another layout would buy no reduction and costs a
+    /// dispatch, and the CPU executor holds them as given.
+    pub fn candidates_for(tensor: &Tensor) -> Vec<LayoutChoice> {
+        match tensor.elem {
+            ElemType::F32 | ElemType::F16 => Self::candidates(tensor.axes.len()),
+            _ => vec![Self::RowMajor],
+        }
     }
 
     /// A short name for generated tensor names and tables: `rm`, `cm`, `rt4`, ...
@@ -158,5 +169,24 @@ mod tests {
         assert_eq!(tiled.forward(), ["hidden"]);
         assert_eq!(tiled.backward(), ["seq"]);
         assert_eq!(LayoutChoice::candidates(1), [LayoutChoice::RowMajor]);
+    }
+
+    #[test]
+    fn integer_tensors_stay_row_major_and_floats_of_either_width_have_every_candidate() {
+        let mut labels = activation();
+        labels.elem = ElemType::U32;
+        labels.role = Role::Input;
+        assert_eq!(
+            LayoutChoice::candidates_for(&labels),
+            [LayoutChoice::RowMajor]
+        );
+        let mut half = activation();
+        half.elem = ElemType::F16;
+        for t in [activation(), half] {
+            assert_eq!(
+                LayoutChoice::candidates_for(&t),
+                LayoutChoice::candidates(3)
+            );
+        }
     }
 }

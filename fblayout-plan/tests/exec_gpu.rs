@@ -272,3 +272,39 @@ fn an_overflowing_step_changes_nothing_and_lowers_the_scale() {
     let err = step.set_loss_scaling(bad).unwrap_err();
     assert!(err.to_string().contains("backoff"), "{err}");
 }
+
+#[test]
+fn a_cross_entropy_over_a_copy_of_its_labels_finds_its_forward() {
+    // A graph may read the labels through a copy in the forward and through the labels
+    // themselves in the backward (or the other way round): the GPU backward finds the
+    // forward's state through the copy, and the step computes what it computes without the
+    // copy. (The planner never copies integer tensors; the CPU executor refuses to.)
+    let gpu = gpu();
+    let g = graph(Model::Decoder);
+    let labels = g.find("labels").unwrap();
+    let want = run_gpu(&gpu, &g, &row_major(&g));
+    for op in ["cross_entropy", "cross_entropy_grad"] {
+        let mut copied = g.clone();
+        let mut layouts = row_major(&g);
+        let at = copied
+            .nodes()
+            .iter()
+            .position(|n| n.op.name() == op)
+            .unwrap();
+        let copy = copied
+            .insert_convert(exec_support::node_id(&copied, at), labels, "labels.copy")
+            .unwrap();
+        assert_eq!(copied.copied_from(copy), labels);
+        assert_eq!(copied.copied_from(labels), labels);
+        layouts.push(LayoutChoice::RowMajor);
+        let got = run_gpu(&gpu, &copied, &layouts);
+        assert_close(&got, &want, TOLERANCE, &format!("labels copied for `{op}`"));
+        let memory = plan_memory(&copied, &layouts, SIZES, MemoryOptions::default()).unwrap();
+        let mut cpu = CpuStep::new(&copied, &layouts, &memory, SIZES, ADAMW).unwrap();
+        cpu.init_params(7).unwrap();
+        let err = cpu
+            .step(&StepInputs::random(SMALL.vocab, SIZES, 11))
+            .unwrap_err();
+        assert!(err.to_string().contains("integer"), "{err}");
+    }
+}

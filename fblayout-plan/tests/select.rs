@@ -379,6 +379,11 @@ fn check_conversions(p: &Plan, g: &Graph, name: &str) {
     let mut converts = 0;
     for c in p.conversions() {
         converts += 1;
+        assert!(
+            matches!(pg.tensor(c.source).elem, ElemType::F32 | ElemType::F16),
+            "{name}: integer tensor `{}` converted",
+            pg.tensor(c.source).name
+        );
         let node = &pg.nodes()[c.node.index()];
         assert!(matches!(node.op, Op::Convert { .. }), "{name}");
         assert_eq!(

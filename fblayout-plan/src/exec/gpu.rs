@@ -938,9 +938,11 @@ fn build(
             Kernel::CrossEntropy(Box::new(k), states.len() - 1)
         }
         Op::CrossEntropyGrad { ignore_index } => {
-            // The forward over the same labels wrote the state this backward reads.
+            // The forward over the same labels (or a copy of them in another layout) wrote the
+            // state this backward reads.
+            let labels = graph.copied_from(r[1].tensor);
             let forward = built.iter().find_map(|n| match &n.kernel {
-                Kernel::CrossEntropy(_, s) if n.reads[1].tensor == r[1].tensor => {
+                Kernel::CrossEntropy(_, s) if graph.copied_from(n.reads[1].tensor) == labels => {
                     Some((*s, v(&n.writes[0]).clone()))
                 }
                 _ => None,

@@ -264,6 +264,20 @@ impl Graph {
         &mut self.nodes
     }
 
+    /// The tensor that `t` is a copy of through [`Op::Convert`]s (following a chain of them),
+    /// or `t` itself: a copy in another layout holds the same values.
+    pub fn copied_from(&self, t: TensorId) -> TensorId {
+        let mut t = t;
+        while let Some(node) = self
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Convert { .. }) && n.outputs.first() == Some(&t))
+        {
+            t = node.inputs[0];
+        }
+        t
+    }
+
     /// The tensors some operation writes.
     fn written(&self) -> HashSet<TensorId> {
         self.nodes

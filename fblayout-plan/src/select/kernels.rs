@@ -444,7 +444,7 @@ pub fn measure_kernels(
                         Operand::Activation => activation,
                         Operand::Weight => weight,
                     };
-                    let candidates = LayoutChoice::candidates(graph.tensor(t).axes.len());
+                    let candidates = LayoutChoice::candidates_for(graph.tensor(t));
                     if candidates.contains(&layout) {
                         layout
                     } else {

@@ -614,7 +614,7 @@ fn shape_costs(
     factors: &Factors,
 ) -> Result<ShapeCosts, PlanError> {
     let tensor = graph.tensor(t);
-    let candidates = LayoutChoice::candidates(tensor.axes.len());
+    let candidates = LayoutChoice::candidates_for(tensor);
     let extents = run_extents(tensor, sizes);
     let layout_err = |source| PlanError::Layout {
         tensor: tensor.name.clone(),
