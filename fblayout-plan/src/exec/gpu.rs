@@ -5,6 +5,7 @@
 //! number from the device) recorded anew and put in place, and its commands encoded while the
 //! GPU runs the step before, so the host's part of a step is small.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -165,6 +166,8 @@ pub struct GpuStep<'g> {
     host: HostTime,
     /// The token ids of every input an embedding reads (by tensor), refilled each step.
     token_ids: Vec<Option<TokenIds>>,
+    /// Each input's physical offset of every logical element, found at the first step.
+    input_offsets: HashMap<TensorId, Vec<usize>>,
     /// Loss scaling, where the graph has `f16` gradients.
     scaling: Option<Scaling>,
     /// What every AdamW step reads of its step ([`AdamWConfig::step_scalars`]), written before
@@ -353,6 +356,7 @@ impl<'g> GpuStep<'g> {
             recorded: None,
             host: HostTime::default(),
             token_ids: Vec::new(),
+            input_offsets: HashMap::new(),
             scaling,
             step_scalars,
             first_adamw: graph.nodes().iter().position(|n| n.op == Op::AdamW),
@@ -671,10 +675,18 @@ impl<'g> GpuStep<'g> {
             let values = input_values(tensor, inputs, bound)?;
             if let Some(b) = self.buffer_of[t.index()] {
                 let buffer = &self.buffers[b];
+                // Where each logical element sits: the same every step, so found once (the
+                // layout's offsets cost an evaluation of its index expression each).
+                let offsets = self.input_offsets.entry(t).or_insert_with(|| {
+                    let mut offsets = Vec::with_capacity(values.len());
+                    bound.for_each(|_, _, off| offsets.push(off as usize));
+                    offsets
+                });
                 self.scratch.clear();
                 self.scratch.resize(buffer.len_bytes() as usize / 4, 0);
-                let physical = &mut self.scratch;
-                bound.for_each(|i, _, off| physical[off as usize] = values[i]);
+                for (&off, &v) in offsets.iter().zip(values) {
+                    self.scratch[off] = v;
+                }
                 buffer
                     .write(&self.scratch)
                     .map_err(|e| ExecError::gpu("writing an input", e))?;
