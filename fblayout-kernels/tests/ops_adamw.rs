@@ -4,7 +4,7 @@
 
 mod support;
 
-use fblayout_core::layout::ElemType;
+use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::adamw::{STEP_SCALARS, adamw_step_cpu, sum_squares_cpu};
 use fblayout_kernels::ops::finite::non_finite_cpu;
@@ -106,32 +106,43 @@ fn cpu_steps_match_the_definition_under_every_layout() {
     }
 }
 
-fn gpu_steps(gpu: &Gpu, t: &[Tensor; 4], steps: u32, scale: f32) -> [Vec<f64>; 3] {
-    let views = AdamWTensors {
+/// The four tensors' views, as an AdamW step takes them.
+fn quad_views(t: &[Tensor; 4]) -> AdamWTensors<&View> {
+    AdamWTensors {
         param: &t[0].view,
         grad: &t[1].view,
         m: &t[2].view,
         v: &t[3].view,
-    };
+    }
+}
+
+/// Four of anything, in the order of [`tensors`]: parameters, gradient, moments.
+fn quad<T>(x: &[T]) -> AdamWTensors<&T> {
+    AdamWTensors {
+        param: &x[0],
+        grad: &x[1],
+        m: &x[2],
+        v: &x[3],
+    }
+}
+
+/// What a step updated, read back: `(p, m, v)`.
+fn updated(t: &[Tensor; 4], bufs: &[GpuBuffer]) -> [Vec<f64>; 3] {
+    [0, 2, 3].map(|i| t[i].download(&bufs[i]))
+}
+
+fn gpu_steps(gpu: &Gpu, t: &[Tensor; 4], steps: u32, scale: f32) -> [Vec<f64>; 3] {
+    let views = quad_views(t);
     let op = AdamWOp::new(gpu, &views).unwrap();
     let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
     let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
-    let a = AdamWTensors {
-        param: &args[0],
-        grad: &args[1],
-        m: &args[2],
-        v: &args[3],
-    };
+    let a = quad(&args);
     let mut batch = gpu.batch();
     for step in 1..=steps {
         op.step(&mut batch, &a, &HYPER, step, scale).unwrap();
     }
     batch.submit().unwrap();
-    [
-        t[0].download(&bufs[0]),
-        t[2].download(&bufs[2]),
-        t[3].download(&bufs[3]),
-    ]
+    updated(t, &bufs)
 }
 
 #[test]
@@ -253,21 +264,11 @@ fn bad_steps_and_shapes_are_typed_errors() {
     )
     .unwrap_err();
     assert!(matches!(err, OpError::Shape { .. }), "{err}");
-    let views = AdamWTensors {
-        param: &t[0].view,
-        grad: &t[1].view,
-        m: &t[2].view,
-        v: &t[3].view,
-    };
+    let views = quad_views(&t);
     let op = AdamWOp::new(gpu, &views).unwrap();
     let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
     let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
-    let a = AdamWTensors {
-        param: &args[0],
-        grad: &args[1],
-        m: &args[2],
-        v: &args[3],
-    };
+    let a = quad(&args);
     let mut batch = gpu.batch();
     let err = op.step(&mut batch, &a, &HYPER, 0, 1.0).unwrap_err();
     assert!(matches!(err, OpError::Shape { .. }), "{err}");
@@ -300,22 +301,12 @@ fn bad_steps_and_shapes_are_typed_errors() {
 
 /// One gated GPU step on the tensors with the flag holding `gate`; returns `(p, m, v)`.
 fn gated_step(gpu: &Gpu, t: &[Tensor; 4], gate: u32, scale: f32) -> [Vec<f64>; 3] {
-    let views = AdamWTensors {
-        param: &t[0].view,
-        grad: &t[1].view,
-        m: &t[2].view,
-        v: &t[3].view,
-    };
+    let views = quad_views(t);
     let gate_view = view_1d("gate", "one", 1, ElemType::U32);
     let op = AdamWOp::gated(gpu, &views, &gate_view).unwrap();
     let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
     let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
-    let a = AdamWTensors {
-        param: &args[0],
-        grad: &args[1],
-        m: &args[2],
-        v: &args[3],
-    };
+    let a = quad(&args);
     let gb = GpuBuffer::from_slice(gpu, &[gate]).unwrap();
     let mut batch = gpu.batch();
     let ga = GpuArg::new(&gb, &gate_view, &[]).unwrap();
@@ -324,11 +315,7 @@ fn gated_step(gpu: &Gpu, t: &[Tensor; 4], gate: u32, scale: f32) -> [Vec<f64>; 3
     // The ungated entry points refuse each other's kernels.
     assert!(op.step(&mut batch, &a, &HYPER, 1, scale).is_err());
     batch.submit().unwrap();
-    [
-        t[0].download(&bufs[0]),
-        t[2].download(&bufs[2]),
-        t[3].download(&bufs[3]),
-    ]
+    updated(t, &bufs)
 }
 
 #[test]
@@ -458,22 +445,12 @@ fn steps_reading_their_values_on_the_device_match_the_host_steps() {
     ] {
         let t = tensors(&mut rng, layouts, 13, 36, ElemType::F32);
         let want = cpu_steps::<f32>(&t, 3, 0.5);
-        let views = AdamWTensors {
-            param: &t[0].view,
-            grad: &t[1].view,
-            m: &t[2].view,
-            v: &t[3].view,
-        };
+        let views = quad_views(&t);
         let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
         let op = AdamWOp::on_device(gpu, &views, &scalars, None).unwrap();
         let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
         let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
-        let a = AdamWTensors {
-            param: &args[0],
-            grad: &args[1],
-            m: &args[2],
-            v: &args[3],
-        };
+        let a = quad(&args);
         let sb = GpuBuffer::scratch::<f32>(gpu, STEP_SCALARS as usize).unwrap();
         let sa = GpuArg::new(&sb, &scalars, &[]).unwrap();
         let mut batch = gpu.batch();
@@ -491,11 +468,7 @@ fn steps_reading_their_values_on_the_device_match_the_host_steps() {
             sb.write(&HYPER.step_scalars(step, 0.5).unwrap()).unwrap();
             recording.submit().unwrap();
         }
-        let got = [
-            t[0].download(&bufs[0]),
-            t[2].download(&bufs[2]),
-            t[3].download(&bufs[3]),
-        ];
+        let got = updated(&t, &bufs);
         for (k, name) in ["param", "m", "v"].iter().enumerate() {
             assert_close(
                 &format!("{layouts:?}: {name}"),
