@@ -625,21 +625,29 @@ impl CoopMatmulOp {
     ) -> Result<CoopConfig, OpError> {
         let e = self.extents(gpu, a, b, c)?;
         let problem = self.problem(&e);
+        let candidates = self.candidates_for(&e);
         {
             let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+            let known = |table: &TuneTable| {
+                table
+                    .entries
+                    .get(&problem)
+                    .copied()
+                    .filter(|c| candidates.contains(c))
+            };
+            if let Some(c) = known(&table) {
+                return Ok(c);
+            }
             // Another op (or process) may have tuned it since this one loaded the file.
             if let Some(disk) = &self.tune_file {
                 for (p, c) in TuneTable::load(disk).0.entries {
                     table.entries.entry(p).or_insert(c);
                 }
             }
-            if let Some(&c) = table.entries.get(&problem)
-                && self.candidates_for(&e).contains(&c)
-            {
+            if let Some(c) = known(&table) {
                 return Ok(c);
             }
         }
-        let candidates = self.candidates_for(&e);
         let among: Vec<CoopConfig> = configs
             .iter()
             .copied()
