@@ -249,7 +249,7 @@ fn measure(
     let on_cores = step.tune().map_err(err)?;
     if on_cores > 0 {
         println!(
-            "{label}: {on_cores} linear operations on tensor cores, tiles tuned in {:.1} s",
+            "{label}: {on_cores} linear and attention operations on tensor cores, tiles tuned in {:.1} s",
             tuning.elapsed().as_secs_f64()
         );
     }

@@ -13,28 +13,7 @@ use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, kernel_source};
 use fblayout_kernels::ops::matmul::{Extents, Scale, matmul_cpu};
 use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
-use support::{Layout2, Rng, Tensor, assert_close, gpu, static_2d, tolerance, view_2d};
-
-const REQUIRE: &str = "FBLAYOUT_REQUIRE_COOP";
-
-/// The test GPU when it has cooperative matrices; otherwise prints why `test` is skipped and
-/// returns `None`, or panics when `FBLAYOUT_REQUIRE_COOP=1`.
-fn coop_gpu(test: &str) -> Option<&'static Gpu> {
-    let gpu = gpu();
-    if gpu.features().coop_fragment.is_some() {
-        return Some(gpu);
-    }
-    let why = format!(
-        "{test}: SKIPPED: the adapter {} has no usable cooperative matrices ({})",
-        gpu.info(),
-        gpu.features()
-    );
-    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
-        panic!("{why}, and {REQUIRE}=1 requires them");
-    }
-    eprintln!("{why}; set {REQUIRE}=1 to make this a failure");
-    None
-}
+use support::{Layout2, Rng, Tensor, assert_close, coop_gpu, gpu, static_2d, tolerance, view_2d};
 
 /// `t` with its values rounded to f16 (what the GPU reads), so the oracle sees the same
 /// inputs.
@@ -462,11 +441,14 @@ fn batched_attention_values_and_gradients_read_permuted_views() {
     let dv = per_head("dv", "key", ElemType::F32);
     let dvt = Tensor::random(&mut rng, dv.view(), bind, -1.0, 1.0);
     // Split-k over the 40 keys (three k-steps of 16): three parts per head.
+    // And the blocks 32 wide made for outputs of a head's 32 columns.
     let configs = [
         CoopConfig::DEFAULT,
         CoopConfig::SMALL,
         CoopConfig::SMALL.with_split(4),
         CoopConfig::DEFAULT.with_split(2),
+        "64x32/2x2/k32/s1/f32".parse().unwrap(),
+        "128x32/4x2/k16/s2/f32".parse().unwrap(),
     ];
     check(gpu, "O = P·V per head", &pt, &vt, &ot, &configs);
     check(gpu, "dV = Pᵀ·dO per head", &pt_t, &dot, &dvt, &configs);

@@ -10,7 +10,7 @@ use exec_support::{
 };
 use fblayout_kernels::Gpu;
 use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, StepInputs};
-use fblayout_plan::graph::Graph;
+use fblayout_plan::graph::{Graph, Op};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::Model;
@@ -187,6 +187,28 @@ fn a_mixed_precision_step_tracks_the_cpu() {
             ("families", family_layouts(&g, 6)),
         ] {
             let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &layouts);
+            // Where the device has tensor cores every linear and attention operation runs a
+            // product on them (all of them under row-major layouts), with tuned tiles.
+            let products = g
+                .nodes()
+                .iter()
+                .filter(|n| {
+                    matches!(
+                        n.op,
+                        Op::Linear
+                            | Op::LinearGradInput
+                            | Op::LinearGradWeight
+                            | Op::Attention { .. }
+                            | Op::AttentionGrad { .. }
+                    )
+                })
+                .count();
+            let on_cores = on_gpu.tune().unwrap();
+            match (gpu.features().coop_fragment.is_some(), what) {
+                (false, _) => assert_eq!(on_cores, 0, "{model:?} {what}"),
+                (true, "row-major") => assert_eq!(on_cores, products, "{model:?} {what}"),
+                (true, _) => assert!(on_cores <= products, "{model:?} {what}"),
+            }
             assert_eq!(on_gpu.loss_scale(), Some(65536.0));
             for seed in [11, 12] {
                 let inputs = StepInputs::random(SMALL.vocab, SIZES, seed);

@@ -34,6 +34,28 @@ pub fn gpu() -> &'static Gpu {
     })
 }
 
+/// Set to 1, a test that needs cooperative matrices fails where they are missing.
+pub const REQUIRE: &str = "FBLAYOUT_REQUIRE_COOP";
+
+/// The test GPU when it has cooperative matrices; otherwise prints why `test` is skipped and
+/// returns `None`, or panics when `FBLAYOUT_REQUIRE_COOP=1`.
+pub fn coop_gpu(test: &str) -> Option<&'static Gpu> {
+    let gpu = gpu();
+    if gpu.features().coop_fragment.is_some() {
+        return Some(gpu);
+    }
+    let why = format!(
+        "{test}: SKIPPED: the adapter {} has no usable cooperative matrices ({})",
+        gpu.info(),
+        gpu.features()
+    );
+    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
+        panic!("{why}, and {REQUIRE}=1 requires them");
+    }
+    eprintln!("{why}; set {REQUIRE}=1 to make this a failure");
+    None
+}
+
 /// A second device on the same adapter with subgroup operations turned off: kernels built for
 /// it take the workgroup-memory fallback of their reductions.
 pub fn gpu_without_subgroups() -> &'static Gpu {

@@ -490,26 +490,48 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
-    /// Chooses the tensor-core tiles of every linear layer's products for this step's
-    /// extents, timing a short list once per adapter and problem (see [`LinearOp::tune`]);
-    /// returns how many linear operations run a product on tensor cores. Nothing of the step's
-    /// tensors is overwritten; without tensor cores this does nothing.
+    /// Chooses the tensor-core tiles of every linear layer's and attention's products for this
+    /// step's extents, timing a short list once per adapter and problem (see
+    /// [`LinearOp::tune`] and [`AttentionOp::tune`]); returns how many operations run a
+    /// product on tensor cores. Nothing of the step's tensors is overwritten; without tensor
+    /// cores this does nothing.
     pub fn tune(&self) -> Result<usize, ExecError> {
         let mut on_cores = 0;
         for (i, node) in self.kernels.iter().enumerate() {
-            let Kernel::Linear(k) = &node.kernel else {
-                continue;
-            };
             let (r, w) = (&node.reads, &node.writes);
-            // The operands the op was built with: x, w, y (see `build`).
-            let (x, wt, y) = match self.graph.nodes()[i].op {
-                Op::Linear => (&r[0], &r[1], &w[0]),
-                Op::LinearGradInput => (&w[0], &r[1], &r[0]),
-                _ => (&r[0], &w[0], &r[1]),
+            let op = self.graph.nodes()[i].op;
+            let tuned = match &node.kernel {
+                Kernel::Linear(k) => {
+                    // The operands the op was built with: x, w, y (see `build`).
+                    let (x, wt, y) = match op {
+                        Op::Linear => (&r[0], &r[1], &w[0]),
+                        Op::LinearGradInput => (&w[0], &r[1], &r[0]),
+                        _ => (&r[0], &w[0], &r[1]),
+                    };
+                    let tuned =
+                        (|| k.tune(self.gpu, &self.arg(x)?, &self.arg(wt)?, &self.arg(y)?))();
+                    tuned.map(|()| k.tensor_cores().contains(&true))
+                }
+                Kernel::Attention(k) => {
+                    let forward = matches!(op, Op::Attention { .. });
+                    let tuned = (|| {
+                        let [q, kk, v, out, probs] =
+                            attention_operands(forward, r, w).map(|a| self.arg(a));
+                        let args = AttentionArgs {
+                            q: q?,
+                            k: kk?,
+                            v: v?,
+                            out: out?,
+                            probs: probs?,
+                        };
+                        k.tune(self.gpu, &args)
+                    })();
+                    tuned.map(|()| k.tensor_cores().contains(&true))
+                }
+                _ => continue,
             };
-            let tuned = (|| k.tune(self.gpu, &self.arg(x)?, &self.arg(wt)?, &self.arg(y)?))();
-            tuned.map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
-            on_cores += usize::from(k.tensor_cores().iter().any(|&c| c));
+            let cores = tuned.map_err(|source| ExecError::op(i, op.name(), source))?;
+            on_cores += usize::from(cores);
         }
         Ok(on_cores)
     }

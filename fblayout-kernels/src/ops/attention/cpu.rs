@@ -133,8 +133,8 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// The scores-by-rows product `Σ_j m[b, h, i, j] · x[b, j, kv(h), :]` for every token row
-/// `[b, i, h, :]` of the query side (`O = P·V`, `dQ = dS·K`), times `scale`.
-fn scores_times_keys(shape: &Shape, m: &[f64], x: &[f64], scale: f64) -> Vec<f64> {
+/// `[b, i, h, :]` of the query side (`O = P·V`, `dQ = dS·K`).
+fn scores_times_keys(shape: &Shape, m: &[f64], x: &[f64]) -> Vec<f64> {
     let s = *shape;
     let mut out = vec![0.0; s.batch * s.seq_q * s.heads * s.head_dim];
     out.par_chunks_mut(s.head_dim.max(1))
@@ -148,14 +148,13 @@ fn scores_times_keys(shape: &Shape, m: &[f64], x: &[f64], scale: f64) -> Vec<f64
                     *o += w * xv;
                 }
             }
-            row.iter_mut().for_each(|o| *o *= scale);
         });
     out
 }
 
 /// The transposed product `Σ_{h ∈ group(kv)} Σ_i m[b, h, i, j] · x[b, i, h, :]` for every token
-/// row `[b, j, kv, :]` of the key side (`dV = Pᵀ·dO`, `dK = dSᵀ·Q`), times `scale`.
-fn scores_t_times_queries(shape: &Shape, m: &[f64], x: &[f64], scale: f64) -> Vec<f64> {
+/// row `[b, j, kv, :]` of the key side (`dV = Pᵀ·dO`, `dK = dSᵀ·Q`).
+fn scores_t_times_queries(shape: &Shape, m: &[f64], x: &[f64]) -> Vec<f64> {
     let s = *shape;
     let group = s.heads / s.kv_heads;
     let mut out = vec![0.0; s.batch * s.seq_k * s.kv_heads * s.head_dim];
@@ -172,14 +171,13 @@ fn scores_t_times_queries(shape: &Shape, m: &[f64], x: &[f64], scale: f64) -> Ve
                     }
                 }
             }
-            row.iter_mut().for_each(|o| *o *= scale);
         });
     out
 }
 
 /// The rows-by-keys product `Σ_d a[b, i, h, d] · x[b, j, kv(h), d]` for every scores element,
-/// times `scale`, rounded to `T` (`S = scale·Q·Kᵀ`, `dP = dO·Vᵀ`).
-fn queries_times_keys_t<T: Real>(shape: &Shape, a: &[f64], x: &[f64], scale: f64) -> Dense<T> {
+/// rounded to `T` (`S = Q·Kᵀ`, `dP = dO·Vᵀ`).
+fn queries_times_keys_t<T: Real>(shape: &Shape, a: &[f64], x: &[f64]) -> Dense<T> {
     let s = *shape;
     let n = s.batch * s.heads * s.seq_q * s.seq_k;
     let values = (0..n).into_par_iter().map(|e| {
@@ -187,7 +185,7 @@ fn queries_times_keys_t<T: Real>(shape: &Shape, a: &[f64], x: &[f64], scale: f64
         let (b, h) = (bh / s.heads, bh % s.heads);
         let qa = s.token((b, i, h), s.seq_q, s.heads);
         let ka = s.token((b, j, s.kv_of(h)), s.seq_k, s.kv_heads);
-        scale * dot(&a[qa..qa + s.head_dim], &x[ka..ka + s.head_dim])
+        dot(&a[qa..qa + s.head_dim], &x[ka..ka + s.head_dim])
     });
     Dense::new(s.scores_dims(), values)
 }
@@ -198,8 +196,8 @@ fn write<T: Real>(out: &mut dyn LogicalMut<T>, values: &[f64]) {
     out.scatter(&dense);
 }
 
-/// The attention's forward on the CPU: `probs = softmax(scale·Q·Kᵀ)` (masked), `out =
-/// probs·V`.
+/// The attention's forward on the CPU: `probs = softmax(scale·S)` (masked) of the scores
+/// `S = Q·Kᵀ` (rounded to `T`), `out = probs·V`.
 pub fn attention_forward_cpu<T: Real>(
     attention: Attention,
     q: &dyn Logical<T>,
@@ -211,11 +209,11 @@ pub fn attention_forward_cpu<T: Real>(
     let dims = [q.dims(), k.dims(), v.dims(), out.dims(), probs.dims()];
     let shape = Shape::of(FORWARD, &attention, ARG_ROLES, dims)?;
     let (qd, kd, vd) = (dense(q), dense(k), dense(v));
-    let scale = f64::from(attention.scale);
-    let scores = queries_times_keys_t::<T>(&shape, &qd, &kd, scale);
-    softmax_forward_cpu(Softmax::new(1.0, attention.mask), &scores, probs)?;
+    let scores = queries_times_keys_t::<T>(&shape, &qd, &kd);
+    let softmax = Softmax::new(attention.scale, attention.mask);
+    softmax_forward_cpu(softmax, &scores, probs)?;
     let p = dense(&*probs);
-    write(out, &scores_times_keys(&shape, &p, &vd, 1.0));
+    write(out, &scores_times_keys(&shape, &p, &vd));
     Ok(())
 }
 
@@ -246,16 +244,17 @@ pub fn attention_backward_cpu<T: Real>(
         }
     }
     let (qd, kd, vd, p, d_o) = (dense(q), dense(k), dense(v), dense(probs), dense(dout));
-    let scale = f64::from(attention.scale);
-    let dp = queries_times_keys_t::<T>(&shape, &d_o, &vd, 1.0);
+    let dp = queries_times_keys_t::<T>(&shape, &d_o, &vd);
     let mut ds = Dense::<T>::new(
         shape.scores_dims(),
         (0..p.len()).into_par_iter().map(|_| 0.0),
     );
-    softmax_backward_cpu(Softmax::new(1.0, attention.mask), probs, &dp, &mut ds)?;
+    // The gradient of the unscaled scores: the softmax's backward applies the scale.
+    let softmax = Softmax::new(attention.scale, attention.mask);
+    softmax_backward_cpu(softmax, probs, &dp, &mut ds)?;
     let ds = ds.values();
-    write(dv, &scores_t_times_queries(&shape, &p, &d_o, 1.0));
-    write(dq, &scores_times_keys(&shape, &ds, &kd, scale));
-    write(dk, &scores_t_times_queries(&shape, &ds, &qd, scale));
+    write(dv, &scores_t_times_queries(&shape, &p, &d_o));
+    write(dq, &scores_times_keys(&shape, &ds, &kd));
+    write(dk, &scores_t_times_queries(&shape, &ds, &qd));
     Ok(())
 }

@@ -6,15 +6,21 @@
 //! [`qkv_views`]. With the scale `s` and the mask `M`, per batch and query head `h` (reading
 //! key/value head `h / group`, `group = heads / kv_heads`):
 //!
-//! - forward: `S = s·Q·Kᵀ`, `P = softmax_M(S)` (saved for the backward: the masked keys are
+//! - forward: `S = Q·Kᵀ`, `P = softmax_M(s·S)` (saved for the backward: the masked keys are
 //!   0), `O = P·V`;
 //! - backward, from the gradient `dO` of the output: `dV = Pᵀ·dO`, `dP = dO·Vᵀ`,
-//!   `dS = P ⊙ (dP − Σ_row dP ⊙ P)`, `dQ = s·dS·K`, `dK = s·dSᵀ·Q`, where `dK` and `dV` of a
-//!   key/value head sum over the `group` query heads that share it.
+//!   `dS = s · P ⊙ (dP − Σ_row dP ⊙ P)` (the gradient of the unscaled scores), `dQ = dS·K`,
+//!   `dK = dSᵀ·Q`, where `dK` and `dV` of a key/value head sum over the `group` query heads
+//!   that share it.
+//!
+//! The scale is the softmax's ([`Softmax::scale`]), not a product's: so every product is a
+//! plain `C = A·B`, which is what the tensor-core GEMM computes.
 //!
 //! # Views, not copies
-//! Every product is a [`MatmulOp`] reading its operands through views of the tensors as they
-//! are stored: Q read as `[batch, heads, seq, head_dim]` is a permute, `Kᵀ` and `Vᵀ` another,
+//! Every product reads its operands through views of the tensors as they are stored, on the
+//! `f32`-summing [`MatmulOp`], or on tensor cores ([`CoopMatmulOp`]) where the device has
+//! them and both factors are `f16` (mixed precision; [`AttentionOp::tune`] chooses their
+//! tiles): Q read as `[batch, heads, seq, head_dim]` is a permute, `Kᵀ` and `Vᵀ` another,
 //! `Pᵀ` and `dSᵀ` a transpose of the scores' two last axes. Grouped-query attention splits the
 //! query heads into `(kv_heads, group)` and reads K and V broadcast along `group` (`[batch,
 //! kv_heads, group, …]`); the products that write `dK` and `dV`, which a broadcast can't be
@@ -85,10 +91,12 @@ mod cpu;
 use fblayout_core::layout::{TensorLayout, View};
 
 use super::compiled::same_view;
+#[cfg(doc)]
+use super::coop::CoopMatmulOp;
 use super::elementwise::{check_same_dims, check_same_shape};
 use super::error::OpError;
 use super::matmul::linear::through;
-use super::matmul::{MatmulOp, Scale};
+use super::matmul::{MatmulOp, Output, Product};
 use super::softmax::{Mask, Softmax, SoftmaxOp};
 use crate::runtime::{Batch, Gpu, GpuBuffer};
 use crate::tensor::GpuArg;
@@ -109,7 +117,8 @@ pub struct Attention {
     /// Key/value heads (of K and V): `heads` for multi-head attention, fewer for grouped-query
     /// attention, 1 for multi-query attention.
     pub kv_heads: u32,
-    /// The factor of the scores `S = scale · Q·Kᵀ` (usually `1/√head_dim`).
+    /// The factor of the scores in the softmax, `P = softmax(scale · Q·Kᵀ)` (usually
+    /// `1/√head_dim`).
     pub scale: f32,
     /// The keys each query sees (along the scores' last two axes).
     pub mask: Mask,
@@ -441,19 +450,20 @@ pub struct AttentionOp {
     v_side: KeySide,
     /// S, P, dP and dS.
     s_side: ScoreSide,
-    /// `S = scale·Q·Kᵀ`.
-    scores_op: MatmulOp,
+    /// `S = Q·Kᵀ`.
+    scores_op: Product,
+    /// `P = softmax(scale·S)`.
     softmax: SoftmaxOp,
     /// `O = P·V`.
-    values_op: MatmulOp,
+    values_op: Product,
     /// `dV = Pᵀ·dO`.
-    grad_v: MatmulOp,
+    grad_v: Product,
     /// `dP = dO·Vᵀ`.
-    grad_p: MatmulOp,
-    /// `dQ = scale·dS·K`.
-    grad_q: MatmulOp,
-    /// `dK = scale·dSᵀ·Q`.
-    grad_k: MatmulOp,
+    grad_p: Product,
+    /// `dQ = dS·K`.
+    grad_q: Product,
+    /// `dK = dSᵀ·Q`.
+    grad_k: Product,
 }
 
 impl AttentionOp {
@@ -506,13 +516,18 @@ impl AttentionOp {
         let s_side = ScoreSide::new(scores, kv, group)?;
         let s = &s_side;
         Ok(Self {
-            scores_op: MatmulOp::new(gpu, &q_side.heads, &k_side.shared_t, &s.grouped)?,
-            softmax: SoftmaxOp::new(gpu, scores, scores, Softmax::new(1.0, attention.mask))?,
-            values_op: MatmulOp::new(gpu, &s.grouped, &v_side.shared, &o_side.heads)?,
-            grad_v: MatmulOp::new(gpu, &s.merged_t, &o_side.merged, &v_side.heads)?,
-            grad_p: MatmulOp::new(gpu, &o_side.heads, &v_side.shared_t, &s.grouped)?,
-            grad_q: MatmulOp::new(gpu, &s.grouped, &k_side.shared, &q_side.heads)?,
-            grad_k: MatmulOp::new(gpu, &s.merged_t, &q_side.merged, &k_side.heads)?,
+            scores_op: Product::new(gpu, &q_side.heads, &k_side.shared_t, &s.grouped)?,
+            softmax: SoftmaxOp::new(
+                gpu,
+                scores,
+                scores,
+                Softmax::new(attention.scale, attention.mask),
+            )?,
+            values_op: Product::new(gpu, &s.grouped, &v_side.shared, &o_side.heads)?,
+            grad_v: Product::new(gpu, &s.merged_t, &o_side.merged, &v_side.heads)?,
+            grad_p: Product::new(gpu, &o_side.heads, &v_side.shared_t, &s.grouped)?,
+            grad_q: Product::new(gpu, &s.grouped, &k_side.shared, &q_side.heads)?,
+            grad_k: Product::new(gpu, &s.merged_t, &q_side.merged, &k_side.heads)?,
             attention,
             q: q.clone(),
             k: k.clone(),
@@ -532,9 +547,9 @@ impl AttentionOp {
         self.attention
     }
 
-    /// The six products: `S = scale·Q·Kᵀ`, `O = P·V`, `dV = Pᵀ·dO`, `dP = dO·Vᵀ`,
-    /// `dQ = scale·dS·K`, `dK = scale·dSᵀ·Q` (to read their plans and kernels).
-    pub fn gemms(&self) -> [&MatmulOp; 6] {
+    /// The six products: `S = Q·Kᵀ`, `O = P·V`, `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dQ = dS·K`,
+    /// `dK = dSᵀ·Q`.
+    fn products(&self) -> [&Product; 6] {
         [
             &self.scores_op,
             &self.values_op,
@@ -543,6 +558,18 @@ impl AttentionOp {
             &self.grad_q,
             &self.grad_k,
         ]
+    }
+
+    /// The six `f32`-summing GEMMs, in the order of the products: `S = Q·Kᵀ`, `O = P·V`,
+    /// `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dQ = dS·K`, `dK = dSᵀ·Q` (to read their plans and
+    /// kernels).
+    pub fn gemms(&self) -> [&MatmulOp; 6] {
+        self.products().map(Product::f32)
+    }
+
+    /// Whether each product (in the order of [`gemms`](Self::gemms)) runs on tensor cores.
+    pub fn tensor_cores(&self) -> [bool; 6] {
+        self.products().map(Product::tensor_cores)
     }
 
     /// The softmax over the scores (its forward and backward).
@@ -579,7 +606,7 @@ impl AttentionOp {
         })
     }
 
-    /// Records the forward: `S = scale·Q·Kᵀ`, `probs = softmax(S)`, `out = probs·V`. Every
+    /// Records the forward: `S = Q·Kᵀ`, `probs = softmax(scale·S)`, `out = probs·V`. Every
     /// argument is checked before anything is recorded.
     pub fn forward(&self, batch: &mut Batch<'_>, args: &AttentionArgs<'_>) -> Result<(), OpError> {
         self.check(FORWARD, args)?;
@@ -598,15 +625,13 @@ impl AttentionOp {
             through(&args.v, &self.v_side.shared)?,
             through(&args.out, &self.o_side.heads)?,
         );
-        self.scores_op.extents(gpu, &q, &k_t, &s_g)?;
-        self.values_op.extents(gpu, &p_g, &v, &o)?;
-        let scale = Scale {
-            alpha: self.attention.scale,
-            beta: 0.0,
-        };
-        self.scores_op.record(batch, &q, &k_t, &s_g, scale)?;
+        self.scores_op.f32().extents(gpu, &q, &k_t, &s_g)?;
+        self.values_op.f32().extents(gpu, &p_g, &v, &o)?;
+        self.scores_op
+            .record(batch, &q, &k_t, &s_g, Output::Overwrite)?;
         self.softmax.forward(batch, &s, &args.probs)?;
-        self.values_op.record(batch, &p_g, &v, &o, Scale::OVERWRITE)
+        self.values_op
+            .record(batch, &p_g, &v, &o, Output::Overwrite)
     }
 
     /// Records the backward from `dout` (read through the output's view): `dq`, `dk` and `dv`
@@ -668,48 +693,95 @@ impl AttentionOp {
             through(&args.v, &v.shared_t)?,
             through(&dp, &s.grouped)?,
         );
-        // dQ = scale·dS·K
+        // dQ = dS·K
         let dq_args = (
             through(&ds, &s.grouped)?,
             through(&args.k, &k.shared)?,
             through(dq, &q.heads)?,
         );
-        // dK = scale·dSᵀ·Q
+        // dK = dSᵀ·Q
         let dk_args = (
             through(&ds, &s.merged_t)?,
             through(&args.q, &q.merged)?,
             through(dk, &k.heads)?,
         );
         let products = [
-            (&self.grad_v, &dv_args, Scale::OVERWRITE),
-            (&self.grad_p, &dp_args, Scale::OVERWRITE),
+            (&self.grad_v, &dv_args),
+            (&self.grad_p, &dp_args),
+            (&self.grad_q, &dq_args),
+            (&self.grad_k, &dk_args),
+        ];
+        for (op, (a, b, c)) in &products {
+            op.f32().extents(gpu, a, b, c)?;
+        }
+        let [dv_product, dp_product, dq_product, dk_product] = products;
+        for (op, (a, b, c)) in [dv_product, dp_product] {
+            op.record(batch, a, b, c, Output::Overwrite)?;
+        }
+        self.softmax.backward(batch, &args.probs, &dp, &ds)?;
+        for (op, (a, b, c)) in [dq_product, dk_product] {
+            op.record(batch, a, b, c, Output::Overwrite)?;
+        }
+        Ok(())
+    }
+
+    /// Chooses the tensor-core tiles of the six products for the extents of `args`, timing a
+    /// short list once per adapter and problem (kept with the autotune's results, as for a
+    /// linear layer's). The products read `args`' buffers and pooled scratch scores, and
+    /// write scratch buffers only: nothing of the arguments is overwritten (`out`'s buffer
+    /// stands in for the output's gradient, which has its view). Does nothing where no
+    /// product runs on tensor cores.
+    pub fn tune(&self, gpu: &Gpu, args: &AttentionArgs<'_>) -> Result<(), OpError> {
+        self.check(OP, args)?;
+        if !self.tensor_cores().contains(&true) {
+            return Ok(());
+        }
+        let scores = self.scratch(gpu, &args.probs)?;
+        let s = scores.arg()?;
+        let (q, k, o) = (&self.q_side, &self.k_side, &self.o_side);
+        let (v, sc) = (&self.v_side, &self.s_side);
+        let dout = &args.out;
+        let calls = [
+            (
+                &self.scores_op,
+                [
+                    (&args.q, &q.heads),
+                    (&args.k, &k.shared_t),
+                    (&s, &sc.grouped),
+                ],
+            ),
+            (
+                &self.values_op,
+                [
+                    (&s, &sc.grouped),
+                    (&args.v, &v.shared),
+                    (&args.out, &o.heads),
+                ],
+            ),
+            (
+                &self.grad_v,
+                [(&s, &sc.merged_t), (dout, &o.merged), (&args.v, &v.heads)],
+            ),
+            (
+                &self.grad_p,
+                [(dout, &o.heads), (&args.v, &v.shared_t), (&s, &sc.grouped)],
+            ),
             (
                 &self.grad_q,
-                &dq_args,
-                Scale {
-                    alpha: self.attention.scale,
-                    beta: 0.0,
-                },
+                [(&s, &sc.grouped), (&args.k, &k.shared), (&args.q, &q.heads)],
             ),
             (
                 &self.grad_k,
-                &dk_args,
-                Scale {
-                    alpha: self.attention.scale,
-                    beta: 0.0,
-                },
+                [
+                    (&s, &sc.merged_t),
+                    (&args.q, &q.merged),
+                    (&args.k, &k.heads),
+                ],
             ),
         ];
-        for (op, (a, b, c), _) in &products {
-            op.extents(gpu, a, b, c)?;
-        }
-        let [dv_product, dp_product, dq_product, dk_product] = products;
-        for (op, (a, b, c), scale) in [dv_product, dp_product] {
-            op.record(batch, a, b, c, scale)?;
-        }
-        self.softmax.backward(batch, &args.probs, &dp, &ds)?;
-        for (op, (a, b, c), scale) in [dq_product, dk_product] {
-            op.record(batch, a, b, c, scale)?;
+        for (product, [a, b, c]) in calls {
+            let [a, b, c] = [a, b, c].map(|(arg, view)| through(arg, view));
+            product.tune(gpu, &a?, &b?, &c?)?;
         }
         Ok(())
     }

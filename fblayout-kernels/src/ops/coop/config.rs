@@ -56,8 +56,9 @@ pub const MIN_STEPS_PER_PART: u32 = 8;
 
 /// The blocks and fragments per subgroup the candidates are made of: from four subgroups of
 /// 2×2 fragments (which won at 4096³ on the H200) to eight or sixteen subgroups of 4×4 (more
-/// fragments per staged block, for large products).
-const SHAPES: [(u32, u32, u32, u32); 12] = [
+/// fragments per staged block, for large products), and blocks 32 wide of two or four
+/// subgroups for outputs of few columns (attention's products at a head width of 32).
+const SHAPES: [(u32, u32, u32, u32); 15] = [
     (64, 64, 2, 2),
     (128, 64, 4, 2),
     (64, 128, 2, 4),
@@ -70,6 +71,9 @@ const SHAPES: [(u32, u32, u32, u32); 12] = [
     (256, 128, 4, 4),
     (128, 256, 4, 4),
     (256, 256, 4, 4),
+    (64, 32, 2, 2),
+    (128, 32, 2, 2),
+    (128, 32, 4, 2),
 ];
 
 impl CoopConfig {

@@ -11,43 +11,23 @@
 //! accumulate ([`Output`]): gradient accumulation over micro-batches adds into `dw`, and a
 //! residual branch adds into `dx`.
 //!
-//! Where the device has tensor cores (cooperative matrices, see [`CoopMatmulOp`]) and a
+//! Where the device has tensor cores (cooperative matrices, see [`CoopMatmulOp`](crate::ops::coop::CoopMatmulOp)) and a
 //! product's two factors are `f16`, that product runs on them when it overwrites its output
 //! (mixed-precision training: `f16` activations and weight copies, `f32` weight gradients);
 //! an accumulating product, and every product elsewhere, runs on the `f32`-summing
 //! [`MatmulOp`]. [`LinearOp::tune`] chooses the tensor-core tiles of the three products.
 
-use std::sync::Arc;
+use fblayout_core::layout::View;
 
-use fblayout_core::layout::{ElemType, View};
-
-use super::{MatmulOp, Scale, matmul_cpu};
+pub use super::product::Output;
+use super::product::Product;
+use super::{MatmulOp, matmul_cpu};
 use crate::cpu::{Logical, LogicalMut, Real};
-use crate::ops::coop::{CoopConfig, CoopMatmulOp};
 use crate::ops::error::OpError;
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
 
 const OP: &str = "linear";
-
-/// Whether a product overwrites its output or adds to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    /// `out = product` (the old value is not read).
-    Overwrite,
-    /// `out += product`.
-    Accumulate,
-}
-
-impl Output {
-    /// The GEMM factors of this output.
-    pub fn scale(self) -> Scale {
-        match self {
-            Self::Overwrite => Scale::OVERWRITE,
-            Self::Accumulate => Scale::ACCUMULATE,
-        }
-    }
-}
 
 /// The view with its two axes swapped.
 fn transposed(view: &View) -> Result<View, OpError> {
@@ -79,103 +59,12 @@ pub(crate) fn through<'a>(arg: &GpuArg<'a>, view: &'a View) -> Result<GpuArg<'a>
     Ok(GpuArg::new(arg.buffer(), view, &extents)?)
 }
 
-/// One product of the layer: the `f32`-summing GEMM, and the tensor-core one where it runs.
-#[derive(Debug, Clone)]
-struct Gemm {
-    f32: MatmulOp,
-    coop: Option<Arc<CoopMatmulOp>>,
-}
-
-impl Gemm {
-    fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        let f32 = MatmulOp::new(gpu, a, b, c)?;
-        let halves = [a, b].iter().all(|v| v.layout().elem() == ElemType::F16);
-        let coop = if halves && gpu.features().coop_fragment.is_some() {
-            match CoopMatmulOp::new(gpu, a, b, c) {
-                Ok(op) => Some(Arc::new(op)),
-                // Operands or a device the tensor-core path does not take: the f32 path runs.
-                Err(OpError::Unsupported { .. }) => None,
-                Err(other) => return Err(other),
-            }
-        } else {
-            None
-        };
-        Ok(Self { f32, coop })
-    }
-
-    fn record(
-        &self,
-        batch: &mut Batch<'_>,
-        a: &GpuArg<'_>,
-        b: &GpuArg<'_>,
-        c: &GpuArg<'_>,
-        out: Output,
-    ) -> Result<(), OpError> {
-        match (&self.coop, out) {
-            (Some(coop), Output::Overwrite) => coop.record(batch, a, b, c),
-            _ => self.f32.record(batch, a, b, c, out.scale()),
-        }
-    }
-
-    /// Tunes the tensor-core product on `a`, `b` and a scratch output shaped like `c`.
-    fn tune(
-        &self,
-        gpu: &Gpu,
-        a: &GpuArg<'_>,
-        b: &GpuArg<'_>,
-        c: &GpuArg<'_>,
-    ) -> Result<(), OpError> {
-        let Some(coop) = &self.coop else {
-            return Ok(());
-        };
-        let scratch = GpuBuffer::scratch::<u8>(gpu, c.buffer().len_bytes() as usize)?;
-        let c = GpuArg::bound(&scratch, c.view(), c.bound_view().clone())?;
-        let candidates = coop.candidates_for(&coop.extents(gpu, a, b, &c)?);
-        // A product that splits k has a short list of its own; others are cut to the shapes
-        // and k-steps that won before.
-        let shortlist: Vec<CoopConfig> = candidates
-            .iter()
-            .copied()
-            .filter(|k| {
-                k.split_k > 1
-                    || (TUNE_SHORTLIST.contains(&(k.block_m, k.block_n, k.frags_m, k.frags_n))
-                        && TUNE_K_STEPS.contains(&k.k_step)
-                        && k.stages == 1
-                        && k.acc == coop.accumulator())
-            })
-            .collect();
-        let among = if shortlist.is_empty() {
-            &candidates
-        } else {
-            &shortlist
-        };
-        coop.tune_among(gpu, among, a, b, &c)?;
-        Ok(())
-    }
-}
-
-/// The tile shapes (block and fragments per subgroup) [`LinearOp::tune`] measures, single-staged
-/// with the device's accumulator and the k-steps of [`TUNE_K_STEPS`]: the ones that won some
-/// product of a transformer layer on the H200 (see BENCHMARKS.md), a short search where the
-/// whole space takes minutes a model.
-const TUNE_SHORTLIST: [(u32, u32, u32, u32); 6] = [
-    (64, 64, 2, 2),
-    (128, 128, 2, 4),
-    (128, 128, 4, 2),
-    (128, 128, 4, 4),
-    (256, 128, 4, 4),
-    (128, 256, 4, 4),
-];
-
-/// The k-steps [`LinearOp::tune`] measures.
-const TUNE_K_STEPS: [u32; 2] = [32, 64];
-
 /// The forward and backward GEMMs of a linear layer (see the module docs).
 #[derive(Debug, Clone)]
 pub struct LinearOp {
-    forward: Gemm,
-    grad_x: Gemm,
-    grad_w: Gemm,
+    forward: Product,
+    grad_x: Product,
+    grad_w: Product,
     x_t: View,
     w_t: View,
 }
@@ -187,9 +76,9 @@ impl LinearOp {
         let (x_t, w_t) = (transposed(x)?, transposed(w)?);
         transposed(y)?;
         Ok(Self {
-            forward: Gemm::new(gpu, x, w, y)?,
-            grad_x: Gemm::new(gpu, y, &w_t, x)?,
-            grad_w: Gemm::new(gpu, &x_t, y, w)?,
+            forward: Product::new(gpu, x, w, y)?,
+            grad_x: Product::new(gpu, y, &w_t, x)?,
+            grad_w: Product::new(gpu, &x_t, y, w)?,
             x_t,
             w_t,
         })
@@ -198,19 +87,19 @@ impl LinearOp {
     /// The three `f32`-summing GEMMs: forward, `dx` and `dw` (to choose their plans, or read
     /// their kernels).
     pub fn gemms(&self) -> [&MatmulOp; 3] {
-        [&self.forward.f32, &self.grad_x.f32, &self.grad_w.f32]
+        [self.forward.f32(), self.grad_x.f32(), self.grad_w.f32()]
     }
 
     /// Whether each product (forward, `dx`, `dw`) runs on tensor cores when it overwrites its
     /// output.
     pub fn tensor_cores(&self) -> [bool; 3] {
-        [&self.forward, &self.grad_x, &self.grad_w].map(|g| g.coop.is_some())
+        [&self.forward, &self.grad_x, &self.grad_w].map(Product::tensor_cores)
     }
 
     /// Chooses the tensor-core tiles of the three products for the extents of `x`, `w` and
     /// `y` (`dy`, `dx` and `dw` are shaped like them), by timing a short list of
     /// configurations once per adapter and problem (kept with the autotune's results, see
-    /// [`CoopMatmulOp::tune`]). Outputs go to scratch buffers: nothing of the arguments is
+    /// [`CoopMatmulOp::tune`](crate::ops::coop::CoopMatmulOp::tune)). Outputs go to scratch buffers: nothing of the arguments is
     /// overwritten. Does nothing where no product runs on tensor cores.
     pub fn tune(
         &self,
@@ -219,7 +108,7 @@ impl LinearOp {
         w: &GpuArg<'_>,
         y: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        self.forward.f32.extents(gpu, x, w, y)?;
+        self.forward.f32().extents(gpu, x, w, y)?;
         let (x_t, w_t) = (through(x, &self.x_t)?, through(w, &self.w_t)?);
         self.forward.tune(gpu, x, w, y)?;
         self.grad_x.tune(gpu, y, &w_t, x)?;
@@ -253,13 +142,13 @@ impl LinearOp {
         let gpu = batch.gpu();
         // x and w must be read through the views the op was built for before their
         // transposes are taken.
-        self.forward.f32.extents(gpu, x, w, dy)?;
+        self.forward.f32().extents(gpu, x, w, dy)?;
         let (x_t, w_t) = (through(x, &self.x_t)?, through(w, &self.w_t)?);
         if let Some((dx, _)) = dx {
-            self.grad_x.f32.extents(gpu, dy, &w_t, dx)?;
+            self.grad_x.f32().extents(gpu, dy, &w_t, dx)?;
         }
         if let Some((dw, _)) = dw {
-            self.grad_w.f32.extents(gpu, &x_t, dy, dw)?;
+            self.grad_w.f32().extents(gpu, &x_t, dy, dw)?;
         }
         if let Some((dx, out)) = dx {
             self.grad_x.record(batch, dy, &w_t, dx, out)?;

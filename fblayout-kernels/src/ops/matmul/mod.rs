@@ -15,6 +15,8 @@
 //!   register-blocked inner loop serves every layout.
 //! - [`linear`]: [`LinearOp`], `y = x·w` and its backward `dx = dy·wᵀ`, `dw = xᵀ·dy`, built from
 //!   the three declarations.
+//! - `product`: one product on the `f32`-summing GEMM, or on tensor cores where it can run
+//!   there (the linear layer's and attention's products).
 //! - [`cpu`]: the CPU twin, blocked and parallel, in `f64`.
 //!
 //! Storage is `f32` or `f16` (sums are `f32` on the GPU, `f64` on the CPU). `beta = 0` does
@@ -54,6 +56,7 @@
 
 pub mod cpu;
 pub mod linear;
+mod product;
 mod shader;
 pub mod tiling;
 
@@ -72,7 +75,9 @@ use crate::runtime::{Batch, Gpu, GpuBuffer};
 use crate::tensor::GpuArg;
 
 pub use cpu::matmul_cpu;
-pub use linear::{LinearOp, Output};
+pub use linear::LinearOp;
+pub use product::Output;
+pub(crate) use product::Product;
 pub use tiling::{DEFAULT_COMPUTE_UNITS, GemmShape, Plan, TileConfig};
 
 const OP: &str = "matmul";

@@ -1,0 +1,159 @@
+//! One product of a layer: the `f32`-summing [`MatmulOp`], and the tensor-core
+//! [`CoopMatmulOp`] where it can run there.
+//!
+//! A product runs on tensor cores when the device has cooperative matrices, both factors are
+//! `f16` and it overwrites its output with factor 1 (the cooperative kernel has no `alpha` or
+//! `beta`); anything else runs on the `f32`-summing GEMM, which every device has. The linear
+//! layer's three products and attention's six are built from this.
+
+use std::sync::Arc;
+
+use fblayout_core::layout::{ElemType, View};
+
+use super::{MatmulOp, Scale};
+use crate::ops::coop::{CoopConfig, CoopMatmulOp};
+use crate::ops::error::OpError;
+use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::tensor::GpuArg;
+
+/// Whether a product overwrites its output or adds to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// `out = product` (the old value is not read).
+    Overwrite,
+    /// `out += product`.
+    Accumulate,
+}
+
+impl Output {
+    /// The GEMM factors of this output.
+    pub fn scale(self) -> Scale {
+        match self {
+            Self::Overwrite => Scale::OVERWRITE,
+            Self::Accumulate => Scale::ACCUMULATE,
+        }
+    }
+}
+
+/// The `f32`-summing GEMM of a product, and the tensor-core one where it runs (see the module
+/// docs).
+#[derive(Debug, Clone)]
+pub(crate) struct Product {
+    f32: MatmulOp,
+    coop: Option<Arc<CoopMatmulOp>>,
+}
+
+impl Product {
+    /// The product `c = a·b` of the three views.
+    pub(crate) fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        let f32 = MatmulOp::new(gpu, a, b, c)?;
+        let halves = [a, b].iter().all(|v| v.layout().elem() == ElemType::F16);
+        let coop = if halves && gpu.features().coop_fragment.is_some() {
+            match CoopMatmulOp::new(gpu, a, b, c) {
+                Ok(op) => Some(Arc::new(op)),
+                // Operands or a device the tensor-core path does not take: the f32 path runs.
+                Err(OpError::Unsupported { .. }) => None,
+                Err(other) => return Err(other),
+            }
+        } else {
+            None
+        };
+        Ok(Self { f32, coop })
+    }
+
+    /// The `f32`-summing GEMM (also what checks a call's arguments).
+    pub(crate) fn f32(&self) -> &MatmulOp {
+        &self.f32
+    }
+
+    /// Whether the product runs on tensor cores when it overwrites its output.
+    pub(crate) fn tensor_cores(&self) -> bool {
+        self.coop.is_some()
+    }
+
+    /// Records the product, on tensor cores where it can run there.
+    pub(crate) fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        out: Output,
+    ) -> Result<(), OpError> {
+        match (&self.coop, out) {
+            (Some(coop), Output::Overwrite) => coop.record(batch, a, b, c),
+            _ => self.f32.record(batch, a, b, c, out.scale()),
+        }
+    }
+
+    /// Tunes the tensor-core product on `a`, `b` and a scratch output shaped like `c` (so
+    /// nothing of the arguments is overwritten), from the [shortlist](shortlist) once per
+    /// adapter and problem. Does nothing where the product does not run on tensor cores.
+    pub(crate) fn tune(
+        &self,
+        gpu: &Gpu,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        let Some(coop) = &self.coop else {
+            return Ok(());
+        };
+        let scratch = GpuBuffer::scratch::<u8>(gpu, c.buffer().len_bytes() as usize)?;
+        let c = GpuArg::bound(&scratch, c.view(), c.bound_view().clone())?;
+        let extents = coop.extents(gpu, a, b, &c)?;
+        let candidates = coop.candidates_for(&extents);
+        let narrow = extents.n < 64;
+        let short: Vec<CoopConfig> = candidates
+            .iter()
+            .copied()
+            .filter(|k| shortlist(k, coop.accumulator(), narrow))
+            .collect();
+        let among = if short.is_empty() {
+            &candidates
+        } else {
+            &short
+        };
+        coop.tune_among(gpu, among, a, b, &c)?;
+        Ok(())
+    }
+}
+
+/// The tile shapes (block and fragments per subgroup) [`Product::tune`] measures,
+/// single-staged with the device's accumulator and the k-steps of [`TUNE_K_STEPS`]: the ones
+/// that won some product of a transformer layer on the H200 (see BENCHMARKS.md), a short search
+/// where the whole space takes minutes a model.
+const TUNE_SHORTLIST: [(u32, u32, u32, u32); 6] = [
+    (64, 64, 2, 2),
+    (128, 128, 2, 4),
+    (128, 128, 4, 2),
+    (128, 128, 4, 4),
+    (256, 128, 4, 4),
+    (128, 256, 4, 4),
+];
+
+/// The tile shapes measured besides [`TUNE_SHORTLIST`] for a product whose output has fewer
+/// than 64 columns (attention's `P·V` and gradients at a head width of 32), where a 64-wide
+/// block would compute half its fragments for nothing.
+const NARROW_SHORTLIST: [(u32, u32, u32, u32); 3] =
+    [(64, 32, 2, 2), (128, 32, 2, 2), (128, 32, 4, 2)];
+
+/// The k-steps [`Product::tune`] measures.
+const TUNE_K_STEPS: [u32; 2] = [32, 64];
+
+/// Whether [`Product::tune`] measures `config`: every split-k candidate (such a problem has a
+/// short list of its own), else the shortlisted shapes and k-steps, single-staged, with the
+/// device's accumulator `acc`.
+fn shortlist(config: &CoopConfig, acc: crate::runtime::CoopScalar, narrow: bool) -> bool {
+    let shape = (
+        config.block_m,
+        config.block_n,
+        config.frags_m,
+        config.frags_n,
+    );
+    config.split_k > 1
+        || ((TUNE_SHORTLIST.contains(&shape) || (narrow && NARROW_SHORTLIST.contains(&shape)))
+            && TUNE_K_STEPS.contains(&config.k_step)
+            && config.stages == 1
+            && config.acc == acc)
+}
