@@ -106,9 +106,11 @@ impl CoopConfig {
     /// The block shapes split-k candidates are made of (each with splits of [`SPLITS`]): the
     /// default, the configurations the H200 ran fastest at 4096³ (128×256 blocks of 4×4
     /// fragments, k-step 32) and at the MiniLM products (128×128 of 2×4, k-step 64), and the
-    /// 64×64 blocks its autotune chose for the weight gradient before split-k existed; all
-    /// single-staged but the default (single-buffered staging won 15 of 20 pairs there).
-    pub const SPLIT_BASES: [CoopConfig; 4] = [
+    /// 64×64 blocks its autotune chose for the weight gradient before split-k existed (and
+    /// with split-k: 2 parts, 55 TFLOP/s, short of the other products), with k-step 64 too,
+    /// and 64×128 blocks of 2×4 fragments; all single-staged but the default
+    /// (single-buffered staging won 15 of 20 pairs there).
+    pub const SPLIT_BASES: [CoopConfig; 6] = [
         Self::DEFAULT,
         CoopConfig {
             block_m: 128,
@@ -135,6 +137,26 @@ impl CoopConfig {
             block_n: 64,
             frags_m: 2,
             frags_n: 2,
+            k_step: 32,
+            stages: 1,
+            acc: CoopScalar::F32,
+            split_k: 1,
+        },
+        CoopConfig {
+            block_m: 64,
+            block_n: 64,
+            frags_m: 2,
+            frags_n: 2,
+            k_step: 64,
+            stages: 1,
+            acc: CoopScalar::F32,
+            split_k: 1,
+        },
+        CoopConfig {
+            block_m: 64,
+            block_n: 128,
+            frags_m: 2,
+            frags_n: 4,
             k_step: 32,
             stages: 1,
             acc: CoopScalar::F32,
@@ -311,8 +333,9 @@ impl CoopConfig {
     /// [`SPLIT_BASES`](Self::SPLIT_BASES) unsplit and with each split `s` of [`SPLITS`] for which
     /// every part keeps [`MIN_STEPS_PER_PART`] k-steps (`k ≥ 8 · k_step · s`) and the split's
     /// workgroups stay within four per compute unit; first `DEFAULT` with the largest split
-    /// that stays within two (what runs before an autotune). So the autotune measures a dozen
-    /// or so configurations for such a product, fewer than the unsplit list. Where no split
+    /// that stays within two (what runs before an autotune). So the autotune measures about 20
+    /// configurations for such a product (19 for a MiniLM weight gradient), fewer than the
+    /// unsplit list. Where no split
     /// passes (or for other shapes, or the f16 accumulator) it is empty.
     pub fn split_candidates(
         limits: &wgpu::Limits,
@@ -516,7 +539,7 @@ mod tests {
             list.len(),
             unsplit.len()
         );
-        assert_eq!(list.len(), 14, "{list:?}");
+        assert_eq!(list.len(), 19, "{list:?}");
         assert!(list.contains(&CoopConfig::DEFAULT));
         for c in &list {
             assert!(c.problem(&h200(), 32, orders).is_none(), "{c}");
