@@ -18,7 +18,9 @@
 //!   permuted, `Pᵀ`, `Vᵀ` and `dSᵀ` written densely, and dQ, dK and dV permuted back into the
 //!   fused gradient. The copies are a tiled transpose kernel (16×16 tiles through workgroup
 //!   memory, written with the kernel surface), recorded in the same batch as the products.
-//!   The products and softmax are the same kernels as the op's.
+//!   The softmax is the op's kernel (with the scale, as in the op), the products the
+//!   `f32`-summing GEMM (the op's are too, but for `--elem f16` on a device with tensor
+//!   cores, where the op's run on them).
 //!
 //! The time of a pass is the wall clock around `Batch::submit` and `Gpu::wait` of `--reps`
 //! passes in one batch, divided by `--reps`, the median over `--samples` batches after a
@@ -623,12 +625,9 @@ fn explicit(
     } else {
         Mask::None
     };
+    let scale = 1.0 / (shape.head_dim as f32).sqrt();
     let softmax =
-        SoftmaxOp::new(gpu, &s.view, &probs.view, Softmax::new(1.0, mask)).map_err(err)?;
-    let scale = Scale {
-        alpha: 1.0 / (shape.head_dim as f32).sqrt(),
-        beta: 0.0,
-    };
+        SoftmaxOp::new(gpu, &s.view, &probs.view, Softmax::new(scale, mask)).map_err(err)?;
     let one = Scale::OVERWRITE;
     let forward = |b: &mut Batch<'_>| -> Res<()> {
         permute_q.record(b, &layer.qkv.arg_as(&q_bhsd)?, &qh.arg()?)?;
@@ -636,7 +635,7 @@ fn explicit(
         permute_v.record(b, &layer.qkv.arg_as(&v_bhsd)?, &vh.arg()?)?;
         transpose_k.record(b, &kh.arg_as(&kh_t)?, &kt.arg()?)?;
         scores_op
-            .record(b, &qh.arg()?, &kt.arg()?, &s.arg()?, scale)
+            .record(b, &qh.arg()?, &kt.arg()?, &s.arg()?, one)
             .map_err(err)?;
         softmax.forward(b, &s.arg()?, &probs.arg()?).map_err(err)?;
         values_op
@@ -658,11 +657,11 @@ fn explicit(
             .backward(b, &probs.arg()?, &dp.arg()?, &ds.arg()?)
             .map_err(err)?;
         grad_q
-            .record(b, &ds.arg()?, &kh.arg()?, &dqh.arg()?, scale)
+            .record(b, &ds.arg()?, &kh.arg()?, &dqh.arg()?, one)
             .map_err(err)?;
         transpose_ds.record(b, &ds.arg_as(&ds_t)?, &dst.arg()?)?;
         grad_k
-            .record(b, &dst.arg()?, &qh.arg()?, &dkh.arg()?, scale)
+            .record(b, &dst.arg()?, &qh.arg()?, &dkh.arg()?, one)
             .map_err(err)?;
         unpermute_dq.record(b, &dqh.arg_as(&dqh_bshd)?, &layer.dqkv.arg_as(&q)?)?;
         unpermute_dk.record(b, &dkh.arg_as(&dkh_bshd)?, &layer.dqkv.arg_as(&k)?)?;
