@@ -46,7 +46,7 @@ done < examples/h200/steps
 # The small cache files (calibrations, the autotune's choices; not the pipeline cache) come
 # back for the next lease.
 mkdir -p "$out/cache"
-find "$FBLAYOUT_CACHE_DIR" -maxdepth 1 -type f -size -1M -exec cp {} "$out/cache"/ \;
+find "$FBLAYOUT_CACHE_DIR" -maxdepth 1 -type f -size -1000k -exec cp {} "$out/cache"/ \;
 echo
 cat "$out/summary.txt"
 for f in "$out"/*.log; do

@@ -9,9 +9,10 @@ use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
 
-/// A small model: heads of 4, a vocabulary the head's tiles don't divide.
+/// A small model: heads of 4, a vocabulary the head's tiles don't divide and long enough that
+/// row-major pads its rows (67 in a pitch of 72) and R-Tiles pad it to whole tiles.
 pub(crate) const SMALL: ModelConfig = ModelConfig {
-    vocab: 23,
+    vocab: 67,
     max_positions: 8,
     hidden: 8,
     heads: 2,
