@@ -113,6 +113,9 @@ struct Operands {
     b_staging: Staging,
     /// How interior blocks may store straight into C (when the accumulator is C's type).
     c_direct: Option<Direct>,
+    /// C written four neighbours along `n` at a time, where its layout grants that (for
+    /// kernels that store no fragment straight into C).
+    c_wide: Option<Operand>,
     c_elem: ElemType,
 }
 
@@ -203,6 +206,8 @@ impl Operands {
             a,
             b,
             c: Operand::write("c", c)?,
+            c_wide: Some(Operand::write("c", c)?.vectorized(nb + 1))
+                .filter(|op| op.vector_axis().is_some()),
             partial: Operand::write("partial", reduction.partial_view())?,
             reduction,
             batch_axes: nb,
@@ -229,6 +234,16 @@ impl Operands {
         } else {
             Output::C(self.c_direct.filter(|_| acc_elem == self.c_elem))
         };
+        // A vectorised C is an array of vec4s, which no fragment can be stored straight into.
+        let c = match (output, &self.c_wide) {
+            (Output::C(None), Some(wide)) => wide,
+            _ => &self.c,
+        };
+        let c_width = if c.vector_axis().is_some() {
+            Width::Four
+        } else {
+            Width::One
+        };
         let spec = CoopSpec {
             config,
             subgroup_size,
@@ -236,6 +251,7 @@ impl Operands {
             a: self.a_staging,
             b: self.b_staging,
             output,
+            c_width,
         };
         let source = KernelSource::new(OP)
             .operand(self.a.clone())
@@ -245,7 +261,7 @@ impl Operands {
                 .operand(self.partial.clone())
                 .scalar("splits", Scalar::U32)
                 .scalar("split_len", Scalar::U32),
-            Output::C(_) => source.operand(self.c.clone()),
+            Output::C(_) => source.operand(c.clone()),
         };
         source.body(shader::gemm(&spec)).features(FEATURES)
     }

@@ -28,7 +28,9 @@
 //! read from C's index function). Every other block, and every other C, sends each
 //! accumulator through a per-subgroup 16×16 scratch in workgroup memory (`coopStoreT`, two
 //! barriers) and from there to C through `c_store`, guarded by C's extents, so C may have any
-//! layout and any extents.
+//! layout and any extents; where C grants aligned runs of four along `n` (an `f16` activation
+//! of a mixed-precision step, rows padded to a multiple of 8 included), each lane moves four
+//! neighbours per `c_store4`, one index evaluation for four elements.
 //!
 //! With split-k ([`Output::Partial`]) the third grid axis also runs over the parts of the
 //! reduction (`part = z % splits`); a workgroup reduces `k` from `part · split_len` to the
@@ -89,6 +91,10 @@ pub(crate) struct CoopSpec {
     pub b: Staging,
     /// Where the sums go.
     pub output: Output,
+    /// How the scratch's elements go into C where they go through it: four neighbours along
+    /// `n` per `c_store4` ([`Width::Four`], where C grants aligned runs of four along `n` and
+    /// no fragment goes straight into it), or one at a time.
+    pub c_width: Width,
 }
 
 /// Where a kernel's sums go.
@@ -492,18 +498,48 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
                 s,
                 "    workgroupBarrier();
     coopStoreT(cm_acc{i}_{j}, &cm_out[cm_o], cm_o_stride);
-    workgroupBarrier();
-    for (var cm_e = cm_lane; cm_e < 256u; cm_e = cm_e + {}u) {{
-        let cm_m = cm_m0 + cm_sm + {}u + cm_e / 16u;
-        let cm_n = cm_n0 + cm_sn + {}u + cm_e % 16u;
+    workgroupBarrier();"
+            );
+            let (sg, fm, fn_) = (spec.subgroup_size, 16 * i, 16 * j);
+            match spec.c_width {
+                Width::One => {
+                    let _ = writeln!(
+                        s,
+                        "    for (var cm_e = cm_lane; cm_e < 256u; cm_e = cm_e + {sg}u) {{
+        let cm_m = cm_m0 + cm_sm + {fm}u + cm_e / 16u;
+        let cm_n = cm_n0 + cm_sn + {fn_}u + cm_e % 16u;
         if (cm_m < {m_dim} && cm_n < {n_dim}) {{
             c_store({bc}cm_m, cm_n, f32(cm_out[cm_o + cm_e]));
         }}
-    }}",
-                spec.subgroup_size,
-                16 * i,
-                16 * j,
-            );
+    }}"
+                    );
+                }
+                // Four neighbours along n a lane: the fragment's 64 runs of four start at
+                // multiples of 4 from the block's origin, where C's runs are aligned.
+                Width::Four => {
+                    let _ = writeln!(
+                        s,
+                        "    for (var cm_e = cm_lane; cm_e < 64u; cm_e = cm_e + {sg}u) {{
+        let cm_r = cm_e / 4u;
+        let cm_c = cm_e % 4u * 4u;
+        let cm_m = cm_m0 + cm_sm + {fm}u + cm_r;
+        let cm_n = cm_n0 + cm_sn + {fn_}u + cm_c;
+        let cm_v = cm_o + cm_r * 16u + cm_c;
+        if (cm_m < {m_dim}) {{
+            if (cm_n + 3u < {n_dim}) {{
+                c_store4({bc}cm_m, cm_n, vec4<f32>(f32(cm_out[cm_v]), f32(cm_out[cm_v + 1u]), f32(cm_out[cm_v + 2u]), f32(cm_out[cm_v + 3u])));
+            }} else {{
+                for (var cm_t = 0u; cm_t < 4u; cm_t = cm_t + 1u) {{
+                    if (cm_n + cm_t < {n_dim}) {{
+                        c_store({bc}cm_m, cm_n + cm_t, f32(cm_out[cm_v + cm_t]));
+                    }}
+                }}
+            }}
+        }}
+    }}"
+                    );
+                }
+            }
         }
     }
     if extra.is_empty() {
