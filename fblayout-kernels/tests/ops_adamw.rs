@@ -12,8 +12,8 @@ use fblayout_kernels::ops::{AdamW, AdamWOp, AdamWTensors, NonFiniteOp, OpError, 
 use fblayout_kernels::runtime::{Gpu, GpuBuffer};
 use fblayout_kernels::tensor::GpuArg;
 use support::{
-    Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, gpu_without_subgroups, tolerance, view_1d,
-    view_2d,
+    Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, gpu_without_subgroups, gpus, tolerance,
+    view_1d, view_2d,
 };
 
 const HYPER: AdamW = AdamW {
@@ -529,11 +529,14 @@ fn one_check_of_many_tensors_sets_its_flag_iff_one_of_them_is_not_finite() {
                 )
             })
             .collect();
-        assert_eq!(
-            check_group_on_gpu(gpu, &group) != 0,
-            want,
-            "trial {trial}: {planted:?} in member {member} of {what:?}"
-        );
+        // Both paths of the workgroup's sum.
+        for (path, gpu) in gpus() {
+            assert_eq!(
+                check_group_on_gpu(gpu, &group) != 0,
+                want,
+                "trial {trial} ({path}): {planted:?} in member {member} of {what:?}"
+            );
+        }
     }
 }
 
