@@ -7,13 +7,13 @@ mod support;
 use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::adamw::{STEP_SCALARS, adamw_step_cpu, sum_squares_cpu};
-use fblayout_kernels::ops::finite::non_finite_cpu;
+use fblayout_kernels::ops::finite::{MAX_TENSORS, non_finite_cpu};
 use fblayout_kernels::ops::{AdamW, AdamWOp, AdamWTensors, NonFiniteOp, OpError, SumSquaresOp};
 use fblayout_kernels::runtime::{Gpu, GpuBuffer};
 use fblayout_kernels::tensor::GpuArg;
 use support::{
-    Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, gpu_without_subgroups, tolerance, view_1d,
-    view_2d,
+    Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, gpu_without_subgroups, gpus, tolerance,
+    view_1d, view_2d,
 };
 
 const HYPER: AdamW = AdamW {
@@ -380,7 +380,7 @@ fn check_on_gpu(gpu: &Gpu, t: &Tensor, start: u32) -> u32 {
     let (tb, fb) = (t.upload(gpu), GpuBuffer::from_slice(gpu, &[start]).unwrap());
     let mut batch = gpu.batch();
     let fa = GpuArg::new(&fb, &flag, &[]).unwrap();
-    op.record(&mut batch, &t.gpu_arg(&tb), &fa).unwrap();
+    op.record(&mut batch, &[&t.gpu_arg(&tb)], &fa).unwrap();
     batch.submit().unwrap();
     fb.read_back::<u32>().unwrap()[0]
 }
@@ -430,6 +430,174 @@ fn the_non_finite_check_sets_its_flag_for_any_infinity_or_nan_and_only_then() {
         NonFiniteOp::new(gpu, &v, &view_1d("flag", "one", 1, ElemType::F32)),
         Err(OpError::Shape { .. })
     ));
+}
+
+/// The flag after checking `group` in one dispatch on `gpu`, starting from 0.
+fn check_group_on_gpu(gpu: &Gpu, group: &[Tensor]) -> u32 {
+    let flag = view_1d("flag", "one", 1, ElemType::U32);
+    let views: Vec<&View> = group.iter().map(|t| &t.view).collect();
+    let op = NonFiniteOp::many(gpu, &views, &flag).unwrap();
+    assert_eq!(op.tensors(), group.len());
+    let bufs: Vec<GpuBuffer> = group.iter().map(|t| t.upload(gpu)).collect();
+    let args: Vec<GpuArg<'_>> = group.iter().zip(&bufs).map(|(t, b)| t.gpu_arg(b)).collect();
+    let args: Vec<&GpuArg<'_>> = args.iter().collect();
+    let fb = GpuBuffer::from_slice(gpu, &[0u32]).unwrap();
+    let mut batch = gpu.batch();
+    op.record(&mut batch, &args, &GpuArg::new(&fb, &flag, &[]).unwrap())
+        .unwrap();
+    batch.submit().unwrap();
+    fb.read_back::<u32>().unwrap()[0]
+}
+
+/// A random tensor for a group: 2-D in a random layout of [`Layout2::ALL`] (R-Tiles with
+/// partial tiles: the extents are random) or a 1-D vector (a bias), `f32` or `f16`.
+fn random_member(rng: &mut Rng, k: usize) -> Tensor {
+    let elems = gpu_elems();
+    let elem = elems[rng.below(elems.len() as u64) as usize];
+    let name = format!("g{k}");
+    let (view, bind) = if rng.below(5) == 0 {
+        (
+            view_1d(&name, "cols", 1 + rng.below(700) as u32, elem),
+            Vec::new(),
+        )
+    } else {
+        let layout = Layout2::ALL[rng.below(Layout2::ALL.len() as u64) as usize];
+        // Mostly small, sometimes many chunks.
+        let most = if rng.below(4) == 0 { 900 } else { 40 };
+        let rows = 1 + rng.below(most) as u32;
+        // At least a tile (a static extent fits its tile), rarely a multiple of one.
+        let cols = 8 + rng.below(64) as u32;
+        view_2d(&name, layout, rows, cols, elem)
+    };
+    Tensor::random(rng, view, bind, -3.0, 3.0)
+}
+
+#[test]
+fn one_check_of_many_tensors_sets_its_flag_iff_one_of_them_is_not_finite() {
+    // Groups of random tensors, each of its own layout and element type (padding NaN: the
+    // uploads put NaN there, and it must not count), with an infinity, a NaN or the largest
+    // finite value planted in one random member, or nothing: the flag is 1 exactly where a
+    // logical element is not finite.
+    let gpu = gpu();
+    let capacity = NonFiniteOp::capacity(gpu);
+    assert!((2..=MAX_TENSORS).contains(&capacity), "{capacity}");
+    let mut rng = Rng::new(31);
+    for trial in 0..16 {
+        let n = match trial {
+            0 => capacity,
+            1 => 1,
+            _ => 1 + rng.below(capacity as u64) as usize,
+        };
+        let mut group: Vec<Tensor> = (0..n).map(|k| random_member(&mut rng, k)).collect();
+        let member = rng.below(n as u64) as usize;
+        let t = &group[member];
+        let largest = match t.elem() {
+            ElemType::F16 => f64::from(half::f16::MAX),
+            _ => f64::from(f32::MAX),
+        };
+        let planted = [
+            None,
+            Some(f64::INFINITY),
+            Some(f64::NEG_INFINITY),
+            Some(f64::NAN),
+            Some(largest),
+            Some(-largest),
+        ][trial % 6];
+        if let Some(bad) = planted {
+            let mut values = t.values.clone();
+            let at = rng.below(values.len() as u64) as usize;
+            values[at] = bad;
+            group[member] = t.with_values(values);
+        }
+        // The definition: some logical element is infinite or NaN.
+        let want = group
+            .iter()
+            .any(|t| t.values.iter().any(|v| !v.is_finite()));
+        let on_cpu = group.iter().any(|t| match t.elem() {
+            ElemType::F16 => non_finite_cpu(&t.arg(&t.host::<half::f16>())),
+            _ => non_finite_cpu(&t.arg(&t.host::<f32>())),
+        });
+        assert_eq!(on_cpu, want, "trial {trial}: the CPU check");
+        let what: Vec<String> = group
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {:?} {}",
+                    t.view.layout().order().name(),
+                    t.dims(),
+                    t.elem()
+                )
+            })
+            .collect();
+        // Both paths of the workgroup's sum.
+        for (path, gpu) in gpus() {
+            assert_eq!(
+                check_group_on_gpu(gpu, &group) != 0,
+                want,
+                "trial {trial} ({path}): {planted:?} in member {member} of {what:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_group_check_reads_one_buffer_twice_and_refuses_what_does_not_fit() {
+    let gpu = gpu();
+    let mut rng = Rng::new(32);
+    let flag = view_1d("flag", "one", 1, ElemType::U32);
+    let (view, bind) = view_2d("g", Layout2::RTile(4), 9, 7, ElemType::F32);
+    let clean = Tensor::random(&mut rng, view.clone(), bind.clone(), -1.0, 1.0);
+    let mut values = clean.values.clone();
+    values[40] = f64::NAN;
+    let bad = clean.with_values(values);
+    let fb = GpuBuffer::from_slice(gpu, &[0u32]).unwrap();
+    let fa = GpuArg::new(&fb, &flag, &[]).unwrap();
+    // One buffer read through two members of a group (wgpu lets a buffer be bound twice for
+    // reading): the flag says what the buffer holds.
+    let op = NonFiniteOp::many(gpu, &[&view, &view], &flag).unwrap();
+    for (t, want) in [(&clean, 0), (&bad, 1)] {
+        fb.write(&[0u32]).unwrap();
+        let tb = t.upload(gpu);
+        let ta = t.gpu_arg(&tb);
+        let mut batch = gpu.batch();
+        op.record(&mut batch, &[&ta, &ta], &fa).unwrap();
+        batch.submit().unwrap();
+        assert_eq!(fb.read_back::<u32>().unwrap()[0], want);
+    }
+    let tb = clean.upload(gpu);
+    let ta = clean.gpu_arg(&tb);
+    let mut batch = gpu.batch();
+    // As many tensors as it was built for, each through its view.
+    let err = op.record(&mut batch, &[&ta], &fa).unwrap_err();
+    assert!(err.to_string().contains("built for 2 tensors"), "{err}");
+    let other = view_2d("g", Layout2::RowMajor, 9, 7, ElemType::F32);
+    let ot = Tensor::random(&mut rng, other.0, other.1, -1.0, 1.0);
+    let ob = ot.upload(gpu);
+    let err = op
+        .record(&mut batch, &[&ta, &ot.gpu_arg(&ob)], &fa)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::WrongView { role: "g1", .. }),
+        "{err}"
+    );
+    // A tensor in the flag's buffer: the kernel writes the flag, so the binding is refused.
+    let one = view_1d("x", "one", 1, ElemType::F32);
+    let single = NonFiniteOp::new(gpu, &one, &flag).unwrap();
+    let err = single
+        .record(&mut batch, &[&GpuArg::new(&fb, &one, &[]).unwrap()], &fa)
+        .unwrap_err();
+    assert!(err.to_string().contains("one buffer"), "{err}");
+    // From one tensor to the device's capacity.
+    let capacity = NonFiniteOp::capacity(gpu);
+    assert!(matches!(
+        NonFiniteOp::many(gpu, &[], &flag),
+        Err(OpError::Shape { .. })
+    ));
+    let err = NonFiniteOp::many(gpu, &vec![&view; capacity + 1], &flag).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("1 to {capacity}")),
+        "{err}"
+    );
 }
 
 #[test]

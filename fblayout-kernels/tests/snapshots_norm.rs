@@ -135,3 +135,16 @@ fn loss_scaling_shaders() {
         insta::assert_snapshot!(format!("adamw_on_device_gated_{name}"), step.shader());
     }
 }
+
+#[test]
+fn overflow_check_group_shader() {
+    // One check of three gradients in one dispatch: an f16 R-Tile matrix, an f32 column-major
+    // one and a bias (each validated by naga when built, before it is snapshotted).
+    let gpu = gpu_without_subgroups();
+    let (a, _) = view_2d("grad_w1", Layout2::RTile(4), 8, COLS, ElemType::F16);
+    let (b, _) = view_2d("grad_w2", Layout2::ColMajor, 8, COLS, ElemType::F32);
+    let bias = view_1d("grad_bias", "cols", 30, ElemType::F32);
+    let flag = view_1d("flag", "one", 1, ElemType::U32);
+    let check = NonFiniteOp::many(gpu, &[&a, &b, &bias], &flag).unwrap();
+    insta::assert_snapshot!("non_finite_group_of_three", check.shader());
+}

@@ -9,7 +9,8 @@ use exec_support::{
     random_layouts, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
-use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, StepInputs};
+use fblayout_kernels::ops::NonFiniteOp;
+use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, OVERFLOW_SECTION, StepInputs};
 use fblayout_plan::graph::{Graph, Op};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
@@ -293,6 +294,31 @@ fn an_overflowing_step_changes_nothing_and_lowers_the_scale() {
     };
     let err = step.set_loss_scaling(bad).unwrap_err();
     assert!(err.to_string().contains("backoff"), "{err}");
+}
+
+#[test]
+fn the_overflow_checks_read_many_gradients_per_dispatch() {
+    // Every gradient is checked, in as few dispatches as the device's storage bindings allow:
+    // the section of the checks has ⌈gradients / capacity⌉ dispatches, not one a gradient.
+    let gpu = gpu();
+    let capacity = NonFiniteOp::capacity(&gpu);
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = fblayout_plan::graph::precision::mixed(&graph(model)).unwrap();
+        let layouts = family_layouts(&g, 6);
+        let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+        let mut step = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
+        step.upload_params(7).unwrap();
+        let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
+        let (_, timings) = step.step_timed(&inputs).unwrap();
+        assert!(!step.last_step_skipped(), "{model:?}");
+        let checks = timings
+            .iter()
+            .filter(|t| t.section.as_deref() == Some(OVERFLOW_SECTION))
+            .count();
+        let grads = g.params().len();
+        assert!(grads > capacity, "{model:?}: {grads} gradients");
+        assert_eq!(checks, grads.div_ceil(capacity), "{model:?}");
+    }
 }
 
 #[test]

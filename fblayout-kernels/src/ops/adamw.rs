@@ -562,20 +562,6 @@ pub(crate) fn chunk_entry(
     width: u32,
     subgroups: bool,
 ) -> String {
-    let entry = LinearEntry {
-        name: pass.name,
-        prefix: "ss",
-    };
-    // Units: elements, with the last axis in runs of `width`.
-    let mut units: Vec<String> = (0..rank).map(|d| format!("g_dim{d}()")).collect();
-    if let Some(last) = units.last_mut() {
-        *last = format!("(({last} + {}u) / {width}u)", width - 1);
-    }
-    let count = if units.is_empty() {
-        "1u".to_owned()
-    } else {
-        units.join(" * ")
-    };
     let mut s = format!(
         "@compute @workgroup_size({LANES})\nfn {}(\
          @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, \
@@ -589,9 +575,62 @@ pub(crate) fn chunk_entry(
         "    if (group >= {}) {{\n        return;\n    }}",
         pass.groups
     );
+    s += &chunk_loop(
+        &ChunkLoop {
+            role: "g",
+            chunk: "group",
+            per_group: "params.per_group",
+            term: pass.term,
+        },
+        rank,
+        width,
+    );
+    let _ = writeln!(
+        s,
+        "    let total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u) {{\n        \
+         {}\n    }}\n}}",
+        subgroup_call_args(subgroups),
+        pass.finish
+    );
+    s
+}
+
+/// One lane's part of a chunk of a tensor: the statements of a function body (declaring `acc`,
+/// the lane's sum of `term` over its units of the chunk) that read the tensor through operand
+/// `role`'s `<role>_get<width>` ([`getter`]) and `<role>_dim<d>()`, and the lane through `lid`.
+pub(crate) struct ChunkLoop<'a> {
+    /// The operand read.
+    pub role: &'a str,
+    /// The chunk's number, a WGSL `u32` expression.
+    pub chunk: &'a str,
+    /// Units per chunk, a WGSL `u32` expression.
+    pub per_group: &'a str,
+    /// What is summed per element, over `v`.
+    pub term: &'a str,
+}
+
+/// The statements of [`ChunkLoop`] for a tensor of rank `rank` read in runs of `width` along
+/// its last axis, indented one level.
+pub(crate) fn chunk_loop(l: &ChunkLoop<'_>, rank: usize, width: u32) -> String {
+    let entry = LinearEntry {
+        name: "",
+        prefix: "ss",
+    };
+    let role = l.role;
+    // Units: elements, with the last axis in runs of `width`.
+    let mut units: Vec<String> = (0..rank).map(|d| format!("{role}_dim{d}()")).collect();
+    if let Some(last) = units.last_mut() {
+        *last = format!("(({last} + {}u) / {width}u)", width - 1);
+    }
+    let count = if units.is_empty() {
+        "1u".to_owned()
+    } else {
+        units.join(" * ")
+    };
+    let mut s = String::new();
     let _ = writeln!(s, "    let count = {count};");
-    let _ = writeln!(s, "    let first = group * params.per_group;");
-    let _ = writeln!(s, "    let end = min(first + params.per_group, count);");
+    let _ = writeln!(s, "    let first = {} * {};", l.chunk, l.per_group);
+    let _ = writeln!(s, "    let end = min(first + {}, count);", l.per_group);
     let _ = writeln!(s, "    var acc = 0.0;");
     let _ = writeln!(
         s,
@@ -603,26 +642,19 @@ pub(crate) fn chunk_entry(
         let _ = writeln!(s, "    {line}");
     }
     let value = if rank == 0 {
-        "g_load()".to_owned()
+        format!("{role}_load()")
     } else {
         let mut coords: Vec<String> = (0..rank).map(|d| entry.coord(d)).collect();
         let last = coords.len() - 1;
         coords[last] = format!("{} * {width}u", coords[last]);
-        format!("g_get{width}({})", coords.join(", "))
+        format!("{role}_get{width}({})", coords.join(", "))
     };
     let _ = writeln!(s, "        let v = {value};");
-    let _ = writeln!(s, "        let term = {};", pass.term);
+    let _ = writeln!(s, "        let term = {};", l.term);
     let _ = writeln!(
         s,
         "        acc = acc + {};\n    }}",
         components_sum("term", width)
-    );
-    let _ = writeln!(
-        s,
-        "    let total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u) {{\n        \
-         {}\n    }}\n}}",
-        subgroup_call_args(subgroups),
-        pass.finish
     );
     s
 }

@@ -1,41 +1,93 @@
-//! Whether a tensor holds an infinite or NaN element: the overflow check of dynamic loss
-//! scaling.
+//! Whether tensors hold an infinite or NaN element: the overflow check of dynamic loss scaling.
 //!
-//! [`NonFiniteOp`] reads a tensor of any layout in chunks, one workgroup a chunk (the sum of
-//! squares' pass, [`SumSquaresOp`](super::SumSquaresOp), with another term), counts the
-//! elements whose exponent bits are all set — infinities and NaNs, tested on the bits so that
-//! no fast-math assumption about floats can fold the test away — and sets a `u32` flag to 1
-//! where a chunk has any. Nothing clears the flag but the caller (a batch's
-//! [`clear`](crate::runtime::Batch::clear)), so one flag collects the check of every tensor of
-//! a step in one dispatch each; an AdamW step [gated](super::AdamWOp::gated) on it then skips
-//! the update on the device. Racing invocations only ever store 1, so the flag is exact.
+//! [`NonFiniteOp`] reads a group of tensors, each of any layout and element type, in one
+//! dispatch: each tensor is split into chunks (the sum of squares' split,
+//! [`SumSquaresOp`](super::SumSquaresOp)), one workgroup a chunk, and the workgroups of the
+//! group's tensors follow one another — tensor 0's chunks first, then tensor 1's — so that
+//! workgroup `w` reads chunk `w − end[i−1]` of the tensor `i` with `end[i−1] ≤ w < end[i]`
+//! (`end[i]`, the chunks of tensors `0..=i`, are scalar parameters written when the check is
+//! recorded). A workgroup counts the elements of its chunk whose exponent bits are all set —
+//! infinities and NaNs, tested on the bits so that no fast-math assumption about floats can
+//! fold the test away — and sets a `u32` flag to 1 where it found any. Nothing clears the flag
+//! but the caller (a batch's [`clear`](crate::runtime::Batch::clear)), so one flag collects the
+//! check of every tensor of a step; an AdamW step [gated](super::AdamWOp::gated) on it then
+//! skips the update on the device. Racing invocations only ever store 1, so the flag is exact.
+//!
+//! One dispatch reads at most [`NonFiniteOp::capacity`] tensors: each is a storage binding of
+//! its own beside the flag's, within the device's `max_storage_buffers_per_shader_stage`, and
+//! at most [`MAX_TENSORS`] so that a shader stays small (each tensor adds its index functions
+//! and a loop over its chunks, about sixty lines). Checking many tensors in few dispatches
+//! matters because every dispatch writes the flag: wgpu orders two dispatches that both use a
+//! buffer as read-write storage with a barrier, so one check a tensor runs as a chain of tiny
+//! dispatches, each waiting for the last. A group may read one buffer through two of its
+//! tensors (both are read only); a tensor in the flag's buffer is refused when recorded.
+
+use std::fmt::Write as _;
 
 use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::{ElemType, View, unravel};
 use rayon::prelude::*;
 
-use super::adamw::{ChunkPass, LANES, chunk_entry, chunking};
+use super::adamw::{ChunkLoop, LANES, chunk_loop, chunking};
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::reduce_rows::getter;
 use crate::cpu::{Logical, Real};
 use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
-use crate::wgsl::reduce::workgroup_reduce;
+use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
 
 const OP: &str = "non-finite check";
 const ENTRY: &str = "non_finite_chunks";
 
-/// The check of one tensor (see the module docs).
+/// The most tensors one [`NonFiniteOp`] reads, whatever the device allows: 16 keeps a shader
+/// near a thousand lines and its pipeline quick to build, and checks the hundred gradients of
+/// a six-block encoder in seven dispatches (the barriers between them cost little next to the
+/// hundred they replace).
+pub const MAX_TENSORS: usize = 16;
+
+/// The roles of a group's tensors, by position: `g0`, `g1`, ….
+const ROLES: [&str; MAX_TENSORS] = [
+    "g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "g9", "g10", "g11", "g12", "g13", "g14",
+    "g15",
+];
+
+/// Whether the exponent bits of `v` (`f32`, or `vec4<f32>` of `width` 4) are all set.
+fn term(width: u32) -> &'static str {
+    if width == 4 {
+        "select(vec4<f32>(0.0), vec4<f32>(1.0), \
+         (bitcast<vec4<u32>>(v) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u))"
+    } else {
+        "select(0.0, 1.0, (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u)"
+    }
+}
+
+/// The check of a group of tensors in one dispatch (see the module docs).
 #[derive(Debug, Clone)]
 pub struct NonFiniteOp {
     kernel: Compiled,
-    width: u32,
+    /// Each tensor's run along its last axis: 4 where it is read four elements at a time.
+    widths: Vec<u32>,
 }
 
 impl NonFiniteOp {
-    /// The kernel reading a tensor through `tensor` and setting `flag` (`u32`, shape `[1]`).
+    /// How many tensors one check reads on `gpu`: one storage binding each beside the flag's,
+    /// within the device's `max_storage_buffers_per_shader_stage`, and at most
+    /// [`MAX_TENSORS`].
+    pub fn capacity(gpu: &Gpu) -> usize {
+        let bindings = gpu.limits().max_storage_buffers_per_shader_stage as usize;
+        bindings.saturating_sub(1).min(MAX_TENSORS)
+    }
+
+    /// The check of one tensor read through `tensor`, setting `flag` (`u32`, shape `[1]`).
     pub fn new(gpu: &Gpu, tensor: &View, flag: &View) -> Result<Self, OpError> {
+        Self::many(gpu, &[tensor], flag)
+    }
+
+    /// The check of the tensors read through `tensors` (from one to
+    /// [`capacity`](Self::capacity) of them, any layouts, f32 or f16), in one dispatch, setting
+    /// `flag` (`u32`, shape `[1]`).
+    pub fn many(gpu: &Gpu, tensors: &[&View], flag: &View) -> Result<Self, OpError> {
         let axes = flag.axes();
         if axes.len() != 1
             || axes[0].extent.as_static() != Some(1)
@@ -46,41 +98,61 @@ impl NonFiniteOp {
                 format!("the flag `{}` must be u32 of shape [1]", flag.name()),
             ));
         }
-        let rank = tensor.axes().len();
-        let g = match rank.checked_sub(1) {
-            Some(last) => Operand::read("g", tensor)?.vectorized(last),
-            None => Operand::read("g", tensor)?,
-        };
-        let width = if g.vector_axis().is_some() { 4 } else { 1 };
-        let subgroups = gpu.features().subgroups;
-        let mut body = workgroup_reduce(LANES, subgroups);
-        if let Some(last) = rank.checked_sub(1) {
-            body += &getter(&g, last, width);
+        let capacity = Self::capacity(gpu);
+        if tensors.is_empty() || tensors.len() > capacity {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "a check reads 1 to {capacity} tensors on this device (the device's \
+                     storage bindings less the flag's, at most {MAX_TENSORS}), not {}",
+                    tensors.len()
+                ),
+            ));
         }
-        let term = if width == 4 {
-            "select(vec4<f32>(0.0), vec4<f32>(1.0), \
-             (bitcast<vec4<u32>>(v) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u))"
-        } else {
-            "select(0.0, 1.0, (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u)"
-        };
-        let pass = ChunkPass {
-            name: ENTRY,
-            groups: "params.groups",
-            term,
-            finish: "if (total > 0.0) {\n            flag_store(0u, 1u);\n        }",
-        };
-        body += &chunk_entry(&pass, rank, width, subgroups);
-        let kernel = Compiled::new(
-            OP,
-            gpu,
-            KernelSource::new(OP)
-                .operand(g)
-                .operand(Operand::write("flag", flag)?)
-                .scalar("per_group", Scalar::U32)
-                .scalar("groups", Scalar::U32)
-                .body(body),
-        )?;
-        Ok(Self { kernel, width })
+        let subgroups = gpu.features().subgroups;
+        let mut source = KernelSource::new(OP);
+        let mut body = workgroup_reduce(LANES, subgroups);
+        let mut widths = Vec::with_capacity(tensors.len());
+        for (i, (&view, role)) in tensors.iter().zip(ROLES).enumerate() {
+            let rank = view.axes().len();
+            let g = match rank.checked_sub(1) {
+                Some(last) => Operand::read(role, view)?.vectorized(last),
+                None => Operand::read(role, view)?,
+            };
+            let width = if g.vector_axis().is_some() { 4 } else { 1 };
+            if let Some(last) = rank.checked_sub(1) {
+                body += &getter(&g, last, width);
+            }
+            let per_group = format!("params.per_group{i}");
+            let _ = writeln!(body, "fn {role}_chunk_sum(chunk: u32, lid: u32) -> f32 {{");
+            body += &chunk_loop(
+                &ChunkLoop {
+                    role,
+                    chunk: "chunk",
+                    per_group: &per_group,
+                    term: term(width),
+                },
+                rank,
+                width,
+            );
+            let _ = writeln!(body, "    return acc;\n}}");
+            source = source.operand(g);
+            widths.push(width);
+        }
+        body += &entry(widths.len(), subgroups);
+        source = source.operand(Operand::write("flag", flag)?);
+        for i in 0..widths.len() {
+            source = source
+                .scalar(format!("per_group{i}"), Scalar::U32)
+                .scalar(format!("end{i}"), Scalar::U32);
+        }
+        let kernel = Compiled::new(OP, gpu, source.body(body))?;
+        Ok(Self { kernel, widths })
+    }
+
+    /// How many tensors it checks.
+    pub fn tensors(&self) -> usize {
+        self.widths.len()
     }
 
     /// The shader.
@@ -88,26 +160,89 @@ impl NonFiniteOp {
         self.kernel.module().source()
     }
 
-    /// Records the check of `tensor`: `flag` becomes 1 where it holds an infinite or NaN
-    /// element, and is left as it is otherwise.
+    /// Records the check of `tensors` (one for each view the kernel was built for, in that
+    /// order): `flag` becomes 1 where one of them holds an infinite or NaN element, and is left
+    /// as it is otherwise.
     pub fn record(
         &self,
         batch: &mut Batch<'_>,
-        tensor: &GpuArg<'_>,
+        tensors: &[&GpuArg<'_>],
         flag: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        let (per_group, groups) = chunking(OP, &tensor.dims(), self.width)?;
-        self.kernel.record_linear(
-            batch,
-            ENTRY,
-            &[("g", tensor), ("flag", flag)],
-            &[
-                ("per_group", ParamValue::U32(per_group)),
-                ("groups", ParamValue::U32(groups)),
-            ],
-            groups,
-        )
+        if tensors.len() != self.widths.len() {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "the check was built for {} tensors, and {} were given",
+                    self.widths.len(),
+                    tensors.len()
+                ),
+            ));
+        }
+        let mut args: Vec<(&'static str, &GpuArg<'_>)> = Vec::with_capacity(tensors.len() + 1);
+        let mut names = Vec::with_capacity(2 * tensors.len());
+        let mut end: u32 = 0;
+        for (i, ((&tensor, &width), role)) in
+            tensors.iter().zip(&self.widths).zip(ROLES).enumerate()
+        {
+            let (per_group, groups) = chunking(OP, &tensor.dims(), width)?;
+            end = end
+                .checked_add(groups)
+                .ok_or_else(|| OpError::shape(OP, "too many elements for one dispatch"))?;
+            names.push((format!("per_group{i}"), per_group));
+            names.push((format!("end{i}"), end));
+            args.push((role, tensor));
+        }
+        args.push(("flag", flag));
+        let scalars: Vec<(&str, ParamValue)> = names
+            .iter()
+            .map(|(n, v)| (n.as_str(), ParamValue::U32(*v)))
+            .collect();
+        self.kernel
+            .record_linear(batch, ENTRY, &args, &scalars, end)
     }
+}
+
+/// The entry point of a group of `tensors` tensors: each workgroup finds its tensor and chunk
+/// from the cumulative chunk counts `params.end<i>`, sums its lanes' counts, and sets the flag
+/// where the sum is not 0.
+fn entry(tensors: usize, subgroups: bool) -> String {
+    let mut s = format!(
+        "@compute @workgroup_size({LANES})\nfn {ENTRY}(\
+         @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, \
+         @builtin(local_invocation_index) lid: u32, {}) {{\n",
+        entry_params(subgroups)
+    );
+    let last = tensors - 1;
+    let _ = writeln!(s, "    let group = wg.x + wg.y * nwg.x;");
+    let _ = writeln!(
+        s,
+        "    if (group >= params.end{last}) {{\n        return;\n    }}"
+    );
+    let _ = writeln!(s, "    var acc = 0.0;");
+    for (i, role) in ROLES.iter().enumerate().take(tensors) {
+        let chunk = match i {
+            0 => "group".to_owned(),
+            _ => format!("group - params.end{}", i - 1),
+        };
+        let open = match i {
+            0 if i == last => "    {".to_owned(),
+            0 => format!("    if (group < params.end{i}) {{"),
+            _ if i == last => " else {".to_owned(),
+            _ => format!(" else if (group < params.end{i}) {{"),
+        };
+        let _ = write!(
+            s,
+            "{open}\n        acc = {role}_chunk_sum({chunk}, lid);\n    }}"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n    let total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u && total > 0.0) {{\n        \
+         flag_store(0u, 1u);\n    }}\n}}",
+        subgroup_call_args(subgroups)
+    );
+    s
 }
 
 /// Whether `tensor` holds an infinite or NaN element, on the CPU.

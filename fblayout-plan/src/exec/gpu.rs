@@ -50,8 +50,8 @@ enum Kernel {
     Attention(Box<AttentionOp>),
     /// A cross-entropy and the state its forward writes and its backward reads.
     CrossEntropy(Box<CrossEntropyOp>, usize),
-    /// A step, and where loss scaling gates it, the check of its gradient.
-    AdamW(Box<AdamWOp>, Option<Box<NonFiniteOp>>),
+    /// A step (gated on the overflow checks where the loss is scaled).
+    AdamW(Box<AdamWOp>),
     Copy(Box<CopyOp>),
 }
 
@@ -62,6 +62,9 @@ struct Scaling {
     /// step, cleared at the start of each step's checks.
     gate: GpuBuffer,
     gate_view: View,
+    /// The checks of every AdamW step's gradient, each of as many gradients as one dispatch
+    /// reads, in the order of the steps.
+    checks: Vec<Check>,
     /// Whether the last step overflowed, and so changed nothing.
     skipped: bool,
     /// The scale the last step's gradients carry.
@@ -97,6 +100,7 @@ impl Scaling {
             scaler: LossScaler::new(LossScaling::default()).map_err(ExecError::LossScaling)?,
             gate,
             gate_view,
+            checks: Vec::new(),
             skipped: false,
             applied: 1.0,
         })
@@ -105,6 +109,44 @@ impl Scaling {
     fn gate(&self) -> Result<GpuArg<'_>, OpError> {
         Ok(GpuArg::new(&self.gate, &self.gate_view, &[])?)
     }
+}
+
+/// One dispatch of the overflow checks: the kernel, and the gradients it reads (AdamW's
+/// operands).
+struct Check {
+    op: NonFiniteOp,
+    grads: Vec<Arg>,
+}
+
+/// The overflow checks of the gradients that the AdamW steps among `kernels` read, into the
+/// flag `gate`: as few dispatches as the device's storage bindings allow
+/// ([`NonFiniteOp::capacity`]), built once with the kernels.
+fn build_checks(
+    gpu: &Gpu,
+    graph: &Graph,
+    kernels: &[NodeKernel],
+    gate: &View,
+) -> Result<Vec<Check>, ExecError> {
+    let steps: Vec<(usize, &Arg)> = kernels
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.kernel, Kernel::AdamW(_)))
+        .map(|(i, n)| (i, &n.reads[1]))
+        .collect();
+    steps
+        .chunks(NonFiniteOp::capacity(gpu))
+        .map(|group| {
+            let views: Vec<&View> = group.iter().map(|(_, a)| v(a)).collect();
+            let op = NonFiniteOp::many(gpu, &views, gate).map_err(|source| {
+                let first = group[0].0;
+                ExecError::op(first, graph.nodes()[first].op.name(), source)
+            })?;
+            Ok(Check {
+                op,
+                grads: group.iter().map(|(_, a)| (*a).clone()).collect(),
+            })
+        })
+        .collect()
 }
 
 struct NodeKernel {
@@ -298,7 +340,7 @@ impl<'g> GpuStep<'g> {
             .tensors()
             .iter()
             .any(|t| t.elem == ElemType::F16 && matches!(t.role, Role::Grad { .. }));
-        let scaling = half_grads.then(|| Scaling::new(gpu)).transpose()?;
+        let mut scaling = half_grads.then(|| Scaling::new(gpu)).transpose()?;
         let step_scalars = device_vector(gpu, "adamw_step_scalars", STEP_SCALARS, ElemType::F32)?;
         let mut kernels = Vec::with_capacity(graph.nodes().len());
         let mut states = Vec::new();
@@ -322,6 +364,9 @@ impl<'g> GpuStep<'g> {
                 writes,
                 section: section(graph, i),
             });
+        }
+        if let Some(s) = &mut scaling {
+            s.checks = build_checks(gpu, graph, &kernels, &s.gate_view)?;
         }
         let mut persistent = vec![false; memory.buffers().len()];
         for t in graph.ids() {
@@ -732,15 +777,20 @@ impl<'g> GpuStep<'g> {
 
     /// Records the check of every parameter's gradient into the gate, cleared first, before
     /// any AdamW step reads it: recorded once, before the first AdamW node, and not again (its
-    /// work is the same every step), in a section of its own.
+    /// work is the same every step), in a section of its own, with as many gradients per
+    /// dispatch as the device allows.
     fn record_checks(&self, batch: &mut Batch<'_>, scaling: &Scaling) -> Result<(), OpError> {
         batch.section(OVERFLOW_SECTION);
         batch.clear(&scaling.gate);
         let gate = scaling.gate()?;
-        for node in &self.kernels {
-            if let Kernel::AdamW(_, Some(check)) = &node.kernel {
-                check.record(batch, &self.arg(&node.reads[1])?, &gate)?;
-            }
+        for check in &scaling.checks {
+            let args = check
+                .grads
+                .iter()
+                .map(|a| self.arg(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            let args: Vec<&GpuArg<'_>> = args.iter().collect();
+            check.op.record(batch, &args, &gate)?;
         }
         Ok(())
     }
@@ -856,7 +906,7 @@ impl<'g> GpuStep<'g> {
                 let dloss = self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale());
                 k.backward(batch, &r[0], &r[1], &self.states[*s].1, dloss, &w[0])
             }
-            (Kernel::AdamW(k, _), _) => {
+            (Kernel::AdamW(k), _) => {
                 let t = AdamWTensors {
                     param: &w[0],
                     grad: &r[1],
@@ -1000,11 +1050,12 @@ fn build(
                 m: v(&w[1]),
                 v: v(&w[2]),
             };
-            let step = AdamWOp::on_device(gpu, &views, step_scalars, gate)?;
-            let check = gate
-                .map(|gate| NonFiniteOp::new(gpu, v(&r[1]), gate))
-                .transpose()?;
-            Kernel::AdamW(Box::new(step), check.map(Box::new))
+            Kernel::AdamW(Box::new(AdamWOp::on_device(
+                gpu,
+                &views,
+                step_scalars,
+                gate,
+            )?))
         }
         Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
     })
