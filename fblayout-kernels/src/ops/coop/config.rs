@@ -92,16 +92,7 @@ impl CoopConfig {
 
     /// A small configuration every device with cooperative matrices can build: 64×64 blocks
     /// of four subgroups with 2×2 fragments, k-step 16, one stage.
-    pub const SMALL: CoopConfig = CoopConfig {
-        block_m: 64,
-        block_n: 64,
-        frags_m: 2,
-        frags_n: 2,
-        k_step: 16,
-        stages: 1,
-        acc: CoopScalar::F32,
-        split_k: 1,
-    };
+    pub const SMALL: CoopConfig = Self::single_staged(64, 64, 2, 2, 16);
 
     /// The block shapes split-k candidates are made of (each with splits of [`SPLITS`]): the
     /// default, the configurations the H200 ran fastest at 4096³ (128×256 blocks of 4×4
@@ -112,57 +103,33 @@ impl CoopConfig {
     /// (single-buffered staging won 15 of 20 pairs there).
     pub const SPLIT_BASES: [CoopConfig; 6] = [
         Self::DEFAULT,
-        CoopConfig {
-            block_m: 128,
-            block_n: 256,
-            frags_m: 4,
-            frags_n: 4,
-            k_step: 32,
-            stages: 1,
-            acc: CoopScalar::F32,
-            split_k: 1,
-        },
-        CoopConfig {
-            block_m: 128,
-            block_n: 128,
-            frags_m: 2,
-            frags_n: 4,
-            k_step: 64,
-            stages: 1,
-            acc: CoopScalar::F32,
-            split_k: 1,
-        },
-        CoopConfig {
-            block_m: 64,
-            block_n: 64,
-            frags_m: 2,
-            frags_n: 2,
-            k_step: 32,
-            stages: 1,
-            acc: CoopScalar::F32,
-            split_k: 1,
-        },
-        CoopConfig {
-            block_m: 64,
-            block_n: 64,
-            frags_m: 2,
-            frags_n: 2,
-            k_step: 64,
-            stages: 1,
-            acc: CoopScalar::F32,
-            split_k: 1,
-        },
-        CoopConfig {
-            block_m: 64,
-            block_n: 128,
-            frags_m: 2,
-            frags_n: 4,
-            k_step: 32,
-            stages: 1,
-            acc: CoopScalar::F32,
-            split_k: 1,
-        },
+        Self::single_staged(128, 256, 4, 4, 32),
+        Self::single_staged(128, 128, 2, 4, 64),
+        Self::single_staged(64, 64, 2, 2, 32),
+        Self::single_staged(64, 64, 2, 2, 64),
+        Self::single_staged(64, 128, 2, 4, 32),
     ];
+
+    /// An unsplit, single-staged configuration with the f32 accumulator: blocks of
+    /// `block_m × block_n`, `frags_m × frags_n` fragments per subgroup, k-step `k_step`.
+    pub const fn single_staged(
+        block_m: u32,
+        block_n: u32,
+        frags_m: u32,
+        frags_n: u32,
+        k_step: u32,
+    ) -> CoopConfig {
+        CoopConfig {
+            block_m,
+            block_n,
+            frags_m,
+            frags_n,
+            k_step,
+            stages: 1,
+            acc: CoopScalar::F32,
+            split_k: 1,
+        }
+    }
 
     /// The same configuration with accumulator type `acc`.
     pub fn with_acc(self, acc: CoopScalar) -> Self {
