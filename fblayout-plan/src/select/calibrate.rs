@@ -45,7 +45,7 @@ use super::kernels::{
 use crate::layouts::LayoutChoice;
 
 /// The format of the cache file; a change makes every older file stale.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Side of the square matrices gathered.
 const GATHER_SIDE: u32 = 1024;

@@ -7,7 +7,8 @@
 //! planned with [`CostModel::calibrated_at`](super::CostModel::calibrated_at)) under the candidate layouts and
 //! times each operation's kernels (its section of [`GpuStep::step_timed`], the quickest of a
 //! few steps after a warm-up, the layouts' steps taken in turn so that other work on the
-//! machine disturbs them alike).
+//! machine disturbs them alike), with the tensor-core tiles tuned as the model's own step
+//! will run them ([`GpuStep::tune`]; the tuning is kept, so the step finds it done).
 //!
 //! The multipliers are fitted per [`KernelKind`], [`Operand`] (activations apart from
 //! weights, whose layouts the planner chooses apart: a product reads one of each) and
@@ -337,6 +338,9 @@ fn node_seconds(
         let mut step = GpuStep::new(gpu, graph, layouts, &memory, sizes, AdamWConfig::default())
             .map_err(step_err(what))?;
         step.upload_params(7).map_err(step_err(what))?;
+        // The tensor-core tiles the model's own step will run (tuned once per adapter and
+        // problem, and kept): untuned products would price the kernels too high.
+        step.tune().map_err(step_err(what))?;
         step.step(&inputs).map_err(step_err(what))?;
         steps.push(step);
         tick("kernels: building the steps");
