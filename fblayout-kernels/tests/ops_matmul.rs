@@ -838,3 +838,343 @@ fn wide_accesses_follow_each_operand_s_contiguous_axis() {
     .unwrap();
     assert_eq!(odd.vector_axes(), [None, Some(1), Some(1)]);
 }
+
+/// `Σ_k A[.., i, k] · B[.., k, j] + bias[j]` on dense row-major values, by the definition.
+fn biased_reference(a: &Tensor, b: &Tensor, bias: &Tensor) -> Vec<f64> {
+    let n = bias.values.len();
+    let mut out = reference(a, b, None, Scale::OVERWRITE);
+    for (at, v) in out.iter_mut().enumerate() {
+        *v += bias.values[at % n];
+    }
+    out
+}
+
+/// The biases a product `[.., n]` is tested with: a static vector, one of a run-time extent,
+/// and one read through a merge of a column-major `[4, n / 4]` matrix (a view whose offsets
+/// are not the index: neighbours are `4` apart).
+fn biases(rng: &mut Rng, n: u32, elem: ElemType) -> Vec<Tensor> {
+    let plain = support::view_1d("bias", "cols", n, elem);
+    let (dynamic, bind) = support::view_1d_dyn("bias", "cols", n, elem);
+    let merged = support::static_2d(
+        "bias",
+        4,
+        n / 4,
+        elem,
+        fblayout_core::layout::Order::ColMajor,
+    )
+    .merge(&["rows", "cols"], "cols")
+    .unwrap();
+    assert_eq!(n % 4, 0, "the merged bias needs n a multiple of 4");
+    [(plain, vec![]), (dynamic, bind), (merged, vec![])]
+        .into_iter()
+        .map(|(view, bind)| Tensor::random(rng, view, bind, -2.0, 2.0))
+        .collect()
+}
+
+/// The biased GPU product with `plan` (the op's own choice when `None`), C poisoned first.
+fn gpu_biased(
+    op: &MatmulOp,
+    plan: Option<Plan>,
+    a: &Tensor,
+    b: &Tensor,
+    bias: &Tensor,
+    c: &Tensor,
+) -> Vec<f64> {
+    let gpu = gpu();
+    let (ba, bb, bbias, bc) = (
+        a.upload(gpu),
+        b.upload(gpu),
+        bias.upload(gpu),
+        c.poisoned(gpu),
+    );
+    let (ga, gb, gbias, gc) = (
+        a.gpu_arg(&ba),
+        b.gpu_arg(&bb),
+        bias.gpu_arg(&bbias),
+        c.gpu_arg(&bc),
+    );
+    let mut batch = gpu.batch();
+    match plan {
+        Some(plan) => op.record_plan_biased(&mut batch, plan, &ga, &gb, &gbias, &gc),
+        None => op.record_biased(&mut batch, &ga, &gb, &gbias, &gc),
+    }
+    .unwrap();
+    batch.submit().unwrap();
+    c.download(&bc)
+}
+
+#[test]
+fn biased_products_add_the_bias_to_every_row_under_every_store_and_split() {
+    let gpu = gpu();
+    let mut rng = Rng::new(10);
+    let tiny = |split_k| Plan {
+        config: TileConfig::TINY,
+        split_k,
+    };
+    // C stored along n (row-major), along m (a transposed R-Tile), and one element at a time
+    // (column-major with run-time rows); A and B in other layouts, partial R-Tiles included
+    // (their padding is NaN).
+    for layouts in [
+        [Layout2::RowMajor; 3],
+        [Layout2::RTile(4), Layout2::RTileT(8), Layout2::RTileT(4)],
+        [Layout2::ColMajor, Layout2::RTile(8), Layout2::ColMajor],
+        [Layout2::RTileT(8), Layout2::RowMajorT, Layout2::RTile(8)],
+    ] {
+        let (a, b, c) = matrices(&mut rng, layouts, (M, N, K), ElemType::F32);
+        for bias in biases(&mut rng, N, ElemType::F32) {
+            let op = MatmulOp::new_biased(gpu, &a.view, &b.view, &bias.view, &c.view).unwrap();
+            assert!(op.has_bias());
+            let want = biased_reference(&a, &b, &bias);
+            for plan in [None, Some(tiny(1)), Some(tiny(3))] {
+                let got = gpu_biased(&op, plan, &a, &b, &bias, &c);
+                assert_close(
+                    &format!("{layouts:?}, bias {}, {plan:?}", bias.view.name()),
+                    &got,
+                    &want,
+                    tolerance(ElemType::F32, K as usize),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn biased_products_larger_than_a_tile_and_in_f16() {
+    let gpu = gpu();
+    let mut rng = Rng::new(11);
+    // 130 × 72 × 129: a full and a partial 128-row tile, a partial column tile, split-k.
+    let shape = (130, 72, 129);
+    let (a, b, c) = matrices(
+        &mut rng,
+        [Layout2::RTile(4), Layout2::RowMajor, Layout2::RowMajor],
+        shape,
+        ElemType::F32,
+    );
+    let bias = biases(&mut rng, shape.1, ElemType::F32).remove(0);
+    let op = MatmulOp::new_biased(gpu, &a.view, &b.view, &bias.view, &c.view).unwrap();
+    let want = biased_reference(&a, &b, &bias);
+    for split_k in [1, 2] {
+        let plan = Plan {
+            config: TileConfig::LARGE,
+            split_k,
+        };
+        let got = gpu_biased(&op, Some(plan), &a, &b, &bias, &c);
+        let tol = tolerance(ElemType::F32, shape.2 as usize);
+        assert_close(&format!("large {plan}"), &got, &want, tol);
+    }
+
+    // f16 A, B, bias and C (sums in f32), and an f16 bias into an f32 C.
+    let stored = |t: &Tensor| t.with_values(t.read_host(&t.host::<half::f16>()));
+    for (layouts, c_elem) in [
+        ([Layout2::RowMajor; 3], ElemType::F16),
+        (
+            [Layout2::RTileT(4), Layout2::RTile(8), Layout2::RTileT(8)],
+            ElemType::F16,
+        ),
+        ([Layout2::RTile(4); 3], ElemType::F32),
+    ] {
+        let (a, b, _) = matrices(&mut rng, layouts, (M, N, 36), ElemType::F16);
+        let (vc, bind) = view_2d("c", layouts[2], M, N, c_elem);
+        let c = Tensor::new(vc, bind, vec![0.0; (M * N) as usize]);
+        for bias in biases(&mut rng, N, ElemType::F16) {
+            let op = MatmulOp::new_biased(gpu, &a.view, &b.view, &bias.view, &c.view).unwrap();
+            let want = biased_reference(&stored(&a), &stored(&b), &stored(&bias));
+            for split_k in [1, 3] {
+                let plan = Plan {
+                    config: TileConfig::TINY,
+                    split_k,
+                };
+                let got = gpu_biased(&op, Some(plan), &a, &b, &bias, &c);
+                assert_close(
+                    &format!(
+                        "f16 {layouts:?} → {c_elem}, bias {}, {plan}",
+                        bias.view.name()
+                    ),
+                    &got,
+                    &want,
+                    tolerance(c_elem, 36).max(tolerance(ElemType::F16, 36)),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn biased_linear_forward_adds_b_and_keeps_the_backward() {
+    let gpu = gpu();
+    let mut rng = Rng::new(12);
+    for layouts in [
+        [Layout2::RowMajor; 3],
+        [Layout2::RTile(4), Layout2::RTile(8), Layout2::RTileT(4)],
+    ] {
+        let what = format!("{layouts:?}");
+        let (x, w, y) = linear_tensors(&mut rng, layouts, (M, K, N));
+        let b = biases(&mut rng, N, ElemType::F32).remove(0);
+        let dy = y.with_values(rng.values(y.values.len(), -1.0, 1.0));
+        let op = LinearOp::new_biased(gpu, &x.view, &w.view, &b.view, &y.view).unwrap();
+        assert!(op.has_bias());
+        assert!(
+            !LinearOp::new(gpu, &x.view, &w.view, &y.view)
+                .unwrap()
+                .has_bias()
+        );
+        let (bx, bw, bb, by, bdy, bdx) = (
+            x.upload(gpu),
+            w.upload(gpu),
+            b.upload(gpu),
+            y.poisoned(gpu),
+            dy.upload(gpu),
+            x.poisoned(gpu),
+        );
+        let (gx, gw, gb, gy, gdy, gdx) = (
+            x.gpu_arg(&bx),
+            w.gpu_arg(&bw),
+            b.gpu_arg(&bb),
+            y.gpu_arg(&by),
+            dy.gpu_arg(&bdy),
+            x.gpu_arg(&bdx),
+        );
+        // Tuning a biased op works (here it has no tensor-core product to tune).
+        op.tune(gpu, &gx, &gw, &gy).unwrap();
+        let mut batch = gpu.batch();
+        op.forward_biased(&mut batch, &gx, &gw, &gb, &gy).unwrap();
+        op.backward(
+            &mut batch,
+            &gx,
+            &gw,
+            &gdy,
+            Some((&gdx, Output::Overwrite)),
+            None,
+        )
+        .unwrap();
+        batch.submit().unwrap();
+        let tol = tolerance(ElemType::F32, K as usize);
+        assert_close(
+            &format!("{what}: y"),
+            &y.download(&by),
+            &biased_reference(&x, &w, &b),
+            tol,
+        );
+        // dx = dy · wᵀ, by the definition: the bias does not enter it.
+        let wt = through(&w, w.view.transpose("rows", "cols").unwrap());
+        let want_dx = reference(&dy, &wt, None, Scale::OVERWRITE);
+        assert_close(&format!("{what}: dx"), &x.download(&bdx), &want_dx, tol);
+    }
+}
+
+#[test]
+fn a_bias_of_the_wrong_shape_or_a_missing_bias_is_a_typed_error() {
+    let gpu = gpu();
+    let mut rng = Rng::new(13);
+    let (a, b, c) = matrices(&mut rng, [Layout2::RowMajor; 3], (M, N, K), ElemType::F32);
+    // A bias of another length than C's columns, a matrix, integers.
+    let short = support::view_1d("bias", "cols", N - 1, ElemType::F32);
+    let err = MatmulOp::new_biased(gpu, &a.view, &b.view, &short, &c.view).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    let err = LinearOp::new_biased(gpu, &a.view, &b.view, &short, &c.view).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    let matrix = support::static_2d(
+        "bias",
+        1,
+        N,
+        ElemType::F32,
+        fblayout_core::layout::Order::RowMajor,
+    );
+    let err = MatmulOp::new_biased(gpu, &a.view, &b.view, &matrix, &c.view).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    let ints = support::view_1d("bias", "cols", N, ElemType::U32);
+    let err = MatmulOp::new_biased(gpu, &a.view, &b.view, &ints, &c.view).unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+
+    // A run-time bias bound to the wrong length, a bias through another view, and a bias
+    // given to an op without one or withheld from an op with one: refused, nothing recorded.
+    let (dynamic, _) = support::view_1d_dyn("bias", "cols", N, ElemType::F32);
+    let op = MatmulOp::new_biased(gpu, &a.view, &b.view, &dynamic, &c.view).unwrap();
+    let plain_op = MatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+    let (ba, bb, bc) = (a.upload(gpu), b.upload(gpu), c.poisoned(gpu));
+    let (ga, gb, gc) = (a.gpu_arg(&ba), b.gpu_arg(&bb), c.gpu_arg(&bc));
+    let long = Tensor::random(
+        &mut rng,
+        dynamic.clone(),
+        vec![("cols".into(), N + 1)],
+        -1.0,
+        1.0,
+    );
+    let right = Tensor::random(&mut rng, dynamic, vec![("cols".into(), N)], -1.0, 1.0);
+    let other = Tensor::random(
+        &mut rng,
+        support::view_1d("bias", "cols", N, ElemType::F32),
+        vec![],
+        -1.0,
+        1.0,
+    );
+    let (bl, br, bo) = (long.upload(gpu), right.upload(gpu), other.upload(gpu));
+    let (gl, gr, go) = (long.gpu_arg(&bl), right.gpu_arg(&br), other.gpu_arg(&bo));
+    let split = Plan {
+        config: TileConfig::TINY,
+        split_k: 3,
+    };
+    let mut batch = gpu.batch();
+    let err = op
+        .record_biased(&mut batch, &ga, &gb, &gl, &gc)
+        .unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    let err = op
+        .record_plan_biased(&mut batch, split, &ga, &gb, &gl, &gc)
+        .unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    let err = op
+        .record_biased(&mut batch, &ga, &gb, &go, &gc)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::WrongView { role: "bias", .. }),
+        "{err}"
+    );
+    let err = op
+        .record(&mut batch, &ga, &gb, &gc, Scale::OVERWRITE)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+    let err = op
+        .record_plan(&mut batch, split, &ga, &gb, &gc, Scale::OVERWRITE)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+    let err = plain_op
+        .record_biased(&mut batch, &ga, &gb, &gr, &gc)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+
+    // The linear layer likewise: forward on a biased op, forward_biased on a plain one.
+    let (x, w, y) = linear_tensors(&mut rng, [Layout2::RowMajor; 3], (M, K, N));
+    let (bv, _) = support::view_1d_dyn("bias", "cols", N, ElemType::F32);
+    let biased = LinearOp::new_biased(gpu, &x.view, &w.view, &bv, &y.view).unwrap();
+    let plain = LinearOp::new(gpu, &x.view, &w.view, &y.view).unwrap();
+    let (bx, bw, by) = (x.upload(gpu), w.upload(gpu), y.poisoned(gpu));
+    let (gx, gw, gy) = (x.gpu_arg(&bx), w.gpu_arg(&bw), y.gpu_arg(&by));
+    let err = biased
+        .forward(&mut batch, &gx, &gw, &gy, Output::Overwrite)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+    let err = plain
+        .forward_biased(&mut batch, &gx, &gw, &gr, &gy)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+    assert!(batch.is_empty(), "nothing was recorded for refused calls");
+}

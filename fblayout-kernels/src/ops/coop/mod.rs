@@ -65,7 +65,7 @@ use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::matmul::{
-    DEFAULT_COMPUTE_UNITS, Extents, Reduction, Scale, check_static_extents, check_writable,
+    Bias, DEFAULT_COMPUTE_UNITS, Extents, Reduction, Scale, check_static_extents, check_writable,
     split_parts,
 };
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu};
@@ -175,7 +175,7 @@ fn direct_store(c: &View, nb: usize) -> Option<Direct> {
 }
 
 impl Operands {
-    fn new(a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+    fn new(a: &View, b: &View, bias: Option<&View>, c: &View) -> Result<Self, OpError> {
         // The ranks and every static extent must already fit; run-time ones are checked per
         // call.
         let nb = check_static_extents(OP, a, b, c)?;
@@ -198,10 +198,12 @@ impl Operands {
                 format!("the product is f32 or f16, not {}", c.layout().elem()),
             ));
         }
+        // f16 is part of the feature set every cooperative kernel is built with.
+        let bias = bias.map(|v| Bias::new(OP, v, c, true)).transpose()?;
         check_writable(c)?;
         let (a, a_staging) = staging(Operand::read("a", a)?, "a", nb, nb + 1);
         let (b, b_staging) = staging(Operand::read("b", b)?, "b", nb + 1, nb);
-        let reduction = Reduction::new(c, nb)?;
+        let reduction = Reduction::new(c, nb, bias)?;
         Ok(Self {
             a,
             b,
@@ -220,6 +222,11 @@ impl Operands {
 
     fn orders(&self) -> (Order, Order) {
         (self.a_staging.order, self.b_staging.order)
+    }
+
+    /// The bias of a biased product (its reduction's: one declaration for both kernels).
+    fn bias(&self) -> Option<&Bias> {
+        self.reduction.bias()
     }
 
     /// The GEMM kernel of `config`: into C, or with `split_k > 1` into split-k's partial
@@ -252,16 +259,18 @@ impl Operands {
             b: self.b_staging,
             output,
             c_width,
+            bias: self.bias().is_some(),
         };
         let source = KernelSource::new(OP)
             .operand(self.a.clone())
             .operand(self.b.clone());
-        let source = match output {
-            Output::Partial => source
+        let source = match (output, self.bias()) {
+            (Output::Partial, _) => source
                 .operand(self.partial.clone())
                 .scalar("splits", Scalar::U32)
                 .scalar("split_len", Scalar::U32),
-            Output::C(_) => source.operand(c.clone()),
+            (Output::C(_), None) => source.operand(c.clone()),
+            (Output::C(_), Some(bias)) => source.operand(c.clone()).operand(bias.operand().clone()),
         };
         source.body(shader::gemm(&spec)).features(FEATURES)
     }
@@ -300,19 +309,43 @@ pub fn kernel_source(
     config: CoopConfig,
     subgroup_size: u32,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, c)?.source(config, subgroup_size))
+    Ok(Operands::new(a, b, None, c)?.source(config, subgroup_size))
+}
+
+/// Like [`kernel_source`], for the biased product `C = A·B + bias` (`bias` a rank-1 view
+/// `[n]`, see [`CoopMatmulOp::new_biased`]).
+pub fn biased_kernel_source(
+    a: &View,
+    b: &View,
+    bias: &View,
+    c: &View,
+    config: CoopConfig,
+    subgroup_size: u32,
+) -> Result<KernelSource, OpError> {
+    Ok(Operands::new(a, b, Some(bias), c)?.source(config, subgroup_size))
 }
 
 /// The WGSL of split-k's reduction for views `a`, `b`, `c` (it writes C through `c`), before
 /// validation; see [`kernel_source`].
 pub fn reduce_kernel_source(a: &View, b: &View, c: &View) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, c)?.reduce_source())
+    Ok(Operands::new(a, b, None, c)?.reduce_source())
+}
+
+/// The WGSL of a biased product's split-k reduction (it adds the bias); see
+/// [`biased_kernel_source`].
+pub fn biased_reduce_kernel_source(
+    a: &View,
+    b: &View,
+    bias: &View,
+    c: &View,
+) -> Result<KernelSource, OpError> {
+    Ok(Operands::new(a, b, Some(bias), c)?.reduce_source())
 }
 
 /// How the operands of views `a` and `b` are staged: the order of each (for choosing
 /// [`CoopConfig::candidates`] without a device).
 pub fn staging_orders(a: &View, b: &View, c: &View) -> Result<(Order, Order), OpError> {
-    Ok(Operands::new(a, b, c)?.orders())
+    Ok(Operands::new(a, b, None, c)?.orders())
 }
 
 /// A batched GEMM on cooperative matrices built for the views of A, B and C (see the module
@@ -345,8 +378,33 @@ impl CoopMatmulOp {
     /// not take; builds the kernel of the first candidate, so a problem shows here. Loads the
     /// adapter's autotune results from beside the pipeline cache.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, None, c)
+    }
+
+    /// The biased GEMM `C = A·B + bias` (`bias[n]` added to every row; C overwritten): like
+    /// [`new`](Self::new), with `bias` a rank-1 view `[n]` of `f32` or `f16` whose extent is
+    /// C's last (a shape error otherwise). Record it with
+    /// [`record_biased`](Self::record_biased); the autotune ([`tune`](Self::tune) and the
+    /// measurements) times it with a zero bias of its own.
+    pub fn new_biased(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        bias: &View,
+        c: &View,
+    ) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, Some(bias), c)
+    }
+
+    fn new_with(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        bias: Option<&View>,
+        c: &View,
+    ) -> Result<Self, OpError> {
         // The views first: a mismatch is the same error with or without the feature.
-        let operands = Operands::new(a, b, c)?;
+        let operands = Operands::new(a, b, bias, c)?;
         let features = gpu.features();
         let Some(fragment) = features.coop_fragment else {
             let why = if features.cooperative_matrix {
@@ -398,6 +456,11 @@ impl CoopMatmulOp {
         };
         op.kernel(gpu, Kernel::Gemm(op.candidates[0]))?;
         Ok(op)
+    }
+
+    /// Whether the op adds a bias (built by [`new_biased`](Self::new_biased)).
+    pub fn has_bias(&self) -> bool {
+        self.operands.bias().is_some()
     }
 
     /// The same op choosing split-k candidates for a device of `units` compute units
@@ -504,16 +567,17 @@ impl CoopMatmulOp {
         )
     }
 
-    /// The autotune's key of a problem.
+    /// The autotune's key of a problem (a biased product's apart: its kernels differ).
     fn problem(&self, e: &Extents) -> String {
         let (oa, ob) = self.orders();
         format!(
-            "{oa:?},{ob:?}|{}|b{} m{} n{} k{}",
+            "{oa:?},{ob:?}|{}|b{} m{} n{} k{}{}",
             self.acc.wgsl(),
             e.products(),
             e.m,
             e.n,
-            e.k
+            e.k,
+            if self.has_bias() { "|bias" } else { "" }
         )
     }
 
@@ -530,7 +594,8 @@ impl CoopMatmulOp {
             .unwrap_or(candidates[0])
     }
 
-    /// Records `C = A·B` with the configuration chosen for its problem.
+    /// Records `C = A·B` with the configuration chosen for its problem (an error for a biased
+    /// op: see [`record_biased`](Self::record_biased)).
     pub fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -540,13 +605,42 @@ impl CoopMatmulOp {
     ) -> Result<(), OpError> {
         let e = self.extents(batch.gpu(), a, b, c)?;
         let config = self.config_for(&e);
-        self.record_config(batch, config, a, b, c)
+        self.record_config_with(batch, config, a, b, None, c)
+    }
+
+    /// Records `C = A·B + bias` with the configuration chosen for its problem (an error for
+    /// an op built without a bias).
+    pub fn record_biased(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        bias: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        let e = self.extents(batch.gpu(), a, b, c)?;
+        let config = self.config_for(&e);
+        self.record_config_with(batch, config, a, b, Some(bias), c)
+    }
+
+    /// Records `C = A·B + bias` with `config` (see [`record_config`](Self::record_config)).
+    pub fn record_config_biased(
+        &self,
+        batch: &mut Batch<'_>,
+        config: CoopConfig,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        bias: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.record_config_with(batch, config, a, b, Some(bias), c)
     }
 
     /// Records `C = A·B` with `config`. With `config.split_k > 1` the reduction is split into
     /// that many parts (fewer where `k` has fewer k-steps), each of whole k-steps: the GEMM
     /// kernel writes their sums into a workspace from the device's buffer pool, padded to
-    /// whole blocks, and the reduction kernel adds them in order into C.
+    /// whole blocks, and the reduction kernel adds them in order into C. An error for a
+    /// biased op (see [`record_config_biased`](Self::record_config_biased)).
     pub fn record_config(
         &self,
         batch: &mut Batch<'_>,
@@ -555,8 +649,22 @@ impl CoopMatmulOp {
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
+        self.record_config_with(batch, config, a, b, None, c)
+    }
+
+    fn record_config_with(
+        &self,
+        batch: &mut Batch<'_>,
+        config: CoopConfig,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        bias: Option<&GpuArg<'_>>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
         let gpu = batch.gpu();
-        let e = self.extents(gpu, a, b, c)?;
+        let first = self.kernel(gpu, Kernel::Gemm(self.candidates[0]))?;
+        let e = Extents::of_call(&first, a, b, c)?;
+        Bias::check_call(OP, self.operands.bias(), &first, bias, e.n)?;
         let too_big = || OpError::shape(OP, format!("{e:?} exceeds the u32 index space"));
         let shape = e.gemm().ok_or_else(too_big)?;
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
@@ -579,13 +687,9 @@ impl CoopMatmulOp {
         }
         let kernel = self.kernel(gpu, Kernel::gemm(config, split))?;
         if split == 1 {
-            return kernel.record(
-                batch,
-                shader::ENTRY,
-                &[("a", a), ("b", b), ("c", c)],
-                &[],
-                grid,
-            );
+            let mut args = vec![("a", a), ("b", b), ("c", c)];
+            args.extend(bias.map(|b| (Bias::ROLE, b)));
+            return kernel.record(batch, shader::ENTRY, &args, &[], grid);
         }
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
         // The workspace holds whole blocks, so that every fragment is stored straight.
@@ -606,7 +710,7 @@ impl CoopMatmulOp {
             ],
             grid,
         )?;
-        reduction.record(&reduce, batch, &partial, c, Scale::OVERWRITE, shape)
+        reduction.record(&reduce, batch, &partial, c, bias, Scale::OVERWRITE, shape)
     }
 
     /// Measures every candidate of the problem ([`candidates_for`](Self::candidates_for)) on
@@ -699,8 +803,8 @@ impl CoopMatmulOp {
     }
 
     /// Times the configurations of `configs` the device can build (others are left out) on
-    /// these arguments (C is overwritten); returns the fastest and each one's time per
-    /// product (a split-k product is two dispatches).
+    /// these arguments (C is overwritten; a biased op adds a zero bias of its own); returns the
+    /// fastest and each one's time per product (a split-k product is two dispatches).
     ///
     /// A GPU left idle runs at a low clock for a while, which would favour the configurations
     /// measured last, and compiling a pipeline leaves it idle: so every configuration is
@@ -736,10 +840,25 @@ impl CoopMatmulOp {
                 "the device can build none of the configurations to measure",
             ));
         };
+        let zero_bias = match self.operands.bias() {
+            Some(bias) => {
+                let n = self.extents(gpu, a, b, c)?.n;
+                let n = u32::try_from(n)
+                    .map_err(|_| OpError::shape(OP, format!("{n} columns exceed u32")))?;
+                Some((bias, bias.zeroed(gpu, n)?))
+            }
+            None => None,
+        };
+        let bias_arg = zero_bias
+            .as_ref()
+            .map(|(bias, (buffer, bound))| {
+                GpuArg::bound(buffer, bias.operand().view(), bound.clone())
+            })
+            .transpose()?;
         let batch_of = |config: CoopConfig, n: u32| -> Result<Duration, OpError> {
             let mut batch = gpu.batch();
             for _ in 0..n {
-                self.record_config(&mut batch, config, a, b, c)?;
+                self.record_config_with(&mut batch, config, a, b, bias_arg.as_ref(), c)?;
             }
             let start = Instant::now();
             batch.submit()?;

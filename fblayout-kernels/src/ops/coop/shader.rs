@@ -32,6 +32,13 @@
 //! of a mixed-precision step, rows padded to a multiple of 8 included), each lane moves four
 //! neighbours per `c_store4`, one index evaluation for four elements.
 //!
+//! A biased product (`C = A·B + bias`, `bias[n]` in every row) starts every accumulator as its
+//! columns' bias, staged through the same scratch, so the sums leave the k-loop biased and
+//! every store above, the straight one included, writes them as they are: the straight store
+//! stays on. (A fragment has no elementwise addition of a vector, and an epilogue adding the
+//! bias per element would have to send every block through the scratch.) Under split-k the
+//! partial sums are unbiased and the reduction adds the bias, once.
+//!
 //! With split-k ([`Output::Partial`]) the third grid axis also runs over the parts of the
 //! reduction (`part = z % splits`); a workgroup reduces `k` from `part · split_len` to the
 //! next part's start (or `k`) and stores every fragment straight into the workspace of partial
@@ -95,6 +102,9 @@ pub(crate) struct CoopSpec {
     /// `n` per `c_store4` ([`Width::Four`], where C grants aligned runs of four along `n` and
     /// no fragment goes straight into it), or one at a time.
     pub c_width: Width,
+    /// Whether C gets a bias (operand `bias`, `[n]`): with [`Output::C`] every accumulator
+    /// starts as its columns' bias; split-k's reduction adds it to the parts' sum instead.
+    pub bias: bool,
 }
 
 /// Where a kernel's sums go.
@@ -410,6 +420,9 @@ fn {ENTRY}(
             let _ = writeln!(s, "    var cm_acc{i}_{j}: coop_mat16x16<{acc}, C>;");
         }
     }
+    if spec.bias && !partial {
+        s += &bias_seed(spec);
+    }
     let sa = stage("a", spec.a, bm, spec);
     let sb = stage("b", spec.b, bn, spec);
     s += &sa.declare;
@@ -476,6 +489,42 @@ fn {ENTRY}(
         s.push_str("    }\n");
     }
     s.push_str("}\n");
+    s
+}
+
+/// The prologue of a biased product into C: every accumulator starts as the bias of its
+/// columns, the same in every row, so that the multiply-adds leave `bias + Σ` in it and every
+/// epilogue (the straight store included) writes the biased sum. Per column of fragments the
+/// subgroup fills its 16×16 scratch with `bias[n]` of the fragment's columns (clamped to the
+/// last column: columns past it are never stored) and loads each of its accumulators in that
+/// column from there (`coopLoadT`, two barriers per column).
+fn bias_seed(spec: &CoopSpec) -> String {
+    let c = spec.config;
+    let acc = c.acc.wgsl();
+    let mut s = String::from(
+        "    // Every accumulator starts as its columns' bias.
+    let cm_bo = cm_sg * 256u;
+    let cm_bo_stride = 16u;\n",
+    );
+    for j in 0..c.frags_n {
+        let _ = writeln!(
+            s,
+            "    workgroupBarrier();
+    for (var cm_e = cm_lane; cm_e < 256u; cm_e = cm_e + {}u) {{
+        let cm_n = min(cm_n0 + cm_sn + {}u + cm_e % 16u, cm_n_last);
+        cm_out[cm_bo + cm_e] = {acc}(bias_load(cm_n));
+    }}
+    workgroupBarrier();",
+            spec.subgroup_size,
+            16 * j,
+        );
+        for i in 0..c.frags_m {
+            let _ = writeln!(
+                s,
+                "    cm_acc{i}_{j} = coopLoadT<coop_mat16x16<{acc}, C>>(&cm_out[cm_bo], cm_bo_stride);"
+            );
+        }
+    }
     s
 }
 

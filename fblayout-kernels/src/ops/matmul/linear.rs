@@ -11,6 +11,10 @@
 //! accumulate ([`Output`]): gradient accumulation over micro-batches adds into `dw`, and a
 //! residual branch adds into `dx`.
 //!
+//! Built with a bias ([`LinearOp::new_biased`]), the forward is `y = x·w + b` with `b [d_out]`
+//! added in the GEMM's epilogue (no separate pass over `y`; it always overwrites `y`); the
+//! backward GEMMs are the same, and `db = Σ_tokens dy` stays the bias kernel's.
+//!
 //! Where the device has tensor cores (cooperative matrices, see [`CoopMatmulOp`](crate::ops::coop::CoopMatmulOp)) and a
 //! product's two factors are `f16`, that product runs on them when it overwrites its output
 //! (mixed-precision training: `f16` activations and weight copies, `f32` weight gradients);
@@ -73,15 +77,43 @@ impl LinearOp {
     /// The GEMMs of `y = x·w` for views `x [tokens, d_in]`, `w [d_in, d_out]` and `y [tokens,
     /// d_out]`, and of its backward.
     pub fn new(gpu: &Gpu, x: &View, w: &View, y: &View) -> Result<Self, OpError> {
+        Self::new_with(gpu, x, w, None, y)
+    }
+
+    /// Like [`new`](Self::new), with the bias `b`, a rank-1 view `[d_out]` (`f32` or `f16`,
+    /// any layout) whose extent is y's last (a shape error otherwise): its forward product
+    /// ([`forward_biased`](Self::forward_biased)) is `y = x·w + b`, the bias added in the
+    /// GEMM's epilogue. The backward products are unchanged; the bias's gradient is
+    /// [`BiasOp::backward`](crate::ops::bias::BiasOp::backward)'s.
+    pub fn new_biased(gpu: &Gpu, x: &View, w: &View, b: &View, y: &View) -> Result<Self, OpError> {
+        Self::new_with(gpu, x, w, Some(b), y)
+    }
+
+    fn new_with(
+        gpu: &Gpu,
+        x: &View,
+        w: &View,
+        b: Option<&View>,
+        y: &View,
+    ) -> Result<Self, OpError> {
         let (x_t, w_t) = (transposed(x)?, transposed(w)?);
         transposed(y)?;
+        let forward = match b {
+            Some(b) => Product::new_biased(gpu, x, w, b, y)?,
+            None => Product::new(gpu, x, w, y)?,
+        };
         Ok(Self {
-            forward: Product::new(gpu, x, w, y)?,
+            forward,
             grad_x: Product::new(gpu, y, &w_t, x)?,
             grad_w: Product::new(gpu, &x_t, y, w)?,
             x_t,
             w_t,
         })
+    }
+
+    /// Whether the forward adds a bias (built by [`new_biased`](Self::new_biased)).
+    pub fn has_bias(&self) -> bool {
+        self.forward.f32().has_bias()
     }
 
     /// The three `f32`-summing GEMMs: forward, `dx` and `dw` (to choose their plans, or read
@@ -100,7 +132,8 @@ impl LinearOp {
     /// `y` (`dy`, `dx` and `dw` are shaped like them), by timing a short list of
     /// configurations once per adapter and problem (kept with the autotune's results, see
     /// [`CoopMatmulOp::tune`](crate::ops::coop::CoopMatmulOp::tune)). Outputs go to scratch buffers: nothing of the arguments is
-    /// overwritten. Does nothing where no product runs on tensor cores.
+    /// overwritten. A biased forward is tuned as the biased product, with a zero bias of its
+    /// own. Does nothing where no product runs on tensor cores.
     pub fn tune(
         &self,
         gpu: &Gpu,
@@ -115,7 +148,21 @@ impl LinearOp {
         self.grad_w.tune(gpu, &x_t, y, w)
     }
 
-    /// Records `y = x·w` (or `y += x·w`).
+    /// Records `y = x·w + b` (overwriting `y`), `b` read through the bias's view; an error for
+    /// an op built without a bias.
+    pub fn forward_biased(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        w: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        y: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.forward.record_biased(batch, x, w, b, y)
+    }
+
+    /// Records `y = x·w` (or `y += x·w`); an error for an op built with a bias (see
+    /// [`forward_biased`](Self::forward_biased)).
     pub fn forward(
         &self,
         batch: &mut Batch<'_>,

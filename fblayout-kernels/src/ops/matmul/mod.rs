@@ -19,6 +19,10 @@
 //!   there (the linear layer's and attention's products).
 //! - [`cpu`]: the CPU twin, blocked and parallel, in `f64`.
 //!
+//! A biased product ([`MatmulOp::new_biased`]) overwrites C with `A·B + bias`, `bias[n]` added
+//! to every row in the epilogue (and under split-k once, in the reduction), instead of a
+//! separate pass over C; it has no `alpha` or `beta`.
+//!
 //! Storage is `f32` or `f16` (sums are `f32` on the GPU, `f64` on the CPU). `beta = 0` does
 //! not read C, so C may hold anything (NaN) then; `beta = 1` accumulates.
 //!
@@ -67,7 +71,7 @@ use fblayout_core::expr::{Node, VarKind};
 use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 
-use self::shader::{Epilogue, GemmSpec, Staging, Store};
+use self::shader::{Epilogue, Finish, GemmSpec, Staging, Store};
 use super::compiled::Compiled;
 use super::error::OpError;
 use crate::entry_point::workgroups;
@@ -259,18 +263,144 @@ pub(crate) fn split_parts(k: u32, requested: u32, k_step: u32) -> (u32, u32) {
     (k.div_ceil(split_len), split_len)
 }
 
+/// The bias of a biased product, `C[.., m, n] = Σ_k A[.., m, k] · B[.., k, n] + bias[n]`: a
+/// rank-1 view `[n]` of `f32` or `f16` elements, read through its own view (any layout),
+/// whose extent is C's last one. The one declaration and check of the operand for the
+/// `f32`-summing GEMM and the cooperative one, and of a call's bias argument.
+#[derive(Debug, Clone)]
+pub(crate) struct Bias {
+    operand: Operand,
+}
+
+impl Bias {
+    /// The operand's role in the kernels.
+    pub(crate) const ROLE: &'static str = "bias";
+
+    /// The bias read through `bias` for a product of `op` writing C through `c`: a rank-1
+    /// view of `f32` or `f16` (`f16` where `f16_ok`, the device has it) whose extent is C's
+    /// last where both are static (run-time ones are checked per call).
+    pub(crate) fn new(
+        op: &'static str,
+        bias: &View,
+        c: &View,
+        f16_ok: bool,
+    ) -> Result<Self, OpError> {
+        let [axis] = bias.axes() else {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "the bias `{}` has rank {}; it is a vector [n] of C's columns",
+                    bias.name(),
+                    bias.axes().len()
+                ),
+            ));
+        };
+        let n_axis = c.axes().last().map(|a| a.extent.as_static());
+        if let (Some(e), Some(Some(n))) = (axis.extent.as_static(), n_axis)
+            && e != n
+        {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "the bias `{}` has {e} elements but C `{}` has {n} columns",
+                    bias.name(),
+                    c.name()
+                ),
+            ));
+        }
+        if let Some(why) = storage_problem(bias.layout().elem(), f16_ok) {
+            return Err(OpError::Unsupported {
+                op,
+                role: Self::ROLE,
+                view: bias.name().to_owned(),
+                why,
+            });
+        }
+        Ok(Self {
+            operand: Operand::read(Self::ROLE, bias)?.vectorized(0),
+        })
+    }
+
+    /// The operand (four elements at a time where its view allows).
+    pub(crate) fn operand(&self) -> &Operand {
+        &self.operand
+    }
+
+    /// Whether the kernels read it four elements at a time.
+    pub(crate) fn wide(&self) -> bool {
+        self.operand.vector_axis().is_some()
+    }
+
+    /// Checks a call's bias argument against what the op was built with (`built`; `None`: no
+    /// bias): present exactly when the op has a bias, read through the view the kernel
+    /// (`kernel`) was built for, with C's `n` elements.
+    pub(crate) fn check_call(
+        op: &'static str,
+        built: Option<&Self>,
+        kernel: &Compiled,
+        arg: Option<&GpuArg<'_>>,
+        n: usize,
+    ) -> Result<(), OpError> {
+        match (built, arg) {
+            (None, None) => Ok(()),
+            (Some(bias), None) => Err(OpError::Unsupported {
+                op,
+                role: Self::ROLE,
+                view: bias.operand.view().name().to_owned(),
+                why: "the product was built with a bias, so a call must pass it (the biased \
+                      record or forward)"
+                    .to_owned(),
+            }),
+            (None, Some(arg)) => Err(OpError::Unsupported {
+                op,
+                role: Self::ROLE,
+                view: arg.view().name().to_owned(),
+                why: "the product was built without a bias; build it with one (new_biased) to \
+                      add it"
+                    .to_owned(),
+            }),
+            (Some(_), Some(arg)) => {
+                kernel.check_view(Self::ROLE, arg)?;
+                let dims = arg.dims();
+                if dims != [n] {
+                    return Err(OpError::shape(
+                        op,
+                        format!("the bias is {dims:?} but C has {n} columns"),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A zeroed bias of `n` elements (for timing a biased product without the caller's).
+    pub(crate) fn zeroed(&self, gpu: &Gpu, n: u32) -> Result<(GpuBuffer, BoundView), OpError> {
+        let view = self.operand.view();
+        let names: Vec<String> = view
+            .layout()
+            .dynamic_axes()
+            .map(|a| a.name.clone())
+            .collect();
+        let extents: Vec<(&str, u32)> = names.iter().map(|a| (a.as_str(), n)).collect();
+        let bound = view.bind(&extents)?;
+        let buffer = GpuBuffer::zeroed::<f32>(gpu, bound.len() as usize)?;
+        Ok((buffer, bound))
+    }
+}
+
 /// Split-k's second kernel and its workspace, shared by [`MatmulOp`] and the cooperative GEMM:
 /// the partial sums of the parts of a reduction, `[product, split, rows, cols]` in f32
 /// ([`partial_view`]; `rows` and `cols` may run past C's), are added in part order, so the
 /// result does not depend on how the parts were scheduled, and `alpha · Σ + beta · C` is
 /// written through C's view (four elements at a time along `n` or `m` where the view allows,
-/// masked to C's extents).
+/// masked to C's extents); for a biased product `Σ + bias` instead, the bias added once.
 #[derive(Debug, Clone)]
 pub(crate) struct Reduction {
     partial: Operand,
     c: Operand,
     store: Store,
     batch_axes: usize,
+    bias: Option<Bias>,
 }
 
 impl Reduction {
@@ -279,8 +409,9 @@ impl Reduction {
     /// Its entry point.
     pub(crate) const ENTRY: &'static str = shader::REDUCE_ENTRY;
 
-    /// The reduction into C written through `c`, of `batch_axes` batch axes.
-    pub(crate) fn new(c: &View, batch_axes: usize) -> Result<Self, OpError> {
+    /// The reduction into C written through `c`, of `batch_axes` batch axes, adding `bias`
+    /// where there is one.
+    pub(crate) fn new(c: &View, batch_axes: usize, bias: Option<Bias>) -> Result<Self, OpError> {
         let nb = batch_axes;
         let (c, c_axis) = vectorized(Operand::write("c", c)?, &[nb + 1, nb]);
         let store = match c_axis {
@@ -293,7 +424,37 @@ impl Reduction {
             c,
             store,
             batch_axes,
+            bias,
         })
+    }
+
+    /// The bias the reduction adds, if any.
+    pub(crate) fn bias(&self) -> Option<&Bias> {
+        self.bias.as_ref()
+    }
+
+    /// How sums are finished into C.
+    fn finish(&self) -> Finish {
+        match self.bias {
+            Some(_) => Finish::Biased,
+            None => Finish::Scaled,
+        }
+    }
+
+    /// Whether the bias is read four elements at a time.
+    fn bias_wide(&self) -> bool {
+        self.bias.as_ref().is_some_and(Bias::wide)
+    }
+
+    /// `source` with what finishing a sum into C needs: the scalars `alpha` and `beta`, or the
+    /// bias operand.
+    fn finishing(&self, source: KernelSource) -> KernelSource {
+        match &self.bias {
+            Some(bias) => source.operand(bias.operand().clone()),
+            None => source
+                .scalar("alpha", Scalar::F32)
+                .scalar("beta", Scalar::F32),
+        }
     }
 
     /// The view of the partial sums (the workspace's).
@@ -301,15 +462,19 @@ impl Reduction {
         self.partial.view()
     }
 
-    /// The kernel's source (scalars `alpha`, `beta`, `splits`).
+    /// The kernel's source (scalars `alpha`, `beta` or the bias, and `splits`).
     pub(crate) fn source(&self) -> KernelSource {
-        KernelSource::new(REDUCE_OP)
+        let source = KernelSource::new(REDUCE_OP)
             .operand(self.partial.clone())
-            .operand(self.c.clone())
-            .scalar("alpha", Scalar::F32)
-            .scalar("beta", Scalar::F32)
+            .operand(self.c.clone());
+        self.finishing(source)
             .scalar("splits", Scalar::U32)
-            .body(shader::reduce(self.store, self.batch_axes))
+            .body(shader::reduce(
+                self.store,
+                self.batch_axes,
+                self.finish(),
+                self.bias_wide(),
+            ))
     }
 
     /// A workspace from the buffer pool for `split` parts of `products` products of `rows ×
@@ -332,15 +497,19 @@ impl Reduction {
         Ok((scratch, bound))
     }
 
-    /// Records `C = alpha · Σ_split partial + beta · C` for `shape` with the reduction's
-    /// `kernel` (built from [`source`](Self::source)), over every part of the workspace
-    /// `partial` (a [`workspace`](Self::workspace)).
+    /// Records `C = alpha · Σ_split partial + beta · C` (with a bias: `C = Σ_split partial +
+    /// bias`, and `scale` is not used) for `shape` with the reduction's `kernel` (built from
+    /// [`source`](Self::source)), over every part of the workspace `partial` (a
+    /// [`workspace`](Self::workspace)). The bias argument must already be checked
+    /// ([`Bias::check_call`]).
+    #[allow(clippy::too_many_arguments)] // one argument per operand of the kernel, and its shape
     pub(crate) fn record(
         &self,
         kernel: &Compiled,
         batch: &mut Batch<'_>,
         partial: &GpuArg<'_>,
         c: &GpuArg<'_>,
+        bias: Option<&GpuArg<'_>>,
         scale: Scale,
         shape: GemmShape,
     ) -> Result<(), OpError> {
@@ -352,17 +521,34 @@ impl Reduction {
             )
         })?;
         let units = u64::from(shape.batch) * u64::from(shape.m) * u64::from(shape.n.div_ceil(4));
-        kernel.record_linear(
-            batch,
-            Self::ENTRY,
-            &[("partial", partial), ("c", c)],
-            &[
-                ("alpha", ParamValue::F32(scale.alpha)),
-                ("beta", ParamValue::F32(scale.beta)),
-                ("splits", ParamValue::U32(split)),
-            ],
-            workgroups(units),
-        )
+        let mut args = vec![("partial", partial), ("c", c)];
+        args.extend(bias.map(|b| (Bias::ROLE, b)));
+        let mut scalars = finish_scalars(bias.is_some(), scale);
+        scalars.push(("splits", ParamValue::U32(split)));
+        kernel.record_linear(batch, Self::ENTRY, &args, &scalars, workgroups(units))
+    }
+}
+
+/// Why a product's operand can't be stored as `elem` (`f16_ok`: the device has `f16`), if it
+/// can't: products are of `f32` or `f16` elements.
+fn storage_problem(elem: ElemType, f16_ok: bool) -> Option<String> {
+    match elem {
+        ElemType::F32 => None,
+        ElemType::F16 if f16_ok => None,
+        ElemType::F16 => Some("f16 storage needs a device with SHADER_F16".to_owned()),
+        other => Some(format!("products are of f32 or f16 elements, not {other}")),
+    }
+}
+
+/// The scalars finishing a sum into C: `alpha` and `beta`, or none for a biased product.
+fn finish_scalars(biased: bool, scale: Scale) -> Vec<(&'static str, ParamValue)> {
+    if biased {
+        Vec::new()
+    } else {
+        vec![
+            ("alpha", ParamValue::F32(scale.alpha)),
+            ("beta", ParamValue::F32(scale.beta)),
+        ]
     }
 }
 
@@ -452,15 +638,35 @@ impl MatmulOp {
     /// device has it) and that C is not written through a broadcast; builds the kernel of the
     /// large tiling, so a problem with the views shows here.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, None, c)
+    }
+
+    /// The biased GEMM `C = A·B + bias` (every row of C gets `bias[n]`; C is overwritten,
+    /// there is no `alpha` or `beta`): like [`new`](Self::new), with `bias` a rank-1 view
+    /// `[n]` of `f32` or `f16` whose extent is C's last (a shape error otherwise). Record it
+    /// with [`record_biased`](Self::record_biased) or
+    /// [`record_plan_biased`](Self::record_plan_biased). Under split-k the reduction adds the
+    /// bias, once.
+    pub fn new_biased(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        bias: &View,
+        c: &View,
+    ) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, Some(bias), c)
+    }
+
+    fn new_with(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        bias: Option<&View>,
+        c: &View,
+    ) -> Result<Self, OpError> {
         let nb = check_static_extents(OP, a, b, c)?;
         for (role, v) in [("a", a), ("b", b), ("c", c)] {
-            let why = match v.layout().elem() {
-                ElemType::F32 => None,
-                ElemType::F16 if gpu.features().f16 => None,
-                ElemType::F16 => Some("f16 storage needs a device with SHADER_F16".to_owned()),
-                other => Some(format!("products are of f32 or f16 elements, not {other}")),
-            };
-            if let Some(why) = why {
+            if let Some(why) = storage_problem(v.layout().elem(), gpu.features().f16) {
                 return Err(OpError::Unsupported {
                     op: OP,
                     role,
@@ -469,10 +675,13 @@ impl MatmulOp {
                 });
             }
         }
+        let bias = bias
+            .map(|v| Bias::new(OP, v, c, gpu.features().f16))
+            .transpose()?;
         check_writable(c)?;
         let (a, _) = vectorized(Operand::read("a", a)?, &[nb, nb + 1]);
         let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
-        let reduction = Reduction::new(c, nb)?;
+        let reduction = Reduction::new(c, nb, bias)?;
         let partial = Operand::write("partial", reduction.partial_view())?.vectorized(3);
         let candidates: Vec<(TileConfig, f64)> = TileConfig::CANDIDATES
             .into_iter()
@@ -495,6 +704,11 @@ impl MatmulOp {
             .ok_or_else(|| OpError::shape(OP, "the device can build none of the tilings"))?;
         op.kernel(gpu, Kernel::Gemm(first))?;
         Ok(op)
+    }
+
+    /// Whether the op adds a bias (built by [`new_biased`](Self::new_biased)).
+    pub fn has_bias(&self) -> bool {
+        self.reduction.bias().is_some()
     }
 
     /// The same op planning for a device of `units` compute units (multiprocessors; default
@@ -559,6 +773,7 @@ impl MatmulOp {
                 a: self.staging(&self.a, nb),
                 b: self.staging(&self.b, nb + 1),
                 epilogue,
+                bias_wide: self.reduction.bias_wide(),
             };
             Ok(KernelSource::new(OP)
                 .operand(self.a.clone())
@@ -566,10 +781,11 @@ impl MatmulOp {
                 .body(shader::gemm(&spec)))
         };
         let source = match which {
-            Kernel::Gemm(config) => gemm(config, Epilogue::Direct(self.reduction.store))?
-                .operand(self.reduction.c.clone())
-                .scalar("alpha", Scalar::F32)
-                .scalar("beta", Scalar::F32),
+            Kernel::Gemm(config) => {
+                let epilogue = Epilogue::Direct(self.reduction.store, self.reduction.finish());
+                self.reduction
+                    .finishing(gemm(config, epilogue)?.operand(self.reduction.c.clone()))
+            }
             Kernel::Partial(config) => gemm(config, Epilogue::Partial)?
                 .operand(self.partial.clone())
                 .scalar("splits", Scalar::U32)
@@ -595,11 +811,17 @@ impl MatmulOp {
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<Extents, OpError> {
-        let first = self.candidates.first().map_or(TileConfig::SMALL, |c| c.0);
-        Extents::of_call(&*self.kernel(gpu, Kernel::Gemm(first))?, a, b, c)
+        Extents::of_call(&*self.first_kernel(gpu)?, a, b, c)
     }
 
-    /// Records `C = alpha · A·B + beta · C` with the tiling chosen for its shape.
+    /// The GEMM kernel of the first candidate tiling (what checks a call's views).
+    fn first_kernel(&self, gpu: &Gpu) -> Result<Arc<Compiled>, OpError> {
+        let first = self.candidates.first().map_or(TileConfig::SMALL, |c| c.0);
+        self.kernel(gpu, Kernel::Gemm(first))
+    }
+
+    /// Records `C = alpha · A·B + beta · C` with the tiling chosen for its shape (an error for
+    /// a biased op: see [`record_biased`](Self::record_biased)).
     pub fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -608,7 +830,33 @@ impl MatmulOp {
         c: &GpuArg<'_>,
         scale: Scale,
     ) -> Result<(), OpError> {
-        self.record_with(batch, None, a, b, c, scale)
+        self.record_with(batch, None, a, b, None, c, scale)
+    }
+
+    /// Records `C = A·B + bias` with the tiling chosen for its shape (an error for an op built
+    /// without a bias).
+    pub fn record_biased(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        bias: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.record_with(batch, None, a, b, Some(bias), c, Scale::OVERWRITE)
+    }
+
+    /// Records `C = A·B + bias` with `plan`.
+    pub fn record_plan_biased(
+        &self,
+        batch: &mut Batch<'_>,
+        plan: Plan,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        bias: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.record_with(batch, Some(plan), a, b, Some(bias), c, Scale::OVERWRITE)
     }
 
     /// Records `C = alpha · A·B + beta · C` with `plan`.
@@ -621,20 +869,38 @@ impl MatmulOp {
         c: &GpuArg<'_>,
         scale: Scale,
     ) -> Result<(), OpError> {
-        self.record_with(batch, Some(plan), a, b, c, scale)
+        self.record_with(batch, Some(plan), a, b, None, c, scale)
     }
 
+    /// The checked extents of a call with its bias argument (see
+    /// [`extents`](Self::extents) and [`Bias::check_call`]).
+    fn call_extents(
+        &self,
+        gpu: &Gpu,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        bias: Option<&GpuArg<'_>>,
+        c: &GpuArg<'_>,
+    ) -> Result<Extents, OpError> {
+        let kernel = self.first_kernel(gpu)?;
+        let extents = Extents::of_call(&kernel, a, b, c)?;
+        Bias::check_call(OP, self.reduction.bias(), &kernel, bias, extents.n)?;
+        Ok(extents)
+    }
+
+    #[allow(clippy::too_many_arguments)] // the public records' arguments, each optional part named
     fn record_with(
         &self,
         batch: &mut Batch<'_>,
         plan: Option<Plan>,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
+        bias: Option<&GpuArg<'_>>,
         c: &GpuArg<'_>,
         scale: Scale,
     ) -> Result<(), OpError> {
         let gpu = batch.gpu();
-        let extents = self.extents(gpu, a, b, c)?;
+        let extents = self.call_extents(gpu, a, b, bias, c)?;
         let shape = gemm_shape(&extents)?;
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
             return Ok(());
@@ -658,21 +924,12 @@ impl MatmulOp {
                 ),
             ));
         }
-        let scalars = |s: Scale| {
-            [
-                ("alpha", ParamValue::F32(s.alpha)),
-                ("beta", ParamValue::F32(s.beta)),
-            ]
-        };
         if split == 1 {
             let gemm = self.kernel(gpu, Kernel::Gemm(config))?;
-            return gemm.record(
-                batch,
-                shader::ENTRY,
-                &[("a", a), ("b", b), ("c", c)],
-                &scalars(scale),
-                grid,
-            );
+            let mut args = vec![("a", a), ("b", b), ("c", c)];
+            args.extend(bias.map(|b| (Bias::ROLE, b)));
+            let scalars = finish_scalars(bias.is_some(), scale);
+            return gemm.record(batch, shader::ENTRY, &args, &scalars, grid);
         }
         let partial_kernel = self.kernel(gpu, Kernel::Partial(config))?;
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
@@ -691,7 +948,7 @@ impl MatmulOp {
             grid,
         )?;
         self.reduction
-            .record(&reduce, batch, &partial, c, scale, shape)
+            .record(&reduce, batch, &partial, c, bias, scale, shape)
     }
 }
 

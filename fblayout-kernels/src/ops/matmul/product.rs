@@ -3,7 +3,8 @@
 //!
 //! A product runs on tensor cores when the device has cooperative matrices, both factors are
 //! `f16` and it overwrites its output with factor 1 (the cooperative kernel has no `alpha` or
-//! `beta`); anything else runs on the `f32`-summing GEMM, which every device has. The linear
+//! `beta`; a biased product always overwrites); anything else runs on the `f32`-summing GEMM,
+//! which every device has. The linear
 //! layer's three products and attention's six are built from this.
 
 use std::sync::Arc;
@@ -46,10 +47,38 @@ pub(crate) struct Product {
 impl Product {
     /// The product `c = a·b` of the three views.
     pub(crate) fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        let f32 = MatmulOp::new(gpu, a, b, c)?;
+        Self::new_with(gpu, a, b, None, c)
+    }
+
+    /// The biased product `c = a·b + bias` (`bias[n]` in every row, `c` overwritten).
+    pub(crate) fn new_biased(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        bias: &View,
+        c: &View,
+    ) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, Some(bias), c)
+    }
+
+    fn new_with(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        bias: Option<&View>,
+        c: &View,
+    ) -> Result<Self, OpError> {
+        let f32 = match bias {
+            Some(bias) => MatmulOp::new_biased(gpu, a, b, bias, c)?,
+            None => MatmulOp::new(gpu, a, b, c)?,
+        };
         let halves = [a, b].iter().all(|v| v.layout().elem() == ElemType::F16);
         let coop = if halves && gpu.features().coop_fragment.is_some() {
-            match CoopMatmulOp::new(gpu, a, b, c) {
+            let built = match bias {
+                Some(bias) => CoopMatmulOp::new_biased(gpu, a, b, bias, c),
+                None => CoopMatmulOp::new(gpu, a, b, c),
+            };
+            match built {
                 Ok(op) => Some(Arc::new(op)),
                 // Operands or a device the tensor-core path does not take: the f32 path runs.
                 Err(OpError::Unsupported { .. }) => None,
@@ -71,7 +100,24 @@ impl Product {
         self.coop.is_some()
     }
 
-    /// Records the product, on tensor cores where it can run there.
+    /// Records the biased product `c = a·b + bias`, on tensor cores where it can run there
+    /// (a biased product always overwrites).
+    pub(crate) fn record_biased(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        bias: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        match &self.coop {
+            Some(coop) => coop.record_biased(batch, a, b, bias, c),
+            None => self.f32.record_biased(batch, a, b, bias, c),
+        }
+    }
+
+    /// Records the product, on tensor cores where it can run there (an error for a biased
+    /// product: see [`record_biased`](Self::record_biased)).
     pub(crate) fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -87,7 +133,7 @@ impl Product {
     }
 
     /// Tunes the tensor-core product on `a`, `b` and a scratch output shaped like `c` (so
-    /// nothing of the arguments is overwritten), from the [shortlist](shortlist) once per
+    /// nothing of the arguments is overwritten; a biased product with a zero bias of its own), from the [shortlist](shortlist) once per
     /// adapter and problem. Does nothing where the product does not run on tensor cores.
     pub(crate) fn tune(
         &self,

@@ -19,6 +19,12 @@
 //! and elements past the end of `k` are replaced by zeros with `select`, so padding or NaN in
 //! the tensor never reaches a sum. `beta = 0` skips the read of C altogether.
 //!
+//! A biased product ([`Finish::Biased`]) overwrites C with `sum + bias[n]`: the bias of a
+//! block's four columns is read once per block (its index clamped to the bias's end, those
+//! columns are never stored) and added to each row; it has no `alpha` or `beta`. Under
+//! split-k the partial kernels know nothing of it: the reduction adds it once, to the sum of
+//! the parts.
+//!
 //! The inner loop is unrolled by the generator: per `k`, an invocation reads `thread_m / 4`
 //! `vec4`s of A and `thread_n / 4` of B and does `thread_m × thread_n` multiply-adds into
 //! registers. Nothing here computes an offset: tensors are addressed by coordinates through
@@ -55,11 +61,20 @@ pub(crate) enum Store {
     Scalar,
 }
 
+/// What is made of a sum on its way into C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Finish {
+    /// `alpha · sum + beta · C` (scalars `alpha` and `beta`; `beta = 0` does not read C).
+    Scaled,
+    /// `sum + bias[n]` (operand `bias`, `[n]`), overwriting C.
+    Biased,
+}
+
 /// Where the sums go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Epilogue {
-    /// Into C: `alpha · sum + beta · C`.
-    Direct(Store),
+    /// Into C, finished as [`Finish`] says.
+    Direct(Store, Finish),
     /// Into the partial sums of split `z % splits` (the reduction kernel finishes).
     Partial,
 }
@@ -73,6 +88,8 @@ pub(crate) struct GemmSpec {
     pub a: Staging,
     pub b: Staging,
     pub epilogue: Epilogue,
+    /// Whether the bias (of a biased epilogue) is read four at a time where it can be.
+    pub bias_wide: bool,
 }
 
 const LANES: [&str; 4] = ["x", "y", "z", "w"];
@@ -101,14 +118,64 @@ fn decode_batch(s: &mut String, role: &str, batch_axes: usize) {
     }
 }
 
-/// The helper that writes four rows × four columns of C at `(mm_m, mm_n)` (rows `mm_r0..3`,
-/// each a `vec4` over the columns), masked to C's extents, with `alpha` and `beta`.
-fn write_block(store: Store, batch_axes: usize) -> String {
+/// The statement storing `value` into C at `coords` (`c_store4` when `wide`), finished as
+/// `finish` says: with `Scaled`, `value` has been multiplied by `alpha` and `beta · C` is added
+/// where `beta` is not zero; with `Biased`, `value` already holds its bias.
+fn store_c(finish: Finish, wide: bool, coords: &str, value: &str, ind: &str) -> String {
+    let (store, load) = if wide {
+        ("c_store4", "c_load4")
+    } else {
+        ("c_store", "c_load")
+    };
+    match finish {
+        Finish::Scaled => format!(
+            "{ind}if (params.beta != 0.0) {{
+{ind}    {store}({coords}, {value} + params.beta * {load}({coords}));
+{ind}}} else {{
+{ind}    {store}({coords}, {value});
+{ind}}}\n"
+        ),
+        Finish::Biased => format!("{ind}{store}({coords}, {value});\n"),
+    }
+}
+
+/// The helper `mm_bias4(n)`: `bias[n..n + 4]` for `n` a multiple of four, elements past the
+/// bias's end clamped to its last (their columns are never stored).
+fn bias_helper(bias_wide: bool) -> String {
+    let mut s = String::from("fn mm_bias4(mm_n: u32) -> vec4<f32> {\n");
+    if bias_wide {
+        s.push_str("    if (mm_n + 3u < bias_dim0()) {\n        return bias_load4(mm_n);\n    }\n");
+    }
+    s.push_str(
+        "    let mm_last = max(bias_dim0(), 1u) - 1u;
+    return vec4<f32>(
+        bias_load(min(mm_n, mm_last)),
+        bias_load(min(mm_n + 1u, mm_last)),
+        bias_load(min(mm_n + 2u, mm_last)),
+        bias_load(min(mm_n + 3u, mm_last)),
+    );
+}
+",
+    );
+    s
+}
+
+/// The helpers that write four rows × four columns of C at `(mm_m, mm_n)` (rows `mm_r0..3`,
+/// each a `vec4` over the columns), masked to C's extents, finished as `finish` says
+/// (`bias_wide`: the bias is read four at a time where it can be).
+fn write_block(store: Store, batch_axes: usize, finish: Finish, bias_wide: bool) -> String {
     let bp = batch_params(batch_axes);
     let bc = batch_coords(batch_axes);
     let m_dim = format!("c_dim{batch_axes}()");
     let n_dim = format!("c_dim{}()", batch_axes + 1);
     let mut s = String::new();
+    if finish == Finish::Biased {
+        s += &bias_helper(bias_wide);
+    }
+    let scaled = |v: &str| match finish {
+        Finish::Scaled => format!("params.alpha * {v}"),
+        Finish::Biased => v.to_owned(),
+    };
     // One row of four columns, element by element or as one vec4.
     let _ = writeln!(
         s,
@@ -116,59 +183,82 @@ fn write_block(store: Store, batch_axes: usize) -> String {
     if (mm_m >= {m_dim}) {{
         return;
     }}
-    let mm_out = params.alpha * mm_v;"
+    let mm_out = {};",
+        scaled("mm_v")
     );
     if store == Store::N {
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "    if (mm_n + 3u < {n_dim}) {{
-        if (params.beta != 0.0) {{
-            c_store4({bc}mm_m, mm_n, mm_out + params.beta * c_load4({bc}mm_m, mm_n));
-        }} else {{
-            c_store4({bc}mm_m, mm_n, mm_out);
-        }}
-        return;
-    }}"
+            "    if (mm_n + 3u < {n_dim}) {{\n{}        return;\n    }}\n",
+            store_c(
+                finish,
+                true,
+                &format!("{bc}mm_m, mm_n"),
+                "mm_out",
+                "        "
+            )
         );
     }
     let _ = writeln!(
         s,
         "    for (var mm_j = 0u; mm_j < 4u; mm_j = mm_j + 1u) {{
         if (mm_n + mm_j < {n_dim}) {{
-            if (params.beta != 0.0) {{
-                c_store({bc}mm_m, mm_n + mm_j, mm_out[mm_j] + params.beta * c_load({bc}mm_m, mm_n + mm_j));
-            }} else {{
-                c_store({bc}mm_m, mm_n + mm_j, mm_out[mm_j]);
-            }}
-        }}
+{}        }}
     }}
-}}"
+}}",
+        store_c(
+            finish,
+            false,
+            &format!("{bc}mm_m, mm_n + mm_j"),
+            "mm_out[mm_j]",
+            "            "
+        )
     );
     let _ = writeln!(
         s,
         "fn mm_write_block({bp}mm_m: u32, mm_n: u32, mm_r0: vec4<f32>, mm_r1: vec4<f32>, mm_r2: vec4<f32>, mm_r3: vec4<f32>) {{"
     );
+    if finish == Finish::Biased {
+        s.push_str("    let mm_bias = mm_bias4(mm_n);\n");
+    }
     if store == Store::M {
         // Four rows are four neighbours along m: one store4 per column when all are inside.
+        let column = match finish {
+            Finish::Scaled => {
+                "params.alpha * vec4<f32>(mm_r0[mm_j], mm_r1[mm_j], mm_r2[mm_j], mm_r3[mm_j])"
+            }
+            Finish::Biased => {
+                "vec4<f32>(mm_r0[mm_j], mm_r1[mm_j], mm_r2[mm_j], mm_r3[mm_j]) + vec4<f32>(mm_bias[mm_j])"
+            }
+        };
         let _ = writeln!(
             s,
             "    if (mm_m + 3u < {m_dim}) {{
         for (var mm_j = 0u; mm_j < 4u; mm_j = mm_j + 1u) {{
             if (mm_n + mm_j < {n_dim}) {{
-                let mm_out = params.alpha * vec4<f32>(mm_r0[mm_j], mm_r1[mm_j], mm_r2[mm_j], mm_r3[mm_j]);
-                if (params.beta != 0.0) {{
-                    c_store4({bc}mm_m, mm_n + mm_j, mm_out + params.beta * c_load4({bc}mm_m, mm_n + mm_j));
-                }} else {{
-                    c_store4({bc}mm_m, mm_n + mm_j, mm_out);
-                }}
-            }}
+                let mm_out = {column};
+{}            }}
         }}
         return;
-    }}"
+    }}",
+            store_c(
+                finish,
+                true,
+                &format!("{bc}mm_m, mm_n + mm_j"),
+                "mm_out",
+                "                "
+            )
         );
     }
+    let plus_bias = match finish {
+        Finish::Scaled => "",
+        Finish::Biased => " + mm_bias",
+    };
     for r in 0..4 {
-        let _ = writeln!(s, "    mm_write_row({bc}mm_m + {r}u, mm_n, mm_r{r});");
+        let _ = writeln!(
+            s,
+            "    mm_write_row({bc}mm_m + {r}u, mm_n, mm_r{r}{plus_bias});"
+        );
     }
     s.push_str("}\n");
     s
@@ -296,6 +386,7 @@ pub(crate) fn gemm(spec: &GemmSpec) -> String {
         a,
         b,
         epilogue,
+        bias_wide,
     } = *spec;
     let c = config;
     let (tm, tn, ks) = (c.tile_m, c.tile_n, c.k_step);
@@ -312,8 +403,8 @@ var<workgroup> mm_b_tile: array<array<array<vec4<f32>, {}>, {ks}>, 2>;
         TileConfig::staged_row(tm),
         TileConfig::staged_row(tn),
     );
-    if let Epilogue::Direct(store) = epilogue {
-        s += &write_block(store, nb);
+    if let Epilogue::Direct(store, finish) = epilogue {
+        s += &write_block(store, nb, finish, bias_wide);
         s.push('\n');
     }
     let _ = writeln!(
@@ -336,7 +427,7 @@ fn {ENTRY}(
     );
     s.push_str("    var mm_z = mm_wg.z;\n");
     match epilogue {
-        Epilogue::Direct(_) => {
+        Epilogue::Direct(..) => {
             s.push_str("    let mm_k_begin = 0u;\n    let mm_k_end = mm_k_len;\n");
         }
         Epilogue::Partial => {
@@ -429,7 +520,7 @@ fn {ENTRY}(
                 .map(|i| format!("mm_acc{}_{gn}", gm * 4 + i))
                 .collect();
             match epilogue {
-                Epilogue::Direct(_) => {
+                Epilogue::Direct(..) => {
                     let _ = writeln!(s, "    mm_write_block({bc}{m}, {n}, {});", rows.join(", "));
                 }
                 Epilogue::Partial => {
@@ -452,9 +543,9 @@ fn {ENTRY}(
     s
 }
 
-/// The split-k reduction: `C = alpha · Σ_split partial + beta · C`, four columns per
-/// invocation.
-pub(crate) fn reduce(store: Store, batch_axes: usize) -> String {
+/// The split-k reduction: `C = alpha · Σ_split partial + beta · C` (or `C = Σ_split partial +
+/// bias`, the bias added once, here), four columns per invocation.
+pub(crate) fn reduce(store: Store, batch_axes: usize, finish: Finish, bias_wide: bool) -> String {
     let entry = crate::entry_point::LinearEntry {
         name: REDUCE_ENTRY,
         prefix: "mm_r",
@@ -466,7 +557,7 @@ pub(crate) fn reduce(store: Store, batch_axes: usize) -> String {
         format!("c_dim{nb}()"),
         format!("((c_dim{}() + 3u) / 4u)", nb + 1),
     ];
-    let mut s = write_block(store, nb);
+    let mut s = write_block(store, nb, finish, bias_wide);
     s.push('\n');
     s += &entry.open(&units.join(" * "));
     s += &entry.decode(&units);
@@ -480,6 +571,10 @@ pub(crate) fn reduce(store: Store, batch_axes: usize) -> String {
     var mm_z = {z};"
     );
     decode_batch(&mut s, "c", nb);
-    let _ = writeln!(s, "    mm_write_row({bc}{m}, {n4} * 4u, mm_sum);\n}}");
+    let sum = match finish {
+        Finish::Scaled => "mm_sum".to_owned(),
+        Finish::Biased => format!("mm_sum + mm_bias4({n4} * 4u)"),
+    };
+    let _ = writeln!(s, "    mm_write_row({bc}{m}, {n4} * 4u, {sum});\n}}");
     s
 }
