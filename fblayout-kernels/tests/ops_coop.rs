@@ -641,3 +641,237 @@ fn mismatched_arguments_are_typed_errors() {
         .unwrap_err();
     assert!(matches!(err, OpError::WrongView { .. }), "{err}");
 }
+
+/// `Σ_k A[i, k] · B[k, j] + bias[j]` in f64 on dense row-major values, by the definition.
+fn biased_definition(a: &Tensor, b: &Tensor, bias: &Tensor) -> Vec<f64> {
+    let (da, db) = (a.dims(), b.dims());
+    let (m, k, n) = (da[0], da[1], db[1]);
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let sum: f64 = (0..k)
+                .map(|kk| a.values[i * k + kk] * b.values[kk * n + j])
+                .sum();
+            out[i * n + j] = sum + bias.values[j];
+        }
+    }
+    out
+}
+
+/// Biases of `n` elements (`n` a multiple of 4): an f32 vector, and an f16 one read through a
+/// merge of a column-major `[4, n / 4]` matrix (neighbours 4 apart); values as stored.
+fn biases(rng: &mut Rng, n: u32) -> Vec<Tensor> {
+    let plain = support::view_1d("bias", "cols", n, ElemType::F32);
+    let merged = static_2d(
+        "bias",
+        4,
+        n / 4,
+        ElemType::F16,
+        fblayout_core::layout::Order::ColMajor,
+    )
+    .merge(&["rows", "cols"], "cols")
+    .unwrap();
+    vec![
+        Tensor::random(rng, plain, Vec::new(), -2.0, 2.0),
+        rounded(Tensor::random(rng, merged, Vec::new(), -2.0, 2.0)),
+    ]
+}
+
+/// Checks `C = A·B + bias` for every config in `configs`, C poisoned with NaN first.
+fn check_biased(
+    gpu: &Gpu,
+    what: &str,
+    (a, b, bias, c): (&Tensor, &Tensor, &Tensor, &Tensor),
+    configs: &[CoopConfig],
+) {
+    let op = CoopMatmulOp::new_biased(gpu, &a.view, &b.view, &bias.view, &c.view)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(op.has_bias());
+    let want = biased_definition(a, b, bias);
+    let k = a.dims()[1];
+    let tol = tolerance(c.elem(), k).max(tolerance(ElemType::F16, k));
+    let (ba, bb, bbias) = (a.upload(gpu), b.upload(gpu), bias.upload(gpu));
+    let (ga, gb, gbias) = (a.gpu_arg(&ba), b.gpu_arg(&bb), bias.gpu_arg(&bbias));
+    for config in configs.iter().copied().map(Some).chain([None]) {
+        let bc = c.poisoned(gpu);
+        let gc = c.gpu_arg(&bc);
+        let mut batch = gpu.batch();
+        match config {
+            Some(config) => op.record_config_biased(&mut batch, config, &ga, &gb, &gbias, &gc),
+            None => op.record_biased(&mut batch, &ga, &gb, &gbias, &gc),
+        }
+        .unwrap();
+        batch.submit().unwrap();
+        let got = c.download(&bc);
+        assert_close(
+            &format!("{what}, bias {}, {config:?}", bias.elem()),
+            &got,
+            &want,
+            tol,
+        );
+    }
+}
+
+/// The bias under every transposition, into f32 and f16 C through the scratch, into C that
+/// takes fragments straight (row- and column-major, 16-aligned, partial blocks at the edges),
+/// unsplit and split (the reduction adds the bias once), on shapes no block divides.
+#[test]
+fn biased_products_match_the_definition_through_every_store_and_split() {
+    use fblayout_core::layout::Order as Memory;
+    let Some(gpu) = coop_gpu("biased_products") else {
+        return;
+    };
+    let mut rng = Rng::new(92);
+    let configs = [
+        CoopConfig::DEFAULT,
+        CoopConfig::SMALL,
+        CoopConfig::SMALL.with_split(8),
+        CoopConfig::DEFAULT.with_split(4),
+    ];
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        for c_elem in [ElemType::F32, ElemType::F16] {
+            let (a, b, c) = product(&mut rng, (148, 92, 301), (ta, tb), c_elem);
+            for bias in biases(&mut rng, 92) {
+                let what = format!("A transposed {ta}, B transposed {tb}, C {c_elem}");
+                check_biased(gpu, &what, (&a, &b, &bias, &c), &configs);
+            }
+        }
+    }
+    // 208 × 176: interior blocks store straight into C, edge blocks through the scratch.
+    let (m, n, k) = (208, 176, 88);
+    let a = random(&mut rng, fixed("a", m, k, false));
+    let b = random(&mut rng, fixed("b", k, n, true));
+    for order in [Memory::RowMajor, Memory::ColMajor] {
+        let vc = static_2d("c", m, n, ElemType::F32, order);
+        let c = Tensor::random(&mut rng, vc, Vec::new(), -1.0, 1.0);
+        for bias in biases(&mut rng, n) {
+            let what = format!("straight into C {order:?}");
+            check_biased(
+                gpu,
+                &what,
+                (&a, &b, &bias, &c),
+                &[CoopConfig::DEFAULT, CoopConfig::SMALL],
+            );
+        }
+    }
+}
+
+/// A linear layer built with a bias runs its forward on tensor cores, is tuned as the biased
+/// product, and adds the bias.
+#[test]
+fn a_biased_linear_layer_is_tuned_and_runs_on_tensor_cores() {
+    use fblayout_kernels::ops::matmul::LinearOp;
+    let Some(gpu) = coop_gpu("biased_linear") else {
+        return;
+    };
+    let mut rng = Rng::new(93);
+    let (x, w, y) = product(&mut rng, (150, 96, 200), (false, false), ElemType::F16);
+    let bias = biases(&mut rng, 96).remove(1);
+    let op = LinearOp::new_biased(gpu, &x.view, &w.view, &bias.view, &y.view).unwrap();
+    assert!(op.has_bias() && op.tensor_cores()[0]);
+    let (bx, bw, bb, by) = (
+        x.upload(gpu),
+        w.upload(gpu),
+        bias.upload(gpu),
+        y.poisoned(gpu),
+    );
+    let (gx, gw, gb, gy) = (
+        x.gpu_arg(&bx),
+        w.gpu_arg(&bw),
+        bias.gpu_arg(&bb),
+        y.gpu_arg(&by),
+    );
+    op.tune(gpu, &gx, &gw, &gy).unwrap();
+    let mut batch = gpu.batch();
+    op.forward_biased(&mut batch, &gx, &gw, &gb, &gy).unwrap();
+    batch.submit().unwrap();
+    let tol = tolerance(ElemType::F16, 200);
+    assert_close(
+        "biased linear",
+        &y.download(&by),
+        &biased_definition(&x, &w, &bias),
+        tol,
+    );
+}
+
+/// A biased op's calls without the bias, a plain op's with one, and a bias bound to another
+/// length are typed errors that record nothing.
+#[test]
+fn a_missing_or_unexpected_bias_is_a_typed_error() {
+    let Some(gpu) = coop_gpu("biased_errors") else {
+        return;
+    };
+    let mut rng = Rng::new(94);
+    let (a, b, c) = product(&mut rng, (40, 32, 24), (false, false), ElemType::F32);
+    let bias = biases(&mut rng, 32).remove(0);
+    let biased = CoopMatmulOp::new_biased(gpu, &a.view, &b.view, &bias.view, &c.view).unwrap();
+    let plain = CoopMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+    let (ba, bb, bbias, bc) = (
+        a.upload(gpu),
+        b.upload(gpu),
+        bias.upload(gpu),
+        c.poisoned(gpu),
+    );
+    let (ga, gb, gbias, gc) = (
+        a.gpu_arg(&ba),
+        b.gpu_arg(&bb),
+        bias.gpu_arg(&bbias),
+        c.gpu_arg(&bc),
+    );
+    let (dynamic, _) = support::view_1d_dyn("bias", "cols", 32, ElemType::F32);
+    let dyn_op = CoopMatmulOp::new_biased(gpu, &a.view, &b.view, &dynamic, &c.view).unwrap();
+    let long = Tensor::random(&mut rng, dynamic, vec![("cols".into(), 33)], -1.0, 1.0);
+    let bl = long.upload(gpu);
+    let mut batch = gpu.batch();
+    let err = biased.record(&mut batch, &ga, &gb, &gc).unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+    let err = plain
+        .record_biased(&mut batch, &ga, &gb, &gbias, &gc)
+        .unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { role: "bias", .. }),
+        "{err}"
+    );
+    for config in [CoopConfig::SMALL, CoopConfig::SMALL.with_split(2)] {
+        let err = dyn_op
+            .record_config_biased(&mut batch, config, &ga, &gb, &long.gpu_arg(&bl), &gc)
+            .unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{config}: {err}");
+    }
+    assert!(batch.is_empty(), "nothing was recorded for refused calls");
+}
+
+/// A bias of another length than C's columns, or of rank 2, is a shape error before any
+/// device feature is asked for.
+#[test]
+fn a_bias_of_the_wrong_shape_is_a_shape_error_on_any_device() {
+    let gpu = gpu();
+    let (a, _) = fixed("a", 32, 24, false);
+    let (b, _) = fixed("b", 24, 16, false);
+    let (c, _) = view_2d("c", Layout2::RowMajor, 32, 16, ElemType::F32);
+    let short = support::view_1d("bias", "cols", 15, ElemType::F32);
+    let matrix = static_2d(
+        "bias",
+        1,
+        16,
+        ElemType::F32,
+        fblayout_core::layout::Order::RowMajor,
+    );
+    for bias in [&short, &matrix] {
+        let err = CoopMatmulOp::new_biased(gpu, &a, &b, bias, &c).unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{err}");
+        let err = fblayout_kernels::ops::coop::biased_kernel_source(
+            &a,
+            &b,
+            bias,
+            &c,
+            CoopConfig::SMALL,
+            32,
+        )
+        .unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    }
+}

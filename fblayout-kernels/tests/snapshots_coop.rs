@@ -1,13 +1,15 @@
 //! Every cooperative-matrix shader the crate can emit passes naga's validator and its SPIR-V
 //! writer (naga 30's writer panics on `coopLoad` operands that are not `let`s; this catches it
 //! on machines without the feature), split-k's partial-sum kernels and its reduction
-//! included, and the WGSL of a few configurations is snapshotted.
+//! included, biased products (`C = A·B + bias`) in every configuration too, and the WGSL of a
+//! few configurations is snapshotted.
 
 mod support;
 
 use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::ops::coop::{
-    CoopConfig, Order, kernel_source, reduce_kernel_source, staging_orders,
+    CoopConfig, Order, biased_kernel_source, biased_reduce_kernel_source, kernel_source,
+    reduce_kernel_source, staging_orders,
 };
 use fblayout_kernels::runtime::CoopScalar;
 use naga::back::spv;
@@ -80,6 +82,20 @@ fn spirv(a: &View, b: &View, c: &View, config: CoopConfig) -> Vec<u32> {
     )
 }
 
+/// Like [`spirv`], for the biased product with the bias read through `bias`.
+fn spirv_biased(a: &View, b: &View, bias: &View, c: &View, config: CoopConfig) -> Vec<u32> {
+    if config.split_k > 1 {
+        spirv_of(
+            &format!("{config} biased: the reduction"),
+            biased_reduce_kernel_source(a, b, bias, c).unwrap(),
+        );
+    }
+    spirv_of(
+        &format!("{config} biased"),
+        biased_kernel_source(a, b, bias, c, config, 32).unwrap(),
+    )
+}
+
 /// A `[rows, cols]` f16 view of static extents: row-major, or a row-major `[cols, rows]`
 /// tensor read through its transpose.
 fn fixed(name: &str, rows: u32, cols: u32, transposed: bool) -> View {
@@ -107,10 +123,27 @@ fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
         let (a, b) = (fixed("a", 100, 72, ta), fixed("b", 72, 60, tb));
         let (c, _) = view_2d("c", Layout2::RowMajor, 100, 60, ElemType::F32);
         orders_seen.push(staging_orders(&a, &b, &c).unwrap());
+        // Biased: an f32 bias, and an f16 one read through a merge of a column-major matrix.
+        let bias32 = support::view_1d("bias", "cols", 60, ElemType::F32);
+        let bias16 = support::static_2d(
+            "bias",
+            4,
+            15,
+            ElemType::F16,
+            fblayout_core::layout::Order::ColMajor,
+        )
+        .merge(&["rows", "cols"], "cols")
+        .unwrap();
         for acc in [CoopScalar::F32, CoopScalar::F16] {
             for config in CoopConfig::space(acc) {
                 spirv(&a, &b, &c, config);
-                shaders += 1;
+                let bias = if acc == CoopScalar::F32 {
+                    &bias32
+                } else {
+                    &bias16
+                };
+                spirv_biased(&a, &b, bias, &c, config);
+                shaders += 2;
             }
         }
         for config in CoopConfig::split_space() {
@@ -127,7 +160,14 @@ fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
                 "{config}"
             );
             spirv(&a, &b, &c, config);
-            shaders += 1;
+            // The biased partial kernel is the unbiased one: the reduction adds the bias.
+            let biased = biased_kernel_source(&a, &b, &bias32, &c, config, 32)
+                .unwrap()
+                .build()
+                .unwrap();
+            assert!(!biased.source().contains("bias_"), "{config}");
+            spirv_biased(&a, &b, &bias32, &c, config);
+            shaders += 2;
         }
     }
     // Every pair of staging orders was covered.
@@ -144,7 +184,7 @@ fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
     }
     assert_eq!(
         shaders,
-        4 * (2 * CoopConfig::space(CoopScalar::F32).len() + CoopConfig::split_space().len())
+        8 * (2 * CoopConfig::space(CoopScalar::F32).len() + CoopConfig::split_space().len())
     );
 }
 
@@ -164,8 +204,10 @@ fn other_layouts_element_reads_and_f16_outputs_survive_it_too() {
     for (la, lb, lc) in combos {
         for c_elem in [ElemType::F32, ElemType::F16] {
             let (a, b, c) = views(la, lb, lc, c_elem);
+            let bias = support::view_1d("bias", "cols", 60, c_elem);
             for config in configs {
                 spirv(&a, &b, &c, config);
+                spirv_biased(&a, &b, &bias, &c, config);
             }
         }
     }
@@ -336,6 +378,18 @@ fn wgsl_snapshots() {
         .build()
         .unwrap();
     insta::assert_snapshot!("coop_row_major_small_direct_store", direct.source());
+    // The same, biased: the accumulators start as the bias; the straight store stays.
+    let bias = support::view_1d("bias", "cols", 64, ElemType::F32);
+    let biased = biased_kernel_source(&a, &b, &bias, &c, CoopConfig::SMALL, 32)
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(
+        biased
+            .source()
+            .contains("coopStoreT(cm_acc0_0, &c_data[cm_c0_0], cm_ld)")
+    );
+    insta::assert_snapshot!("coop_row_major_small_direct_store_biased", biased.source());
 }
 
 /// Split-k's pair for a weight gradient `dW = Xᵀ·dY`: the kernel writing each part's sums

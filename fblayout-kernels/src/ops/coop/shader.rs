@@ -506,13 +506,19 @@ fn bias_seed(spec: &CoopSpec) -> String {
     let cm_bo = cm_sg * 256u;
     let cm_bo_stride = 16u;\n",
     );
+    // `bias_load` gives f32.
+    let value = if c.acc == crate::runtime::CoopScalar::F32 {
+        "bias_load(cm_n)".to_owned()
+    } else {
+        format!("{acc}(bias_load(cm_n))")
+    };
     for j in 0..c.frags_n {
         let _ = writeln!(
             s,
             "    workgroupBarrier();
     for (var cm_e = cm_lane; cm_e < 256u; cm_e = cm_e + {}u) {{
         let cm_n = min(cm_n0 + cm_sn + {}u + cm_e % 16u, cm_n_last);
-        cm_out[cm_bo + cm_e] = {acc}(bias_load(cm_n));
+        cm_out[cm_bo + cm_e] = {value};
     }}
     workgroupBarrier();",
             spec.subgroup_size,
