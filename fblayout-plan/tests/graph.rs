@@ -230,3 +230,58 @@ fn the_shipped_graphs_are_snapshotted() {
         insta::assert_snapshot!(format!("{name}_graph"), g.to_string());
     }
 }
+
+/// A bias folds into the product before it exactly when the product's output is an activation
+/// only that bias reads, as its input: in the shipped models every bias of a linear layer
+/// (whose output nothing else reads), and in a graph where the product's output is also read
+/// by another operation, none.
+#[test]
+fn a_bias_folds_into_the_product_whose_output_only_it_reads() {
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = build(model, SMALL).unwrap();
+        let folds = g.folded_biases();
+        assert_eq!(folds.len(), g.nodes().len());
+        let biases = g.nodes().iter().filter(|n| n.op == Op::Bias).count();
+        assert!(biases > 0, "{model:?}");
+        let mut folded = 0;
+        for (i, fold) in folds.iter().enumerate() {
+            let Some(j) = *fold else { continue };
+            folded += 1;
+            let (product, bias) = (&g.nodes()[i], &g.nodes()[j]);
+            assert_eq!(product.op, Op::Linear);
+            assert_eq!(bias.op, Op::Bias);
+            let lin = product.outputs[0];
+            assert_eq!(bias.inputs[0], lin);
+            let readers = g.nodes().iter().filter(|n| n.inputs.contains(&lin)).count();
+            assert_eq!(readers, 1, "{model:?}: `{}`", g.tensor(lin).name);
+        }
+        // Every bias of the shipped models follows a linear layer whose output only it reads.
+        assert_eq!(folded, biases, "{model:?}");
+    }
+    // `h` is read by the bias and by the sum: no fold.
+    let (mut g, _) = two_paths();
+    let b = g
+        .add_tensor(
+            "b",
+            &[("hidden", Dim::Fixed(8))],
+            ElemType::F32,
+            Role::Param,
+        )
+        .unwrap();
+    let hb = g
+        .add_tensor(
+            "hb",
+            &[
+                ("batch", Dim::Batch),
+                ("seq", Dim::Seq),
+                ("hidden", Dim::Fixed(8)),
+            ],
+            ElemType::F32,
+            Role::Activation,
+        )
+        .unwrap();
+    let h = g.nodes()[1].outputs[0];
+    g.push(Op::Bias, &[h, b], &[hb]).unwrap();
+    assert!(g.nodes()[1].op == Op::Linear && g.nodes()[3].inputs.contains(&h));
+    assert!(g.folded_biases().iter().all(Option::is_none));
+}

@@ -53,6 +53,8 @@ enum Kernel {
     /// A step (gated on the overflow checks where the loss is scaled).
     AdamW(Box<AdamWOp>),
     Copy(Box<CopyOp>),
+    /// A bias added by the product before it ([`Graph::folded_biases`]): nothing of its own.
+    Folded,
 }
 
 /// Dynamic loss scaling of a step with `f16` gradients (see [`scaling`](super::scaling)).
@@ -153,6 +155,9 @@ struct NodeKernel {
     kernel: Kernel,
     reads: Vec<Arg>,
     writes: Vec<Arg>,
+    /// For a linear forward that adds the bias after it in its epilogue: that bias and the
+    /// bias's output, which the product writes instead of its own.
+    bias: Option<(Arg, Arg)>,
     /// The section its dispatches are timed under.
     section: String,
 }
@@ -344,24 +349,44 @@ impl<'g> GpuStep<'g> {
         let step_scalars = device_vector(gpu, "adamw_step_scalars", STEP_SCALARS, ElemType::F32)?;
         let mut kernels = Vec::with_capacity(graph.nodes().len());
         let mut states = Vec::new();
-        for (i, (node, (reads, writes))) in graph.nodes().iter().zip(ops).enumerate() {
-            let kernel = build(
-                gpu,
-                graph,
-                i,
-                node.op,
-                &reads,
-                &writes,
-                &mut states,
-                &kernels,
-                &step_scalars.1,
-                scaling.as_ref().map(|s| &s.gate_view),
-            )
+        let folded = graph.folded_biases();
+        let mut kept: Vec<bool> = graph.ids().map(|t| memory.kept(t)).collect();
+        for (i, node) in graph.nodes().iter().enumerate() {
+            let (reads, writes) = ops[i].clone();
+            let bias = folded[i].map(|j| {
+                let (r, w) = &ops[j];
+                (r[1].clone(), w[0].clone())
+            });
+            let kernel = match (&bias, folded.contains(&Some(i))) {
+                // The product before it adds this bias.
+                (_, true) => Ok(Kernel::Folded),
+                (Some((b, y)), false) => {
+                    LinearOp::new_biased(gpu, v(&reads[0]), v(&reads[1]), v(b), v(y))
+                        .map(|k| Kernel::Linear(Box::new(k)))
+                }
+                (None, false) => build(
+                    gpu,
+                    graph,
+                    i,
+                    node.op,
+                    &reads,
+                    &writes,
+                    &mut states,
+                    &kernels,
+                    &step_scalars.1,
+                    scaling.as_ref().map(|s| &s.gate_view),
+                ),
+            }
             .map_err(|source| ExecError::op(i, node.op.name(), source))?;
+            if bias.is_some() {
+                // Never written: the product writes the bias's output instead.
+                kept[node.outputs[0].index()] = false;
+            }
             kernels.push(NodeKernel {
                 kernel,
                 reads,
                 writes,
+                bias,
                 section: section(graph, i),
             });
         }
@@ -393,7 +418,7 @@ impl<'g> GpuStep<'g> {
                 .collect(),
             buffers,
             persistent,
-            kept: graph.ids().map(|t| memory.kept(t)).collect(),
+            kept,
             states,
             adamw,
             steps: 0,
@@ -549,7 +574,7 @@ impl<'g> GpuStep<'g> {
                 Kernel::Linear(k) => {
                     // The operands the op was built with: x, w, y (see `build`).
                     let (x, wt, y) = match op {
-                        Op::Linear => (&r[0], &r[1], &w[0]),
+                        Op::Linear => (&r[0], &r[1], node.bias.as_ref().map_or(&w[0], |(_, y)| y)),
                         Op::LinearGradInput => (&w[0], &r[1], &r[0]),
                         _ => (&r[0], &w[0], &r[1]),
                     };
@@ -839,7 +864,11 @@ impl<'g> GpuStep<'g> {
                 k.forward(batch, &tokens(0)?.ids()?, &r[1], &w[0])
             }
             (Kernel::Embedding(k), _) => k.backward(batch, tokens(0)?, &r[1], &w[0], false),
-            (Kernel::Linear(k), Op::Linear) => k.forward(batch, &r[0], &r[1], &w[0], ow),
+            (Kernel::Linear(k), Op::Linear) => match &node.bias {
+                Some((b, y)) => k.forward_biased(batch, &r[0], &r[1], &self.arg(b)?, &self.arg(y)?),
+                None => k.forward(batch, &r[0], &r[1], &w[0], ow),
+            },
+            (Kernel::Folded, _) => Ok(()),
             // Built with dx's view for x, which the product of dx does not read.
             (Kernel::Linear(k), Op::LinearGradInput) => {
                 k.backward(batch, &w[0], &r[1], &r[0], Some((&w[0], ow)), None)

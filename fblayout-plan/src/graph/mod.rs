@@ -10,9 +10,10 @@
 //! again: the activations whose layout the planner chooses first. [`optimizer::add_adamw`]
 //! then appends one in-place [`Op::AdamW`] per parameter, with its moments
 //! ([`Role::State`]). [`precision::mixed`] makes activations and gradients `f16` around `f32`
-//! master weights.
+//! master weights. [`Graph::folded_biases`] says which biases a product adds itself.
 
 mod autodiff;
+mod fold;
 mod op;
 pub mod optimizer;
 pub mod precision;

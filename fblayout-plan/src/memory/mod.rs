@@ -12,7 +12,9 @@
 //! ([`BoundView::len`](fblayout_core::layout::BoundView::len) elements). Tensors are placed
 //! largest first (greedy by size): each takes the smallest buffer that already holds only
 //! tensors whose lives don't overlap its own, or a new buffer of its size. Lives include the
-//! operations at their ends, so an operation's outputs never share a buffer with its inputs. [`MemoryOptions::reuse`] off gives every tensor its own buffer.
+//! operations at their ends, so an operation's outputs never share a buffer with its inputs. A
+//! bias a product adds itself ([`Graph::folded_biases`]) has its output live from that product
+//! on. [`MemoryOptions::reuse`] off gives every tensor its own buffer.
 //!
 //! **Peak.** [`MemoryPlan::peak_bytes`] is the sum of the buffers and of the largest workspace
 //! (the attention's scratch scores, which its kernels take from the device's pool while they
@@ -315,6 +317,14 @@ fn liveness(graph: &Graph) -> (Vec<Option<Live>>, Vec<bool>) {
         for &t in node.inputs.iter().chain(&node.outputs) {
             first[t.index()].get_or_insert(i);
             last[t.index()] = Some(i);
+        }
+    }
+    // A bias folded into the product before it is written by that product.
+    for (i, fold) in graph.folded_biases().into_iter().enumerate() {
+        if let Some(j) = fold {
+            for &y in &graph.nodes()[j].outputs {
+                first[y.index()] = first[y.index()].map(|f| f.min(i));
+            }
         }
     }
     let results: Vec<TensorId> = graph
