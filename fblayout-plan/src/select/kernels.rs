@@ -53,8 +53,6 @@ pub enum KernelKind {
     LinearGradInput,
     /// `dw = xᵀ·dy`.
     LinearGradWeight,
-    /// Adding a bias.
-    Bias,
     /// The bias gradient (a reduction over tokens).
     BiasGrad,
     /// Layer and RMS norm forwards.
@@ -73,7 +71,8 @@ pub enum KernelKind {
     Embedding,
     /// Its gradient.
     EmbeddingGrad,
-    /// Add, the activations and their gradients, SwiGLU, accumulation.
+    /// Add, a bias the product before it does not add ([`Graph::folded_biases`]), the
+    /// activations and their gradients, SwiGLU, accumulation.
     Elementwise,
     /// The optimizer's update.
     AdamW,
@@ -81,11 +80,10 @@ pub enum KernelKind {
 
 impl KernelKind {
     /// Every kind, in order.
-    pub const ALL: [KernelKind; 15] = [
+    pub const ALL: [KernelKind; 14] = [
         Self::Linear,
         Self::LinearGradInput,
         Self::LinearGradWeight,
-        Self::Bias,
         Self::BiasGrad,
         Self::Norm,
         Self::NormGrad,
@@ -105,7 +103,6 @@ impl KernelKind {
             Op::Linear => Self::Linear,
             Op::LinearGradInput => Self::LinearGradInput,
             Op::LinearGradWeight => Self::LinearGradWeight,
-            Op::Bias => Self::Bias,
             Op::BiasGrad => Self::BiasGrad,
             Op::LayerNorm { .. } | Op::RmsNorm { .. } => Self::Norm,
             Op::LayerNormGrad { .. } | Op::RmsNormGrad { .. } => Self::NormGrad,
@@ -118,6 +115,7 @@ impl KernelKind {
             Op::AdamW => Self::AdamW,
             Op::Convert { .. } => return None,
             Op::Add
+            | Op::Bias
             | Op::Activation(_)
             | Op::ActivationGrad(_)
             | Op::Swiglu
@@ -132,7 +130,6 @@ impl KernelKind {
             Self::Linear => "linear",
             Self::LinearGradInput => "linear_grad_input",
             Self::LinearGradWeight => "linear_grad_weight",
-            Self::Bias => "bias",
             Self::BiasGrad => "bias_grad",
             Self::Norm => "norm",
             Self::NormGrad => "norm_grad",

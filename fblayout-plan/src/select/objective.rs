@@ -13,6 +13,10 @@
 //! small table over its scope, so the exact optimum is a minimum of a sum of small factors
 //! ([`exact`](super::exact)).
 //!
+//! A bias the product before it adds in its epilogue ([`Graph::folded_biases`]) has no terms:
+//! it runs no kernel of its own (the product's write of its output stands for the biased
+//! write).
+//!
 //! Each operand's term is multiplied by its kernel factor, by the operation's kind and the
 //! operand's layout ([`kernels`](super::kernels)); the analytic model has none (all 1).
 //!
@@ -150,7 +154,15 @@ impl<'g> Objective<'g> {
             tied: vec![None; graph.tensors().len()],
             group: Vec::new(),
         };
-        for n in 0..graph.nodes().len() {
+        // A bias the product before it adds (Graph::folded_biases) runs no kernel of its own.
+        let folded: Vec<bool> = {
+            let mut f = vec![false; graph.nodes().len()];
+            for j in graph.folded_biases().into_iter().flatten() {
+                f[j] = true;
+            }
+            f
+        };
+        for n in (0..graph.nodes().len()).filter(|&n| !folded[n]) {
             for (kind, scope) in objective.kinds(n) {
                 let mut term = Term {
                     node: n,
