@@ -19,6 +19,10 @@
 //!   `k`): the GEMM kernel writes each part's f32 sums into a workspace from the buffer pool,
 //!   and the f32 GEMM's reduction kernel adds the parts in order and writes C through C's view
 //!   (see [`config`]).
+//! - Bias ([`CoopMatmulOp::new_biased`]): `C = A·B + bias`, `bias[n]` in every row, the
+//!   accumulators starting as the bias (so fragments still go straight into C where they
+//!   can), and under split-k added once by the reduction; the operand is declared and checked
+//!   where the f32 GEMM's is.
 //! - `tune`: the autotune's results, saved per adapter beside the pipeline cache.
 //!
 //! ```no_run
