@@ -29,7 +29,7 @@ use fblayout_core::layout::{ElemType, LayoutErrors, LayoutSpec, Order, TensorLay
 use crate::graph::{Dim, Sizes, Tensor};
 
 /// The multiple a row-major tensor's fixed last axis is padded to in memory where it is not a
-/// multiple of [`VECTOR`] (see the module docs).
+/// multiple of the kernels' vector width, 4 (see the module docs).
 pub const ROW_ALIGN: u32 = 8;
 
 /// The kernels' vector width: rows of a multiple of it are read four elements at a time as

@@ -15,11 +15,11 @@
 //! added in the GEMM's epilogue (no separate pass over `y`; it always overwrites `y`); the
 //! backward GEMMs are the same, and `db = Σ_tokens dy` stays the bias kernel's.
 //!
-//! Where the device has tensor cores (cooperative matrices, see [`CoopMatmulOp`](crate::ops::coop::CoopMatmulOp)) and a
-//! product's two factors are `f16`, that product runs on them when it overwrites its output
-//! (mixed-precision training: `f16` activations and weight copies, `f32` weight gradients);
-//! an accumulating product, and every product elsewhere, runs on the `f32`-summing
-//! [`MatmulOp`]. [`LinearOp::tune`] chooses the tensor-core tiles of the three products.
+//! Where the device has tensor cores (cooperative matrices, see
+//! [`CoopMatmulOp`](crate::ops::coop::CoopMatmulOp)) and a product's two factors are `f16`,
+//! that product runs on them when it overwrites its output (mixed-precision training: `f16`
+//! activations and weight copies, `f32` weight gradients); an accumulating product, and every
+//! product elsewhere, runs on the `f32`-summing [`MatmulOp`]. [`LinearOp::tune`] chooses the tensor-core tiles of the three products.
 
 use fblayout_core::layout::View;
 
@@ -131,8 +131,8 @@ impl LinearOp {
     /// Chooses the tensor-core tiles of the three products for the extents of `x`, `w` and
     /// `y` (`dy`, `dx` and `dw` are shaped like them), by timing a short list of
     /// configurations once per adapter and problem (kept with the autotune's results, see
-    /// [`CoopMatmulOp::tune`](crate::ops::coop::CoopMatmulOp::tune)). Outputs go to scratch buffers: nothing of the arguments is
-    /// overwritten. A biased forward is tuned as the biased product, with a zero bias of its
+    /// [`CoopMatmulOp::tune`](crate::ops::coop::CoopMatmulOp::tune)). Outputs go to scratch
+    /// buffers: nothing of the arguments is overwritten. A biased forward is tuned as the biased product, with a zero bias of its
     /// own. Does nothing where no product runs on tensor cores.
     pub fn tune(
         &self,
