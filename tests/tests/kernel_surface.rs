@@ -4,6 +4,9 @@
 //! - `contiguous_run` is sound: whenever it says that aligned runs of `w` coordinates along an
 //!   axis are contiguous, every such run in the bound view lands on `w` consecutive offsets
 //!   starting at a multiple of `w`, by the oracle (written from the layout definitions).
+//! - `steps_evenly` is sound: whenever it says that stepping an axis by `s` moves the offset
+//!   evenly, every pair of coordinates `s` apart along it in the bound view lies the same
+//!   distance apart by the oracle.
 //! - The generated `load`, `load4` and `store` functions read and write the elements the
 //!   oracle names, on the GPU (lavapipe in CI).
 //! - Extents near the u32 limit: the analysis and the shader assembly stay exact.
@@ -47,6 +50,37 @@ proptest! {
                             "{:?} + {} along axis {} (width {})", c, j, axis, width
                         );
                     }
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn even_steps_are_even_by_the_definitions(case in arb_case(), steps in arb_steps()) {
+        let vc = apply_steps(&case, &steps);
+        let f = vc.view.index_fn().simplified();
+        for axis in 0..vc.shape.len() {
+            for step in [1u64, 2, 3, 4, 8, 16] {
+                if !f.steps_evenly(axis, step) {
+                    continue;
+                }
+                let mut distance = None;
+                for c in coords_of(&vc.shape) {
+                    if c[axis] + step >= vc.shape[axis] {
+                        continue;
+                    }
+                    let mut next = c.clone();
+                    next[axis] += step;
+                    let d = oracle(&case, &vc, &next).wrapping_sub(oracle(&case, &vc, &c));
+                    let first = *distance.get_or_insert(d);
+                    prop_assert_eq!(
+                        d, first,
+                        "{:?} + {} along axis {} moves by {}, elsewhere by {}", c, step, axis, d, first
+                    );
                 }
             }
         }

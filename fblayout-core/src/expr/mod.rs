@@ -12,6 +12,7 @@ mod func;
 mod graph;
 mod runs;
 mod simplify;
+mod steps;
 
 pub use eval::CpuIndexFn;
 pub(crate) use eval::eval_exact;

@@ -44,8 +44,10 @@ use super::kernels::{
 };
 use crate::layouts::LayoutChoice;
 
-/// The format of the cache file; a change makes every older file stale.
-pub const VERSION: u32 = 4;
+/// The format of the cache file, or of the kernels it times; a change makes every older file
+/// stale (5: the cooperative GEMM's fifth generation, the grouped AdamW and the norms'
+/// backward).
+pub const VERSION: u32 = 5;
 
 /// Side of the square matrices gathered.
 const GATHER_SIDE: u32 = 1024;

@@ -144,6 +144,7 @@ fn staging(op: Operand, role: &str, outer: usize, k: usize) -> (Operand, Staging
                 Staging {
                     order,
                     width: Width::Four,
+                    stepped: false,
                 },
             );
         }
@@ -158,6 +159,7 @@ fn staging(op: Operand, role: &str, outer: usize, k: usize) -> (Operand, Staging
         Staging {
             order,
             width: Width::One,
+            stepped: false,
         },
     )
 }
@@ -255,12 +257,25 @@ impl Operands {
         } else {
             Width::One
         };
+        let nb = self.batch_axes;
+        let stepped = |op: &Operand, k: usize| {
+            op.view()
+                .index_fn()
+                .simplified()
+                .steps_evenly(k, u64::from(config.k_step))
+        };
         let spec = CoopSpec {
             config,
             subgroup_size,
-            batch_axes: self.batch_axes,
-            a: self.a_staging,
-            b: self.b_staging,
+            batch_axes: nb,
+            a: Staging {
+                stepped: stepped(&self.a, nb + 1),
+                ..self.a_staging
+            },
+            b: Staging {
+                stepped: stepped(&self.b, nb),
+                ..self.b_staging
+            },
             output,
             c_width,
             bias: self.bias().is_some(),

@@ -20,6 +20,15 @@
 //! the staged blocks carry 8 spare elements so that a fragment's rows start on different banks
 //! and every row stays 16-byte aligned.
 //!
+//! Workgroup memory is declared as `vec4<f16>`s ([`VEC`] elements each): a lane that read four
+//! neighbours stores them with one 8-byte store instead of four 2-byte ones (a quarter of the
+//! store instructions and half the shared-memory wavefronts), and single elements go in as one
+//! component. The fragment loads then point at a `vec4<f16>` and count their offsets and
+//! strides in vectors: SPIR-V's cooperative-matrix load counts `Stride` in the pointee's type,
+//! here the vector, and reads the matrix's elements from its components. Every staged row,
+//! stage and fragment origin is a whole number of vectors (rows are multiples of 8 elements
+//! long, origins multiples of 16).
+//!
 //! Edges are masked where blocks are staged: coordinates past `m` or `n` are clamped to the
 //! last row or column (their outputs are never stored), and elements past `k` are zeros, so
 //! neither padding nor NaN reaches a sum. Where C is row- or column-major with 16-aligned rows
@@ -61,6 +70,19 @@ pub(crate) const ENTRY: &str = "coop_matmul";
 /// Spare elements at the end of each staged row.
 pub(crate) const ROW_PAD: u32 = 8;
 
+/// Elements of one `vec4<f16>` of the staged blocks in workgroup memory.
+const VEC: u32 = 4;
+
+/// `elements` of a staged block as a count of its vectors (every staged length and offset is a
+/// whole number of them; see the module docs).
+fn vecs(elements: u32) -> u32 {
+    debug_assert!(
+        elements.is_multiple_of(VEC),
+        "{elements} is no whole number of vectors"
+    );
+    elements / VEC
+}
+
 /// How an operand's block is laid out in workgroup memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Order {
@@ -84,6 +106,12 @@ pub(crate) enum Width {
 pub(crate) struct Staging {
     pub order: Order,
     pub width: Width,
+    /// Whether the operand's offsets step evenly along `k` by the configuration's k-step
+    /// ([`ValidIndexFn::steps_evenly`](fblayout_core::expr::ValidIndexFn::steps_evenly)):
+    /// each lane then evaluates its elements' offsets once, at the first k-step, and adds
+    /// the k-step's distance times the step's number, where it would otherwise evaluate the
+    /// index function per element and step.
+    pub stepped: bool,
 }
 
 /// What one kernel is generated for.
@@ -202,6 +230,21 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
         load: String::new(),
         store: String::new(),
     };
+    if staging.stepped {
+        // The distance of one k-step, the same everywhere (so measured at the origin, inside
+        // the tensor whenever there is a second step), and this step's multiple of it.
+        let zeros = "0u, ".repeat(spec.batch_axes);
+        let _ = writeln!(
+            st.declare,
+            "    let cm_{role}_dk = {role}_at({}) - {role}_at({});",
+            at(role, &zeros, "0u", &format!("{k_step}u")),
+            at(role, &zeros, "0u", "0u"),
+        );
+        let _ = writeln!(
+            st.load,
+            "        let cm_{role}_shift = (cm_k0 / {k_step}u) * cm_{role}_dk;"
+        );
+    }
     for i in 0..per_thread {
         let reg = format!("cm_{role}_reg{i}");
         let _ = writeln!(st.declare, "    var {reg}: {ty};");
@@ -245,28 +288,40 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
         };
         // Straight from the storage binding (`<role>_data`, of `vec4<f16>` where the surface
         // granted wide reads), without `<role>_load`'s conversion to f32 and back.
-        let coords = at(role, &bc, &outer_c, &k_c);
-        let (load, zero) = if w == 4 {
-            (
-                format!("{role}_data[{role}_at({coords}) >> 2u]"),
-                "vec4<f16>(0.0h)",
-            )
+        let offset = if staging.stepped {
+            // The element's offset at the first k-step (`k` within the step, unclamped:
+            // elements past `k` are masked), computed once.
+            let k_in_step = match staging.order {
+                Order::OuterRows => col.clone(),
+                Order::KRows => row.clone(),
+            };
+            let first = at(role, &bc, &outer_c, &k_in_step);
+            let _ = writeln!(st.declare, "    let cm_{role}_off{i} = {role}_at({first});");
+            format!("(cm_{role}_off{i} + cm_{role}_shift)")
         } else {
-            (format!("{role}_data[{role}_at({coords})]"), "0.0h")
+            format!("{role}_at({})", at(role, &bc, &outer_c, &k_c))
+        };
+        let (load, zero) = if w == 4 {
+            (format!("{role}_data[{offset} >> 2u]"), "vec4<f16>(0.0h)")
+        } else {
+            (format!("{role}_data[{offset}]"), "0.0h")
         };
         let _ = writeln!(st.load, "{ind}{reg} = select({zero}, {load}, {mask});");
-        let _ = writeln!(
-            st.store,
-            "{ind}{{\n{ind}    let cm_s = cm_buf * {stage_len}u + {row} * {row_len}u + {col};"
-        );
         if w == 4 {
-            for (j, lane) in ["x", "y", "z", "w"].iter().enumerate() {
-                let _ = writeln!(st.store, "{ind}    {tile}[cm_s + {j}u] = {reg}.{lane};");
-            }
+            // Four neighbours: one vector of the stage (`col` is a multiple of four).
+            let _ = writeln!(
+                st.store,
+                "{ind}{{\n{ind}    let cm_s = cm_buf * {}u + {row} * {}u + ({e} % {per_row}u);\n{ind}    {tile}[cm_s] = {reg};\n{ind}}}",
+                vecs(stage_len),
+                vecs(row_len),
+            );
         } else {
-            let _ = writeln!(st.store, "{ind}    {tile}[cm_s] = {reg};");
+            // One element: one component of a vector.
+            let _ = writeln!(
+                st.store,
+                "{ind}{{\n{ind}    let cm_s = cm_buf * {stage_len}u + {row} * {row_len}u + {col};\n{ind}    {tile}[cm_s >> 2u][cm_s & 3u] = {reg};\n{ind}}}"
+            );
         }
-        let _ = writeln!(st.store, "{ind}}}");
         st.load += close;
         st.store += close;
     }
@@ -291,13 +346,14 @@ fn fragment_load(
         _ => "coopLoad",
     };
     let role_ty = if role == "a" { "A" } else { "B" };
-    // The element offset of the fragment's origin within the stage.
-    let offset = match order {
+    // The offset of the fragment's origin within the stage, in vectors.
+    let offset = vecs(match order {
         Order::OuterRows => f * 16 * row_len + kk * 16,
         Order::KRows => kk * 16 * row_len + f * 16,
-    };
+    });
+    let stage_vecs = vecs(stage_len);
     format!(
-        "            let cm_{role}_at{f} = cm_buf * {stage_len}u + {base} + {offset}u;
+        "            let cm_{role}_at{f} = cm_buf * {stage_vecs}u + {base} + {offset}u;
             let cm_{role}{f} = {load}<coop_mat16x16<f16, {role_ty}>>(&cm_{role}_tile[cm_{role}_at{f}], cm_{role}_stride);\n"
     )
 }
@@ -321,13 +377,13 @@ pub(crate) fn gemm(spec: &CoopSpec) -> String {
     let _ = writeln!(
         s,
         "// Configuration: {c}; A staged {:?}, B staged {:?}; {} lanes per subgroup.
-var<workgroup> cm_a_tile: array<f16, {}>;
-var<workgroup> cm_b_tile: array<f16, {}>;",
+var<workgroup> cm_a_tile: array<vec4<f16>, {}>;
+var<workgroup> cm_b_tile: array<vec4<f16>, {}>;",
         spec.a,
         spec.b,
         spec.subgroup_size,
-        a_len * stages,
-        b_len * stages,
+        vecs(a_len * stages),
+        vecs(b_len * stages),
     );
     if !partial {
         let _ = writeln!(
@@ -384,8 +440,8 @@ fn {ENTRY}(
     let cm_lane = cm_lid % {}u;
     let cm_sm = (cm_sg / {sg_n}u) * {}u;
     let cm_sn = (cm_sg % {sg_n}u) * {}u;
-    let cm_a_stride = {a_row}u;
-    let cm_b_stride = {b_row}u;",
+    let cm_a_stride = {}u;
+    let cm_b_stride = {}u;",
         if partial {
             format!(
                 "    // This workgroup's part of the reduction: k from cm_k_begin to cm_k_end.
@@ -401,18 +457,21 @@ fn {ENTRY}(
         spec.subgroup_size,
         16 * c.frags_m,
         16 * c.frags_n,
+        vecs(a_row),
+        vecs(b_row),
     );
-    // The base offset of this subgroup's fragments within a stage.
+    // The base offset of this subgroup's fragments within a stage, in vectors (`cm_sm` and
+    // `cm_sn` are multiples of 16).
     let _ = writeln!(
         s,
         "    let cm_a_base = {};\n    let cm_b_base = {};",
         match spec.a.order {
-            Order::OuterRows => format!("cm_sm * {a_row}u"),
-            Order::KRows => "cm_sm".to_owned(),
+            Order::OuterRows => format!("cm_sm * {}u", vecs(a_row)),
+            Order::KRows => "cm_sm / 4u".to_owned(),
         },
         match spec.b.order {
-            Order::OuterRows => format!("cm_sn * {b_row}u"),
-            Order::KRows => "cm_sn".to_owned(),
+            Order::OuterRows => format!("cm_sn * {}u", vecs(b_row)),
+            Order::KRows => "cm_sn / 4u".to_owned(),
         }
     );
     for i in 0..c.frags_m {
