@@ -30,6 +30,7 @@
 //! (`Convert`) is priced by the conversion classification and the gather factors, not here.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use fblayout_kernels::runtime::Gpu;
 
@@ -309,8 +310,15 @@ pub const CALIBRATION: CalibrationShape = CalibrationShape {
 /// Timed rounds (one step of each layout each), after one step that compiles and warms up.
 const ROUNDS: usize = 3;
 
+/// How long the built steps run, untimed, before the timed rounds: a discrete GPU raises its
+/// clocks only after a few hundred milliseconds of work, and building the steps leaves it idle,
+/// so rounds timed straight away price every kernel at idle clocks (on the H200, a calibration
+/// on a GPU fresh from idle predicted steps twice as long as they ran).
+const WARM_UP: Duration = Duration::from_millis(500);
+
 /// Seconds of each node of `graph`'s step on `gpu` with its tensors stored as each of
-/// `layouts`: every step built and run once untimed, then [`ROUNDS`] rounds of one timed step
+/// `layouts`: every step built and run once untimed, all of them run in turn for [`WARM_UP`],
+/// then [`ROUNDS`] rounds of one timed step
 /// of each in turn (so that other work on the machine disturbs them alike), the quickest of
 /// each node's samples kept (other work only ever adds time).
 fn node_seconds(
@@ -345,6 +353,12 @@ fn node_seconds(
     let sections: Vec<String> = (0..graph.nodes().len())
         .map(|i| section(graph, i))
         .collect();
+    let warming = Instant::now();
+    while warming.elapsed() < WARM_UP {
+        for (step, (what, _)) in steps.iter_mut().zip(layouts) {
+            step.step(&inputs).map_err(step_err(what))?;
+        }
+    }
     let mut best = vec![vec![f64::INFINITY; sections.len()]; layouts.len()];
     for _ in 0..ROUNDS {
         for ((step, (what, _)), best) in steps.iter_mut().zip(layouts).zip(&mut best) {
