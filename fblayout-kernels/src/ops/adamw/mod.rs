@@ -1,5 +1,6 @@
-//! AdamW: one optimiser step over a parameter tensor of any layout, and the sum of squares of a
-//! gradient (for clipping by the global norm).
+//! AdamW: one optimiser step over a group of parameter tensors, each of any shape, layout and
+//! element type, in one dispatch; and the sum of squares of a gradient (for clipping by the
+//! global norm, [`SumSquaresOp`]).
 //!
 //! With the gradient scaled by `s` (`g' = s · g`: `s < 1` clips, `1/loss_scale` undoes loss
 //! scaling) and the step number `t` (from 1):
@@ -11,37 +12,42 @@
 //! ```
 //!
 //! (PyTorch's `AdamW`: the weight decay is decoupled and uses `p` before the step.) The step is
-//! an elementwise kernel (the crate's elementwise generator) over `param`, `grad`, `m` and
-//! `v`, each through its own view; `param`, `m` and `v` are updated in place, each read and
-//! written through one read-write operand. The bias corrections are computed on the host, in
-//! `f64`, from `t`.
+//! a group of elementwise walks (the crate's elementwise generator), one per parameter — its
+//! *member* — over `param`, `grad`, `m` and `v`, each through its own view; `param`, `m` and `v`
+//! are updated in place, each read and written through one read-write operand. A member may
+//! also write a **copy** of the updated parameters through a view of its own, typically `f16`
+//! (mixed precision's weights for the next step's products): the same value, rounded to the
+//! copy's element type when stored. The bias corrections are computed on the host, in `f64`,
+//! from `t`.
 //!
-//! A [gated](AdamWOp::gated) step reads one more value on the device, a flag, and keeps the
-//! parameters and moments as they are where it is set: with the flag set by
+//! The members' workgroups follow one another by ranges, each member taking as many as its
+//! elements need (see `ops::group`), so a step over tiny tensors (biases, a norm's γ and β)
+//! and large ones is one dispatch instead of one each: at most [`AdamWOp::capacity`] members,
+//! within the device's storage bindings. A single tensor's step ([`AdamWOp::new`],
+//! [`gated`](AdamWOp::gated), [`on_device`](AdamWOp::on_device)) is the group of one.
+//!
+//! A [gated](AdamWOp::gated) step reads one more value on the device, a flag, and does nothing
+//! where it is set — every invocation returns before it reads a parameter, so parameters,
+//! moments and copies keep their bits: with the flag set by
 //! [`NonFiniteOp`](super::NonFiniteOp) over every gradient, a mixed-precision step whose scaled
 //! gradients overflowed is skipped without the host reading anything first (dynamic loss
 //! scaling).
-//!
-//! [`SumSquaresOp`] computes `Σ g²` over every element of a tensor in two passes: each workgroup
-//! sums a chunk with `fbl_wg_sum` into a partial, one workgroup adds the partials in a fixed
-//! order and writes (or adds, to sum over several tensors) the total. The clipping scale
-//! `min(1, max_norm / √total)` is the caller's.
 
-use std::fmt::Write as _;
+mod sum_squares;
 
-use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::{ElemType, View, unravel};
-use rayon::prelude::*;
+use fblayout_core::kernel::{ParamValue, Scalar};
+use fblayout_core::layout::{ElemType, View};
 
-use super::compiled::Compiled;
-use super::elementwise::{Elementwise, Spec, map_cpu};
+use super::elementwise::{ElementwiseGroup, GroupSpec, Member, map_cpu};
 use super::error::OpError;
-use super::reduce_rows::{FILL_WORKGROUPS, Partials, components_sum, getter};
+use super::group::{self, by_position};
 use crate::cpu::{Logical, LogicalMut, Real};
-use crate::entry_point::LinearEntry;
 use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
-use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
+
+pub use super::group::MAX_MEMBERS;
+pub(crate) use sum_squares::{ChunkLoop, LANES, chunk_loop, chunking};
+pub use sum_squares::{SumSquaresOp, sum_squares_cpu};
 
 /// AdamW's hyper-parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,6 +110,44 @@ pub struct AdamWTensors<T> {
     pub v: T,
 }
 
+/// One parameter of a step over a group ([`AdamWOp::many`]): its tensors, and where given the
+/// copy the step writes of the updated parameters (shaped like them, `f16` or `f32`, in a
+/// layout of its own).
+#[derive(Debug, Clone, Copy)]
+pub struct AdamWMember<T> {
+    /// The parameters, their gradient and moments.
+    pub tensors: AdamWTensors<T>,
+    /// The copy of the updated parameters, written by the step.
+    pub copy: Option<T>,
+}
+
+impl<T> From<AdamWTensors<T>> for AdamWMember<T> {
+    /// The member without a copy.
+    fn from(tensors: AdamWTensors<T>) -> Self {
+        Self {
+            tensors,
+            copy: None,
+        }
+    }
+}
+
+/// Where a recorded step finds its per-step values: the step number's bias corrections and the
+/// gradient's scale.
+#[derive(Debug, Clone, Copy)]
+pub enum StepValues<'a, 'b> {
+    /// Written into the dispatch's parameters when it is recorded.
+    Host {
+        /// The step number, from 1.
+        step: u32,
+        /// The gradient's scale.
+        grad_scale: f32,
+    },
+    /// Read on the device from this `scalars` operand, written with
+    /// [`AdamW::step_scalars`] before each submission (a kernel built by
+    /// [`AdamWOp::on_device`], or [`many`](AdamWOp::many) with scalars).
+    Device(&'a GpuArg<'b>),
+}
+
 const STEP: &str = "adamw step";
 
 /// WGSL of the step, for both widths (see the elementwise kernels' helpers); the gradient's
@@ -149,28 +193,14 @@ fn fbl_adam_b2{S}() -> f32 { return scalars_load(1u); }
     };
 }
 
-/// Whether the gate (a flag) is set.
-macro_rules! gate {
-    () => {
-        "
-fn fbl_adam_skip{S}() -> bool {
-    return gate_load(0u) != 0u;
-}
-"
-    };
-}
-
-/// The helpers of each kernel: by (gated, values on the device).
-const HELPERS: [[&str; 2]; 2] = [
-    [
-        concat!(step_helpers!(), host_values!()),
-        concat!(step_helpers!(), device_values!()),
-    ],
-    [
-        concat!(step_helpers!(), host_values!(), gate!()),
-        concat!(step_helpers!(), device_values!(), gate!()),
-    ],
+/// The helpers of each kernel: by whether its values are on the device.
+const HELPERS: [&str; 2] = [
+    concat!(step_helpers!(), host_values!()),
+    concat!(step_helpers!(), device_values!()),
 ];
+
+/// Whether the gate (a flag) is set: the dispatch does nothing.
+const SKIP: &str = "gate_load(0u) != 0u";
 
 /// How many values [`AdamW::step_scalars`] gives.
 pub const STEP_SCALARS: u32 = 4;
@@ -186,12 +216,24 @@ impl AdamW {
     }
 }
 
-/// The AdamW step's kernel, built for the views of its tensors.
+/// The roles of each member's operands, by position.
+const GRAD: [&str; group::MAX_MEMBERS] = by_position!("grad");
+const PARAM: [&str; group::MAX_MEMBERS] = by_position!("param");
+const M: [&str; group::MAX_MEMBERS] = by_position!("m");
+const V: [&str; group::MAX_MEMBERS] = by_position!("v");
+const COPY: [&str; group::MAX_MEMBERS] = by_position!("copy");
+
+/// Storage bindings of a member: its four tensors.
+const MEMBER_BINDINGS: usize = 4;
+
+/// The AdamW step's kernel over a group of parameters, built for the views of their tensors.
 #[derive(Debug, Clone)]
 pub struct AdamWOp {
-    kernel: Elementwise,
+    kernel: ElementwiseGroup,
     gated: bool,
     on_device: bool,
+    /// Whether each member writes a copy.
+    copies: Vec<bool>,
 }
 
 /// Checks that `view` (operand `role`) holds `n` values of `elem`, shape `[n]`.
@@ -212,7 +254,7 @@ fn check_vector(role: &str, view: &View, n: u32, elem: ElemType) -> Result<(), O
 impl AdamWOp {
     /// The kernel for tensors read through `views` (all of one shape, any layouts).
     pub fn new(gpu: &Gpu, views: &AdamWTensors<&View>) -> Result<Self, OpError> {
-        Self::build(gpu, views, None, None)
+        Self::many(gpu, &[(*views).into()], None, None)
     }
 
     /// The kernel of a step that does nothing — parameters and moments keep their values —
@@ -222,8 +264,7 @@ impl AdamWOp {
     /// the device without the host reading anything first. Run it with
     /// [`step_gated`](Self::step_gated).
     pub fn gated(gpu: &Gpu, views: &AdamWTensors<&View>, gate: &View) -> Result<Self, OpError> {
-        check_vector("gate", gate, 1, ElemType::U32)?;
-        Self::build(gpu, views, Some(gate), None)
+        Self::many(gpu, &[(*views).into()], None, Some(gate))
     }
 
     /// The kernel of a step that reads its per-step values — the bias corrections of its
@@ -237,61 +278,78 @@ impl AdamWOp {
         scalars: &View,
         gate: Option<&View>,
     ) -> Result<Self, OpError> {
-        check_vector("scalars", scalars, STEP_SCALARS, ElemType::F32)?;
+        Self::many(gpu, &[(*views).into()], Some(scalars), gate)
+    }
+
+    /// How many parameters one step updates on `gpu`: each member's four tensors (five with a
+    /// copy, where `copies`) are storage bindings of their own beside the gate's and the step
+    /// values', within the device's `max_storage_buffers_per_shader_stage`, and at most
+    /// [`MAX_MEMBERS`](crate::ops::adamw::MAX_MEMBERS).
+    pub fn capacity(gpu: &Gpu, copies: bool) -> usize {
+        group::capacity(gpu, 2, MEMBER_BINDINGS + usize::from(copies))
+    }
+
+    /// The step over the parameters of `members` (from one to [`capacity`](Self::capacity),
+    /// each of its own shape and layouts, with or without a copy) in one dispatch: reading its
+    /// per-step values from `scalars` where given (see [`on_device`](Self::on_device)), else
+    /// from the host when recorded; gated by `gate` where given (see [`gated`](Self::gated)).
+    /// Record it with [`record`](Self::record).
+    pub fn many(
+        gpu: &Gpu,
+        members: &[AdamWMember<&View>],
+        scalars: Option<&View>,
+        gate: Option<&View>,
+    ) -> Result<Self, OpError> {
+        if let Some(scalars) = scalars {
+            check_vector("scalars", scalars, STEP_SCALARS, ElemType::F32)?;
+        }
         if let Some(gate) = gate {
             check_vector("gate", gate, 1, ElemType::U32)?;
         }
-        Self::build(gpu, views, gate, Some(scalars))
-    }
-
-    fn build(
-        gpu: &Gpu,
-        views: &AdamWTensors<&View>,
-        gate: Option<&View>,
-        scalars: Option<&View>,
-    ) -> Result<Self, OpError> {
-        let AdamWTensors { param, grad, m, v } = *views;
-        let kept = |expr: &str, old: &str| match gate {
-            Some(_) => format!("select({expr}, {old}, fbl_adam_skip{{S}}())"),
-            None => expr.to_owned(),
-        };
+        let copies: Vec<bool> = members.iter().map(|m| m.copy.is_some()).collect();
+        let per_member = MEMBER_BINDINGS + usize::from(copies.contains(&true));
+        let shared = usize::from(gate.is_some()) + usize::from(scalars.is_some());
+        group::check_members(STEP, gpu, members.len(), shared, per_member)?;
+        let walks = members
+            .iter()
+            .enumerate()
+            .map(|(i, member)| walk(i, member))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut names = vec!["lr", "beta1", "beta2", "eps", "weight_decay"];
         if scalars.is_none() {
             names.extend(["grad_scale", "bias1", "bias2_sqrt"]);
         }
-        let kernel = Elementwise::new(
+        let kernel = ElementwiseGroup::new(
             gpu,
-            Spec {
+            GroupSpec {
                 op: STEP,
-                inputs: vec![("grad", grad), ("param", param), ("m", m), ("v", v)],
-                outputs: vec![
-                    ("m", m, kept("fbl_adam_m{S}(m, grad)", "m")),
-                    ("v", v, kept("fbl_adam_v{S}(v, grad)", "v")),
-                    (
-                        "param",
-                        param,
-                        kept("fbl_adam_p{S}(param, m, v, grad)", "param"),
-                    ),
-                ],
+                members: walks,
                 scalars: names.into_iter().map(|n| (n, Scalar::F32)).collect(),
-                helpers: HELPERS[usize::from(gate.is_some())][usize::from(scalars.is_some())],
+                helpers: HELPERS[usize::from(scalars.is_some())],
                 unwalked: gate
                     .map(|g| ("gate", g))
                     .into_iter()
                     .chain(scalars.map(|s| ("scalars", s)))
                     .collect(),
+                skip: gate.map(|_| SKIP),
             },
         )?;
         Ok(Self {
             kernel,
             gated: gate.is_some(),
             on_device: scalars.is_some(),
+            copies,
         })
     }
 
-    /// Whether an invocation updates four elements.
+    /// How many parameters it updates.
+    pub fn members(&self) -> usize {
+        self.copies.len()
+    }
+
+    /// Whether an invocation updates four elements, in every member.
     pub fn is_vectorized(&self) -> bool {
-        self.kernel.is_vectorized()
+        (0..self.members()).all(|i| self.kernel.is_vectorized(i))
     }
 
     /// The shader.
@@ -309,7 +367,8 @@ impl AdamWOp {
         grad_scale: f32,
     ) -> Result<(), OpError> {
         self.expect(false, false, "step")?;
-        self.record(batch, t, hyper, Some((step, grad_scale)), None, None)
+        let values = StepValues::Host { step, grad_scale };
+        self.record(batch, &[(*t).into()], hyper, values, None)
     }
 
     /// Records step `step` of a [gated](Self::gated) kernel, skipped on the device where
@@ -324,7 +383,8 @@ impl AdamWOp {
         gate: &GpuArg<'_>,
     ) -> Result<(), OpError> {
         self.expect(true, false, "step_gated")?;
-        self.record(batch, t, hyper, Some((step, grad_scale)), Some(gate), None)
+        let values = StepValues::Host { step, grad_scale };
+        self.record(batch, &[(*t).into()], hyper, values, Some(gate))
     }
 
     /// Records a step of an [`on_device`](Self::on_device) kernel: whichever step `scalars`
@@ -338,22 +398,99 @@ impl AdamWOp {
         gate: Option<&GpuArg<'_>>,
     ) -> Result<(), OpError> {
         self.expect(gate.is_some(), true, "step_on_device")?;
-        self.record(batch, t, hyper, None, gate, Some(scalars))
+        let values = StepValues::Device(scalars);
+        self.record(batch, &[(*t).into()], hyper, values, gate)
     }
 
-    /// Checks that the kernel was built for the entry point `entry` with or without a gate.
+    /// Records the step of every member of the group: `members` one for each the kernel was
+    /// built for, in that order, each with a copy where it was built with one; the per-step
+    /// `values` from the host or the device as the kernel was built
+    /// ([`many`](Self::many)'s scalars), and the `gate` where it was built with one.
+    pub fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        members: &[AdamWMember<&GpuArg<'_>>],
+        hyper: &AdamW,
+        values: StepValues<'_, '_>,
+        gate: Option<&GpuArg<'_>>,
+    ) -> Result<(), OpError> {
+        let on_device = matches!(values, StepValues::Device(_));
+        self.expect(gate.is_some(), on_device, "record")?;
+        if members.len() != self.copies.len() {
+            return Err(OpError::shape(
+                STEP,
+                format!(
+                    "the step was built for {} parameters, and {} were given",
+                    self.copies.len(),
+                    members.len()
+                ),
+            ));
+        }
+        let mut args = Vec::with_capacity(members.len());
+        for (i, (member, &copy)) in members.iter().zip(&self.copies).enumerate() {
+            let t = &member.tensors;
+            let mut a = vec![t.grad, t.param, t.m, t.v];
+            match (member.copy, copy) {
+                (Some(c), true) => a.push(c),
+                (None, false) => {}
+                (given, _) => {
+                    return Err(OpError::shape(
+                        STEP,
+                        format!(
+                            "parameter {i} was built {} a copy, and given {}",
+                            if copy { "with" } else { "without" },
+                            if given.is_some() { "one" } else { "none" }
+                        ),
+                    ));
+                }
+            }
+            args.push(a);
+        }
+        let f = ParamValue::F32;
+        let mut scalars = vec![
+            ("lr", f(hyper.lr)),
+            ("beta1", f(hyper.beta1)),
+            ("beta2", f(hyper.beta2)),
+            ("eps", f(hyper.eps)),
+            ("weight_decay", f(hyper.weight_decay)),
+        ];
+        let mut unwalked: Vec<&GpuArg<'_>> = gate.into_iter().collect();
+        match values {
+            StepValues::Host { step, grad_scale } => {
+                let [bias1, bias2_sqrt, grad_scale, _] = hyper.step_scalars(step, grad_scale)?;
+                scalars.extend([
+                    ("grad_scale", f(grad_scale)),
+                    ("bias1", f(bias1)),
+                    ("bias2_sqrt", f(bias2_sqrt)),
+                ]);
+            }
+            StepValues::Device(s) => unwalked.push(s),
+        }
+        self.kernel.record(batch, STEP, &args, &unwalked, &scalars)
+    }
+
+    /// Checks that the kernel was built for the entry point `entry`, with or without a gate and
+    /// with its values on the host or the device.
     fn expect(&self, gated: bool, on_device: bool, entry: &str) -> Result<(), OpError> {
         if (self.gated, self.on_device) == (gated, on_device) {
             return Ok(());
         }
         let built = match (self.gated, self.on_device) {
-            (false, false) => "AdamWOp::new (record it with step)",
-            (true, false) => "AdamWOp::gated (record it with step_gated)",
+            (false, false) => {
+                "AdamWOp::new or many without a gate or scalars (record it with step, or \
+                 record with the host's values and no gate)"
+            }
+            (true, false) => {
+                "AdamWOp::gated or many with a gate (record it with step_gated, or record with \
+                 the host's values and the gate)"
+            }
             (true, true) => {
-                "AdamWOp::on_device with a gate (record it with step_on_device and the gate)"
+                "AdamWOp::on_device or many with scalars and a gate (record it with \
+                 step_on_device, or record, with the device's values and the gate)"
             }
             (false, true) => {
-                "AdamWOp::on_device without a gate (record it with step_on_device and no gate)"
+                "AdamWOp::on_device or many with scalars and no gate (record it with \
+                 step_on_device, or record, with the device's values and no gate)"
             }
         };
         Err(OpError::shape(
@@ -361,37 +498,37 @@ impl AdamWOp {
             format!("{entry} does not fit the kernel: it was built by {built}"),
         ))
     }
+}
 
-    fn record(
-        &self,
-        batch: &mut Batch<'_>,
-        t: &AdamWTensors<&GpuArg<'_>>,
-        hyper: &AdamW,
-        host: Option<(u32, f32)>,
-        gate: Option<&GpuArg<'_>>,
-        scalars: Option<&GpuArg<'_>>,
-    ) -> Result<(), OpError> {
-        let f = ParamValue::F32;
-        let mut values = vec![
-            ("lr", f(hyper.lr)),
-            ("beta1", f(hyper.beta1)),
-            ("beta2", f(hyper.beta2)),
-            ("eps", f(hyper.eps)),
-            ("weight_decay", f(hyper.weight_decay)),
-        ];
-        if let Some((step, grad_scale)) = host {
-            let [bias1, bias2_sqrt, grad_scale, _] = hyper.step_scalars(step, grad_scale)?;
-            values.extend([
-                ("grad_scale", f(grad_scale)),
-                ("bias1", f(bias1)),
-                ("bias2_sqrt", f(bias2_sqrt)),
-            ]);
+/// The walk of member `i`: its tensors read and updated in place, and its copy written, with
+/// the member's own roles.
+fn walk<'a>(i: usize, member: &AdamWMember<&'a View>) -> Result<Member<'a>, OpError> {
+    let AdamWTensors { param, grad, m, v } = member.tensors;
+    let (g, p, mi, vi) = (GRAD[i], PARAM[i], M[i], V[i]);
+    let updated = format!("fbl_adam_p{{S}}({p}, {mi}, {vi}, {g})");
+    let mut outputs = vec![
+        (mi, m, format!("fbl_adam_m{{S}}({mi}, {g})")),
+        (vi, v, format!("fbl_adam_v{{S}}({vi}, {g})")),
+        (p, param, updated.clone()),
+    ];
+    if let Some(copy) = member.copy {
+        if !matches!(copy.layout().elem(), ElemType::F16 | ElemType::F32) {
+            return Err(OpError::Unsupported {
+                op: STEP,
+                role: COPY[i],
+                view: copy.name().to_owned(),
+                why: format!(
+                    "a copy of the parameters is f16 or f32, not {}",
+                    copy.layout().elem()
+                ),
+            });
         }
-        let mut args = vec![t.grad, t.param, t.m, t.v];
-        args.extend(gate);
-        args.extend(scalars);
-        self.kernel.record(batch, STEP, &args, &values)
+        outputs.push((COPY[i], copy, updated));
     }
+    Ok(Member {
+        inputs: vec![(g, grad), (p, param), (mi, m), (vi, v)],
+        outputs,
+    })
 }
 
 /// AdamW step `step` (from 1) on the CPU, in `f64`: updates `param`, `m` and `v` in place.
@@ -421,282 +558,4 @@ pub fn adamw_step_cpu<T: Real>(
         out[1] = m1;
         out[2] = v1;
     })
-}
-
-/// `Σ g²` over every element of a tensor of any layout, on the GPU (see the module docs).
-#[derive(Debug, Clone)]
-pub struct SumSquaresOp {
-    chunks: Compiled,
-    total: Compiled,
-    partials: Partials,
-    width: u32,
-}
-
-const SUM_SQUARES: &str = "sum of squares";
-/// The workgroup size of [`chunk_entry`].
-pub(crate) const LANES: u32 = 256;
-/// Fewest elements (or four-element runs) a lane of pass 1 adds.
-const MIN_PER_LANE: u64 = 4;
-
-impl SumSquaresOp {
-    /// The kernels for a gradient read through `grad`, and a total written through `out` (one
-    /// element: shape `[1]`).
-    pub fn new(gpu: &Gpu, grad: &View, out: &View) -> Result<Self, OpError> {
-        let rank = grad.axes().len();
-        if out.axes().len() != 1 || out.axes()[0].extent.as_static() != Some(1) {
-            return Err(OpError::shape(
-                SUM_SQUARES,
-                format!("`out` ({}) must have shape [1]", out.name()),
-            ));
-        }
-        let partials = Partials::new(SUM_SQUARES, None)?;
-        let subgroups = gpu.features().subgroups;
-        let g = match rank.checked_sub(1) {
-            Some(last) => Operand::read("g", grad)?.vectorized(last),
-            None => Operand::read("g", grad)?,
-        };
-        let width = if g.vector_axis().is_some() { 4 } else { 1 };
-        let part = Operand::write("part", partials.view())?;
-        let mut body = workgroup_reduce(LANES, subgroups);
-        if let Some(last) = rank.checked_sub(1) {
-            body += &getter(&g, last, width);
-        }
-        let pass = ChunkPass {
-            name: "sum_squares_chunks",
-            groups: "part_dim0()",
-            term: "v * v",
-            finish: "part_store(group, total);",
-        };
-        body += &chunk_entry(&pass, rank, width, subgroups);
-        let chunks = Compiled::new(
-            SUM_SQUARES,
-            gpu,
-            KernelSource::new(SUM_SQUARES)
-                .operand(g)
-                .operand(part)
-                .scalar("per_group", Scalar::U32)
-                .body(body),
-        )?;
-        let mut body = workgroup_reduce(LANES, subgroups);
-        let _ = write!(
-            body,
-            "@compute @workgroup_size({LANES})\nfn sum_squares_total(\
-             @builtin(local_invocation_index) lid: u32, {}) {{\n    var acc = 0.0;\n    \
-             for (var q = lid; q < part_dim0(); q = q + {LANES}u) {{\n        \
-             acc = acc + part_load(q);\n    }}\n    \
-             var total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u) {{\n        \
-             if (params.accumulate != 0u) {{\n            total = total + out_load(0u);\n        }}\n        \
-             out_store(0u, total);\n    }}\n}}\n",
-            entry_params(subgroups),
-            subgroup_call_args(subgroups)
-        );
-        let total = Compiled::new(
-            SUM_SQUARES,
-            gpu,
-            KernelSource::new(SUM_SQUARES)
-                .operand(Operand::read("part", partials.view())?)
-                .operand(Operand::write("out", out)?)
-                .scalar("accumulate", Scalar::U32)
-                .body(body),
-        )?;
-        Ok(Self {
-            chunks,
-            total,
-            partials,
-            width,
-        })
-    }
-
-    /// The shaders: pass 1, pass 2.
-    pub fn shaders(&self) -> [&KernelModule; 2] {
-        [self.chunks.module(), self.total.module()]
-    }
-
-    /// Records `out = Σ g²` (or `out += Σ g²`, with `accumulate`).
-    pub fn record(
-        &self,
-        batch: &mut Batch<'_>,
-        grad: &GpuArg<'_>,
-        out: &GpuArg<'_>,
-        accumulate: bool,
-    ) -> Result<(), OpError> {
-        let (per_group, groups) = chunking(SUM_SQUARES, &grad.dims(), self.width)?;
-        let buffer = self.partials.scratch(batch.gpu(), groups)?;
-        let part = self.partials.arg(&buffer, groups)?;
-        self.chunks.record_linear(
-            batch,
-            "sum_squares_chunks",
-            &[("g", grad), ("part", &part)],
-            &[("per_group", ParamValue::U32(per_group))],
-            groups,
-        )?;
-        self.total.record(
-            batch,
-            "sum_squares_total",
-            &[("part", &part), ("out", out)],
-            &[("accumulate", ParamValue::U32(u32::from(accumulate)))],
-            [1, 1, 1],
-        )
-    }
-}
-
-/// What a pass over chunks of a tensor computes: per element `v` (`f32`, or `vec4<f32>` four at a
-/// time) the term `term` sums, and with its workgroup's total `total` the statement `finish`;
-/// `groups` is how many workgroups do work.
-pub(crate) struct ChunkPass<'a> {
-    /// The entry point's name.
-    pub name: &'a str,
-    /// The number of workgroups with a chunk.
-    pub groups: &'a str,
-    /// What is summed per element, over `v`.
-    pub term: &'a str,
-    /// What the first lane does with the workgroup's `total`.
-    pub finish: &'a str,
-}
-
-/// Every element's `g_get` value, the pass's term summed over a chunk of `params.per_group`
-/// units (elements, or runs of `width` along the last axis) per workgroup.
-pub(crate) fn chunk_entry(
-    pass: &ChunkPass<'_>,
-    rank: usize,
-    width: u32,
-    subgroups: bool,
-) -> String {
-    let mut s = format!(
-        "@compute @workgroup_size({LANES})\nfn {}(\
-         @builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, \
-         @builtin(local_invocation_index) lid: u32, {}) {{\n",
-        pass.name,
-        entry_params(subgroups)
-    );
-    let _ = writeln!(s, "    let group = wg.x + wg.y * nwg.x;");
-    let _ = writeln!(
-        s,
-        "    if (group >= {}) {{\n        return;\n    }}",
-        pass.groups
-    );
-    s += &chunk_loop(
-        &ChunkLoop {
-            role: "g",
-            chunk: "group",
-            per_group: "params.per_group",
-            term: pass.term,
-        },
-        rank,
-        width,
-    );
-    let _ = writeln!(
-        s,
-        "    let total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u) {{\n        \
-         {}\n    }}\n}}",
-        subgroup_call_args(subgroups),
-        pass.finish
-    );
-    s
-}
-
-/// One lane's part of a chunk of a tensor: the statements of a function body (declaring `acc`,
-/// the lane's sum of `term` over its units of the chunk) that read the tensor through operand
-/// `role`'s `<role>_get<width>` ([`getter`]) and `<role>_dim<d>()`, and the lane through `lid`.
-pub(crate) struct ChunkLoop<'a> {
-    /// The operand read.
-    pub role: &'a str,
-    /// The chunk's number, a WGSL `u32` expression.
-    pub chunk: &'a str,
-    /// Units per chunk, a WGSL `u32` expression.
-    pub per_group: &'a str,
-    /// What is summed per element, over `v`.
-    pub term: &'a str,
-}
-
-/// The statements of [`ChunkLoop`] for a tensor of rank `rank` read in runs of `width` along
-/// its last axis, indented one level.
-pub(crate) fn chunk_loop(l: &ChunkLoop<'_>, rank: usize, width: u32) -> String {
-    let entry = LinearEntry {
-        name: "",
-        prefix: "ss",
-    };
-    let role = l.role;
-    // Units: elements, with the last axis in runs of `width`.
-    let mut units: Vec<String> = (0..rank).map(|d| format!("{role}_dim{d}()")).collect();
-    if let Some(last) = units.last_mut() {
-        *last = format!("(({last} + {}u) / {width}u)", width - 1);
-    }
-    let count = if units.is_empty() {
-        "1u".to_owned()
-    } else {
-        units.join(" * ")
-    };
-    let mut s = String::new();
-    let _ = writeln!(s, "    let count = {count};");
-    let _ = writeln!(s, "    let first = {} * {};", l.chunk, l.per_group);
-    let _ = writeln!(s, "    let end = min(first + {}, count);", l.per_group);
-    let _ = writeln!(s, "    var acc = 0.0;");
-    let _ = writeln!(
-        s,
-        "    for (var unit = first + lid; unit < end; unit = unit + {LANES}u) {{"
-    );
-    let _ = writeln!(s, "        let {} = unit;", entry.index());
-    // Inside the loop: one more level of indentation.
-    for line in entry.decode(&units).lines() {
-        let _ = writeln!(s, "    {line}");
-    }
-    let value = if rank == 0 {
-        format!("{role}_load()")
-    } else {
-        let mut coords: Vec<String> = (0..rank).map(|d| entry.coord(d)).collect();
-        let last = coords.len() - 1;
-        coords[last] = format!("{} * {width}u", coords[last]);
-        format!("{role}_get{width}({})", coords.join(", "))
-    };
-    let _ = writeln!(s, "        let v = {value};");
-    let _ = writeln!(s, "        let term = {};", l.term);
-    let _ = writeln!(
-        s,
-        "        acc = acc + {};\n    }}",
-        components_sum("term", width)
-    );
-    s
-}
-
-/// How [`chunk_entry`] splits `dims` (runs of `width` along the last axis): units per
-/// workgroup and workgroups.
-pub(crate) fn chunking(
-    op: &'static str,
-    dims: &[usize],
-    width: u32,
-) -> Result<(u32, u32), OpError> {
-    let mut units: u64 = 1;
-    for (d, &n) in dims.iter().enumerate() {
-        let n = if d + 1 == dims.len() {
-            (n as u64).div_ceil(u64::from(width))
-        } else {
-            n as u64
-        };
-        units *= n;
-    }
-    let lanes = u64::from(LANES);
-    let per_group =
-        (units.div_ceil(FILL_WORKGROUPS).max(MIN_PER_LANE * lanes)).next_multiple_of(lanes);
-    let groups = units.div_ceil(per_group).max(1);
-    Ok((
-        u32::try_from(per_group).map_err(|_| OpError::shape(op, "too many elements"))?,
-        u32::try_from(groups).map_err(|_| OpError::shape(op, "too many elements"))?,
-    ))
-}
-
-/// `Σ g²` over every element of `grad`, on the CPU in `f64`.
-pub fn sum_squares_cpu<T: Real>(grad: &dyn Logical<T>) -> f64 {
-    let shape: Vec<u64> = grad.dims().iter().map(|&n| n as u64).collect();
-    let n: u64 = shape.iter().product();
-    (0..n)
-        .into_par_iter()
-        .map(|linear| {
-            let mut coords = vec![0u64; shape.len()];
-            unravel(linear, &shape, &mut coords);
-            let index: Vec<usize> = coords.iter().map(|&c| c as usize).collect();
-            let v = grad.get(&index).to_f64();
-            v * v
-        })
-        .sum()
 }
