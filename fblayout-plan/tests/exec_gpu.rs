@@ -9,7 +9,7 @@ use exec_support::{
     random_layouts, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
-use fblayout_kernels::ops::NonFiniteOp;
+use fblayout_kernels::ops::{AdamWOp, NonFiniteOp};
 use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, OVERFLOW_SECTION, StepInputs};
 use fblayout_plan::graph::{Graph, Op};
 use fblayout_plan::layouts::LayoutChoice;
@@ -354,5 +354,87 @@ fn a_cross_entropy_over_a_copy_of_its_labels_finds_its_forward() {
             .step(&StepInputs::random(SMALL.vocab, SIZES, 11))
             .unwrap_err();
         assert!(err.to_string().contains("integer"), "{err}");
+    }
+}
+
+#[test]
+fn the_adamw_steps_run_in_groups_and_any_grouping_steps_alike() {
+    // Every AdamW node is one parameter of a group of as many as one dispatch takes: a step
+    // records ⌈parameters / capacity⌉ AdamW dispatches, each in the section of its group's
+    // first node. Smaller groups (one a parameter; three) leave every parameter and moment
+    // where the default grouping does, bit for bit, and the CPU agrees.
+    let gpu = gpu();
+    let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
+    for model in [Model::Encoder, Model::Decoder] {
+        for mixed in [false, true] {
+            let g = match mixed {
+                false => graph(model),
+                true => fblayout_plan::graph::precision::mixed(&graph(model)).unwrap(),
+            };
+            let what = format!("{model:?}, mixed {mixed}");
+            let layouts = family_layouts(&g, 7);
+            let params = g.params().len();
+            let copies = g
+                .nodes()
+                .iter()
+                .any(|n| n.op.name() == "adamw" && n.outputs.len() > 3);
+            let capacity = AdamWOp::capacity(&gpu, copies);
+            assert!(params > capacity, "{what}: {params} parameters");
+            let (mut grouped, mut on_cpu) = both_steps(&gpu, &g, &layouts);
+            assert_eq!(
+                grouped.adamw_dispatches(),
+                params.div_ceil(capacity),
+                "{what}"
+            );
+            let (_, timings) = grouped.step_timed(&inputs).unwrap();
+            on_cpu.step(&inputs).unwrap();
+            let first_steps: Vec<String> = g
+                .nodes()
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.op.name() == "adamw")
+                .step_by(capacity)
+                .map(|(i, _)| fblayout_plan::exec::section(&g, i))
+                .collect();
+            let sections: Vec<&str> = timings
+                .iter()
+                .filter_map(|t| t.section.as_deref())
+                .filter(|s| s.starts_with("adamw "))
+                .collect();
+            assert_eq!(sections, first_steps, "{what}: one dispatch a group");
+            let state = |step: &GpuStep<'_>| -> Vec<Vec<f64>> {
+                g.params()
+                    .iter()
+                    .flat_map(|&p| {
+                        let name = &g.tensor(p).name;
+                        [name.clone(), format!("{name}.m"), format!("{name}.v")]
+                    })
+                    .map(|n| step.read(&n).unwrap())
+                    .collect()
+            };
+            let want = state(&grouped);
+            for p in g.params() {
+                let name = &g.tensor(p).name;
+                let e = exec_support::relative_error(
+                    &grouped.read(name).unwrap(),
+                    &on_cpu.read(name).unwrap(),
+                );
+                let tol = if mixed { MIXED_TOLERANCE } else { TOLERANCE };
+                assert!(e <= tol, "{what}: `{name}`: {e:e}");
+            }
+            for most in [1, 3] {
+                let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+                let mut step = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
+                step.upload_params(7).unwrap();
+                let dispatches = step.group_adamw(most).unwrap();
+                assert_eq!(
+                    dispatches,
+                    params.div_ceil(most),
+                    "{what}: groups of {most}"
+                );
+                step.step(&inputs).unwrap();
+                assert_eq!(state(&step), want, "{what}: groups of {most}");
+            }
+        }
     }
 }
