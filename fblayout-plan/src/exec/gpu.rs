@@ -319,14 +319,15 @@ impl std::fmt::Debug for GpuStep<'_> {
     }
 }
 
-/// Host values go in and out of the step as `f32`: the persistent tensors, the loss and the
-/// parameters' gradients, which mixed precision keeps `f32` too.
-fn check_f32(tensor: &crate::graph::Tensor) -> Result<(), ExecError> {
+/// Host values go in and out of the step as `f32` — the persistent tensors, the loss and the
+/// parameters' gradients, which mixed precision keeps `f32` too — or as `f16`, the parameters'
+/// copies of mixed precision.
+fn check_float(tensor: &crate::graph::Tensor) -> Result<(), ExecError> {
     match tensor.elem {
-        ElemType::F32 => Ok(()),
+        ElemType::F32 | ElemType::F16 => Ok(()),
         other => Err(ExecError::Value {
             tensor: tensor.name.clone(),
-            detail: format!("it is stored as {other}; values are read and written as f32"),
+            detail: format!("it is stored as {other}; values are read and written as f32 or f16"),
         }),
     }
 }
@@ -514,7 +515,10 @@ impl<'g> GpuStep<'g> {
             scaling,
             step_scalars,
             adamw_groups,
-            first_adamw: graph.nodes().iter().position(|n| n.op == Op::AdamW),
+            first_adamw: graph
+                .nodes()
+                .iter()
+                .position(|n| matches!(n.op, Op::AdamW { .. })),
             next: None,
         };
         for t in graph.ids() {
@@ -555,33 +559,47 @@ impl<'g> GpuStep<'g> {
     }
 
     /// Writes the logical values `logical` of tensor `t` into its buffer (which it has to
-    /// itself: a persistent tensor), in its layout; padding is zero.
+    /// itself: a persistent tensor), in its layout, rounded to `f32` (to `f16` from that for
+    /// an `f16` tensor, as the GPU rounds); padding is zero. A parameter's copies are written
+    /// with it.
     fn store(&mut self, t: TensorId, logical: &[f64]) -> Result<(), ExecError> {
-        let name = &self.graph.tensor(t).name;
-        let bound = &self.whole[t.index()];
-        check_values(name, logical.len(), bound)?;
-        check_f32(self.graph.tensor(t))?;
-        let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.clone()))?;
-        let buffer = &self.buffers[b];
-        let mut physical = vec![0f32; buffer.len_bytes() as usize / 4];
-        bound.for_each(|i, _, off| physical[off as usize] = logical[i] as f32);
-        buffer
-            .write(&physical)
-            .map_err(|e| ExecError::gpu("writing a tensor", e))
+        for t in std::iter::once(t).chain(self.graph.copies_of(t)) {
+            let tensor = self.graph.tensor(t);
+            let bound = &self.whole[t.index()];
+            check_values(&tensor.name, logical.len(), bound)?;
+            check_float(tensor)?;
+            let b =
+                self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(tensor.name.clone()))?;
+            let buffer = &self.buffers[b];
+            let written = if tensor.elem == ElemType::F16 {
+                let mut physical = vec![half::f16::ZERO; buffer.len_bytes() as usize / 2];
+                bound.for_each(|i, _, off| {
+                    physical[off as usize] = half::f16::from_f32(logical[i] as f32);
+                });
+                buffer.write(&physical)
+            } else {
+                let mut physical = vec![0f32; buffer.len_bytes() as usize / 4];
+                bound.for_each(|i, _, off| physical[off as usize] = logical[i] as f32);
+                buffer.write(&physical)
+            };
+            written.map_err(|e| ExecError::gpu("writing a tensor", e))?;
+        }
+        Ok(())
     }
 
-    /// Sets persistent tensor `name` (a parameter, a moment) to `logical` (row-major over its
-    /// shape).
+    /// Sets persistent tensor `name` (a parameter, with its copies; a moment) to `logical`
+    /// (row-major over its shape). A parameter's copy is not set apart from the parameter.
     pub fn set(&mut self, name: &str, logical: &[f64]) -> Result<(), ExecError> {
         let t = self.id(name)?;
         let tensor = self.graph.tensor(t);
         if !tensor.is_persistent() || tensor.role == Role::Input {
             return Err(ExecError::Unknown(name.to_owned()));
         }
+        super::check_settable(&self.graph, t)?;
         self.store(t, logical)
     }
 
-    /// Sets every parameter to [`initial_values`] from `seed` (what
+    /// Sets every parameter (and its copies) to [`initial_values`] from `seed` (what
     /// [`CpuStep::init_params`](super::CpuStep::init_params) sets).
     pub fn upload_params(&mut self, seed: u64) -> Result<(), ExecError> {
         for p in self.graph.params() {
@@ -591,8 +609,8 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
-    /// The logical values (row-major) of tensor `name`, read back: a persistent tensor, the
-    /// loss, or a parameter's gradient (after a step; with loss scaling, divided by the scale
+    /// The logical values (row-major) of tensor `name`, read back: a persistent tensor (a
+    /// parameter's `f16` copy included), the loss, or a parameter's gradient (after a step; with loss scaling, divided by the scale
     /// that step used, so it is the loss's gradient either way).
     pub fn read(&self, name: &str) -> Result<Vec<f64>, ExecError> {
         let t = self.id(name)?;
@@ -601,10 +619,15 @@ impl<'g> GpuStep<'g> {
             return Err(ExecError::Unknown(name.to_owned()));
         }
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
-        check_f32(tensor)?;
-        let data: Vec<f32> = self.buffers[b]
-            .read_back()
-            .map_err(|e| ExecError::gpu("reading a tensor back", e))?;
+        check_float(tensor)?;
+        let buffer = &self.buffers[b];
+        let data: Vec<f32> = match tensor.elem {
+            ElemType::F16 => buffer
+                .read_back::<half::f16>()
+                .map(|h| h.into_iter().map(f32::from).collect()),
+            _ => buffer.read_back(),
+        }
+        .map_err(|e| ExecError::gpu("reading a tensor back", e))?;
         let bound = &self.whole[t.index()];
         // A gradient of a scaled loss carries the scale.
         let unscale = match (&self.scaling, tensor.role) {
@@ -1204,7 +1227,7 @@ fn build(
             Kernel::CrossEntropy(Box::new(k), s)
         }
         // Built with its group (`build_adamw_groups`).
-        Op::AdamW => Kernel::AdamW,
+        Op::AdamW { .. } => Kernel::AdamW,
         Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
     })
 }

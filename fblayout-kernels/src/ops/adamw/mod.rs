@@ -284,7 +284,7 @@ impl AdamWOp {
     /// How many parameters one step updates on `gpu`: each member's four tensors (five with a
     /// copy, where `copies`) are storage bindings of their own beside the gate's and the step
     /// values', within the device's `max_storage_buffers_per_shader_stage`, and at most
-    /// [`MAX_MEMBERS`](crate::ops::adamw::MAX_MEMBERS).
+    /// [`MAX_MEMBERS`].
     pub fn capacity(gpu: &Gpu, copies: bool) -> usize {
         group::capacity(gpu, 2, MEMBER_BINDINGS + usize::from(copies))
     }
