@@ -1,14 +1,17 @@
-//! The AdamW step, the sum of squares and the non-finite check: against their definitions, and the GPU against the
-//! CPU under every 2-D layout and element type, with the subgroup reductions and their
-//! workgroup-memory fallback.
+//! The AdamW step, the sum of squares and the non-finite check: against their definitions, and
+//! the GPU against the CPU under every 2-D layout and element type, with the subgroup
+//! reductions and their workgroup-memory fallback; the step over a group of parameters in one
+//! dispatch, with the copies it writes, against the definition over several gated steps.
 
 mod support;
 
 use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::cpu::Real;
-use fblayout_kernels::ops::adamw::{STEP_SCALARS, adamw_step_cpu, sum_squares_cpu};
+use fblayout_kernels::ops::adamw::{MAX_MEMBERS, STEP_SCALARS, adamw_step_cpu, sum_squares_cpu};
 use fblayout_kernels::ops::finite::{MAX_TENSORS, non_finite_cpu};
-use fblayout_kernels::ops::{AdamW, AdamWOp, AdamWTensors, NonFiniteOp, OpError, SumSquaresOp};
+use fblayout_kernels::ops::{
+    AdamW, AdamWMember, AdamWOp, AdamWTensors, NonFiniteOp, OpError, StepValues, SumSquaresOp,
+};
 use fblayout_kernels::runtime::{Gpu, GpuBuffer};
 use fblayout_kernels::tensor::GpuArg;
 use support::{
@@ -666,4 +669,426 @@ fn steps_reading_their_values_on_the_device_match_the_host_steps() {
         HYPER.step_scalars(0, 1.0),
         Err(OpError::Shape { .. })
     ));
+}
+
+/// One parameter of a grouped step: its four tensors (one shape, each in its own layout, all
+/// of one element type) and, where it has one, the copy the step writes.
+struct Member {
+    t: [Tensor; 4],
+    copy: Option<Tensor>,
+}
+
+/// A random member `k`: a 1-D vector (a bias, any length) or a 2-D matrix of random extents,
+/// each tensor in a random layout of [`Layout2::ALL`] (R-Tiles with partial tiles), `f32` or
+/// (sometimes) `f16`; with a copy (`f16` where the adapter has it, in a random layout of its
+/// own) where `copy`.
+fn group_member(rng: &mut Rng, k: usize, copy: bool) -> Member {
+    let elems = gpu_elems();
+    let elem = if rng.below(4) == 0 {
+        elems[rng.below(elems.len() as u64) as usize]
+    } else {
+        ElemType::F32
+    };
+    let copy_elem = *elems.last().unwrap();
+    let names = ["param", "grad", "m", "v", "copy"].map(|n| format!("{n}{k}"));
+    let ranges = [
+        (-1.0, 1.0),
+        (-2.0, 2.0),
+        (-0.1, 0.1),
+        (0.01, 0.2),
+        (0.0, 1.0),
+    ];
+    let layout = |rng: &mut Rng| Layout2::ALL[rng.below(Layout2::ALL.len() as u64) as usize];
+    let (rows, cols) = (1 + rng.below(40) as u32, 8 + rng.below(64) as u32);
+    let vector = rng.below(3) == 0;
+    let n = 1 + rng.below(700) as u32;
+    let make = |rng: &mut Rng, i: usize, elem: ElemType| {
+        let (view, bind) = if vector {
+            (view_1d(&names[i], "cols", n, elem), Vec::new())
+        } else {
+            let l = layout(rng);
+            view_2d(&names[i], l, rows, cols, elem)
+        };
+        Tensor::random(rng, view, bind, ranges[i].0, ranges[i].1)
+    };
+    let t = std::array::from_fn(|i| make(rng, i, elem));
+    let copy = copy.then(|| make(rng, 4, copy_elem));
+    Member { t, copy }
+}
+
+/// What `member` is called in a failure: its shape, element types and layouts.
+fn describe(member: &Member) -> String {
+    let order = |t: &Tensor| t.view.layout().order().name().to_owned();
+    format!(
+        "{:?} {} [{}]{}",
+        member.t[0].dims(),
+        member.t[0].elem(),
+        member.t.iter().map(order).collect::<Vec<_>>().join(", "),
+        member.copy.as_ref().map_or(String::new(), |c| format!(
+            ", copy {} {}",
+            c.elem(),
+            order(c)
+        ))
+    )
+}
+
+/// The value `p` (stored in the parameters' element type) rounds to in `elem`.
+fn rounded(p: f64, elem: ElemType) -> f64 {
+    match elem {
+        ElemType::F16 => half::f16::from_f64(p).to_f64(),
+        _ => f64::from(p as f32),
+    }
+}
+
+/// Every value a member holds on the GPU: parameters, moments, copy.
+fn member_state(m: &Member, bufs: &[GpuBuffer]) -> Vec<Vec<f64>> {
+    let mut state: Vec<Vec<f64>> = [0, 2, 3].map(|i| m.t[i].download(&bufs[i])).into();
+    if let Some(c) = &m.copy {
+        state.push(c.download(&bufs[4]));
+    }
+    state
+}
+
+/// Runs a group of `members` through one recording of a gated step that reads its values on
+/// the device: step 1, a step skipped by the gate (nothing moves, bit for bit, copies
+/// included), step 2; then checks every member against the definition after two steps and its
+/// copy against its rounded parameters.
+fn check_group(gpu: &Gpu, members: &[Member], what: &str) {
+    let scale = 0.5;
+    let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
+    let gate = view_1d("gate", "one", 1, ElemType::U32);
+    let views: Vec<AdamWMember<&View>> = members
+        .iter()
+        .map(|m| AdamWMember {
+            tensors: quad_views(&m.t),
+            copy: m.copy.as_ref().map(|c| &c.view),
+        })
+        .collect();
+    let op = AdamWOp::many(gpu, &views, Some(&scalars), Some(&gate)).unwrap();
+    assert_eq!(op.members(), members.len());
+    // Copies start poisoned (NaN): the first step must write every element.
+    let bufs: Vec<Vec<GpuBuffer>> = members
+        .iter()
+        .map(|m| {
+            let mut b: Vec<GpuBuffer> = m.t.iter().map(|x| x.upload(gpu)).collect();
+            b.extend(m.copy.as_ref().map(|c| c.poisoned(gpu)));
+            b
+        })
+        .collect();
+    let args: Vec<Vec<GpuArg<'_>>> = members
+        .iter()
+        .zip(&bufs)
+        .map(|(m, b)| {
+            let mut a: Vec<GpuArg<'_>> = m.t.iter().zip(b).map(|(x, b)| x.gpu_arg(b)).collect();
+            a.extend(m.copy.as_ref().map(|c| c.gpu_arg(&b[4])));
+            a
+        })
+        .collect();
+    let group: Vec<AdamWMember<&GpuArg<'_>>> = args
+        .iter()
+        .map(|a| AdamWMember {
+            tensors: quad(a),
+            copy: a.get(4),
+        })
+        .collect();
+    let sb = GpuBuffer::scratch::<f32>(gpu, STEP_SCALARS as usize).unwrap();
+    let sa = GpuArg::new(&sb, &scalars, &[]).unwrap();
+    let gb = GpuBuffer::from_slice(gpu, &[0u32]).unwrap();
+    let ga = GpuArg::new(&gb, &gate, &[]).unwrap();
+    let mut batch = gpu.batch();
+    op.record(
+        &mut batch,
+        &group,
+        &HYPER,
+        StepValues::Device(&sa),
+        Some(&ga),
+    )
+    .unwrap();
+    assert_eq!(batch.len(), 1, "{what}: one dispatch for the group");
+    let mut recording = batch.finish().unwrap();
+    let run = |recording: &mut fblayout_kernels::runtime::Recording<'_>, step: u32, gate: u32| {
+        sb.write(&HYPER.step_scalars(step, scale as f32).unwrap())
+            .unwrap();
+        gb.write(&[gate]).unwrap();
+        recording.submit().unwrap();
+    };
+    run(&mut recording, 1, 0);
+    let after_one: Vec<Vec<Vec<f64>>> = members
+        .iter()
+        .zip(&bufs)
+        .map(|(m, b)| member_state(m, b))
+        .collect();
+    // The gate set: the step of number 2 does nothing.
+    run(&mut recording, 2, 1);
+    for ((m, b), before) in members.iter().zip(&bufs).zip(&after_one) {
+        let now = member_state(m, b);
+        for (k, (a, b)) in now.iter().zip(before).enumerate() {
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{what}: {}: value {k} moved in a skipped step",
+                describe(m)
+            );
+        }
+    }
+    run(&mut recording, 2, 0);
+    for (i, (m, b)) in members.iter().zip(&bufs).enumerate() {
+        let [p, g, mm, v] = &m.t;
+        let want = reference(&p.values, &g.values, &mm.values, &v.values, 2, scale);
+        let got = member_state(m, b);
+        // Two steps, each stored in the member's element type.
+        let tol = tolerance(p.elem(), 16) * 2.0;
+        for (k, name) in ["param", "m", "v"].iter().enumerate() {
+            let context = format!("{what}: member {i} ({}): {name}", describe(m));
+            assert_close(&context, &got[k], &want[k], tol);
+        }
+        if let Some(c) = &m.copy {
+            let want: Vec<f64> = got[0].iter().map(|&x| rounded(x, c.elem())).collect();
+            let same = got[3]
+                .iter()
+                .zip(&want)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{what}: member {i} ({}): the copy is not the rounded parameters",
+                describe(m)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_group_step_over_tensors_of_every_size_and_layout_follows_the_definition_with_its_gate() {
+    // Groups of random members — biases of any length, matrices whose extents no workgroup or
+    // tile divides, each tensor in its own layout, some f16, some writing a copy — through
+    // steps 1 and 2 with a skipped step between them.
+    let gpu = gpu();
+    let capacity = AdamWOp::capacity(gpu, true);
+    assert!((2..=MAX_MEMBERS).contains(&capacity), "{capacity}");
+    assert!(AdamWOp::capacity(gpu, false) >= capacity);
+    eprintln!(
+        "AdamW groups of up to {capacity} parameters with copies ({} without; {} storage \
+         bindings per stage)",
+        AdamWOp::capacity(gpu, false),
+        gpu.limits().max_storage_buffers_per_shader_stage
+    );
+    let mut rng = Rng::new(41);
+    for trial in 0..8 {
+        let n = match trial {
+            0 => capacity,
+            1 => 1,
+            _ => 1 + rng.below(capacity as u64) as usize,
+        };
+        let members: Vec<Member> = (0..n)
+            .map(|k| {
+                let copy = match trial {
+                    0 => true,
+                    1 => false,
+                    _ => rng.below(2) == 0,
+                };
+                group_member(&mut rng, k, copy)
+            })
+            .collect();
+        check_group(gpu, &members, &format!("trial {trial}, {n} members"));
+    }
+}
+
+#[test]
+fn a_group_with_the_host_values_matches_one_step_a_tensor() {
+    // The ungated group reading its values from the host: each member as its own single-tensor
+    // step would leave it.
+    let gpu = gpu();
+    let mut rng = Rng::new(42);
+    let members: Vec<Member> = (0..5)
+        .map(|k| group_member(&mut rng, k, k % 2 == 0))
+        .collect();
+    let views: Vec<AdamWMember<&View>> = members
+        .iter()
+        .map(|m| AdamWMember {
+            tensors: quad_views(&m.t),
+            copy: m.copy.as_ref().map(|c| &c.view),
+        })
+        .collect();
+    let op = AdamWOp::many(gpu, &views, None, None).unwrap();
+    let bufs: Vec<Vec<GpuBuffer>> = members
+        .iter()
+        .map(|m| {
+            let mut b: Vec<GpuBuffer> = m.t.iter().map(|x| x.upload(gpu)).collect();
+            b.extend(m.copy.as_ref().map(|c| c.poisoned(gpu)));
+            b
+        })
+        .collect();
+    let args: Vec<Vec<GpuArg<'_>>> = members
+        .iter()
+        .zip(&bufs)
+        .map(|(m, b)| {
+            let mut a: Vec<GpuArg<'_>> = m.t.iter().zip(b).map(|(x, b)| x.gpu_arg(b)).collect();
+            a.extend(m.copy.as_ref().map(|c| c.gpu_arg(&b[4])));
+            a
+        })
+        .collect();
+    let group: Vec<AdamWMember<&GpuArg<'_>>> = args
+        .iter()
+        .map(|a| AdamWMember {
+            tensors: quad(a),
+            copy: a.get(4),
+        })
+        .collect();
+    let mut batch = gpu.batch();
+    let host = StepValues::Host {
+        step: 3,
+        grad_scale: 0.25,
+    };
+    op.record(&mut batch, &group, &HYPER, host, None).unwrap();
+    batch.submit().unwrap();
+    for (i, (m, b)) in members.iter().zip(&bufs).enumerate() {
+        let alone = gpu_steps_from(gpu, &m.t, 3, 0.25);
+        let got = member_state(m, b);
+        for (k, name) in ["param", "m", "v"].iter().enumerate() {
+            let context = format!("member {i} ({}): {name}", describe(m));
+            assert_close(&context, &got[k], &alone[k], tolerance(m.t[0].elem(), 1));
+        }
+    }
+}
+
+/// Step `step` alone of one tensor's kernel (moments and parameters as given): `(p, m, v)`.
+fn gpu_steps_from(gpu: &Gpu, t: &[Tensor; 4], step: u32, scale: f32) -> [Vec<f64>; 3] {
+    let op = AdamWOp::new(gpu, &quad_views(t)).unwrap();
+    let bufs: Vec<_> = t.iter().map(|x| x.upload(gpu)).collect();
+    let args: Vec<_> = t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
+    let mut batch = gpu.batch();
+    op.step(&mut batch, &quad(&args), &HYPER, step, scale)
+        .unwrap();
+    batch.submit().unwrap();
+    updated(t, &bufs)
+}
+
+#[test]
+fn a_group_refuses_what_does_not_fit_with_its_cause() {
+    let gpu = gpu();
+    let mut rng = Rng::new(43);
+    let m = group_member(&mut rng, 0, true);
+    let tensors = quad_views(&m.t);
+    let with_copy = AdamWMember {
+        tensors,
+        copy: Some(&m.copy.as_ref().unwrap().view),
+    };
+    let capacity = AdamWOp::capacity(gpu, true);
+    let err = AdamWOp::many(gpu, &vec![with_copy; capacity + 1], None, None).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("1 to {capacity}")),
+        "{err}"
+    );
+    assert!(AdamWOp::many(gpu, &[], None, None).is_err());
+    // A copy must be a float, and shaped like the parameters.
+    let ints = view_1d("copy", "cols", 5, ElemType::U32);
+    let (p, _) = view_2d("p", Layout2::RowMajor, 4, 8, ElemType::F32);
+    let square = AdamWTensors {
+        param: &p,
+        grad: &p,
+        m: &p,
+        v: &p,
+    };
+    let err = AdamWOp::many(
+        gpu,
+        &[AdamWMember {
+            tensors: square,
+            copy: Some(&ints),
+        }],
+        None,
+        None,
+    )
+    .unwrap_err();
+    assert!(matches!(err, OpError::Unsupported { .. }), "{err}");
+    let (wide, _) = view_2d("copy", Layout2::RowMajor, 4, 12, ElemType::F32);
+    let err = AdamWOp::many(
+        gpu,
+        &[AdamWMember {
+            tensors: square,
+            copy: Some(&wide),
+        }],
+        None,
+        None,
+    )
+    .unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    // Recorded with the members it was built for, each with its copy or without.
+    let op = AdamWOp::many(gpu, &[with_copy, tensors.into()], None, None).unwrap();
+    let bufs: Vec<GpuBuffer> = m.t.iter().map(|x| x.upload(gpu)).collect();
+    let args: Vec<GpuArg<'_>> = m.t.iter().zip(&bufs).map(|(x, b)| x.gpu_arg(b)).collect();
+    let copy = m.copy.as_ref().unwrap();
+    let cb = copy.poisoned(gpu);
+    let ca = copy.gpu_arg(&cb);
+    let plain: AdamWMember<&GpuArg<'_>> = quad(&args).into();
+    let host = StepValues::Host {
+        step: 1,
+        grad_scale: 1.0,
+    };
+    let mut batch = gpu.batch();
+    let err = op
+        .record(&mut batch, &[plain], &HYPER, host, None)
+        .unwrap_err();
+    assert!(err.to_string().contains("built for 2 parameters"), "{err}");
+    let err = op
+        .record(&mut batch, &[plain, plain], &HYPER, host, None)
+        .unwrap_err();
+    assert!(err.to_string().contains("with a copy"), "{err}");
+    let copied = AdamWMember {
+        copy: Some(&ca),
+        ..plain
+    };
+    let err = op
+        .record(&mut batch, &[copied, copied], &HYPER, host, None)
+        .unwrap_err();
+    assert!(err.to_string().contains("without a copy"), "{err}");
+    // Values from the device, or a gate, where it was built for neither.
+    let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
+    let sb = GpuBuffer::scratch::<f32>(gpu, STEP_SCALARS as usize).unwrap();
+    let sa = GpuArg::new(&sb, &scalars, &[]).unwrap();
+    let err = op
+        .record(
+            &mut batch,
+            &[copied, plain],
+            &HYPER,
+            StepValues::Device(&sa),
+            None,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    assert!(batch.is_empty(), "nothing was recorded for refused calls");
+}
+
+#[test]
+fn a_group_shader() {
+    // Three parameters in one dispatch: an R-Tile matrix writing an f16 row-major copy, a
+    // column-major matrix and a bias, gated, with the step's values on the device (each
+    // validated by naga when built, before it is snapshotted).
+    let gpu = gpu_without_subgroups();
+    let (a, _) = view_2d("w1", Layout2::RTile(4), 8, 64, ElemType::F32);
+    let (copy, _) = view_2d("w1_f16", Layout2::RowMajor, 8, 64, ElemType::F16);
+    let (b, _) = view_2d("w2", Layout2::ColMajor, 8, 64, ElemType::F32);
+    let bias = view_1d("bias", "cols", 30, ElemType::F32);
+    let all = |v| AdamWTensors {
+        param: v,
+        grad: v,
+        m: v,
+        v,
+    };
+    let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
+    let gate = view_1d("gate", "one", 1, ElemType::U32);
+    let op = AdamWOp::many(
+        gpu,
+        &[
+            AdamWMember {
+                tensors: all(&a),
+                copy: Some(&copy),
+            },
+            all(&b).into(),
+            all(&bias).into(),
+        ],
+        Some(&scalars),
+        Some(&gate),
+    )
+    .unwrap();
+    insta::assert_snapshot!("adamw_group_of_three", op.shader());
 }

@@ -9,7 +9,7 @@ use exec_support::{
     random_layouts, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
-use fblayout_kernels::ops::NonFiniteOp;
+use fblayout_kernels::ops::{AdamWOp, NonFiniteOp};
 use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, OVERFLOW_SECTION, StepInputs};
 use fblayout_plan::graph::{Graph, Op};
 use fblayout_plan::layouts::LayoutChoice;
@@ -244,16 +244,21 @@ fn an_overflowing_step_changes_nothing_and_lowers_the_scale() {
     let mut step = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
     step.upload_params(7).unwrap();
     let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
+    // Parameters, moments and the f16 copies of the weights.
     let snapshot = |step: &GpuStep<'_>| -> Vec<Vec<f64>> {
         g.params()
             .iter()
             .flat_map(|&p| {
                 let name = &g.tensor(p).name;
+                let copies = g.copies_of(p).into_iter().map(|c| g.tensor(c).name.clone());
                 [name.clone(), format!("{name}.m"), format!("{name}.v")]
+                    .into_iter()
+                    .chain(copies)
             })
             .map(|n| step.read(&n).unwrap())
             .collect()
     };
+    assert!(g.params().iter().any(|&p| !g.copies_of(p).is_empty()));
     let before = snapshot(&step);
     // A scale no f16 gradient survives: the step overflows, and the device skips the update.
     let huge = LossScaling {
@@ -354,5 +359,183 @@ fn a_cross_entropy_over_a_copy_of_its_labels_finds_its_forward() {
             .step(&StepInputs::random(SMALL.vocab, SIZES, 11))
             .unwrap_err();
         assert!(err.to_string().contains("integer"), "{err}");
+    }
+}
+
+#[test]
+fn the_adamw_steps_run_in_groups_and_any_grouping_steps_alike() {
+    // Every AdamW node is one parameter of a group of as many as one dispatch takes: a step
+    // records ⌈parameters / capacity⌉ AdamW dispatches, each in the section of its group's
+    // first node. Smaller groups (one a parameter; three) leave every parameter and moment
+    // where the default grouping does, bit for bit, and the CPU agrees.
+    let gpu = gpu();
+    let inputs = StepInputs::random(SMALL.vocab, SIZES, 11);
+    for model in [Model::Encoder, Model::Decoder] {
+        for mixed in [false, true] {
+            let g = match mixed {
+                false => graph(model),
+                true => fblayout_plan::graph::precision::mixed(&graph(model)).unwrap(),
+            };
+            let what = format!("{model:?}, mixed {mixed}");
+            let layouts = family_layouts(&g, 7);
+            let params = g.params().len();
+            let copies = g
+                .nodes()
+                .iter()
+                .any(|n| n.op.name() == "adamw" && n.outputs.len() > 3);
+            let capacity = AdamWOp::capacity(&gpu, copies);
+            assert!(params > capacity, "{what}: {params} parameters");
+            let (mut grouped, mut on_cpu) = both_steps(&gpu, &g, &layouts);
+            assert_eq!(
+                grouped.adamw_dispatches(),
+                params.div_ceil(capacity),
+                "{what}"
+            );
+            let (_, timings) = grouped.step_timed(&inputs).unwrap();
+            on_cpu.step(&inputs).unwrap();
+            let first_steps: Vec<String> = g
+                .nodes()
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.op.name() == "adamw")
+                .step_by(capacity)
+                .map(|(i, _)| fblayout_plan::exec::section(&g, i))
+                .collect();
+            let sections: Vec<&str> = timings
+                .iter()
+                .filter_map(|t| t.section.as_deref())
+                .filter(|s| s.starts_with("adamw "))
+                .collect();
+            assert_eq!(sections, first_steps, "{what}: one dispatch a group");
+            let state = |step: &GpuStep<'_>| -> Vec<Vec<f64>> {
+                g.params()
+                    .iter()
+                    .flat_map(|&p| {
+                        let name = &g.tensor(p).name;
+                        [name.clone(), format!("{name}.m"), format!("{name}.v")]
+                    })
+                    .map(|n| step.read(&n).unwrap())
+                    .collect()
+            };
+            let want = state(&grouped);
+            for p in g.params() {
+                let name = &g.tensor(p).name;
+                let e = exec_support::relative_error(
+                    &grouped.read(name).unwrap(),
+                    &on_cpu.read(name).unwrap(),
+                );
+                let tol = if mixed { MIXED_TOLERANCE } else { TOLERANCE };
+                assert!(e <= tol, "{what}: `{name}`: {e:e}");
+            }
+            for most in [1, 3] {
+                let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+                let mut step = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
+                step.upload_params(7).unwrap();
+                let dispatches = step.group_adamw(most).unwrap();
+                assert_eq!(
+                    dispatches,
+                    params.div_ceil(most),
+                    "{what}: groups of {most}"
+                );
+                step.step(&inputs).unwrap();
+                assert_eq!(state(&step), want, "{what}: groups of {most}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_f16_weights_are_the_rounded_parameters_from_the_first_step_on() {
+    // In mixed precision every linear weight's f16 copy is made where the parameters are set
+    // and written by the weight's AdamW step: before the first step, after each step, and after
+    // a step skipped for overflow, it is the parameter rounded to f16 (on the CPU, which stores
+    // everything in f64, the parameter itself). No conversion runs in the step.
+    let gpu = gpu();
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = fblayout_plan::graph::precision::mixed(&graph(model)).unwrap();
+        let pairs: Vec<(String, String)> = g
+            .params()
+            .into_iter()
+            .flat_map(|p| g.copies_of(p).into_iter().map(move |c| (p, c)))
+            .map(|(p, c)| (g.tensor(p).name.clone(), g.tensor(c).name.clone()))
+            .collect();
+        assert!(!pairs.is_empty(), "{model:?}: no copies");
+        let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &family_layouts(&g, 8));
+        let rounded = |x: &[f64]| -> Vec<f64> {
+            x.iter()
+                .map(|&v| f64::from(half::f16::from_f32(v as f32)))
+                .collect()
+        };
+        let check = |on_gpu: &GpuStep<'_>, on_cpu: &CpuStep, when: &str| {
+            for (p, c) in &pairs {
+                let param = on_gpu.read(p).unwrap();
+                assert_eq!(
+                    on_gpu.read(c).unwrap(),
+                    rounded(&param),
+                    "{model:?} {when}: `{c}`"
+                );
+                assert_eq!(
+                    on_cpu.read(c).unwrap(),
+                    on_cpu.read(p).unwrap(),
+                    "{model:?} {when}"
+                );
+            }
+        };
+        check(&on_gpu, &on_cpu, "before the first step");
+        let (_, timings) = on_gpu
+            .step_timed(&StepInputs::random(SMALL.vocab, SIZES, 11))
+            .unwrap();
+        on_cpu
+            .step(&StepInputs::random(SMALL.vocab, SIZES, 11))
+            .unwrap();
+        assert!(
+            !timings.iter().any(|t| t
+                .section
+                .as_deref()
+                .is_some_and(|s| s.starts_with("convert "))),
+            "{model:?}: a conversion ran"
+        );
+        check(&on_gpu, &on_cpu, "after step 1");
+        for seed in [12, 13] {
+            let inputs = StepInputs::random(SMALL.vocab, SIZES, seed);
+            on_gpu.step(&inputs).unwrap();
+            on_cpu.step(&inputs).unwrap();
+        }
+        check(&on_gpu, &on_cpu, "after step 3");
+        for (p, _) in &pairs {
+            let e =
+                exec_support::relative_error(&on_gpu.read(p).unwrap(), &on_cpu.read(p).unwrap());
+            assert!(
+                e <= MIXED_TOLERANCE,
+                "{model:?}: `{p}` after 3 steps: {e:e}"
+            );
+        }
+        // A skipped step leaves them where they were.
+        let before: Vec<Vec<f64>> = pairs.iter().map(|(_, c)| on_gpu.read(c).unwrap()).collect();
+        let huge = LossScaling {
+            initial: 1.0e30,
+            ..LossScaling::default()
+        };
+        on_gpu.set_loss_scaling(huge).unwrap();
+        on_gpu
+            .step(&StepInputs::random(SMALL.vocab, SIZES, 14))
+            .unwrap();
+        assert!(on_gpu.last_step_skipped(), "{model:?}");
+        let after: Vec<Vec<f64>> = pairs.iter().map(|(_, c)| on_gpu.read(c).unwrap()).collect();
+        assert_eq!(after, before, "{model:?}: a skipped step moved a copy");
+        check(&on_gpu, &on_cpu, "after a skipped step");
+        // Setting a parameter sets its copy; the copy alone is not set.
+        let (p, c) = &pairs[0];
+        let n = on_gpu.read(p).unwrap().len();
+        let values: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+        on_gpu.set(p, &values).unwrap();
+        on_cpu.set(p, &values).unwrap();
+        check(&on_gpu, &on_cpu, "after setting a parameter");
+        for err in [
+            on_gpu.set(c, &values).unwrap_err(),
+            on_cpu.set(c, &values).unwrap_err(),
+        ] {
+            assert!(err.to_string().contains("copy of"), "{err}");
+        }
     }
 }

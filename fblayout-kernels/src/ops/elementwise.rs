@@ -15,6 +15,11 @@
 //! read-write operand. Every input, the updated ones included, is loaded before the first
 //! store, so each expression sees the old values.
 //!
+//! A [group](ElementwiseGroup) walks several such shapes in one dispatch — its members, each
+//! with operands of its own and its own expressions, sharing the helpers, the scalars and the
+//! operands outside the walk — its workgroups assigned to the members by ranges (see
+//! `ops::group`): AdamW's step over many parameters of different shapes and layouts.
+//!
 //! The CPU twin ([`map_cpu`]) evaluates the same function in `f64` over the same coordinates.
 
 use std::fmt::Write as _;
@@ -25,8 +30,9 @@ use rayon::prelude::*;
 
 use super::compiled::Compiled;
 use super::error::OpError;
+use super::group;
 use crate::cpu::{Logical, LogicalMut, Real};
-use crate::entry_point::{LinearEntry, workgroups};
+use crate::entry_point::{LinearEntry, WORKGROUP_SIZE, workgroups};
 use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
 
@@ -65,15 +71,32 @@ pub(crate) struct Elementwise {
     vector: bool,
 }
 
-impl Elementwise {
-    /// Checks that all operands have one rank and builds the kernel.
-    pub(crate) fn new(gpu: &Gpu, spec: Spec<'_>) -> Result<Self, OpError> {
-        let updated = |role: &str| spec.outputs.iter().any(|(r, _, _)| *r == role);
-        for (role, view, _) in &spec.outputs {
-            if let Some((_, input)) = spec.inputs.iter().find(|(r, _)| r == role) {
+/// The operands of one walk (an elementwise kernel, or a member of a group), checked and
+/// built: in binding order (the inputs, updated ones read-write, then the outputs that are not
+/// inputs), with their roles, the walked shape's rank, the role whose extents it walks (the
+/// first output's) and whether every operand moves four elements at once.
+struct Walked {
+    operands: Vec<Operand>,
+    roles: Vec<&'static str>,
+    shape_of: &'static str,
+    rank: usize,
+    vector: bool,
+}
+
+impl Walked {
+    /// Checks that every operand of the walk has one rank and that an operand updated in place
+    /// is read and written through one view, and builds the operands.
+    fn new(
+        op: &'static str,
+        inputs: &[(&'static str, &View)],
+        outputs: &[(&'static str, &View, String)],
+    ) -> Result<Self, OpError> {
+        let updated = |role: &str| outputs.iter().any(|(r, _, _)| *r == role);
+        for (role, view, _) in outputs {
+            if let Some((_, input)) = inputs.iter().find(|(r, _)| r == role) {
                 if input != view {
                     return Err(OpError::Unsupported {
-                        op: spec.op,
+                        op,
                         role,
                         view: view.name().to_owned(),
                         why: "it is updated in place, so it is read and written through one view"
@@ -84,38 +107,58 @@ impl Elementwise {
         }
         // The operands in binding order: the inputs (updated ones read-write), then the outputs
         // that are not inputs.
-        let all: Vec<(&'static str, &View)> = spec
-            .inputs
+        let all: Vec<(&'static str, &View)> = inputs
             .iter()
             .copied()
             .chain(
-                spec.outputs
+                outputs
                     .iter()
-                    .filter(|(r, _, _)| !spec.inputs.iter().any(|(i, _)| i == r))
+                    .filter(|(r, _, _)| !inputs.iter().any(|(i, _)| i == r))
                     .map(|(r, v, _)| (*r, *v)),
             )
             .collect();
-        let (first_role, first) = spec
-            .outputs
+        let (first_role, first) = outputs
             .first()
             .map(|(r, v, _)| (*r, *v))
-            .ok_or_else(|| OpError::shape(spec.op, "an elementwise kernel needs an output"))?;
-        let rank = check_same_shape(spec.op, (first_role, first), &all)?;
+            .ok_or_else(|| OpError::shape(op, "an elementwise kernel needs an output"))?;
+        let rank = check_same_shape(op, (first_role, first), &all)?;
         let last = rank.checked_sub(1);
         let mut operands = Vec::with_capacity(all.len());
         for (i, (role, view)) in all.iter().enumerate() {
-            let op = if i < spec.inputs.len() && !updated(role) {
+            let operand = if i < inputs.len() && !updated(role) {
                 Operand::read(role, view)?
             } else {
                 Operand::write(role, view)?
             };
             operands.push(match last {
-                Some(axis) => op.vectorized(axis),
-                None => op,
+                Some(axis) => operand.vectorized(axis),
+                None => operand,
             });
         }
         let vector = last.is_some() && operands.iter().all(|o| o.vector_axis() == last);
-        let body = entry_point(&spec, first_role, rank, vector);
+        Ok(Self {
+            operands,
+            roles: all.iter().map(|(r, _)| *r).collect(),
+            shape_of: first_role,
+            rank,
+            vector,
+        })
+    }
+}
+
+impl Elementwise {
+    /// Checks that all operands have one rank and builds the kernel.
+    pub(crate) fn new(gpu: &Gpu, spec: Spec<'_>) -> Result<Self, OpError> {
+        let walked = Walked::new(spec.op, &spec.inputs, &spec.outputs)?;
+        let Walked {
+            operands,
+            mut roles,
+            shape_of,
+            rank,
+            vector,
+        } = walked;
+        let (count, walk) = walk(&spec.inputs, &spec.outputs, shape_of, rank, vector);
+        let body = format!("{}{walk}}}\n", LINEAR.open(&count));
         let mut source = KernelSource::new(spec.op);
         for o in operands {
             source = source.operand(o);
@@ -131,14 +174,12 @@ impl Elementwise {
             source = source.body(widths(spec.helpers, true));
         }
         let source = source.body(body);
+        let walked = roles.len();
+        roles.extend(spec.unwalked.iter().map(|(r, _)| *r));
         Ok(Self {
             compiled: Compiled::new(spec.op, gpu, source)?,
-            roles: all
-                .iter()
-                .map(|(r, _)| *r)
-                .chain(spec.unwalked.iter().map(|(r, _)| *r))
-                .collect(),
-            walked: all.len(),
+            roles,
+            walked,
             vector,
         })
     }
@@ -172,23 +213,12 @@ impl Elementwise {
                 ),
             ));
         }
-        let walked = &args[..self.walked];
-        let dims = check_same_dims(
+        let units = units(
             op,
             &self.roles[..self.walked],
-            walked.iter().map(|a| a.dims()),
+            &args[..self.walked],
+            self.vector,
         )?;
-        let mut units: u64 = 1;
-        for (d, &n) in dims.iter().enumerate() {
-            let n = if self.vector && d + 1 == dims.len() {
-                n.div_ceil(4)
-            } else {
-                n
-            };
-            units *= n as u64;
-        }
-        let units = u32::try_from(units)
-            .map_err(|_| OpError::shape(op, format!("{dims:?} has more than 2^32 elements")))?;
         let named: Vec<(&'static str, &GpuArg<'_>)> = self
             .roles
             .iter()
@@ -198,6 +228,219 @@ impl Elementwise {
         self.compiled
             .record_linear(batch, ENTRY, &named, scalars, workgroups(u64::from(units)))
     }
+}
+
+/// The invocations of a walk over `args` (the walked operands `roles`, all of one shape):
+/// one per element, or per run of four along the last axis where `vector`.
+fn units(
+    op: &'static str,
+    roles: &[&'static str],
+    args: &[&GpuArg<'_>],
+    vector: bool,
+) -> Result<u32, OpError> {
+    let dims = check_same_dims(op, roles, args.iter().map(|a| a.dims()))?;
+    let mut units: u64 = 1;
+    for (d, &n) in dims.iter().enumerate() {
+        let n = if vector && d + 1 == dims.len() {
+            n.div_ceil(4)
+        } else {
+            n
+        };
+        units *= n as u64;
+    }
+    u32::try_from(units)
+        .map_err(|_| OpError::shape(op, format!("{dims:?} has more than 2^32 elements")))
+}
+
+/// One member of a [`GroupSpec`]: inputs and outputs of one logical shape, as in a [`Spec`],
+/// with roles of its own (no two members share one).
+pub(crate) struct Member<'a> {
+    /// The inputs: role and view.
+    pub inputs: Vec<(&'static str, &'a View)>,
+    /// The outputs: role, view and WGSL expression (see [`Spec::outputs`]).
+    pub outputs: Vec<(&'static str, &'a View, String)>,
+}
+
+/// What a group of elementwise walks computes in one dispatch (see the module docs).
+pub(crate) struct GroupSpec<'a> {
+    /// The kernel's name.
+    pub op: &'static str,
+    /// The walks, from one to [`group::MAX_MEMBERS`].
+    pub members: Vec<Member<'a>>,
+    /// Scalar parameters, `params.<name>` in the expressions.
+    pub scalars: Vec<(&'static str, Scalar)>,
+    /// WGSL functions the expressions call (see [`Spec::helpers`]).
+    pub helpers: &'static str,
+    /// Read-only operands outside the walks (see [`Spec::unwalked`]), bound after the members'.
+    pub unwalked: Vec<(&'static str, &'a View)>,
+    /// Where given, a WGSL `bool` expression (over the unwalked operands and the scalars)
+    /// under which the dispatch does nothing: every invocation returns before it reads a
+    /// walked operand.
+    pub skip: Option<&'static str>,
+}
+
+/// A built group of elementwise walks (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct ElementwiseGroup {
+    compiled: Compiled,
+    /// Each member's walked roles in binding order, and whether it moves four elements at
+    /// once.
+    members: Vec<(Vec<&'static str>, bool)>,
+    /// The unwalked operands' roles.
+    unwalked: Vec<&'static str>,
+}
+
+impl ElementwiseGroup {
+    /// Checks every member (one rank each, updates in place through one view) and builds the
+    /// kernel.
+    pub(crate) fn new(gpu: &Gpu, spec: GroupSpec<'_>) -> Result<Self, OpError> {
+        let n = spec.members.len();
+        if !(1..=group::MAX_MEMBERS).contains(&n) {
+            return Err(OpError::shape(
+                spec.op,
+                format!("a group has 1 to {} members, not {n}", group::MAX_MEMBERS),
+            ));
+        }
+        let mut source = KernelSource::new(spec.op);
+        let mut members = Vec::with_capacity(n);
+        let mut functions = String::new();
+        for (i, member) in spec.members.iter().enumerate() {
+            let w = Walked::new(spec.op, &member.inputs, &member.outputs)?;
+            let (count, walk) = walk(
+                &member.inputs,
+                &member.outputs,
+                w.shape_of,
+                w.rank,
+                w.vector,
+            );
+            let i_name = LINEAR.index();
+            let _ = write!(
+                functions,
+                "fn {MEMBER}{i}({i_name}: u32) {{\n    if ({i_name} >= {count}) {{\n        \
+                 return;\n    }}\n{walk}}}\n"
+            );
+            for o in w.operands {
+                source = source.operand(o);
+            }
+            members.push((w.roles, w.vector));
+        }
+        for (role, view) in &spec.unwalked {
+            source = source.operand(Operand::read(role, view)?);
+        }
+        for (name, scalar) in &spec.scalars {
+            source = source.scalar(*name, *scalar);
+        }
+        for i in 0..n {
+            source = source.scalar(group::end(i), Scalar::U32);
+        }
+        let mut source = source.body(widths(spec.helpers, false));
+        if members.iter().any(|(_, vector)| *vector) {
+            source = source.body(widths(spec.helpers, true));
+        }
+        let source = source.body(functions).body(group_entry(n, spec.skip));
+        Ok(Self {
+            compiled: Compiled::new(spec.op, gpu, source)?,
+            members,
+            unwalked: spec.unwalked.iter().map(|(r, _)| *r).collect(),
+        })
+    }
+
+    /// Whether member `i` moves four elements per invocation.
+    pub(crate) fn is_vectorized(&self, i: usize) -> bool {
+        self.members.get(i).is_some_and(|(_, vector)| *vector)
+    }
+
+    /// The shader.
+    pub(crate) fn source(&self) -> &str {
+        self.compiled.module().source()
+    }
+
+    /// Records the kernel over `members` (for each member, one argument per walked operand in
+    /// its binding order: the inputs, then the outputs that are not updated inputs, all of one
+    /// shape) and `unwalked` (one per unwalked operand).
+    pub(crate) fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        op: &'static str,
+        members: &[Vec<&GpuArg<'_>>],
+        unwalked: &[&GpuArg<'_>],
+        scalars: &[(&str, ParamValue)],
+    ) -> Result<(), OpError> {
+        if members.len() != self.members.len() || unwalked.len() != self.unwalked.len() {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "the kernel was built for {} members and {} other operands; {} and {} \
+                     were given",
+                    self.members.len(),
+                    self.unwalked.len(),
+                    members.len(),
+                    unwalked.len()
+                ),
+            ));
+        }
+        let mut named: Vec<(&'static str, &GpuArg<'_>)> = Vec::new();
+        let mut counts = Vec::with_capacity(members.len());
+        for ((roles, vector), args) in self.members.iter().zip(members) {
+            if args.len() != roles.len() {
+                return Err(OpError::shape(
+                    op,
+                    format!(
+                        "{} arguments for the operands {}",
+                        args.len(),
+                        roles.join(", ")
+                    ),
+                ));
+            }
+            counts.push(workgroups(u64::from(units(op, roles, args, *vector)?)));
+            named.extend(roles.iter().copied().zip(args.iter().copied()));
+        }
+        named.extend(self.unwalked.iter().copied().zip(unwalked.iter().copied()));
+        let (ends, total) = group::ends(op, counts)?;
+        let scalars: Vec<(&str, ParamValue)> = scalars
+            .iter()
+            .copied()
+            .chain(ends.iter().map(|(n, v)| (n.as_str(), *v)))
+            .collect();
+        self.compiled
+            .record_linear(batch, ENTRY, &named, &scalars, total)
+    }
+}
+
+/// The function of member `i` of a group is `ew_member<i>`, over the member's linear index.
+const MEMBER: &str = "ew_member";
+
+/// The entry point of a group of `members` walks: each workgroup finds its member from the
+/// ranges and calls the member's function for each of its invocations, unless `skip` holds.
+fn group_entry(members: usize, skip: Option<&str>) -> String {
+    let prefix = LINEAR.prefix;
+    let mut s = format!(
+        "@compute @workgroup_size({WORKGROUP_SIZE})\n\
+         fn {ENTRY}(\n\
+         \x20   @builtin(workgroup_id) {prefix}_wg: vec3<u32>,\n\
+         \x20   @builtin(num_workgroups) {prefix}_nwg: vec3<u32>,\n\
+         \x20   @builtin(local_invocation_index) {prefix}_lid: u32,\n\
+         ) {{\n"
+    );
+    let g = format!("{prefix}_group");
+    let _ = writeln!(
+        s,
+        "    let {g} = {prefix}_wg.x + {prefix}_wg.y * {prefix}_nwg.x;"
+    );
+    s += &group::past_the_end(&g, members);
+    if let Some(skip) = skip {
+        let _ = writeln!(s, "    if ({skip}) {{\n        return;\n    }}");
+    }
+    s += &group::members_chain(&g, members, |i, local| {
+        let local = if local.contains(' ') {
+            format!("({local})")
+        } else {
+            local.to_owned()
+        };
+        format!("        {MEMBER}{i}({local} * {WORKGROUP_SIZE}u + {prefix}_lid);\n")
+    });
+    s.push_str("\n}\n");
+    s
 }
 
 /// Checks that every view of `views` has the rank of `first` and, along every axis where both
@@ -271,11 +514,25 @@ fn widths(template: &str, vector: bool) -> String {
     template.replace("{T}", ty).replace("{S}", suffix)
 }
 
-fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> String {
-    let entry = LinearEntry {
-        name: ENTRY,
-        prefix: "ew",
-    };
+/// How every elementwise entry point names its index and coordinates.
+const LINEAR: LinearEntry<'static> = LinearEntry {
+    name: ENTRY,
+    prefix: "ew",
+};
+
+/// The walk of `inputs` and `outputs` over the extents of operand `shape_of` (rank `rank`, the
+/// last axis in runs of four where `vector`): the count of its invocations (a WGSL `u32`
+/// expression), and the statements that decode [`LINEAR`]'s index into a coordinate, load
+/// every input there and store every output (indented one level; the caller opens and closes
+/// the function, and returns the invocations at or past the count).
+fn walk(
+    inputs: &[(&'static str, &View)],
+    outputs: &[(&'static str, &View, String)],
+    shape_of: &str,
+    rank: usize,
+    vector: bool,
+) -> (String, String) {
+    let entry = LINEAR;
     let dim = |d: usize| format!("{shape_of}_dim{d}()");
     // Invocations walk the shape with the last axis in units of four when wide.
     let mut units: Vec<String> = (0..rank).map(dim).collect();
@@ -288,7 +545,6 @@ fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> St
         units.join(" * ")
     };
     let mut s = String::new();
-    s += &entry.open(&count);
     s += &entry.decode(&units);
     let coords: Vec<String> = (0..rank).map(|d| entry.coord(d)).collect();
     let at = |last: &str| -> String {
@@ -301,10 +557,10 @@ fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> St
     let body = |load: &str, store: &str, coords: &str, indent: &str| {
         let suffix = if load == "load4" { "_4" } else { "_1" };
         let mut b = String::new();
-        for (role, _) in &spec.inputs {
+        for (role, _) in inputs {
             let _ = writeln!(b, "{indent}let {role} = {role}_{load}({coords});");
         }
-        for (role, _, expr) in &spec.outputs {
+        for (role, _, expr) in outputs {
             let sep = if coords.is_empty() { "" } else { ", " };
             let expr = expr.replace("{S}", suffix);
             let _ = writeln!(b, "{indent}{role}_{store}({coords}{sep}{expr});");
@@ -327,8 +583,7 @@ fn entry_point(spec: &Spec<'_>, shape_of: &str, rank: usize, vector: bool) -> St
     } else {
         s += &body("load", "store", &coords.join(", "), "    ");
     }
-    s.push_str("}\n");
-    s
+    (count, s)
 }
 
 /// Checks that the CPU operands `inputs` and `outputs` all have the first output's shape;

@@ -13,10 +13,12 @@
 //! check of every tensor of a step; an AdamW step [gated](super::AdamWOp::gated) on it then
 //! skips the update on the device. Racing invocations only ever store 1, so the flag is exact.
 //!
-//! One dispatch reads at most [`NonFiniteOp::capacity`] tensors: each is a storage binding of
-//! its own beside the flag's, within the device's `max_storage_buffers_per_shader_stage`, and
-//! at most [`MAX_TENSORS`] so that a shader stays small (each tensor adds its index functions
-//! and a loop over its chunks, about sixty lines). Checking many tensors in few dispatches
+//! The group's workgroup ranges, its roles by position and its bound are the grouped kernels'
+//! (`ops::group`, shared with [`AdamWOp::many`](super::AdamWOp::many)). One dispatch reads at
+//! most [`NonFiniteOp::capacity`] tensors: each is a storage binding of its own beside the
+//! flag's, within the device's `max_storage_buffers_per_shader_stage`, and at most
+//! [`MAX_TENSORS`] so that a shader stays small (each tensor adds its index functions and a
+//! loop over its chunks, about sixty lines). Checking many tensors in few dispatches
 //! matters because every dispatch writes the flag: wgpu orders two dispatches that both use a
 //! buffer as read-write storage with a barrier, so one check a tensor runs as a chain of tiny
 //! dispatches, each waiting for the last. A group may read one buffer through two of its
@@ -31,6 +33,7 @@ use rayon::prelude::*;
 use super::adamw::{ChunkLoop, LANES, chunk_loop, chunking};
 use super::compiled::Compiled;
 use super::error::OpError;
+use super::group::{self, by_position};
 use super::reduce_rows::getter;
 use crate::cpu::{Logical, Real};
 use crate::runtime::{Batch, Gpu};
@@ -44,13 +47,10 @@ const ENTRY: &str = "non_finite_chunks";
 /// near a thousand lines and its pipeline quick to build, and checks the hundred gradients of
 /// a six-block encoder in seven dispatches (the barriers between them cost little next to the
 /// hundred they replace).
-pub const MAX_TENSORS: usize = 16;
+pub const MAX_TENSORS: usize = group::MAX_MEMBERS;
 
 /// The roles of a group's tensors, by position: `g0`, `g1`, ….
-const ROLES: [&str; MAX_TENSORS] = [
-    "g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8", "g9", "g10", "g11", "g12", "g13", "g14",
-    "g15",
-];
+const ROLES: [&str; MAX_TENSORS] = by_position!("g");
 
 /// Whether the exponent bits of `v` (`f32`, or `vec4<f32>` of `width` 4) are all set.
 fn term(width: u32) -> &'static str {
@@ -75,8 +75,7 @@ impl NonFiniteOp {
     /// within the device's `max_storage_buffers_per_shader_stage`, and at most
     /// [`MAX_TENSORS`].
     pub fn capacity(gpu: &Gpu) -> usize {
-        let bindings = gpu.limits().max_storage_buffers_per_shader_stage as usize;
-        bindings.saturating_sub(1).min(MAX_TENSORS)
+        group::capacity(gpu, 1, 1)
     }
 
     /// The check of one tensor read through `tensor`, setting `flag` (`u32`, shape `[1]`).
@@ -98,17 +97,7 @@ impl NonFiniteOp {
                 format!("the flag `{}` must be u32 of shape [1]", flag.name()),
             ));
         }
-        let capacity = Self::capacity(gpu);
-        if tensors.is_empty() || tensors.len() > capacity {
-            return Err(OpError::shape(
-                OP,
-                format!(
-                    "a check reads 1 to {capacity} tensors on this device (the device's \
-                     storage bindings less the flag's, at most {MAX_TENSORS}), not {}",
-                    tensors.len()
-                ),
-            ));
-        }
+        group::check_members(OP, gpu, tensors.len(), 1, 1)?;
         let subgroups = gpu.features().subgroups;
         let mut source = KernelSource::new(OP);
         let mut body = workgroup_reduce(LANES, subgroups);
@@ -144,7 +133,7 @@ impl NonFiniteOp {
         for i in 0..widths.len() {
             source = source
                 .scalar(format!("per_group{i}"), Scalar::U32)
-                .scalar(format!("end{i}"), Scalar::U32);
+                .scalar(group::end(i), Scalar::U32);
         }
         let kernel = Compiled::new(OP, gpu, source.body(body))?;
         Ok(Self { kernel, widths })
@@ -181,25 +170,22 @@ impl NonFiniteOp {
         }
         let mut args: Vec<(&'static str, &GpuArg<'_>)> = Vec::with_capacity(tensors.len() + 1);
         let mut names = Vec::with_capacity(2 * tensors.len());
-        let mut end: u32 = 0;
+        let mut groups = Vec::with_capacity(tensors.len());
         for (i, ((&tensor, &width), role)) in
             tensors.iter().zip(&self.widths).zip(ROLES).enumerate()
         {
-            let (per_group, groups) = chunking(OP, &tensor.dims(), width)?;
-            end = end
-                .checked_add(groups)
-                .ok_or_else(|| OpError::shape(OP, "too many elements for one dispatch"))?;
-            names.push((format!("per_group{i}"), per_group));
-            names.push((format!("end{i}"), end));
+            let (per_group, n) = chunking(OP, &tensor.dims(), width)?;
+            names.push((format!("per_group{i}"), ParamValue::U32(per_group)));
+            groups.push(n);
             args.push((role, tensor));
         }
+        let (ends, total) = group::ends(OP, groups)?;
+        names.extend(ends);
         args.push(("flag", flag));
-        let scalars: Vec<(&str, ParamValue)> = names
-            .iter()
-            .map(|(n, v)| (n.as_str(), ParamValue::U32(*v)))
-            .collect();
+        let scalars: Vec<(&str, ParamValue)> =
+            names.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         self.kernel
-            .record_linear(batch, ENTRY, &args, &scalars, end)
+            .record_linear(batch, ENTRY, &args, &scalars, total)
     }
 }
 
@@ -213,29 +199,12 @@ fn entry(tensors: usize, subgroups: bool) -> String {
          @builtin(local_invocation_index) lid: u32, {}) {{\n",
         entry_params(subgroups)
     );
-    let last = tensors - 1;
     let _ = writeln!(s, "    let group = wg.x + wg.y * nwg.x;");
-    let _ = writeln!(
-        s,
-        "    if (group >= params.end{last}) {{\n        return;\n    }}"
-    );
+    s += &group::past_the_end("group", tensors);
     let _ = writeln!(s, "    var acc = 0.0;");
-    for (i, role) in ROLES.iter().enumerate().take(tensors) {
-        let chunk = match i {
-            0 => "group".to_owned(),
-            _ => format!("group - params.end{}", i - 1),
-        };
-        let open = match i {
-            0 if i == last => "    {".to_owned(),
-            0 => format!("    if (group < params.end{i}) {{"),
-            _ if i == last => " else {".to_owned(),
-            _ => format!(" else if (group < params.end{i}) {{"),
-        };
-        let _ = write!(
-            s,
-            "{open}\n        acc = {role}_chunk_sum({chunk}, lid);\n    }}"
-        );
-    }
+    s += &group::members_chain("group", tensors, |i, chunk| {
+        format!("        acc = {}_chunk_sum({chunk}, lid);\n", ROLES[i])
+    });
     let _ = writeln!(
         s,
         "\n    let total = fbl_wg_sum(acc, lid{});\n    if (lid == 0u && total > 0.0) {{\n        \

@@ -13,7 +13,8 @@
 //! - [`activation`]: GELU (erf and tanh), SiLU and SwiGLU.
 //! - [`norm`]: LayerNorm and RMSNorm.
 //! - [`bias`]: bias add and its gradient.
-//! - [`adamw`]: the AdamW step and the sum of squares of a gradient (for clipping).
+//! - [`adamw`]: the AdamW step over a group of parameters in one dispatch, and the sum of
+//!   squares of a gradient (for clipping).
 //! - [`finite`]: whether a tensor holds an infinite or NaN element (loss scaling's check).
 //! - [`add`]: sums (residual connections; gradients that meet).
 //! - [`copy`]: copies between layouts (the conversions of a layout plan).
@@ -37,13 +38,14 @@ pub(crate) mod elementwise;
 pub mod embedding;
 mod error;
 pub mod finite;
+mod group;
 pub mod matmul;
 pub mod norm;
 pub(crate) mod reduce_rows;
 pub mod softmax;
 
 pub use activation::{Activation, ActivationOp, SwigluOp};
-pub use adamw::{AdamW, AdamWOp, AdamWTensors, SumSquaresOp};
+pub use adamw::{AdamW, AdamWMember, AdamWOp, AdamWTensors, StepValues, SumSquaresOp};
 pub use add::AddOp;
 pub use attention::{Attention, AttentionArgs, AttentionOp, AttentionViews, qkv_views};
 pub use bias::BiasOp;

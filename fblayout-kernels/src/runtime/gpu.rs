@@ -409,6 +409,10 @@ fn required_limits(supported: &wgpu::Limits) -> wgpu::Limits {
     limits.max_storage_buffer_binding_size = supported.max_storage_buffer_binding_size;
     limits.max_uniform_buffer_binding_size = supported.max_uniform_buffer_binding_size;
     limits.max_storage_buffers_per_shader_stage = supported.max_storage_buffers_per_shader_stage;
+    // Storage and uniform buffers together: the grouped kernels (AdamW over many parameters)
+    // bind as many as the storage limit allows, which the default of 28 would refuse.
+    limits.max_buffers_and_acceleration_structures_per_shader_stage =
+        supported.max_buffers_and_acceleration_structures_per_shader_stage;
     limits.max_compute_workgroup_storage_size = supported.max_compute_workgroup_storage_size;
     limits.max_compute_invocations_per_workgroup = supported.max_compute_invocations_per_workgroup;
     limits.max_compute_workgroup_size_x = supported.max_compute_workgroup_size_x;
@@ -471,9 +475,16 @@ mod tests {
             max_buffer_size: 8 << 30,
             max_storage_buffer_binding_size: 4 << 30,
             max_compute_workgroups_per_dimension: 1 << 20,
+            max_storage_buffers_per_shader_stage: 64,
+            max_buffers_and_acceleration_structures_per_shader_stage: 96,
             ..Default::default()
         };
         let limits = required_limits(&adapter);
+        assert_eq!(limits.max_storage_buffers_per_shader_stage, 64);
+        assert_eq!(
+            limits.max_buffers_and_acceleration_structures_per_shader_stage,
+            96
+        );
         assert_eq!(limits.max_buffer_size, 8 << 30);
         assert_eq!(limits.max_storage_buffer_binding_size, 4 << 30);
         assert_eq!(limits.max_compute_workgroups_per_dimension, 1 << 20);

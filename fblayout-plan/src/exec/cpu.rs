@@ -23,8 +23,8 @@ use fblayout_kernels::tensor::{HostArg, HostArgMut};
 
 use super::views::{BoundGraph, BoundOperand, bind_graph};
 use super::{
-    AdamWConfig, ExecError, StepInputs, activation, attention, check_values, initial_values,
-    input_values,
+    AdamWConfig, ExecError, StepInputs, activation, attention, check_settable, check_values,
+    initial_values, input_values,
 };
 use crate::graph::{Graph, Op, Pass, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
@@ -159,7 +159,7 @@ impl CpuStep {
         &self.graph
     }
 
-    /// Sets every parameter to [`initial_values`] from `seed`.
+    /// Sets every parameter (and its copies) to [`initial_values`] from `seed`.
     pub fn init_params(&mut self, seed: u64) -> Result<(), ExecError> {
         for p in self.graph.params() {
             let values = initial_values(&self.graph, p, seed);
@@ -175,19 +175,23 @@ impl CpuStep {
             .ok_or_else(|| ExecError::Unknown(name.to_owned()))
     }
 
-    /// Sets persistent tensor `name` (a parameter, a moment) to `logical` (row-major over its
-    /// shape).
+    /// Sets persistent tensor `name` (a parameter, with its copies; a moment) to `logical`
+    /// (row-major over its shape). A parameter's copy is not set apart from the parameter.
     pub fn set(&mut self, name: &str, logical: &[f64]) -> Result<(), ExecError> {
         let t = self.id(name)?;
         let tensor = self.graph.tensor(t);
         if !tensor.is_persistent() || is_int(tensor.elem) {
             return Err(ExecError::Unknown(name.to_owned()));
         }
-        let bound = &self.whole[t.index()];
-        check_values(name, logical.len(), bound)?;
-        let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
-        let buffer = &mut self.buffers[b];
-        bound.for_each(|i, _, off| buffer[off as usize] = logical[i]);
+        check_settable(&self.graph, t)?;
+        for t in std::iter::once(t).chain(self.graph.copies_of(t)) {
+            let name = &self.graph.tensor(t).name;
+            let bound = &self.whole[t.index()];
+            check_values(name, logical.len(), bound)?;
+            let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.clone()))?;
+            let buffer = &mut self.buffers[b];
+            bound.for_each(|i, _, off| buffer[off as usize] = logical[i]);
+        }
         Ok(())
     }
 
@@ -470,8 +474,13 @@ fn dispatch(
             let labels = int(op, ins.get(1).ok_or_else(arity)?)?;
             cross_entropy_backward_cpu(ignore_index, 1.0, f(0)?, labels, dlogits)?;
         }
-        (Op::AdamW, [param, m, v]) => {
+        (Op::AdamW { copy: false }, [param, m, v]) => {
             adamw_step_cpu(param, f(0)?, m, v, adamw, adam_step, 1.0)?;
+        }
+        // The copy holds the updated parameters.
+        (Op::AdamW { copy: true }, [param, m, v, copy]) => {
+            adamw_step_cpu(param, f(0)?, m, v, adamw, adam_step, 1.0)?;
+            copy_cpu(&*param, copy)?;
         }
         (Op::Convert { .. }, [y]) => copy_cpu(f(0)?, y)?,
         _ => return Err(arity()),

@@ -4,6 +4,12 @@
 //! whose work changes from step to step (the embeddings' token ids; AdamW reads its step
 //! number from the device) recorded anew and put in place, and its commands encoded while the
 //! GPU runs the step before, so the host's part of a step is small.
+//!
+//! The AdamW steps of consecutive AdamW nodes run as groups ([`AdamWOp::many`]): as many
+//! parameters per dispatch as the device's storage bindings allow
+//! ([`AdamWOp::capacity`], or fewer: [`GpuStep::group_adamw`]), each group recorded in the
+//! section of its first node, so a step over tiny tensors (biases, a norm's γ and β) and large
+//! ones takes a few dispatches instead of one a parameter.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -11,12 +17,13 @@ use std::time::{Duration, Instant};
 
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
+use fblayout_kernels::ops::adamw::StepValues;
 use fblayout_kernels::ops::matmul::linear::Output;
 use fblayout_kernels::ops::{
-    ActivationOp, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp, AttentionViews, BiasOp,
-    CopyOp, CrossEntropyOp, CrossEntropyState, EmbeddingOp, LayerNormGrads, LayerNormOp,
-    LayerNormTensors, LinearOp, NonFiniteOp, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors,
-    SwigluOp, TokenIds,
+    ActivationOp, AdamWMember, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp,
+    AttentionViews, BiasOp, CopyOp, CrossEntropyOp, CrossEntropyState, EmbeddingOp, LayerNormGrads,
+    LayerNormOp, LayerNormTensors, LinearOp, NonFiniteOp, OpError, RmsNormGrads, RmsNormOp,
+    RmsNormTensors, SwigluOp, TokenIds,
 };
 use fblayout_kernels::runtime::{Batch, Encoded, Gpu, GpuBuffer, Recording, Timing};
 use fblayout_kernels::tensor::GpuArg;
@@ -50,8 +57,8 @@ enum Kernel {
     Attention(Box<AttentionOp>),
     /// A cross-entropy and the state its forward writes and its backward reads.
     CrossEntropy(Box<CrossEntropyOp>, usize),
-    /// A step (gated on the overflow checks where the loss is scaled).
-    AdamW(Box<AdamWOp>),
+    /// A step, recorded with its group ([`AdamWGroup`]) by the group's first node.
+    AdamW,
     Copy(Box<CopyOp>),
     /// A bias added by the product before it ([`Graph::folded_biases`]): nothing of its own.
     Folded,
@@ -132,7 +139,7 @@ fn build_checks(
     let steps: Vec<(usize, &Arg)> = kernels
         .iter()
         .enumerate()
-        .filter(|(_, n)| matches!(n.kernel, Kernel::AdamW(_)))
+        .filter(|(_, n)| matches!(n.kernel, Kernel::AdamW))
         .map(|(i, n)| (i, &n.reads[1]))
         .collect();
     steps
@@ -149,6 +156,80 @@ fn build_checks(
             })
         })
         .collect()
+}
+
+/// One dispatch of AdamW steps: the kernel over its nodes' parameters, and the nodes, in order
+/// (consecutive AdamW nodes of the graph).
+struct AdamWGroup {
+    op: AdamWOp,
+    nodes: Vec<usize>,
+}
+
+/// An AdamW node's tensors among its operands `r` (read) and `w` (written): `param, grad, m,
+/// v → param, m, v`, and the parameters' copy where the node writes one.
+fn adamw_operands<'a, T>(r: &'a [T], w: &'a [T]) -> AdamWMember<&'a T> {
+    AdamWMember {
+        tensors: AdamWTensors {
+            param: &w[0],
+            grad: &r[1],
+            m: &w[1],
+            v: &w[2],
+        },
+        copy: w.get(3),
+    }
+}
+
+/// The AdamW steps among `kernels` as groups: each run of consecutive AdamW nodes split into
+/// groups of at most `most` parameters and as many as one dispatch takes
+/// ([`AdamWOp::capacity`]), each reading the step's values from `scalars` and gated by `gate`
+/// where given.
+fn build_adamw_groups(
+    gpu: &Gpu,
+    graph: &Graph,
+    kernels: &[NodeKernel],
+    (scalars, gate): (&View, Option<&View>),
+    most: usize,
+) -> Result<Vec<AdamWGroup>, ExecError> {
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for (i, node) in kernels.iter().enumerate() {
+        if !matches!(node.kernel, Kernel::AdamW) {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(run) if run.last() == Some(&(i - 1)) => run.push(i),
+            _ => runs.push(vec![i]),
+        }
+    }
+    let mut groups = Vec::new();
+    for run in runs {
+        let copies = run.iter().any(|&i| kernels[i].writes.len() > 3);
+        let size = AdamWOp::capacity(gpu, copies).min(most).max(1);
+        for nodes in run.chunks(size) {
+            let members: Vec<AdamWMember<&View>> = nodes
+                .iter()
+                .map(|&i| {
+                    let m = adamw_operands(&kernels[i].reads, &kernels[i].writes);
+                    AdamWMember {
+                        tensors: AdamWTensors {
+                            param: v(m.tensors.param),
+                            grad: v(m.tensors.grad),
+                            m: v(m.tensors.m),
+                            v: v(m.tensors.v),
+                        },
+                        copy: m.copy.map(v),
+                    }
+                })
+                .collect();
+            let op = AdamWOp::many(gpu, &members, Some(scalars), gate).map_err(|source| {
+                ExecError::op(nodes[0], graph.nodes()[nodes[0]].op.name(), source)
+            })?;
+            groups.push(AdamWGroup {
+                op,
+                nodes: nodes.to_vec(),
+            });
+        }
+    }
+    Ok(groups)
 }
 
 struct NodeKernel {
@@ -220,6 +301,8 @@ pub struct GpuStep<'g> {
     /// What every AdamW step reads of its step ([`AdamWConfig::step_scalars`]), written before
     /// each submission: the recorded steps never change.
     step_scalars: (GpuBuffer, View),
+    /// The AdamW steps, in groups of one dispatch each.
+    adamw_groups: Vec<AdamWGroup>,
     /// The first AdamW node, before which the overflow checks are recorded.
     first_adamw: Option<usize>,
     /// The next step's commands, encoded while the GPU ran this one.
@@ -236,14 +319,15 @@ impl std::fmt::Debug for GpuStep<'_> {
     }
 }
 
-/// Host values go in and out of the step as `f32`: the persistent tensors, the loss and the
-/// parameters' gradients, which mixed precision keeps `f32` too.
-fn check_f32(tensor: &crate::graph::Tensor) -> Result<(), ExecError> {
+/// Host values go in and out of the step as `f32` — the persistent tensors, the loss and the
+/// parameters' gradients, which mixed precision keeps `f32` too — or as `f16`, the parameters'
+/// copies of mixed precision.
+fn check_float(tensor: &crate::graph::Tensor) -> Result<(), ExecError> {
     match tensor.elem {
-        ElemType::F32 => Ok(()),
+        ElemType::F32 | ElemType::F16 => Ok(()),
         other => Err(ExecError::Value {
             tensor: tensor.name.clone(),
-            detail: format!("it is stored as {other}; values are read and written as f32"),
+            detail: format!("it is stored as {other}; values are read and written as f32 or f16"),
         }),
     }
 }
@@ -373,8 +457,6 @@ impl<'g> GpuStep<'g> {
                     &writes,
                     &mut states,
                     &kernels,
-                    &step_scalars.1,
-                    scaling.as_ref().map(|s| &s.gate_view),
                 ),
             }
             .map_err(|source| ExecError::op(i, node.op.name(), source))?;
@@ -393,6 +475,9 @@ impl<'g> GpuStep<'g> {
         if let Some(s) = &mut scaling {
             s.checks = build_checks(gpu, graph, &kernels, &s.gate_view)?;
         }
+        let gate = scaling.as_ref().map(|s| &s.gate_view);
+        let adamw_groups =
+            build_adamw_groups(gpu, graph, &kernels, (&step_scalars.1, gate), usize::MAX)?;
         let mut persistent = vec![false; memory.buffers().len()];
         for t in graph.ids() {
             if let Some(b) = memory.buffer_of(t) {
@@ -429,7 +514,11 @@ impl<'g> GpuStep<'g> {
             input_offsets: HashMap::new(),
             scaling,
             step_scalars,
-            first_adamw: graph.nodes().iter().position(|n| n.op == Op::AdamW),
+            adamw_groups,
+            first_adamw: graph
+                .nodes()
+                .iter()
+                .position(|n| matches!(n.op, Op::AdamW { .. })),
             next: None,
         };
         for t in graph.ids() {
@@ -470,33 +559,47 @@ impl<'g> GpuStep<'g> {
     }
 
     /// Writes the logical values `logical` of tensor `t` into its buffer (which it has to
-    /// itself: a persistent tensor), in its layout; padding is zero.
+    /// itself: a persistent tensor), in its layout, rounded to `f32` (to `f16` from that for
+    /// an `f16` tensor, as the GPU rounds); padding is zero. A parameter's copies are written
+    /// with it.
     fn store(&mut self, t: TensorId, logical: &[f64]) -> Result<(), ExecError> {
-        let name = &self.graph.tensor(t).name;
-        let bound = &self.whole[t.index()];
-        check_values(name, logical.len(), bound)?;
-        check_f32(self.graph.tensor(t))?;
-        let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.clone()))?;
-        let buffer = &self.buffers[b];
-        let mut physical = vec![0f32; buffer.len_bytes() as usize / 4];
-        bound.for_each(|i, _, off| physical[off as usize] = logical[i] as f32);
-        buffer
-            .write(&physical)
-            .map_err(|e| ExecError::gpu("writing a tensor", e))
+        for t in std::iter::once(t).chain(self.graph.copies_of(t)) {
+            let tensor = self.graph.tensor(t);
+            let bound = &self.whole[t.index()];
+            check_values(&tensor.name, logical.len(), bound)?;
+            check_float(tensor)?;
+            let b =
+                self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(tensor.name.clone()))?;
+            let buffer = &self.buffers[b];
+            let written = if tensor.elem == ElemType::F16 {
+                let mut physical = vec![half::f16::ZERO; buffer.len_bytes() as usize / 2];
+                bound.for_each(|i, _, off| {
+                    physical[off as usize] = half::f16::from_f32(logical[i] as f32);
+                });
+                buffer.write(&physical)
+            } else {
+                let mut physical = vec![0f32; buffer.len_bytes() as usize / 4];
+                bound.for_each(|i, _, off| physical[off as usize] = logical[i] as f32);
+                buffer.write(&physical)
+            };
+            written.map_err(|e| ExecError::gpu("writing a tensor", e))?;
+        }
+        Ok(())
     }
 
-    /// Sets persistent tensor `name` (a parameter, a moment) to `logical` (row-major over its
-    /// shape).
+    /// Sets persistent tensor `name` (a parameter, with its copies; a moment) to `logical`
+    /// (row-major over its shape). A parameter's copy is not set apart from the parameter.
     pub fn set(&mut self, name: &str, logical: &[f64]) -> Result<(), ExecError> {
         let t = self.id(name)?;
         let tensor = self.graph.tensor(t);
         if !tensor.is_persistent() || tensor.role == Role::Input {
             return Err(ExecError::Unknown(name.to_owned()));
         }
+        super::check_settable(&self.graph, t)?;
         self.store(t, logical)
     }
 
-    /// Sets every parameter to [`initial_values`] from `seed` (what
+    /// Sets every parameter (and its copies) to [`initial_values`] from `seed` (what
     /// [`CpuStep::init_params`](super::CpuStep::init_params) sets).
     pub fn upload_params(&mut self, seed: u64) -> Result<(), ExecError> {
         for p in self.graph.params() {
@@ -506,8 +609,8 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
-    /// The logical values (row-major) of tensor `name`, read back: a persistent tensor, the
-    /// loss, or a parameter's gradient (after a step; with loss scaling, divided by the scale
+    /// The logical values (row-major) of tensor `name`, read back: a persistent tensor (a
+    /// parameter's `f16` copy included), the loss, or a parameter's gradient (after a step; with loss scaling, divided by the scale
     /// that step used, so it is the loss's gradient either way).
     pub fn read(&self, name: &str) -> Result<Vec<f64>, ExecError> {
         let t = self.id(name)?;
@@ -516,10 +619,15 @@ impl<'g> GpuStep<'g> {
             return Err(ExecError::Unknown(name.to_owned()));
         }
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
-        check_f32(tensor)?;
-        let data: Vec<f32> = self.buffers[b]
-            .read_back()
-            .map_err(|e| ExecError::gpu("reading a tensor back", e))?;
+        check_float(tensor)?;
+        let buffer = &self.buffers[b];
+        let data: Vec<f32> = match tensor.elem {
+            ElemType::F16 => buffer
+                .read_back::<half::f16>()
+                .map(|h| h.into_iter().map(f32::from).collect()),
+            _ => buffer.read_back(),
+        }
+        .map_err(|e| ExecError::gpu("reading a tensor back", e))?;
         let bound = &self.whole[t.index()];
         // A gradient of a scaled loss carries the scale.
         let unscale = match (&self.scaling, tensor.role) {
@@ -604,6 +712,29 @@ impl<'g> GpuStep<'g> {
             on_cores += usize::from(cores);
         }
         Ok(on_cores)
+    }
+
+    /// Sets the most parameters one AdamW dispatch updates (`most`, at least 1; the device's
+    /// [`AdamWOp::capacity`] bounds it too, and is the default) and builds the groups again, so
+    /// the next step records everything anew; returns how many dispatches a step's AdamW takes
+    /// now. For a benchmark to sweep the grouping in one run: the results do not depend on it.
+    pub fn group_adamw(&mut self, most: usize) -> Result<usize, ExecError> {
+        let gate = self.scaling.as_ref().map(|s| &s.gate_view);
+        self.adamw_groups = build_adamw_groups(
+            self.gpu,
+            &self.graph,
+            &self.kernels,
+            (&self.step_scalars.1, gate),
+            most,
+        )?;
+        self.recorded = None;
+        self.next = None;
+        Ok(self.adamw_dispatches())
+    }
+
+    /// How many dispatches a step's AdamW takes (see [`group_adamw`](Self::group_adamw)).
+    pub fn adamw_dispatches(&self) -> usize {
+        self.adamw_groups.len()
     }
 
     /// How long the host took in the last untimed [`step`](Self::step) before the GPU had all
@@ -820,6 +951,38 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
+    /// Records the AdamW steps of `group` in one dispatch, reading the step's values from the
+    /// device and gated on the overflow checks where the loss is scaled.
+    fn record_adamw(&self, batch: &mut Batch<'_>, group: &AdamWGroup) -> Result<(), OpError> {
+        let mut args = Vec::with_capacity(group.nodes.len());
+        for &i in &group.nodes {
+            let node = &self.kernels[i];
+            let r = node
+                .reads
+                .iter()
+                .map(|a| self.arg(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            let w = node
+                .writes
+                .iter()
+                .map(|a| self.arg(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            args.push((r, w));
+        }
+        let members: Vec<AdamWMember<&GpuArg<'_>>> =
+            args.iter().map(|(r, w)| adamw_operands(r, w)).collect();
+        let (buffer, view) = &self.step_scalars;
+        let scalars = GpuArg::new(buffer, view, &[])?;
+        let gate = self.scaling.as_ref().map(Scaling::gate).transpose()?;
+        group.op.record(
+            batch,
+            &members,
+            &self.adamw,
+            StepValues::Device(&scalars),
+            gate.as_ref(),
+        )
+    }
+
     fn arg<'a>(&'a self, a: &'a Arg) -> Result<GpuArg<'a>, OpError> {
         let b = self.buffer_of[a.tensor.index()].ok_or_else(|| OpError::Shape {
             op: "gpu step",
@@ -935,18 +1098,11 @@ impl<'g> GpuStep<'g> {
                 let dloss = self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale());
                 k.backward(batch, &r[0], &r[1], &self.states[*s].1, dloss, &w[0])
             }
-            (Kernel::AdamW(k), _) => {
-                let t = AdamWTensors {
-                    param: &w[0],
-                    grad: &r[1],
-                    m: &w[1],
-                    v: &w[2],
-                };
-                let (buffer, view) = &self.step_scalars;
-                let scalars = GpuArg::new(buffer, view, &[])?;
-                let gate = self.scaling.as_ref().map(Scaling::gate).transpose()?;
-                k.step_on_device(batch, &t, &self.adamw, &scalars, gate.as_ref())
-            }
+            (Kernel::AdamW, _) => match self.adamw_groups.iter().find(|g| g.nodes[0] == i) {
+                Some(group) => self.record_adamw(batch, group),
+                // Recorded with its group, by the group's first node.
+                None => Ok(()),
+            },
             (Kernel::Copy(k), _) => k.forward(batch, &r[0], &w[0]),
         }
     }
@@ -955,7 +1111,7 @@ impl<'g> GpuStep<'g> {
 /// The kernel of `op` for operands `r` (reads) and `w` (writes); a cross-entropy's state is
 /// added to `states` by its forward and found there by its backward (the forward over the same
 /// labels, among the nodes `built` so far).
-#[allow(clippy::too_many_arguments)] // the node, its operands, what earlier nodes built, AdamW's inputs
+#[allow(clippy::too_many_arguments)] // the node, its operands, and what earlier nodes built
 fn build(
     gpu: &Gpu,
     graph: &Graph,
@@ -965,8 +1121,6 @@ fn build(
     w: &[Arg],
     states: &mut Vec<(usize, CrossEntropyState)>,
     built: &[NodeKernel],
-    step_scalars: &View,
-    gate: Option<&View>,
 ) -> Result<Kernel, OpError> {
     Ok(match op {
         Op::Embedding => Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&r[1]), v(&w[0]))?)),
@@ -1072,20 +1226,8 @@ fn build(
             let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), &loss, ignore_index)?;
             Kernel::CrossEntropy(Box::new(k), s)
         }
-        Op::AdamW => {
-            let views = AdamWTensors {
-                param: v(&w[0]),
-                grad: v(&r[1]),
-                m: v(&w[1]),
-                v: v(&w[2]),
-            };
-            Kernel::AdamW(Box::new(AdamWOp::on_device(
-                gpu,
-                &views,
-                step_scalars,
-                gate,
-            )?))
-        }
+        // Built with its group (`build_adamw_groups`).
+        Op::AdamW { .. } => Kernel::AdamW,
         Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
     })
 }

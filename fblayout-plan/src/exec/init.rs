@@ -32,8 +32,8 @@ impl Rng {
 }
 
 /// The initial logical values (row-major) of parameter `param` of `graph` from `seed`,
-/// following what the first operation that reads it (or a copy of it in another layout) does
-/// with it: a linear weight
+/// following what the first operation that reads it (or a copy of it in another layout or
+/// element type) does with it: a linear weight
 /// `[d_in, d_out]` uniform in ±1/√d_in, an embedding table uniform in ±1, a norm's scale in
 /// [0.8, 1.2), a bias or a norm's shift in ±0.1. Each parameter draws from its own stream
 /// (`seed` and its id), so values don't depend on the other parameters.
@@ -56,13 +56,16 @@ pub fn initial_values(graph: &Graph, param: TensorId, seed: u64) -> Vec<f64> {
     (0..n).map(|_| rng.uniform(lo, hi)).collect()
 }
 
-/// The first operation that reads `t`, or a copy of it through conversions, and the position
-/// it reads it at.
+/// The first operation that reads `t`, or a copy of it (a parameter's copy, or through
+/// conversions), and the position it reads it at.
 fn first_reader(graph: &Graph, t: TensorId) -> Option<(Op, usize)> {
-    let (node, k) = graph
-        .nodes()
-        .iter()
-        .find_map(|node| node.inputs.iter().position(|&i| i == t).map(|k| (node, k)))?;
+    let copies = graph.copies_of(t);
+    let (node, k) = graph.nodes().iter().find_map(|node| {
+        node.inputs
+            .iter()
+            .position(|&i| i == t || copies.contains(&i))
+            .map(|k| (node, k))
+    })?;
     match node.op {
         Op::Convert { .. } => first_reader(graph, node.outputs[0]),
         op => Some((op, k)),

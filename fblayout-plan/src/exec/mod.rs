@@ -1,4 +1,4 @@
-//! Executing a training step of a [`Graph`](crate::graph::Graph): forward, backward and AdamW.
+//! Executing a training step of a [`Graph`]: forward, backward and AdamW.
 //!
 //! An executor takes the graph, the layout of every tensor ([`LayoutChoice`]), and a
 //! [`MemoryPlan`](crate::memory::MemoryPlan) that places every tensor in a buffer; tensors whose
@@ -14,10 +14,12 @@
 //!   ([`precision::mixed`](crate::graph::precision::mixed)) runs with dynamic loss scaling
 //!   ([`scaling`]), its linear layers on tensor cores where the device has them.
 //!
-//! Parameters start from [`CpuStep::init_params`] (or values given by name); the optimizer's
-//! moments start at zero and persist across steps, as do the parameters. After a step the
-//! parameters, the optimizer state, the loss and every parameter's gradient can be read back;
-//! any other tensor's buffer may have been reused.
+//! Parameters start from [`CpuStep::init_params`] (or values given by name), their copies
+//! ([`Role::ParamCopy`], mixed precision's `f16` weights) with them; the optimizer's moments
+//! start at zero and persist across steps, as do the parameters and their copies (which each
+//! AdamW step writes with the updated parameters). After a step the parameters (and their
+//! copies), the optimizer state, the loss and every parameter's gradient can be read back; any
+//! other tensor's buffer may have been reused.
 
 mod cpu;
 mod gpu;
@@ -35,7 +37,7 @@ pub use gpu::{GpuStep, HostTime, OVERFLOW_SECTION, section};
 pub use init::initial_values;
 pub use scaling::LossScaling;
 
-use crate::graph::{Act, Sizes, Tensor};
+use crate::graph::{Act, Graph, Role, Sizes, Tensor, TensorId};
 use crate::layouts::LayoutChoice;
 
 /// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
@@ -181,6 +183,22 @@ impl ExecError {
             what: what.to_owned(),
             source: Box::new(source),
         }
+    }
+}
+
+/// Refuses to set tensor `t` of `graph` where it is a parameter's copy: the executors write it
+/// with the parameter (and its AdamW step with the updated parameter), so it never holds other
+/// values.
+pub(crate) fn check_settable(graph: &Graph, t: TensorId) -> Result<(), ExecError> {
+    match graph.tensor(t).role {
+        Role::ParamCopy { of } => Err(ExecError::Value {
+            tensor: graph.tensor(t).name.clone(),
+            detail: format!(
+                "it is the copy of `{}`, written with it: set the parameter",
+                graph.tensor(of).name
+            ),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -206,7 +206,7 @@ pub fn op_views(
             reads.push(views.heads(i[2], heads)?);
             (reads, views.qkv(o[0], heads, kv_heads)?)
         }
-        Op::AdamW | Op::Convert { .. } => (all(i, &whole)?, all(o, &whole)?),
+        Op::AdamW { .. } | Op::Convert { .. } => (all(i, &whole)?, all(o, &whole)?),
     };
     Ok(OpViews { reads, writes })
 }

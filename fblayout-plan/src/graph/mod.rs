@@ -10,7 +10,8 @@
 //! again: the activations whose layout the planner chooses first. [`optimizer::add_adamw`]
 //! then appends one in-place [`Op::AdamW`] per parameter, with its moments
 //! ([`Role::State`]). [`precision::mixed`] makes activations and gradients `f16` around `f32`
-//! master weights. [`Graph::folded_biases`] says which biases a product adds itself.
+//! master weights, whose `f16` copies ([`Role::ParamCopy`]) the AdamW steps write.
+//! [`Graph::folded_biases`] says which biases a product adds itself.
 
 mod autodiff;
 mod fold;
@@ -293,8 +294,10 @@ impl Graph {
         for node in self.nodes.iter().filter(|n| n.op.pass() == Pass::Backward) {
             for &t in &node.inputs {
                 let role = self.tensor(t).role;
-                if matches!(role, Role::Activation | Role::Param | Role::Input)
-                    && !saved.contains(&t)
+                if matches!(
+                    role,
+                    Role::Activation | Role::Param | Role::ParamCopy { .. } | Role::Input
+                ) && !saved.contains(&t)
                 {
                     saved.push(t);
                 }
@@ -308,6 +311,13 @@ impl Graph {
     pub fn params(&self) -> Vec<TensorId> {
         self.ids()
             .filter(|&t| self.tensor(t).role == Role::Param)
+            .collect()
+    }
+
+    /// The copies of parameter `p` in other element types ([`Role::ParamCopy`]), in order.
+    pub fn copies_of(&self, p: TensorId) -> Vec<TensorId> {
+        self.ids()
+            .filter(|&t| self.tensor(t).role == Role::ParamCopy { of: p })
             .collect()
     }
 

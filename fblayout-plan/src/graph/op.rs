@@ -111,8 +111,13 @@ pub enum Op {
     /// `a, b → y`: two contributions to one gradient, summed.
     Accumulate,
 
-    /// `param, grad, m, v → param, m, v` (in place): one AdamW step.
-    AdamW,
+    /// `param, grad, m, v → param, m, v` (in place): one AdamW step; with `copy`, a fourth
+    /// output: the parameter's [copy](super::Role::ParamCopy), written with the updated values
+    /// in its own element type.
+    AdamW {
+        /// Whether the step also writes the parameter's copy.
+        copy: bool,
+    },
 
     /// `x → y`: the same values stored in another layout. The planner inserts it where a
     /// tensor's consumer pays more for reading the producer's layout than the copy costs; it
@@ -183,7 +188,7 @@ impl Op {
             Self::AttentionGrad { .. } => "attention_grad",
             Self::CrossEntropyGrad { .. } => "cross_entropy_grad",
             Self::Accumulate => "accumulate",
-            Self::AdamW => "adamw",
+            Self::AdamW { .. } => "adamw",
             Self::Convert { .. } => "convert",
         }
     }
@@ -208,7 +213,7 @@ impl Op {
             Self::RmsNormGrad { .. } => (4, 2),
             Self::SwigluGrad => (3, 2),
             Self::AttentionGrad { .. } => (3, 1),
-            Self::AdamW => (4, 3),
+            Self::AdamW { copy } => (4, 3 + usize::from(*copy)),
         }
     }
 
@@ -225,7 +230,7 @@ impl Op {
             | Self::Swiglu
             | Self::Attention { .. }
             | Self::CrossEntropy { .. } => Pass::Forward,
-            Self::AdamW => Pass::Optimizer,
+            Self::AdamW { .. } => Pass::Optimizer,
             Self::Convert { pass } => *pass,
             _ => Pass::Backward,
         }

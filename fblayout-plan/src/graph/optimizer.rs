@@ -48,7 +48,7 @@ pub fn add_adamw(graph: &mut Graph) -> Result<Vec<TensorId>, GraphError> {
             t.elem,
             Role::State { of: p },
         )?;
-        graph.push(Op::AdamW, &[p, grad, m, v], &[p, m, v])?;
+        graph.push(Op::AdamW { copy: false }, &[p, grad, m, v], &[p, m, v])?;
     }
     Ok(params)
 }
@@ -69,7 +69,11 @@ mod tests {
             layers: 1,
         };
         let mut g = build(Model::Decoder, config).unwrap();
-        let steps: Vec<_> = g.nodes().iter().filter(|n| n.op == Op::AdamW).collect();
+        let steps: Vec<_> = g
+            .nodes()
+            .iter()
+            .filter(|n| n.op == Op::AdamW { copy: false })
+            .collect();
         assert_eq!(steps.len(), g.params().len());
         for n in &steps {
             let [p, grad, m, v] = n.inputs[..] else {

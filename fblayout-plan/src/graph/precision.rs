@@ -6,10 +6,13 @@
 //!   and of the stored activations, and the operands tensor cores multiply;
 //! - parameters, their gradients and the optimizer's moments stay `f32` (the master weights:
 //!   AdamW's small updates would round away in `f16`);
-//! - every weight a linear layer reads gets an `f16` copy, made by an [`Op::Convert`] at the
-//!   start of the forward and read by both products that read the weight (the forward and
-//!   the input gradient), so that both factors of each product are `f16`; the weight
-//!   gradient is still written `f32`;
+//! - every weight a linear layer reads gets an `f16` copy, read by both products that read the
+//!   weight (the forward and the input gradient), so that both factors of each product are
+//!   `f16`; the weight gradient is still written `f32`. Where the graph has the weight's AdamW
+//!   step, the copy is kept across steps ([`Role::ParamCopy`]) and the step writes it with the
+//!   updated weight (its fourth output, [`Op::AdamW`]`{ copy: true }`): no conversion runs in
+//!   the step, and the executors make it once where the weight is set. Without an optimizer
+//!   pass an [`Op::Convert`] makes it at the start of the forward;
 //! - the statistics a normalisation saves (mean, reciprocal deviation) and the per-row losses
 //!   stay `f32`, as sums that `f16` would round.
 //!
@@ -76,7 +79,9 @@ fn halved(graph: &Graph, role: Role) -> bool {
     match role {
         Role::Activation => true,
         Role::Grad { of } => !matches!(graph.tensor(of).role, Role::Param | Role::State { .. }),
-        Role::Input | Role::Param | Role::Loss | Role::State { .. } => false,
+        Role::Input | Role::Param | Role::ParamCopy { .. } | Role::Loss | Role::State { .. } => {
+            false
+        }
     }
 }
 
@@ -104,18 +109,38 @@ fn linear_weights(graph: &Graph) -> Vec<TensorId> {
     weights
 }
 
-/// Gives weight `w` an `f16` copy `<w>.f16`, converted before its first reader and read by
-/// every product that read `w`.
+/// Gives weight `w` an `f16` copy `<w>.f16`, read by every product that read `w`: written by
+/// `w`'s AdamW step where the graph has one (a [`Role::ParamCopy`]), else converted before its
+/// first reader.
 fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
     let reads = |n: &Node| matches!(n.op, Op::Linear | Op::LinearGradInput) && n.inputs[1] == w;
     let Some(first) = g.nodes.iter().position(reads) else {
         return Ok(());
     };
     let name = format!("{}.f16", g.tensor(w).name);
-    // The first reader is the forward product, so the copy is made in the forward.
-    let copy = g.insert_convert(super::NodeId(first as u32), w, name)?;
-    g.tensors[copy.index()].elem = ElemType::F16;
-    for n in &mut g.nodes[first + 1..] {
+    let step = g
+        .nodes
+        .iter()
+        .position(|n| n.op == Op::AdamW { copy: false } && n.inputs[0] == w);
+    let (copy, from) = match step {
+        Some(step) => {
+            let t = g.tensor(w).clone();
+            let axes: Vec<(&str, super::Dim)> =
+                t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
+            let copy = g.add_tensor(name, &axes, ElemType::F16, Role::ParamCopy { of: w })?;
+            let node = &mut g.nodes[step];
+            node.op = Op::AdamW { copy: true };
+            node.outputs.push(copy);
+            (copy, first)
+        }
+        None => {
+            // The first reader is the forward product, so the copy is made in the forward.
+            let copy = g.insert_convert(super::NodeId(first as u32), w, name)?;
+            g.tensors[copy.index()].elem = ElemType::F16;
+            (copy, first + 1)
+        }
+    };
+    for n in &mut g.nodes[from..] {
         if reads(n) {
             n.inputs[1] = copy;
         }
@@ -126,7 +151,7 @@ fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Pass;
+    use crate::graph::{Dim, Pass};
     use crate::models::{Model, ModelConfig, build};
 
     fn small(model: Model) -> Graph {
@@ -152,6 +177,7 @@ mod tests {
             for t in g.tensors() {
                 let want = match t.role {
                     Role::Input => ElemType::U32,
+                    Role::ParamCopy { .. } => ElemType::F16,
                     Role::Param | Role::Loss | Role::State { .. } => ElemType::F32,
                     Role::Grad { of } if g.tensor(of).role == Role::Param => ElemType::F32,
                     // Norm statistics stay f32; everything else the forward or backward
@@ -161,7 +187,8 @@ mod tests {
                 };
                 assert_eq!(t.elem, want, "{model:?}: `{}` ({:?})", t.name, t.role);
             }
-            // Every product multiplies two f16 factors; each weight is copied once.
+            // Every product multiplies two f16 factors; each weight is copied once, by its
+            // AdamW step, and nothing is converted.
             for n in g.nodes() {
                 if matches!(
                     n.op,
@@ -172,19 +199,102 @@ mod tests {
                     }
                 }
             }
-            let linear_params = f32.nodes().iter().filter(|n| n.op == Op::Linear).count();
-            let copies: Vec<&Node> = g
+            let weights: Vec<TensorId> = f32
                 .nodes()
                 .iter()
-                .filter(|n| matches!(n.op, Op::Convert { .. }))
+                .filter(|n| n.op == Op::Linear)
+                .map(|n| n.inputs[1])
                 .collect();
-            assert_eq!(copies.len(), linear_params);
-            for c in copies {
-                assert_eq!(c.op.pass(), Pass::Forward);
-                assert_eq!(g.tensor(c.inputs[0]).role, Role::Param);
+            for &w in &weights {
+                let [copy] = g.copies_of(w)[..] else {
+                    panic!("{model:?}: `{}` has one copy", g.tensor(w).name)
+                };
+                let step = g
+                    .nodes()
+                    .iter()
+                    .find(|n| matches!(n.op, Op::AdamW { .. }) && n.inputs[0] == w)
+                    .unwrap();
+                assert_eq!(step.op, Op::AdamW { copy: true });
+                assert_eq!(step.outputs[3], copy);
+                assert!(g.tensor(copy).is_persistent());
+                // The forward product and the input gradient read the copy.
+                let readers: Vec<Op> = g
+                    .nodes()
+                    .iter()
+                    .filter(|n| n.inputs.contains(&copy))
+                    .map(|n| n.op)
+                    .collect();
+                assert_eq!(readers, [Op::Linear, Op::LinearGradInput], "{model:?}");
             }
-            assert_eq!(g.nodes().len(), f32.nodes().len() + linear_params);
+            let copied = g
+                .nodes()
+                .iter()
+                .filter(|n| n.op == Op::AdamW { copy: true })
+                .count();
+            assert_eq!(copied, weights.len());
+            assert!(!g.nodes().iter().any(|n| matches!(n.op, Op::Convert { .. })));
+            assert_eq!(g.nodes().len(), f32.nodes().len());
         }
+    }
+
+    #[test]
+    fn without_an_optimizer_pass_each_weight_is_converted_in_the_forward() {
+        // Nothing would keep a persistent copy up to date: the forward makes it.
+        let mut g = Graph::new();
+        let tokens = [("batch", Dim::Batch), ("seq", Dim::Seq)];
+        let ids = g
+            .add_tensor("ids", &tokens, ElemType::U32, Role::Input)
+            .unwrap();
+        let labels = g
+            .add_tensor("labels", &tokens, ElemType::U32, Role::Input)
+            .unwrap();
+        let table = [("vocab", Dim::Fixed(20)), ("hidden", Dim::Fixed(8))];
+        let table = g
+            .add_tensor("table", &table, ElemType::F32, Role::Param)
+            .unwrap();
+        let wide = [
+            ("batch", Dim::Batch),
+            ("seq", Dim::Seq),
+            ("hidden", Dim::Fixed(8)),
+        ];
+        let h = g
+            .add_tensor("h", &wide, ElemType::F32, Role::Activation)
+            .unwrap();
+        g.push(Op::Embedding, &[ids, table], &[h]).unwrap();
+        let head = [("hidden", Dim::Fixed(8)), ("vocab", Dim::Fixed(20))];
+        let w = g
+            .add_tensor("w", &head, ElemType::F32, Role::Param)
+            .unwrap();
+        let logits = [
+            ("batch", Dim::Batch),
+            ("seq", Dim::Seq),
+            ("vocab", Dim::Fixed(20)),
+        ];
+        let logits = g
+            .add_tensor("logits", &logits, ElemType::F32, Role::Activation)
+            .unwrap();
+        g.push(Op::Linear, &[h, w], &[logits]).unwrap();
+        let loss = g
+            .add_tensor("loss", &tokens, ElemType::F32, Role::Loss)
+            .unwrap();
+        let ce = Op::CrossEntropy {
+            ignore_index: u32::MAX,
+        };
+        g.push(ce, &[logits, labels], &[loss]).unwrap();
+        crate::graph::derive_backward(&mut g).unwrap();
+        let m = mixed(&g).unwrap();
+        assert!(m.copies_of(w).is_empty());
+        let convert = m
+            .nodes()
+            .iter()
+            .find(|n| matches!(n.op, Op::Convert { .. }))
+            .unwrap();
+        assert_eq!(convert.op.pass(), Pass::Forward);
+        assert_eq!(convert.inputs, [w]);
+        let copy = convert.outputs[0];
+        assert_eq!(m.tensor(copy).elem, ElemType::F16);
+        assert_eq!(m.tensor(copy).role, Role::Activation);
+        assert_eq!(m.nodes().len(), g.nodes().len() + 1);
     }
 
     #[test]

@@ -86,6 +86,13 @@ pub enum Role {
         /// The parameter it belongs to.
         of: TensorId,
     },
+    /// A copy of a parameter in another element type, kept across steps: written by the
+    /// parameter's AdamW step with the updated values (and by the executor wherever the
+    /// parameter is set), read in its place (mixed precision's `f16` weights).
+    ParamCopy {
+        /// The parameter it is a copy of.
+        of: TensorId,
+    },
 }
 
 /// One tensor of a graph.
@@ -125,9 +132,13 @@ impl Tensor {
             .collect()
     }
 
-    /// Whether it lives for the whole step: inputs, parameters and optimizer state.
+    /// Whether it lives for the whole step (and across steps): inputs, parameters, their
+    /// copies and optimizer state.
     pub fn is_persistent(&self) -> bool {
-        matches!(self.role, Role::Input | Role::Param | Role::State { .. })
+        matches!(
+            self.role,
+            Role::Input | Role::Param | Role::ParamCopy { .. } | Role::State { .. }
+        )
     }
 
     /// Whether it is a gradient.

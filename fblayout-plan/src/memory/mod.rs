@@ -1,10 +1,11 @@
 //! The memory plan of a training step: which buffer holds each tensor, and the peak.
 //!
 //! **Liveness.** Operations run in the graph's order (forward, backward, optimizer); a tensor
-//! is live from the operation that writes it to the last one that reads it. Inputs, parameters
-//! and optimizer state ([`Tensor::is_persistent`](crate::graph::Tensor::is_persistent)) are
-//! live for the whole step (and across steps); AdamW updates a parameter and its moments in
-//! place, so they stay in their buffers. The loss and every parameter's gradient are the step's
+//! is live from the operation that writes it to the last one that reads it. Inputs, parameters,
+//! their copies (mixed precision's `f16` weights, which AdamW writes for the next step) and
+//! optimizer state ([`Tensor::is_persistent`](crate::graph::Tensor::is_persistent)) are live
+//! for the whole step (and across steps), so none shares a buffer; AdamW updates a parameter
+//! and its moments in place, so they stay in their buffers. The loss and every parameter's gradient are the step's
 //! results: they are live to its end, so they can be read back. A gradient that is the gradient
 //! of several tensors (through a sum or a bias) is one tensor, placed once.
 //!
@@ -54,7 +55,8 @@ impl Default for MemoryOptions {
 /// What a tensor's bytes are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Category {
-    /// Trained parameters.
+    /// Trained parameters, and their copies in other element types (mixed precision's `f16`
+    /// weights).
     Parameters,
     /// AdamW's moments.
     OptimizerState,
@@ -85,7 +87,7 @@ impl Category {
     /// The category of a tensor of `role` (no tensor is workspace).
     pub fn of(role: Role) -> Self {
         match role {
-            Role::Param => Self::Parameters,
+            Role::Param | Role::ParamCopy { .. } => Self::Parameters,
             Role::State { .. } => Self::OptimizerState,
             Role::Activation | Role::Loss => Self::Activations,
             Role::Grad { .. } => Self::Gradients,

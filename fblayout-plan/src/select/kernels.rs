@@ -113,7 +113,7 @@ impl KernelKind {
             Op::CrossEntropyGrad { .. } => Self::CrossEntropyGrad,
             Op::Embedding => Self::Embedding,
             Op::EmbeddingGrad => Self::EmbeddingGrad,
-            Op::AdamW => Self::AdamW,
+            Op::AdamW { .. } => Self::AdamW,
             Op::Convert { .. } => return None,
             Op::Add
             | Op::Bias
@@ -176,7 +176,7 @@ impl Operand {
     pub fn of(graph: &Graph, t: TensorId) -> Self {
         let is_param = |t: TensorId| graph.tensor(t).role == Role::Param;
         match graph.tensor(t).role {
-            Role::Param | Role::State { .. } => Self::Weight,
+            Role::Param | Role::ParamCopy { .. } | Role::State { .. } => Self::Weight,
             Role::Grad { of } if is_param(of) => Self::Weight,
             _ => Self::Activation,
         }
