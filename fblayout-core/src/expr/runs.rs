@@ -40,7 +40,8 @@ enum Run {
     Other,
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
+/// The greatest common divisor (`gcd(0, 0) = 0`): what divides both of two known divisors.
+pub(super) fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 

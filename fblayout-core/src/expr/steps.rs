@@ -28,6 +28,7 @@
 
 use super::func::ValidIndexFn;
 use super::graph::{BinOp, ExprId, Node, VarKind};
+use super::runs::gcd;
 
 /// The class of a value (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,10 +45,6 @@ enum Class {
     FixedBool,
     /// Not proved to be any of the above.
     Other,
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 impl ValidIndexFn {
