@@ -10,8 +10,8 @@ mod support;
 use fblayout_core::layout::ElemType;
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
 use fblayout_kernels::ops::{
-    AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, NonFiniteOp, RmsNormOp,
-    RmsNormTensors, SumSquaresOp,
+    AdamWMember, AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, NonFiniteOp,
+    RmsNormOp, RmsNormTensors, SumSquaresOp,
 };
 use support::{Layout2, gpu_without_subgroups, view_1d, view_1d_dyn, view_2d};
 
@@ -147,4 +147,39 @@ fn overflow_check_group_shader() {
     let flag = view_1d("flag", "one", 1, ElemType::U32);
     let check = NonFiniteOp::many(gpu, &[&a, &b, &bias], &flag).unwrap();
     insta::assert_snapshot!("non_finite_group_of_three", check.shader());
+}
+
+#[test]
+fn adamw_group_shader() {
+    // Three parameters in one dispatch: an R-Tile matrix writing an f16 row-major copy, a
+    // column-major matrix and a bias, gated, with the step's values on the device (each
+    // validated by naga when built, before it is snapshotted).
+    let gpu = gpu_without_subgroups();
+    let (a, _) = view_2d("w1", Layout2::RTile(4), 8, 64, ElemType::F32);
+    let (copy, _) = view_2d("w1_f16", Layout2::RowMajor, 8, 64, ElemType::F16);
+    let (b, _) = view_2d("w2", Layout2::ColMajor, 8, 64, ElemType::F32);
+    let bias = view_1d("bias", "cols", 30, ElemType::F32);
+    let all = |v| AdamWTensors {
+        param: v,
+        grad: v,
+        m: v,
+        v,
+    };
+    let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
+    let gate = view_1d("gate", "one", 1, ElemType::U32);
+    let op = AdamWOp::many(
+        gpu,
+        &[
+            AdamWMember {
+                tensors: all(&a),
+                copy: Some(&copy),
+            },
+            all(&b).into(),
+            all(&bias).into(),
+        ],
+        Some(&scalars),
+        Some(&gate),
+    )
+    .unwrap();
+    insta::assert_snapshot!("adamw_group_of_three", op.shader());
 }
