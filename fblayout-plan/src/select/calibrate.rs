@@ -45,8 +45,8 @@ use super::kernels::{
 use crate::layouts::LayoutChoice;
 
 /// The format of the cache file, or of the kernels it times; a change makes every older file
-/// stale (5: the cooperative GEMM's fifth generation, the grouped AdamW and the norms'
-/// backward).
+/// stale (5: the cooperative GEMM's vector staging and stepped offsets, and mixed
+/// precision's weight copies written by AdamW).
 pub const VERSION: u32 = 5;
 
 /// Side of the square matrices gathered.
