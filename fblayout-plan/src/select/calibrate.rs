@@ -45,9 +45,9 @@ use super::kernels::{
 use crate::layouts::LayoutChoice;
 
 /// The format of the cache file, or of the kernels it times; a change makes every older file
-/// stale (5: the cooperative GEMM's vector staging and stepped offsets, and mixed
-/// precision's weight copies written by AdamW).
-pub const VERSION: u32 = 5;
+/// stale (6: the cooperative GEMM's unmasked whole k-steps; 5: its vector staging and stepped
+/// offsets, and mixed precision's weight copies written by AdamW).
+pub const VERSION: u32 = 6;
 
 /// Side of the square matrices gathered.
 const GATHER_SIDE: u32 = 1024;

@@ -31,7 +31,9 @@
 //!
 //! Edges are masked where blocks are staged: coordinates past `m` or `n` are clamped to the
 //! last row or column (their outputs are never stored), and elements past `k` are zeros, so
-//! neither padding nor NaN reaches a sum. Where C is row- or column-major with 16-aligned rows
+//! neither padding nor NaN reaches a sum. Only a last, partial k-step needs the zeros: the
+//! loads of every step wholly inside `k` are emitted a second time without the comparison and
+//! select per load, and a branch uniform over the workgroup picks them. Where C is row- or column-major with 16-aligned rows
 //! (columns) and of the accumulator's type ([`Direct`]), a block that lies wholly inside C
 //! stores each fragment straight into C (`coopStoreT`/`coopStore` on `c_data`, the stride
 //! read from C's index function). Every other block, and every other C, sends each
@@ -194,10 +196,13 @@ fn at(role: &str, batch: &str, outer: &str, k: &str) -> String {
 }
 
 /// The register declarations, the loads (from the block at `cm_k0`) and the stores (into
-/// stage `cm_buf`) of operand `role`.
+/// stage `cm_buf`) of operand `role`. The loads come twice: `load` masks elements past the end
+/// of `k` to zeros, `load_whole` is for a block that lies wholly inside `k` and reads every
+/// element as it is, without a comparison or a select per load.
 struct Stage {
     declare: String,
     load: String,
+    load_whole: String,
     store: String,
 }
 
@@ -228,6 +233,7 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
     let mut st = Stage {
         declare: String::new(),
         load: String::new(),
+        load_whole: String::new(),
         store: String::new(),
     };
     if staging.stepped {
@@ -240,10 +246,9 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
             at(role, &zeros, "0u", &format!("{k_step}u")),
             at(role, &zeros, "0u", "0u"),
         );
-        let _ = writeln!(
-            st.load,
-            "        let cm_{role}_shift = (cm_k0 / {k_step}u) * cm_{role}_dk;"
-        );
+        let shift = format!("        let cm_{role}_shift = (cm_k0 / {k_step}u) * cm_{role}_dk;\n");
+        st.load += &shift;
+        st.load_whole += &shift;
     }
     for i in 0..per_thread {
         let reg = format!("cm_{role}_reg{i}");
@@ -257,11 +262,17 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
         };
         let ind = if guard { "            " } else { "        " };
         st.load += &open;
+        st.load_whole += &open;
         st.store += &open;
         // e → (staged row, group along the row), the row fastest.
         let row = format!("({e} / {per_row}u)");
         let col = format!("(({e} % {per_row}u) * {w}u)");
-        // Coordinates: along the outer axis and along k, clamped or masked.
+        // Coordinates: along the outer axis and along k, clamped or masked (inside a whole
+        // block, `k` needs neither).
+        let k_whole = match staging.order {
+            Order::OuterRows => format!("cm_k0 + {col}"),
+            Order::KRows => format!("cm_k0 + {row}"),
+        };
         let (outer_c, k_c, mask) = match (staging.order, w) {
             (Order::OuterRows, 4) => (
                 format!("min({origin} + {row}, {last})"),
@@ -288,7 +299,7 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
         };
         // Straight from the storage binding (`<role>_data`, of `vec4<f16>` where the surface
         // granted wide reads), without `<role>_load`'s conversion to f32 and back.
-        let offset = if staging.stepped {
+        let (offset, offset_whole) = if staging.stepped {
             // The element's offset at the first k-step (`k` within the step, unclamped:
             // elements past `k` are masked), computed once.
             let k_in_step = match staging.order {
@@ -297,16 +308,28 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
             };
             let first = at(role, &bc, &outer_c, &k_in_step);
             let _ = writeln!(st.declare, "    let cm_{role}_off{i} = {role}_at({first});");
-            format!("(cm_{role}_off{i} + cm_{role}_shift)")
+            let offset = format!("(cm_{role}_off{i} + cm_{role}_shift)");
+            (offset.clone(), offset)
         } else {
-            format!("{role}_at({})", at(role, &bc, &outer_c, &k_c))
+            (
+                format!("{role}_at({})", at(role, &bc, &outer_c, &k_c)),
+                format!("{role}_at({})", at(role, &bc, &outer_c, &k_whole)),
+            )
         };
-        let (load, zero) = if w == 4 {
-            (format!("{role}_data[{offset} >> 2u]"), "vec4<f16>(0.0h)")
-        } else {
-            (format!("{role}_data[{offset}]"), "0.0h")
+        let element = |offset: &str| -> String {
+            if w == 4 {
+                format!("{role}_data[{offset} >> 2u]")
+            } else {
+                format!("{role}_data[{offset}]")
+            }
         };
-        let _ = writeln!(st.load, "{ind}{reg} = select({zero}, {load}, {mask});");
+        let zero = if w == 4 { "vec4<f16>(0.0h)" } else { "0.0h" };
+        let _ = writeln!(
+            st.load,
+            "{ind}{reg} = select({zero}, {}, {mask});",
+            element(&offset)
+        );
+        let _ = writeln!(st.load_whole, "{ind}{reg} = {};", element(&offset_whole));
         if w == 4 {
             // Four neighbours: one vector of the stage (`col` is a multiple of four).
             let _ = writeln!(
@@ -323,9 +346,23 @@ fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
             );
         }
         st.load += close;
+        st.load_whole += close;
         st.store += close;
     }
     st
+}
+
+/// The loads of k-step `step` (at `cm_k0`) of both operands, indented one level more than the
+/// stages wrote them: unmasked for a step wholly inside `k` (every step but a last, partial
+/// one), masked for a partial step, none past the last step. Both conditions are uniform over
+/// the workgroup.
+fn step_loads(step: &str, a: &Stage, b: &Stage) -> String {
+    let indent = |code: String| -> String { code.lines().map(|l| format!("    {l}\n")).collect() };
+    format!(
+        "        if ({step} < cm_whole_steps) {{\n{}        }} else if ({step} < cm_steps) {{\n{}        }}\n",
+        indent(format!("{}{}", a.load_whole, b.load_whole)),
+        indent(format!("{}{}", a.load, b.load)),
+    )
 }
 
 /// The fragment load of operand `role` for fragment `f` at k-slice `kk`: `let` bindings of the
@@ -447,11 +484,15 @@ fn {ENTRY}(
                 "    // This workgroup's part of the reduction: k from cm_k_begin to cm_k_end.
     let cm_k_begin = min(cm_split * params.split_len, cm_k_len);
     let cm_k_end = min(cm_k_begin + params.split_len, cm_k_len);
-    let cm_steps = (cm_k_end - cm_k_begin + {}u) / {bk}u;\n",
+    let cm_steps = (cm_k_end - cm_k_begin + {}u) / {bk}u;
+    let cm_whole_steps = (cm_k_end - cm_k_begin) / {bk}u;\n",
                 bk - 1
             )
         } else {
-            format!("    let cm_steps = (cm_k_len + {}u) / {bk}u;\n", bk - 1)
+            format!(
+                "    let cm_steps = (cm_k_len + {}u) / {bk}u;\n    let cm_whole_steps = cm_k_len / {bk}u;\n",
+                bk - 1
+            )
         },
         spec.subgroup_size,
         spec.subgroup_size,
@@ -489,10 +530,9 @@ fn {ENTRY}(
     let k_origin = if partial { "cm_k_begin + " } else { "" };
     let _ = writeln!(
         s,
-        "    if (cm_steps > 0u) {{\n        let cm_k0 = {};\n{}{}    }}",
+        "    {{\n        let cm_k0 = {};\n{}    }}",
         if partial { "cm_k_begin" } else { "0u" },
-        sa.load,
-        sb.load
+        step_loads("0u", &sa, &sb)
     );
     let buf = if stages == 2 { "cm_t & 1u" } else { "0u" };
     let _ = writeln!(
@@ -509,8 +549,10 @@ fn {ENTRY}(
         "{}{}        workgroupBarrier();
         // The next step's loads are in flight while this step multiplies.
         let cm_k0 = {k_origin}(cm_t + 1u) * {bk}u;
-{}{}",
-        sa.store, sb.store, sa.load, sb.load
+{}",
+        sa.store,
+        sb.store,
+        step_loads("cm_t + 1u", &sa, &sb)
     );
     for kk in 0..bk / 16 {
         s.push_str("        {\n");

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use super::config::CoopConfig;
 use crate::runtime::{CacheLoad, DiskCache};
 
-/// The stem of the autotune file's name. It names the kernel generator's generation (`k2`:
-/// vector-wide staging, offsets stepped along `k`), so that choices timed on an older
+/// The stem of the autotune file's name. It names the kernel generator's generation (`k3`:
+/// vector-wide staging, offsets stepped along `k`, unmasked loads for whole k-steps), so that choices timed on an older
 /// generation's kernels are measured again rather than reused.
-pub(crate) const STEM: &str = "coop-autotune-k2";
+pub(crate) const STEM: &str = "coop-autotune-k3";
 
 /// Problems and the configuration chosen for each.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
