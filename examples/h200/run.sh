@@ -22,7 +22,11 @@ mkdir -p "$FBLAYOUT_CACHE_DIR"
 [ -d .h200-cache ] && cp -n .h200-cache/* "$FBLAYOUT_CACHE_DIR"/ 2>/dev/null
 bin=/tmp/fblayout-bin
 mkdir -p "$bin"
-for f in .dev/*.gz; do gzip -dc "$f" > "$bin/$(basename "$f" .gz)"; chmod +x "$bin/$(basename "$f" .gz)"; done
+# The packed binaries (DEV, default .dev) and the steps to run (STEPS, default
+# examples/h200/steps) can be overridden, for a lease that runs a subset.
+dev=${DEV:-.dev}
+steps=${STEPS:-examples/h200/steps}
+for f in "$dev"/*.gz; do gzip -dc "$f" > "$bin/$(basename "$f" .gz)"; chmod +x "$bin/$(basename "$f" .gz)"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | tee "$out/gpu.txt"
 status=0
 # step NAME TIMEOUT CMD...: runs CMD with a time limit, logs to $out/NAME.log.
@@ -37,12 +41,12 @@ step() {
     [ "$rc" -eq 0 ] || status=1
     return 0
 }
-# The steps to run come from examples/h200/steps (one `name timeout command...` per line), so a
-# lease can run a subset by editing that file only.
+# The steps to run come from $steps (one `name timeout command...` per line), so a lease can
+# run a subset by editing that file, or by pointing STEPS at another.
 while read -r name limit cmd; do
     [ -z "$name" ] || [ "${name#\#}" != "$name" ] && continue
     step "$name" "$limit" bash -c "cd $bin && $cmd"
-done < examples/h200/steps
+done < "$steps"
 # The small cache files (calibrations, the autotune's choices; not the pipeline cache) come
 # back for the next lease.
 mkdir -p "$out/cache"
