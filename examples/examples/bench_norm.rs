@@ -12,6 +12,12 @@
 //!
 //! Run: `cargo run --release -p fblayout-examples --example bench_norm [-- --tokens 4096,16384
 //! --hidden 384,768 --samples 9 --reps 20]`
+//!
+//! With `--sweep` it times launch shapes instead: the norms (forward and backward) built with
+//! each pair of `--lanes-per-row` × `--rows-per-block` and with the default shapes at each
+//! backward chunk of `--sweep-chunks`, and the bias gradient at each chunk, each against the
+//! baseline (the kernels as they were before launch shapes) and beside the current default,
+//! all in the same run.
 
 mod support;
 
@@ -23,8 +29,8 @@ use clap::Parser;
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue};
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::{
-    AdamW, AdamWOp, AdamWTensors, BiasOp, LayerNormGrads, LayerNormOp, LayerNormTensors,
-    RmsNormGrads, RmsNormOp, RmsNormTensors,
+    AdamW, AdamWOp, AdamWTensors, BiasLaunch, BiasOp, LayerNormGrads, LayerNormOp,
+    LayerNormTensors, NormLaunch, RmsNormGrads, RmsNormOp, RmsNormTensors, RowLaunch,
 };
 use fblayout_kernels::runtime::{Batch, Gpu, GpuBuffer};
 use fblayout_kernels::tensor::GpuArg;
@@ -51,6 +57,19 @@ struct Args {
     /// the number the kernels choose to fill the GPU: for tuning.
     #[arg(long)]
     chunk_rows: Option<u32>,
+    /// Time launch shapes against the baseline instead of the table (see the module docs).
+    #[arg(long)]
+    sweep: bool,
+    /// With `--sweep`: lanes per row of the norms' kernels, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [8u32, 16, 32])]
+    lanes_per_row: Vec<u32>,
+    /// With `--sweep`: rows per block of the norms' kernels, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [4u32, 8, 16])]
+    rows_per_block: Vec<u32>,
+    /// With `--sweep`: rows per chunk of the norm backwards (default shapes otherwise) and of
+    /// the bias gradient, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [8u32, 16, 32, 64])]
+    sweep_chunks: Vec<u32>,
 }
 
 type Result<T> = std::result::Result<T, String>;
@@ -182,6 +201,8 @@ struct Row {
     kernel: &'static str,
     shape: String,
     layout: String,
+    /// The launch shapes (sweeps only).
+    launch: String,
     seconds: f64,
     bytes: u64,
     copy_seconds: f64,
@@ -201,187 +222,235 @@ fn layout_name(tile: Option<u32>) -> String {
     }
 }
 
+/// The views and buffers of one `[tokens, hidden]` shape in one layout.
+struct Setup {
+    tokens: u32,
+    views: [View; 6],
+    /// x, y, dy, dx, m, v, then γ, β, mean, rstd, dγ, dβ.
+    buffers: Vec<GpuBuffer>,
+}
+
+/// Indices into [`Setup::views`].
+const X: usize = 0;
+const Y: usize = 1;
+const GAMMA: usize = 2;
+const BETA: usize = 3;
+const MEAN: usize = 4;
+const RSTD: usize = 5;
+
+impl Setup {
+    fn new(gpu: &Gpu, tokens: u32, hidden: u32, tile: Option<u32>) -> Result<Self> {
+        let views = [
+            matrix("x", tile, hidden)?,
+            matrix("y", tile, hidden)?,
+            vector("gamma", "hidden", Some(hidden))?,
+            vector("beta", "hidden", Some(hidden))?,
+            vector("mean", "tokens", None)?,
+            vector("rstd", "tokens", None)?,
+        ];
+        let of = [X, Y, Y, X, X, X, GAMMA, BETA, MEAN, RSTD, GAMMA, BETA];
+        let buffers = of
+            .iter()
+            .map(|&v| tensor(gpu, &views[v], tokens))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            tokens,
+            views,
+            buffers,
+        })
+    }
+
+    /// Buffer `i` as an argument through view `v`.
+    fn arg(&self, i: usize, v: usize) -> Result<GpuArg<'_>> {
+        arg(&self.buffers[i], &self.views[v], self.tokens)
+    }
+
+    /// The arguments: x, y, dy, dx, γ, β, mean, rstd, dγ, dβ.
+    fn args(&self) -> Result<[GpuArg<'_>; 10]> {
+        Ok([
+            self.arg(0, X)?,
+            self.arg(1, Y)?,
+            self.arg(2, Y)?,
+            self.arg(3, X)?,
+            self.arg(6, GAMMA)?,
+            self.arg(7, BETA)?,
+            self.arg(8, MEAN)?,
+            self.arg(9, RSTD)?,
+            self.arg(10, GAMMA)?,
+            self.arg(11, BETA)?,
+        ])
+    }
+
+    fn layer_norm(&self, gpu: &Gpu, launch: NormLaunch) -> Result<LayerNormOp> {
+        let v = &self.views;
+        let views = LayerNormTensors {
+            x: &v[X],
+            gamma: &v[GAMMA],
+            beta: &v[BETA],
+            y: &v[Y],
+            mean: &v[MEAN],
+            rstd: &v[RSTD],
+        };
+        LayerNormOp::with_launch(gpu, &views, 1e-5, launch).map_err(err)
+    }
+
+    fn rms_norm(&self, gpu: &Gpu, launch: NormLaunch) -> Result<RmsNormOp> {
+        let v = &self.views;
+        let views = RmsNormTensors {
+            x: &v[X],
+            gamma: &v[GAMMA],
+            y: &v[Y],
+            rstd: &v[RSTD],
+        };
+        RmsNormOp::with_launch(gpu, &views, 1e-5, launch).map_err(err)
+    }
+
+    fn bias(&self, gpu: &Gpu, launch: BiasLaunch) -> Result<BiasOp> {
+        let v = &self.views;
+        Ok(BiasOp::new(gpu, &v[X], &v[BETA], &v[Y])
+            .map_err(err)?
+            .with_launch(launch))
+    }
+}
+
+/// The times of a norm's and the bias's kernels: `(kernel, seconds, bytes)` each.
+type Timed = Vec<(&'static str, (f64, bool), u64)>;
+
+/// Times the forward and backward of LayerNorm and RMSNorm built with `launch`, and the bias
+/// gradient with `bias` (where given); returns the times and the norms' built shapes.
+fn time_norms(
+    gpu: &Gpu,
+    args: &Args,
+    setup: &Setup,
+    launch: NormLaunch,
+    bias: Option<BiasLaunch>,
+    hidden: u32,
+) -> Result<(Timed, String)> {
+    let n = u64::from(setup.tokens) * u64::from(hidden) * 4;
+    let (h4, t4) = (u64::from(hidden) * 4, u64::from(setup.tokens) * 4);
+    let [x, y, dy, dx, gamma, beta, mean, rstd, dgamma, dbeta] = setup.args()?;
+    let mut out = Timed::new();
+    let ln = setup.layer_norm(gpu, launch)?;
+    let [f, b] = ln.launch_shapes();
+    let shapes = format!("{f}; {b}");
+    let t = LayerNormTensors {
+        x: &x,
+        gamma: &gamma,
+        beta: &beta,
+        y: &y,
+        mean: &mean,
+        rstd: &rstd,
+    };
+    let g = LayerNormGrads {
+        dy: &dy,
+        dx: &dx,
+        dgamma: &dgamma,
+        dbeta: &dbeta,
+    };
+    let s = time(gpu, args, |b| ln.forward(b, &t).map_err(err))?;
+    out.push(("LayerNorm forward", s, 2 * n + 2 * h4 + 2 * t4));
+    let s = time(gpu, args, |b| ln.backward(b, &t, &g, false).map_err(err))?;
+    out.push(("LayerNorm backward", s, 3 * n + 3 * h4 + 2 * t4));
+    let rms = setup.rms_norm(gpu, launch)?;
+    let t = RmsNormTensors {
+        x: &x,
+        gamma: &gamma,
+        y: &y,
+        rstd: &rstd,
+    };
+    let g = RmsNormGrads {
+        dy: &dy,
+        dx: &dx,
+        dgamma: &dgamma,
+    };
+    let s = time(gpu, args, |b| rms.forward(b, &t).map_err(err))?;
+    out.push(("RMSNorm forward", s, 2 * n + h4 + t4));
+    let s = time(gpu, args, |b| rms.backward(b, &t, &g, false).map_err(err))?;
+    out.push(("RMSNorm backward", s, 3 * n + 2 * h4 + t4));
+    if let Some(launch) = bias {
+        let op = setup.bias(gpu, launch)?;
+        let s = time(gpu, args, |b| {
+            op.backward(b, &dy, &dbeta, false).map_err(err)
+        })?;
+        out.push(("bias gradient", s, n + h4));
+    }
+    Ok((out, shapes))
+}
+
 fn run(args: &Args) -> Result<()> {
     if args.hidden.iter().any(|h| *h == 0 || h % 8 != 0) || args.tokens.contains(&0) {
         return Err("--hidden must be positive multiples of 8 and --tokens positive".into());
     }
     let gpu = Gpu::new().map_err(err)?;
     println!("adapter: {} ({})", gpu.info(), gpu.features());
-    let copy = Copy::new()?;
-    let mut copy_times: HashMap<u64, f64> = HashMap::new();
     let mut rows: Vec<Row> = Vec::new();
     let mut stamps = true;
     for &tokens in &args.tokens {
         for &hidden in &args.hidden {
             let shape = format!("{tokens} × {hidden}");
-            let n = u64::from(tokens) * u64::from(hidden) * 4;
-            let (h4, t4) = (u64::from(hidden) * 4, u64::from(tokens) * 4);
-            let gamma_v = vector("gamma", "hidden", Some(hidden))?;
-            let beta_v = vector("beta", "hidden", Some(hidden))?;
-            let mean_v = vector("mean", "tokens", None)?;
-            let rstd_v = vector("rstd", "tokens", None)?;
-            let (gamma, beta) = (
-                tensor(&gpu, &gamma_v, tokens)?,
-                tensor(&gpu, &beta_v, tokens)?,
-            );
-            let (mean, rstd) = (
-                tensor(&gpu, &mean_v, tokens)?,
-                tensor(&gpu, &rstd_v, tokens)?,
-            );
-            let (dgamma, dbeta) = (
-                tensor(&gpu, &gamma_v, tokens)?,
-                tensor(&gpu, &beta_v, tokens)?,
-            );
             for tile in layouts(args) {
-                let x_v = matrix("x", tile, hidden)?;
-                let y_v = matrix("y", tile, hidden)?;
-                let [x, y, dy, dx, m, v] =
-                    [&x_v, &y_v, &y_v, &x_v, &x_v, &x_v].map(|view| tensor(&gpu, view, tokens));
-                let (x, y, dy, dx, m, v) = (x?, y?, dy?, dx?, m?, v?);
-                let layout = layout_name(tile);
-                let mut add = |kernel, seconds: (f64, bool), bytes| {
+                let setup = Setup::new(&gpu, tokens, hidden, tile)?;
+                let mut add = |kernel, seconds: (f64, bool), bytes, launch: &str| {
                     stamps &= seconds.1;
                     rows.push(Row {
                         kernel,
                         shape: shape.clone(),
-                        layout: layout.clone(),
+                        layout: layout_name(tile),
+                        launch: launch.to_owned(),
                         seconds: seconds.0,
                         bytes,
                         copy_seconds: 0.0,
                     });
                 };
-                let xa = arg(&x, &x_v, tokens)?;
-                let ya = arg(&y, &y_v, tokens)?;
-                let dya = arg(&dy, &y_v, tokens)?;
-                let dxa = arg(&dx, &x_v, tokens)?;
-                let ga = arg(&gamma, &gamma_v, tokens)?;
-                let ba = arg(&beta, &beta_v, tokens)?;
-                let ma = arg(&mean, &mean_v, tokens)?;
-                let ra = arg(&rstd, &rstd_v, tokens)?;
-                let dga = arg(&dgamma, &gamma_v, tokens)?;
-                let dba = arg(&dbeta, &beta_v, tokens)?;
-
-                let ln = LayerNormOp::new(
-                    &gpu,
-                    &LayerNormTensors {
-                        x: &x_v,
-                        gamma: &gamma_v,
-                        beta: &beta_v,
-                        y: &y_v,
-                        mean: &mean_v,
-                        rstd: &rstd_v,
-                    },
-                    1e-5,
-                )
-                .map_err(err)?;
-                let ln = match args.chunk_rows {
-                    Some(rows) => ln.with_chunk_rows(rows),
-                    None => ln,
+                if args.sweep {
+                    for (name, launch, bias) in sweep_launches(args) {
+                        match time_norms(&gpu, args, &setup, launch, bias, hidden) {
+                            Ok((timed, shapes)) => {
+                                for (kernel, s, bytes) in timed {
+                                    let built = if kernel == "bias gradient" {
+                                        name.clone()
+                                    } else {
+                                        format!("{name} ({shapes})")
+                                    };
+                                    add(kernel, s, bytes, &built);
+                                }
+                            }
+                            Err(e) => {
+                                println!("{shape}, {}, {name}: skipped: {e}", layout_name(tile))
+                            }
+                        }
+                    }
+                    continue;
+                }
+                let launch = NormLaunch {
+                    chunk_rows: args.chunk_rows,
+                    ..NormLaunch::default()
                 };
-                let t = LayerNormTensors {
-                    x: &xa,
-                    gamma: &ga,
-                    beta: &ba,
-                    y: &ya,
-                    mean: &ma,
-                    rstd: &ra,
+                let bias = BiasLaunch {
+                    chunk_rows: args.chunk_rows,
+                    ..BiasLaunch::default()
                 };
-                let g = LayerNormGrads {
-                    dy: &dya,
-                    dx: &dxa,
-                    dgamma: &dga,
-                    dbeta: &dba,
-                };
-                let s = time(&gpu, args, |b| ln.forward(b, &t).map_err(err))?;
-                add("LayerNorm forward", s, 2 * n + 2 * h4 + 2 * t4);
-                let s = time(&gpu, args, |b| ln.backward(b, &t, &g, false).map_err(err))?;
-                add("LayerNorm backward", s, 3 * n + 3 * h4 + 2 * t4);
-
-                let rms = RmsNormOp::new(
-                    &gpu,
-                    &RmsNormTensors {
-                        x: &x_v,
-                        gamma: &gamma_v,
-                        y: &y_v,
-                        rstd: &rstd_v,
-                    },
-                    1e-5,
-                )
-                .map_err(err)?;
-                let rms = match args.chunk_rows {
-                    Some(rows) => rms.with_chunk_rows(rows),
-                    None => rms,
-                };
-                let t = RmsNormTensors {
-                    x: &xa,
-                    gamma: &ga,
-                    y: &ya,
-                    rstd: &ra,
-                };
-                let g = RmsNormGrads {
-                    dy: &dya,
-                    dx: &dxa,
-                    dgamma: &dga,
-                };
-                let s = time(&gpu, args, |b| rms.forward(b, &t).map_err(err))?;
-                add("RMSNorm forward", s, 2 * n + h4 + t4);
-                let s = time(&gpu, args, |b| rms.backward(b, &t, &g, false).map_err(err))?;
-                add("RMSNorm backward", s, 3 * n + 2 * h4 + t4);
-
-                let bias = BiasOp::new(&gpu, &x_v, &beta_v, &y_v).map_err(err)?;
-                let bias = match args.chunk_rows {
-                    Some(rows) => bias.with_chunk_rows(rows),
-                    None => bias,
-                };
-                let s = time(&gpu, args, |b| bias.forward(b, &xa, &ba, &ya).map_err(err))?;
-                add("bias forward", s, 2 * n + h4);
+                let (timed, _) = time_norms(&gpu, args, &setup, launch, None, hidden)?;
+                let mut timed = timed.into_iter();
+                for (kernel, s, bytes) in timed.by_ref().take(4) {
+                    add(kernel, s, bytes, "");
+                }
+                let [x, y, dy, _, _, beta, _, _, _, dbeta] = setup.args()?;
+                let n = u64::from(tokens) * u64::from(hidden) * 4;
+                let h4 = u64::from(hidden) * 4;
+                let op = setup.bias(&gpu, bias)?;
+                let s = time(&gpu, args, |b| op.forward(b, &x, &beta, &y).map_err(err))?;
+                add("bias forward", s, 2 * n + h4, "");
                 let s = time(&gpu, args, |b| {
-                    bias.backward(b, &dya, &dba, false).map_err(err)
+                    op.backward(b, &dy, &dbeta, false).map_err(err)
                 })?;
-                add("bias gradient", s, n + h4);
-
-                let adam = AdamWOp::new(
-                    &gpu,
-                    &AdamWTensors {
-                        param: &x_v,
-                        grad: &x_v,
-                        m: &x_v,
-                        v: &x_v,
-                    },
-                )
-                .map_err(err)?;
-                let (pa, gra) = (arg(&dx, &x_v, tokens)?, arg(&x, &x_v, tokens)?);
-                let (m_a, v_a) = (arg(&m, &x_v, tokens)?, arg(&v, &x_v, tokens)?);
-                let t = AdamWTensors {
-                    param: &pa,
-                    grad: &gra,
-                    m: &m_a,
-                    v: &v_a,
-                };
-                let hyper = AdamW::default();
-                let s = time(&gpu, args, |b| {
-                    adam.step(b, &t, &hyper, 1, 1.0).map_err(err)
-                })?;
-                add("AdamW step", s, 7 * n);
+                add("bias gradient", s, n + h4, "");
+                let s = time_adamw(&gpu, args, &setup)?;
+                add("AdamW step", s, 7 * n, "");
             }
         }
     }
-    // The roofline of every byte count met, measured once each.
-    for row in &mut rows {
-        let words = ((row.bytes / 8).next_multiple_of(4)) as u32;
-        let seconds = match copy_times.get(&row.bytes) {
-            Some(&s) => s,
-            None => {
-                let src = GpuBuffer::zeroed::<f32>(&gpu, words as usize).map_err(err)?;
-                let dst = GpuBuffer::zeroed::<f32>(&gpu, words as usize).map_err(err)?;
-                let (s, t) = time(&gpu, args, |b| copy.record(b, &src, &dst, words))?;
-                stamps &= t;
-                copy_times.insert(row.bytes, s);
-                s
-            }
-        };
-        row.copy_seconds = seconds;
-    }
+    stamps &= roofline(&gpu, args, &mut rows)?;
     if let Some(rows) = args.chunk_rows {
         println!("column reductions: {rows} rows per workgroup");
     }
@@ -395,24 +464,130 @@ fn run(args: &Args) -> Result<()> {
             "the wall clock"
         }
     );
+    if args.sweep {
+        print_sweep(&rows);
+    } else {
+        print_table(&rows);
+    }
+    Ok(())
+}
+
+/// The launches a sweep times, named: the baseline, the default, each lanes × rows pair, the
+/// default at each chunk; the bias gradient's beside them.
+fn sweep_launches(args: &Args) -> Vec<(String, NormLaunch, Option<BiasLaunch>)> {
+    let mut all = vec![
+        (
+            "baseline".to_owned(),
+            NormLaunch::BASELINE,
+            Some(BiasLaunch::BASELINE),
+        ),
+        (
+            "default".to_owned(),
+            NormLaunch::default(),
+            Some(BiasLaunch::default()),
+        ),
+    ];
+    for &lanes in &args.lanes_per_row {
+        for &rows in &args.rows_per_block {
+            let row = RowLaunch {
+                lanes_per_row: Some(lanes),
+                rows_per_block: Some(rows),
+                ..RowLaunch::default()
+            };
+            let launch = NormLaunch {
+                forward: row,
+                backward: row,
+                chunk_rows: None,
+            };
+            all.push((format!("{lanes} lanes × {rows} rows"), launch, None));
+        }
+    }
+    for &chunk in &args.sweep_chunks {
+        let launch = NormLaunch {
+            chunk_rows: Some(chunk),
+            ..NormLaunch::default()
+        };
+        let bias = BiasLaunch {
+            chunk_rows: Some(chunk),
+            ..BiasLaunch::default()
+        };
+        all.push((format!("default, chunk {chunk}"), launch, Some(bias)));
+    }
+    all
+}
+
+fn time_adamw(gpu: &Gpu, args: &Args, setup: &Setup) -> Result<(f64, bool)> {
+    let x_v = &setup.views[X];
+    let adam = AdamWOp::new(
+        gpu,
+        &AdamWTensors {
+            param: x_v,
+            grad: x_v,
+            m: x_v,
+            v: x_v,
+        },
+    )
+    .map_err(err)?;
+    let (pa, gra) = (setup.arg(3, X)?, setup.arg(0, X)?);
+    let (m_a, v_a) = (setup.arg(4, X)?, setup.arg(5, X)?);
+    let t = AdamWTensors {
+        param: &pa,
+        grad: &gra,
+        m: &m_a,
+        v: &v_a,
+    };
+    let hyper = AdamW::default();
+    time(gpu, args, |b| adam.step(b, &t, &hyper, 1, 1.0).map_err(err))
+}
+
+/// Times a vec4 copy of every byte count met, once each, into the rows; returns whether GPU
+/// timestamps timed them.
+fn roofline(gpu: &Gpu, args: &Args, rows: &mut [Row]) -> Result<bool> {
+    let copy = Copy::new()?;
+    let mut copy_times: HashMap<u64, f64> = HashMap::new();
+    let mut stamps = true;
+    for row in rows {
+        let words = ((row.bytes / 8).next_multiple_of(4)) as u32;
+        let seconds = match copy_times.get(&row.bytes) {
+            Some(&s) => s,
+            None => {
+                let src = GpuBuffer::zeroed::<f32>(gpu, words as usize).map_err(err)?;
+                let dst = GpuBuffer::zeroed::<f32>(gpu, words as usize).map_err(err)?;
+                let (s, t) = time(gpu, args, |b| copy.record(b, &src, &dst, words))?;
+                stamps &= t;
+                copy_times.insert(row.bytes, s);
+                s
+            }
+        };
+        row.copy_seconds = seconds;
+    }
+    Ok(stamps)
+}
+
+/// The bandwidth of a row and its share of a copy's.
+fn shares(row: &Row) -> (f64, f64) {
+    let gbps = row.bytes as f64 / row.seconds / 1e9;
+    let copy_gbps = row.bytes as f64 / row.copy_seconds / 1e9;
+    (gbps, 100.0 * gbps / copy_gbps)
+}
+
+fn print_table(rows: &[Row]) {
     println!(
         "| kernel | tokens × hidden | layout | time | GB/s | of vec4 copy | time vs row-major |"
     );
     println!("|---|---|---|---:|---:|---:|---:|");
-    for row in &rows {
+    for row in rows {
         let base = rows
             .iter()
             .find(|r| r.kernel == row.kernel && r.shape == row.shape && r.layout == "row-major")
             .map_or(row.seconds, |r| r.seconds);
-        let gbps = row.bytes as f64 / row.seconds / 1e9;
-        let copy_gbps = row.bytes as f64 / row.copy_seconds / 1e9;
+        let (gbps, share) = shares(row);
         println!(
-            "| {} | {} | {} | {:.1} µs | {gbps:.1} | {:.0}% | {:.2}× |",
+            "| {} | {} | {} | {:.1} µs | {gbps:.1} | {share:.0}% | {:.2}× |",
             row.kernel,
             row.shape,
             row.layout,
             row.seconds * 1e6,
-            100.0 * gbps / copy_gbps,
             base / row.seconds
         );
     }
@@ -420,7 +595,38 @@ fn run(args: &Args) -> Result<()> {
         "\nGB/s counts each tensor read or written once. \"of vec4 copy\": against a copy of the same \
          bytes in the same run. \"time vs row-major\": the row-major time over this one (above 1: faster)."
     );
-    Ok(())
+}
+
+fn print_sweep(rows: &[Row]) {
+    println!(
+        "| kernel | tokens × hidden | layout | launch (forward; backward as built) | time | of vec4 copy | vs baseline |"
+    );
+    println!("|---|---|---|---|---:|---:|---:|");
+    for row in rows {
+        let base = rows
+            .iter()
+            .find(|r| {
+                r.kernel == row.kernel
+                    && r.shape == row.shape
+                    && r.layout == row.layout
+                    && r.launch.starts_with("baseline")
+            })
+            .map_or(row.seconds, |r| r.seconds);
+        let (_, share) = shares(row);
+        println!(
+            "| {} | {} | {} | {} | {:.1} µs | {share:.0}% | {:.2}× |",
+            row.kernel,
+            row.shape,
+            row.layout,
+            row.launch,
+            row.seconds * 1e6,
+            base / row.seconds
+        );
+    }
+    println!(
+        "\n\"vs baseline\": the baseline's time (the kernels before launch shapes) over this one \
+         (above 1: faster). \"default\" is what the ops build unless told otherwise."
+    );
 }
 
 fn main() -> ExitCode {

@@ -6,7 +6,7 @@ mod support;
 use fblayout_core::layout::ElemType;
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::bias::{bias_backward_cpu, bias_forward_cpu};
-use fblayout_kernels::ops::{BiasOp, OpError};
+use fblayout_kernels::ops::{BiasLaunch, BiasOp, OpError};
 use support::{
     Layout2, Rng, Tensor, assert_close, finite_differences, gpu, gpu_elems, tolerance, view_1d,
     view_2d,
@@ -152,6 +152,87 @@ fn gpu_matches_cpu_under_every_layout_element_type_and_chunking() {
             }
         }
     }
+}
+
+#[test]
+fn one_dispatch_where_one_chunk_holds_every_row_and_two_otherwise() {
+    let mut rng = Rng::new(5);
+    for (name, gpu) in support::gpus() {
+        for layout in [Layout2::RowMajor, Layout2::RTile(4), Layout2::ColMajor] {
+            // Odd columns, and rows that divide no chunk.
+            for (rows, cols) in [(13, 37), (37, 384), (101, 770)] {
+                let launches = [
+                    // The default chunk has at least 32 rows (more for some walks).
+                    (BiasLaunch::default(), (rows == 13).then_some(true)),
+                    (BiasLaunch::BASELINE, Some(false)),
+                    (
+                        BiasLaunch {
+                            chunk_rows: Some(5),
+                            single_pass: true,
+                        },
+                        // Rounded up to whole sweeps: 16 rows at most where lanes walk the
+                        // columns.
+                        (rows > 16 && layout != Layout2::ColMajor).then_some(false),
+                    ),
+                    (
+                        BiasLaunch {
+                            chunk_rows: Some(128),
+                            single_pass: true,
+                        },
+                        Some(rows <= 128),
+                    ),
+                ];
+                for (launch, single) in launches {
+                    let what = format!("{name}: {rows}×{cols} {layout:?} {launch:?}");
+                    let (_, b, _, dy) =
+                        tensors(&mut rng, layout, layout, rows, cols, ElemType::F32);
+                    let op = BiasOp::new(gpu, &dy.view, &b.view, &dy.view)
+                        .unwrap()
+                        .with_launch(launch);
+                    if let Some(single) = single {
+                        let want = if single { 1 } else { 2 };
+                        assert_eq!(op.backward_dispatches(rows), want, "{what}");
+                    }
+                    let (dyb, dbb) = (dy.upload(gpu), b.poisoned(gpu));
+                    let mut batch = gpu.batch();
+                    for accumulate in [false, true] {
+                        op.backward(&mut batch, &dy.gpu_arg(&dyb), &b.gpu_arg(&dbb), accumulate)
+                            .unwrap();
+                    }
+                    batch.submit().unwrap();
+                    let zeros = vec![0.0; cols as usize];
+                    let once = cpu_backward::<f32>(&dy, &b, &zeros, false);
+                    let want = cpu_backward::<f32>(&dy, &b, &once, true);
+                    let tol = tolerance(ElemType::F32, 2 * rows as usize);
+                    assert_close(&what, &b.download(&dbb), &want, tol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_rows_per_chunk_is_a_typed_error() {
+    let gpu = gpu();
+    let mut rng = Rng::new(6);
+    let (_, b, _, dy) = tensors(
+        &mut rng,
+        Layout2::RowMajor,
+        Layout2::RowMajor,
+        13,
+        36,
+        ElemType::F32,
+    );
+    let op = BiasOp::new(gpu, &dy.view, &b.view, &dy.view)
+        .unwrap()
+        .with_chunk_rows(0);
+    let (dyb, dbb) = (dy.upload(gpu), b.poisoned(gpu));
+    let mut batch = gpu.batch();
+    let err = op
+        .backward(&mut batch, &dy.gpu_arg(&dyb), &b.gpu_arg(&dbb), false)
+        .unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    assert!(batch.is_empty(), "nothing was recorded for a refused call");
 }
 
 #[test]

@@ -7,10 +7,12 @@ mod support;
 use fblayout_core::layout::{ElemType, LayoutSpec};
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::norm::{
-    layer_norm_backward_cpu, layer_norm_forward_cpu, rms_norm_backward_cpu, rms_norm_forward_cpu,
+    LaunchShape, SumForm, layer_norm_backward_cpu, layer_norm_forward_cpu, rms_norm_backward_cpu,
+    rms_norm_forward_cpu,
 };
 use fblayout_kernels::ops::{
-    LayerNormGrads, LayerNormOp, LayerNormTensors, OpError, RmsNormGrads, RmsNormOp, RmsNormTensors,
+    LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, OpError, RmsNormGrads, RmsNormOp,
+    RmsNormTensors, RowLaunch, RowSum,
 };
 use fblayout_kernels::runtime::Gpu;
 use support::{
@@ -257,10 +259,29 @@ fn backward_matches_finite_differences_in_f64() {
     }
 }
 
+/// What a GPU run of a case gave: the forward's outputs, the gradients after two backwards
+/// (the second accumulating onto the first), and the shapes the kernels were built with.
+struct GpuRun {
+    y: Vec<f64>,
+    mean: Vec<f64>,
+    rstd: Vec<f64>,
+    dx: Vec<f64>,
+    dgamma: Vec<f64>,
+    dbeta: Vec<f64>,
+    shapes: [LaunchShape; 2],
+}
+
+/// The launch of the default shapes with `chunk` rows per chunk of the backward.
+fn chunked(chunk: Option<u32>) -> NormLaunch {
+    NormLaunch {
+        chunk_rows: chunk,
+        ..NormLaunch::default()
+    }
+}
+
 /// Runs the GPU forward and two backwards (the second accumulating onto the first) of `c` on
-/// `gpu`, and compares them with the CPU in the case's element type.
-fn check_gpu_against_cpu(gpu: &Gpu, rms: bool, c: &Case, chunk: Option<u32>, what: &str) {
-    let elem = c.x.elem();
+/// `gpu` with the launch shapes `launch`.
+fn run_gpu(gpu: &Gpu, rms: bool, c: &Case, launch: NormLaunch) -> GpuRun {
     let bufs = |t: &Tensor, poison: bool| {
         if poison {
             t.poisoned(gpu)
@@ -297,6 +318,7 @@ fn check_gpu_against_cpu(gpu: &Gpu, rms: bool, c: &Case, chunk: Option<u32>, wha
         c.beta.gpu_arg(&dbb),
     );
     let mut batch = gpu.batch();
+    let shapes;
     if rms {
         let views = RmsNormTensors {
             x: &c.x.view,
@@ -304,10 +326,8 @@ fn check_gpu_against_cpu(gpu: &Gpu, rms: bool, c: &Case, chunk: Option<u32>, wha
             y: &c.y.view,
             rstd: &c.rstd.view,
         };
-        let mut op = RmsNormOp::new(gpu, &views, EPS as f32).unwrap();
-        if let Some(rows) = chunk {
-            op = op.with_chunk_rows(rows);
-        }
+        let op = RmsNormOp::with_launch(gpu, &views, EPS as f32, launch).unwrap();
+        shapes = op.launch_shapes();
         let t = RmsNormTensors {
             x: &x,
             gamma: &gamma,
@@ -331,10 +351,8 @@ fn check_gpu_against_cpu(gpu: &Gpu, rms: bool, c: &Case, chunk: Option<u32>, wha
             mean: &c.mean.view,
             rstd: &c.rstd.view,
         };
-        let mut op = LayerNormOp::new(gpu, &views, EPS as f32).unwrap();
-        if let Some(rows) = chunk {
-            op = op.with_chunk_rows(rows);
-        }
+        let op = LayerNormOp::with_launch(gpu, &views, EPS as f32, launch).unwrap();
+        shapes = op.launch_shapes();
         let t = LayerNormTensors {
             x: &x,
             gamma: &gamma,
@@ -354,21 +372,42 @@ fn check_gpu_against_cpu(gpu: &Gpu, rms: bool, c: &Case, chunk: Option<u32>, wha
         op.backward(&mut batch, &t, &g, true).unwrap();
     }
     batch.submit().unwrap();
+    GpuRun {
+        y: c.y.download(&yb),
+        mean: c.mean.download(&mb),
+        rstd: c.rstd.download(&rb),
+        dx: c.x.download(&dxb),
+        dgamma: c.gamma.download(&dgb),
+        dbeta: c.beta.download(&dbb),
+        shapes,
+    }
+}
+
+/// Runs `c` on `gpu` with the launch shapes `launch` ([`run_gpu`]) and compares the results
+/// with the CPU in the case's element type; returns the shapes the kernels were built with.
+fn check_gpu_against_cpu(
+    gpu: &Gpu,
+    rms: bool,
+    c: &Case,
+    launch: NormLaunch,
+    what: &str,
+) -> [LaunchShape; 2] {
+    let elem = c.x.elem();
+    let got = run_gpu(gpu, rms, c, launch);
     let (want_y, want_mean, want_rstd) = match elem {
         ElemType::F16 => cpu_forward::<half::f16>(rms, c),
         _ => cpu_forward::<f32>(rms, c),
     };
     let (rows, cols) = (c.mean.values.len(), c.gamma.values.len());
     let row_tol = tolerance(elem, cols);
-    assert_close(&format!("{what}: y"), &c.y.download(&yb), &want_y, row_tol);
-    let got_rstd = c.rstd.download(&rb);
+    assert_close(&format!("{what}: y"), &got.y, &want_y, row_tol);
+    let got_rstd = got.rstd;
     assert_close(&format!("{what}: rstd"), &got_rstd, &want_rstd, row_tol);
     let got_mean = if rms {
         want_mean.clone()
     } else {
-        let m = c.mean.download(&mb);
-        assert_close(&format!("{what}: mean"), &m, &want_mean, row_tol);
-        m
+        assert_close(&format!("{what}: mean"), &got.mean, &want_mean, row_tol);
+        got.mean
     };
     // The backward from the statistics the GPU saved, twice: once, then accumulated.
     let zeros = vec![0.0; cols];
@@ -380,27 +419,13 @@ fn check_gpu_against_cpu(gpu: &Gpu, rms: bool, c: &Case, chunk: Option<u32>, wha
     };
     let (want_dx, once_dg, once_db) = backward((&zeros, &zeros), false);
     let (_, want_dg, want_db) = backward((&once_dg, &once_db), true);
-    assert_close(
-        &format!("{what}: dx"),
-        &c.x.download(&dxb),
-        &want_dx,
-        row_tol,
-    );
+    assert_close(&format!("{what}: dx"), &got.dx, &want_dx, row_tol);
     let col_tol = tolerance(elem, 2 * rows);
-    assert_close(
-        &format!("{what}: dγ"),
-        &c.gamma.download(&dgb),
-        &want_dg,
-        col_tol,
-    );
+    assert_close(&format!("{what}: dγ"), &got.dgamma, &want_dg, col_tol);
     if !rms {
-        assert_close(
-            &format!("{what}: dβ"),
-            &c.beta.download(&dbb),
-            &want_db,
-            col_tol,
-        );
+        assert_close(&format!("{what}: dβ"), &got.dbeta, &want_db, col_tol);
     }
+    got.shapes
 }
 
 #[test]
@@ -416,7 +441,7 @@ fn gpu_matches_cpu_under_every_layout_and_element_type() {
                 );
                 // 13 rows: no tile divides them; 36 columns: 4 divides them, 8 does not.
                 let c = case(&mut rng, xl, yl, 13, 36, elem);
-                check_gpu_against_cpu(gpu, rms, &c, None, &what);
+                check_gpu_against_cpu(gpu, rms, &c, chunked(None), &what);
             }
         }
     }
@@ -445,7 +470,7 @@ fn gpu_matches_cpu_with_many_chunks_long_rows_and_partial_vectors() {
                         if rms { "rms" } else { "layer" }
                     );
                     let c = case(&mut rng, xl, yl, rows, cols, elem);
-                    check_gpu_against_cpu(gpu, rms, &c, chunk, &what);
+                    check_gpu_against_cpu(gpu, rms, &c, chunked(chunk), &what);
                 }
             }
         }
@@ -463,7 +488,7 @@ fn the_workgroup_memory_fallback_matches_the_cpu() {
                 if rms { "rms" } else { "layer" }
             );
             let c = case(&mut rng, xl, yl, 29, 300, ElemType::F32);
-            check_gpu_against_cpu(gpu, rms, &c, Some(8), &what);
+            check_gpu_against_cpu(gpu, rms, &c, chunked(Some(8)), &what);
         }
     }
 }
@@ -524,8 +549,8 @@ fn three_d_activations_go_through_a_merge_view() {
         &want_y,
         1e-12,
     );
-    check_gpu_against_cpu(gpu, false, &c, None, "merged layer norm");
-    check_gpu_against_cpu(gpu, true, &c, None, "merged rms norm");
+    check_gpu_against_cpu(gpu, false, &c, chunked(None), "merged layer norm");
+    check_gpu_against_cpu(gpu, true, &c, chunked(None), "merged rms norm");
 }
 
 #[test]
@@ -550,6 +575,175 @@ fn contiguous_layouts_read_four_wide_and_r_tiles_take_a_tile_row_at_once() {
     assert_eq!(rt4.rows_per_block(), 4);
     assert_eq!(op(Layout2::RTile(8), Layout2::RowMajor).rows_per_block(), 8);
     assert!(!op(Layout2::ColMajor, Layout2::RowMajor).is_vectorized());
+}
+
+/// Rows of `lanes` lanes and blocks of `rows` rows, summed over the row's lanes.
+fn lanes_by_rows(lanes: u32, rows: u32, row_sum: RowSum, chunk: Option<u32>) -> NormLaunch {
+    let row = RowLaunch {
+        lanes_per_row: Some(lanes),
+        rows_per_block: Some(rows),
+        row_sum,
+    };
+    NormLaunch {
+        forward: row,
+        backward: row,
+        chunk_rows: chunk,
+    }
+}
+
+/// The launch shapes the kernels are tested under: the default, the baseline, one to 64 lanes
+/// per row, one to 16 rows per block, chunks that no block count divides the rows into, and
+/// whole-workgroup sums over stacked blocks.
+fn launches() -> Vec<NormLaunch> {
+    let mut all = vec![NormLaunch::default(), NormLaunch::BASELINE];
+    for (lanes, rows) in [(1, 2), (2, 4), (4, 16), (8, 8), (16, 2), (32, 8), (64, 4)] {
+        all.push(lanes_by_rows(lanes, rows, RowSum::Lanes, Some(3 * rows)));
+    }
+    all.push(lanes_by_rows(8, 16, RowSum::Workgroup, Some(20)));
+    all
+}
+
+#[test]
+fn every_launch_shape_matches_the_cpu_with_and_without_subgroups() {
+    let mut rng = Rng::new(9);
+    // Odd columns (37, 770), the training step's 384, rows that divide neither the blocks nor
+    // the chunks, row-major and R-Tile layouts.
+    let shapes = [
+        (37, 37, Layout2::RowMajor, Layout2::RowMajor),
+        (29, 384, Layout2::RTile(4), Layout2::RowMajor),
+        (19, 770, Layout2::RowMajor, Layout2::RTile(8)),
+        (23, 60, Layout2::RTile(8), Layout2::RTile(8)),
+    ];
+    for (name, gpu) in support::gpus() {
+        let mut forms = Vec::new();
+        for launch in launches() {
+            for (i, (rows, cols, xl, yl)) in shapes.into_iter().enumerate() {
+                // A lane holding a whole long row is slow to build on a CPU device.
+                let lanes = launch.backward.lanes_per_row.unwrap_or(32);
+                if cols / lanes > 128 {
+                    continue;
+                }
+                let mut elems = vec![ElemType::F32];
+                if i == 1 && gpu.features().f16 {
+                    elems.push(ElemType::F16);
+                }
+                for elem in elems {
+                    for rms in [false, true] {
+                        let what = format!(
+                            "{name}: {} {elem} {rows}×{cols} {xl:?} → {yl:?}, {launch:?}",
+                            if rms { "rms" } else { "layer" }
+                        );
+                        let c = case(&mut rng, xl, yl, rows, cols, elem);
+                        forms.extend(check_gpu_against_cpu(gpu, rms, &c, launch, &what));
+                    }
+                }
+            }
+        }
+        let has = |form| forms.iter().any(|s: &LaunchShape| s.sum == form);
+        assert!(has(SumForm::Shared) && has(SumForm::Workgroup), "{name}");
+        // Where the device has subgroups, rows whose lanes fit its smallest one use shuffles.
+        assert_eq!(has(SumForm::Shuffle), gpu.features().subgroups, "{name}");
+    }
+}
+
+#[test]
+fn the_gpu_backward_matches_finite_differences() {
+    let gpu = gpu();
+    let mut rng = Rng::new(10);
+    let (rows, cols) = (7, 37);
+    for launch in [
+        NormLaunch::default(),
+        NormLaunch::BASELINE,
+        lanes_by_rows(4, 4, RowSum::Lanes, Some(4)),
+    ] {
+        for layout in [Layout2::RowMajor, Layout2::RTile(4)] {
+            for rms in [false, true] {
+                let what = format!(
+                    "{} {layout:?} {launch:?}",
+                    if rms { "rms" } else { "layer" }
+                );
+                let c = case(&mut rng, layout, layout, rows, cols, ElemType::F32);
+                // The loss Σ dy · y in f64, from the definitions on dense values.
+                let loss = |x: &[f64], gamma: &[f64], beta: &[f64]| -> f64 {
+                    let y = if rms {
+                        rms_norm_reference(x, gamma, cols as usize).0
+                    } else {
+                        layer_norm_reference(x, gamma, beta, cols as usize).0
+                    };
+                    y.iter().zip(&c.dy.values).map(|(a, b)| a * b).sum()
+                };
+                let (x, g, b) = (&c.x.values, &c.gamma.values, &c.beta.values);
+                let h = 1e-4;
+                let want_dx = finite_differences(x, h, |x| loss(x, g, b));
+                let want_dg = finite_differences(g, h, |g| loss(x, g, b));
+                let want_db = finite_differences(b, h, |b| loss(x, g, b));
+                let got = run_gpu(gpu, rms, &c, launch);
+                // The weight gradients were computed twice, the second time added on.
+                let half = |v: &[f64]| -> Vec<f64> { v.iter().map(|v| v / 2.0).collect() };
+                let tol = 1e-4;
+                assert_close(&format!("{what}: dx"), &got.dx, &want_dx, tol);
+                assert_close(&format!("{what}: dγ"), &half(&got.dgamma), &want_dg, tol);
+                if !rms {
+                    assert_close(&format!("{what}: dβ"), &half(&got.dbeta), &want_db, tol);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_launch_shapes_are_typed_errors() {
+    let gpu = gpu();
+    let mut rng = Rng::new(11);
+    let c = case(
+        &mut rng,
+        Layout2::RowMajor,
+        Layout2::RowMajor,
+        13,
+        36,
+        ElemType::F32,
+    );
+    let views = RmsNormTensors {
+        x: &c.x.view,
+        gamma: &c.gamma.view,
+        y: &c.y.view,
+        rstd: &c.rstd.view,
+    };
+    for launch in [
+        lanes_by_rows(0, 4, RowSum::Lanes, None),
+        lanes_by_rows(4, 0, RowSum::Lanes, None),
+        lanes_by_rows(3, 4, RowSum::Lanes, None),
+        lanes_by_rows(32, 16, RowSum::Workgroup, None),
+        chunked(Some(0)),
+    ] {
+        let err = RmsNormOp::with_launch(gpu, &views, 1e-5, launch).unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{launch:?}: {err}");
+    }
+    // Zero rows per chunk set after building: refused when the backward is recorded.
+    let op = RmsNormOp::new(gpu, &views, 1e-5)
+        .unwrap()
+        .with_chunk_rows(0);
+    let bufs = [&c.x, &c.gamma, &c.y, &c.rstd, &c.dy, &c.x, &c.gamma].map(|t| t.upload(gpu));
+    let args = [&c.x, &c.gamma, &c.y, &c.rstd, &c.dy, &c.x, &c.gamma]
+        .iter()
+        .zip(&bufs)
+        .map(|(t, b)| t.gpu_arg(b))
+        .collect::<Vec<_>>();
+    let t = RmsNormTensors {
+        x: &args[0],
+        gamma: &args[1],
+        y: &args[2],
+        rstd: &args[3],
+    };
+    let g = RmsNormGrads {
+        dy: &args[4],
+        dx: &args[5],
+        dgamma: &args[6],
+    };
+    let mut batch = gpu.batch();
+    let err = op.backward(&mut batch, &t, &g, false).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    assert!(batch.is_empty(), "nothing was recorded for a refused call");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use fblayout_core::layout::ElemType;
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
 use fblayout_kernels::ops::{
     AdamWMember, AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, NonFiniteOp,
-    RmsNormOp, RmsNormTensors, SumSquaresOp,
+    NormLaunch, RmsNormOp, RmsNormTensors, RowLaunch, SumSquaresOp,
 };
 use support::{Layout2, gpu_without_subgroups, view_1d, view_1d_dyn, view_2d};
 
@@ -24,8 +24,8 @@ fn configurations() -> [(&'static str, Layout2); 2] {
     ]
 }
 
-#[test]
-fn norm_shaders() {
+/// Snapshots the norms' shaders for `launch` as `{norm}_{pass}_{configuration}{suffix}`.
+fn snapshot_norms(launch: NormLaunch, suffix: &str) {
     let gpu = gpu_without_subgroups();
     for (name, layout) in configurations() {
         let (x, _) = view_2d("x", layout, 8, COLS, ElemType::F32);
@@ -34,7 +34,7 @@ fn norm_shaders() {
         let beta = view_1d("beta", "cols", COLS, ElemType::F32);
         let (mean, _) = view_1d_dyn("mean", "rows", 8, ElemType::F32);
         let (rstd, _) = view_1d_dyn("rstd", "rows", 8, ElemType::F32);
-        let ln = LayerNormOp::new(
+        let ln = LayerNormOp::with_launch(
             gpu,
             &LayerNormTensors {
                 x: &x,
@@ -45,9 +45,10 @@ fn norm_shaders() {
                 rstd: &rstd,
             },
             1e-5,
+            launch,
         )
         .unwrap();
-        let rms = RmsNormOp::new(
+        let rms = RmsNormOp::with_launch(
             gpu,
             &RmsNormTensors {
                 x: &x,
@@ -56,14 +57,47 @@ fn norm_shaders() {
                 rstd: &rstd,
             },
             1e-5,
+            launch,
         )
         .unwrap();
         for (norm, shaders) in [("layer_norm", ln.shaders()), ("rms_norm", rms.shaders())] {
             for (pass, shader) in ["forward", "backward", "weight_grads"].iter().zip(shaders) {
-                insta::assert_snapshot!(format!("{norm}_{pass}_{name}"), shader.source());
+                insta::assert_snapshot!(format!("{norm}_{pass}_{name}{suffix}"), shader.source());
             }
         }
     }
+}
+
+#[test]
+fn norm_shaders() {
+    // The default launch shapes: rows summed over their own lanes (here through workgroup
+    // memory, subgroups being off), several rows per workgroup.
+    snapshot_norms(NormLaunch::default(), "");
+}
+
+#[test]
+fn baseline_norm_shaders() {
+    // The kernels before launch shapes, which the benchmark compares against.
+    snapshot_norms(NormLaunch::BASELINE, "_baseline");
+}
+
+#[test]
+fn stacked_norm_shaders() {
+    // Four lanes per row and 16 rows per block: a row-major workgroup of 16 rows, an R-Tile
+    // one of four stacked tile rows.
+    let rows = RowLaunch {
+        lanes_per_row: Some(4),
+        rows_per_block: Some(16),
+        ..RowLaunch::default()
+    };
+    snapshot_norms(
+        NormLaunch {
+            forward: rows,
+            backward: rows,
+            chunk_rows: None,
+        },
+        "_4x16",
+    );
 }
 
 #[test]
@@ -75,7 +109,7 @@ fn bias_shaders() {
         let b = view_1d("b", "cols", COLS, ElemType::F32);
         let op = BiasOp::new(gpu, &x, &b, &y).unwrap();
         let shaders = op.shaders(gpu, 8).unwrap();
-        for (pass, shader) in ["forward", "column_sum", "partials_sum"]
+        for (pass, shader) in ["forward", "column_sum", "partials_sum", "single_pass"]
             .iter()
             .zip(&shaders)
         {

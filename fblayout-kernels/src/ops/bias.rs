@@ -7,7 +7,8 @@
 //! extent, so the forward kernel is built for each number of rows it meets (and kept). The
 //! backward is a column reduction (chunks of rows, then their partial sums): `dy` is read through
 //! `y`'s view, `db` written through `b`'s, or added to with `accumulate` (gradient
-//! accumulation over micro-batches).
+//! accumulation over micro-batches). Where one chunk holds every row (few tokens), the chunk's
+//! sums are `db` itself and the backward is one dispatch ([`BiasLaunch::single_pass`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -36,6 +37,35 @@ struct Forward {
     kernel: Elementwise,
 }
 
+/// The launch shapes of the bias gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BiasLaunch {
+    /// Rows per workgroup of the column sum (rounded up to whole sweeps of its lanes); unset,
+    /// chosen when a call is recorded so that about a thousand workgroups run (at least 32
+    /// rows each). Must not be 0.
+    pub chunk_rows: Option<u32>,
+    /// Where one chunk holds every row, write `db` from it in one dispatch instead of one
+    /// partial row and a second dispatch adding it.
+    pub single_pass: bool,
+}
+
+impl Default for BiasLaunch {
+    fn default() -> Self {
+        Self {
+            chunk_rows: None,
+            single_pass: true,
+        }
+    }
+}
+
+impl BiasLaunch {
+    /// The gradient as it was before launch shapes: always two dispatches.
+    pub const BASELINE: BiasLaunch = BiasLaunch {
+        chunk_rows: None,
+        single_pass: false,
+    };
+}
+
 /// The bias kernels, built for the views of `x`, `b` and `y`.
 #[derive(Debug)]
 pub struct BiasOp {
@@ -45,7 +75,7 @@ pub struct BiasOp {
     forwards: Mutex<Vec<Arc<Forward>>>,
     column_sum: ColumnSum,
     sum: PartialsSum,
-    chunk: Option<u32>,
+    launch: BiasLaunch,
 }
 
 impl BiasOp {
@@ -61,7 +91,7 @@ impl BiasOp {
                 format!("`b` ({}) must be a vector of the {cols} columns", b.name()),
             ));
         }
-        let column_sum = ColumnSum::new(gpu, BACKWARD, "dy", y)?;
+        let column_sum = ColumnSum::new(gpu, BACKWARD, "dy", y, Some(("db", b)))?;
         let sum = PartialsSum::new(gpu, SUM, column_sum.partials(), &[("db", b)])?;
         let op = Self {
             x: x.clone(),
@@ -70,7 +100,7 @@ impl BiasOp {
             forwards: Mutex::new(Vec::new()),
             column_sum,
             sum,
-            chunk: None,
+            launch: BiasLaunch::default(),
         };
         // Static rows: the one forward kernel there will be, built now.
         if let Some(rows) = y.axes()[0].extent.as_static() {
@@ -82,7 +112,13 @@ impl BiasOp {
     /// Makes each workgroup of the backward reduce `rows` rows (rounded up to whole sweeps)
     /// instead of the number chosen to fill the GPU: for tuning and tests.
     pub fn with_chunk_rows(mut self, rows: u32) -> Self {
-        self.chunk = Some(rows);
+        self.launch.chunk_rows = Some(rows);
+        self
+    }
+
+    /// Uses the launch shapes `launch` for the gradient.
+    pub fn with_launch(mut self, launch: BiasLaunch) -> Self {
+        self.launch = launch;
         self
     }
 
@@ -122,13 +158,27 @@ impl BiasOp {
         self.column_sum.walk().width == 4
     }
 
-    /// The shaders: the forward for `rows` rows (built if needed), the backward's two passes.
+    /// The shaders: the forward for `rows` rows (built if needed), the backward's two passes,
+    /// and its single pass.
     pub fn shaders(&self, gpu: &Gpu, rows: u32) -> Result<Vec<String>, OpError> {
         let f = self.forward_for(gpu, rows)?;
-        let modules: [&KernelModule; 2] = [self.column_sum.module(), self.sum.module()];
+        let modules: [Option<&KernelModule>; 3] = [
+            Some(self.column_sum.module()),
+            Some(self.sum.module()),
+            self.column_sum.single_module(),
+        ];
         let mut out = vec![f.kernel.source().to_owned()];
-        out.extend(modules.iter().map(|m| m.source().to_owned()));
+        out.extend(modules.iter().flatten().map(|m| m.source().to_owned()));
         Ok(out)
+    }
+
+    /// The dispatches the gradient of `rows` rows records: 1 or 2.
+    pub fn backward_dispatches(&self, rows: u32) -> u32 {
+        if self.single_pass(rows) { 1 } else { 2 }
+    }
+
+    fn single_pass(&self, rows: u32) -> bool {
+        self.launch.single_pass && self.column_sum.chunks(rows, self.launch.chunk_rows).0 <= 1
     }
 
     /// Records `y = x + b`.
@@ -166,7 +216,17 @@ impl BiasOp {
         let cols = static_extent(BACKWARD, "y", &self.y, 1)? as usize;
         expect_dims(BACKWARD, "db", &db.dims(), &[cols])?;
         check_view(BACKWARD, "db", db, &self.b)?;
-        let (buffer, chunks) = self.column_sum.record(batch, dy, self.chunk)?;
+        if self.launch.chunk_rows == Some(0) {
+            return Err(OpError::shape(
+                BACKWARD,
+                "0 rows per chunk: at least one is needed",
+            ));
+        }
+        let (rows, _) = matrix_dims(BACKWARD, "dy", &dy.dims())?;
+        if self.single_pass(rows as u32) {
+            return self.column_sum.record_single(batch, dy, db, accumulate);
+        }
+        let (buffer, chunks) = self.column_sum.record(batch, dy, self.launch.chunk_rows)?;
         let part = self.column_sum.partials().arg(&buffer, chunks)?;
         self.sum.record(batch, &[&part], &[db], accumulate)
     }

@@ -48,7 +48,7 @@ pub use activation::{Activation, ActivationOp, SwigluOp};
 pub use adamw::{AdamW, AdamWMember, AdamWOp, AdamWTensors, StepValues, SumSquaresOp};
 pub use add::AddOp;
 pub use attention::{Attention, AttentionArgs, AttentionOp, AttentionViews, qkv_views};
-pub use bias::BiasOp;
+pub use bias::{BiasLaunch, BiasOp};
 pub use coop::{CoopConfig, CoopMatmulOp};
 pub use copy::CopyOp;
 pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState};
@@ -57,6 +57,7 @@ pub use error::OpError;
 pub use finite::NonFiniteOp;
 pub use matmul::{LinearOp, MatmulOp};
 pub use norm::{
-    LayerNormGrads, LayerNormOp, LayerNormTensors, NormOp, RmsNormGrads, RmsNormOp, RmsNormTensors,
+    LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, NormOp, RmsNormGrads, RmsNormOp,
+    RmsNormTensors, RowLaunch, RowSum,
 };
 pub use softmax::{Mask, Softmax, SoftmaxOp};

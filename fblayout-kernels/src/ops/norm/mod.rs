@@ -15,11 +15,14 @@
 //! passes. Sums are accumulated in `f32` on the GPU whatever the storage, and in `f64` on the
 //! CPU ([`layer_norm_forward_cpu`] and the other `*_cpu` twins).
 //!
-//! On the GPU a workgroup normalises one row, or the rows of one tile row of an R-Tile at once
-//! (so that the lanes running together read whole tiles), keeping the row in registers: `x` is
-//! read once. The backward is fused: `dx` and the partial sums of `dγ` (and `dβ`) over a chunk
-//! of rows come out of one pass over `x` and `dy`, and a second, small pass adds the partial
-//! sums.
+//! On the GPU a workgroup normalises a block of rows at once, a few lanes on each row (stacking
+//! the rows of R-Tile tile rows, so that the lanes running together read whole tiles), keeping
+//! the rows in registers: `x` is read once. A row's sums add over its own lanes: by subgroup
+//! shuffles where the device has subgroups, without a barrier. The backward is fused: `dx` and
+//! the partial sums of `dγ` (and `dβ`) over a chunk of rows come out of one pass over `x` and
+//! `dy`, and a second, small pass adds the partial sums. How many lanes share a row, how many
+//! rows a block holds and a chunk walks are the op's launch shapes ([`NormLaunch`]), with
+//! defaults; [`NormLaunch::BASELINE`] builds the kernels as they were before them.
 //!
 //! The CPU twins take any addressing; here a 3 × 8 R-Tile (4 × 4 tiles, rows padded):
 //!
@@ -54,6 +57,7 @@
 //! ```
 
 mod cpu;
+mod launch;
 mod rows;
 
 use fblayout_core::kernel::KernelModule;
@@ -62,6 +66,7 @@ use fblayout_core::layout::View;
 pub use cpu::{
     layer_norm_backward_cpu, layer_norm_forward_cpu, rms_norm_backward_cpu, rms_norm_forward_cpu,
 };
+pub use launch::{LaunchShape, NormLaunch, RowLaunch, RowSum, SumForm};
 use rows::{Kind, NormKernels, Views};
 
 use super::error::OpError;
@@ -135,7 +140,6 @@ pub struct RmsNorm;
 #[derive(Debug, Clone)]
 pub struct NormOp<K> {
     kernels: NormKernels,
-    chunk: Option<u32>,
     kind: std::marker::PhantomData<K>,
 }
 
@@ -149,22 +153,27 @@ impl<K> NormOp<K> {
     fn built(kernels: NormKernels) -> Self {
         Self {
             kernels,
-            chunk: None,
             kind: std::marker::PhantomData,
         }
     }
 
     /// Makes each workgroup of the backward take `rows` rows (rounded up to whole blocks)
-    /// instead of the number chosen to fill the GPU: for tuning and tests.
+    /// instead of the number chosen to fill the GPU: for tuning and tests (the launch's
+    /// `chunk_rows`; 0 is refused when the backward is recorded).
     pub fn with_chunk_rows(mut self, rows: u32) -> Self {
-        self.chunk = Some(rows);
+        self.kernels.set_chunk(Some(rows));
         self
     }
 
-    /// Rows a workgroup normalises at once (more than one where a row alone is not contiguous,
-    /// as in an R-Tile).
+    /// Rows of the layout's own block a workgroup of the forward takes together (more than one
+    /// where a row alone is not contiguous, as in an R-Tile).
     pub fn rows_per_block(&self) -> u32 {
         self.kernels.walk().across
+    }
+
+    /// The shapes the forward and the backward were built with.
+    pub fn launch_shapes(&self) -> [LaunchShape; 2] {
+        self.kernels.launch_shapes()
     }
 
     /// Whether the row kernels move four elements per access.
@@ -183,6 +192,16 @@ impl NormOp<LayerNorm> {
     /// `[rows, cols]` with a static `cols`; `γ`, `β` are vectors of `cols`, `mean` and `rstd`
     /// vectors of the rows.
     pub fn new(gpu: &Gpu, views: &LayerNormTensors<&View>, eps: f32) -> Result<Self, OpError> {
+        Self::with_launch(gpu, views, eps, NormLaunch::default())
+    }
+
+    /// The kernels of [`new`](Self::new) with the launch shapes `launch`.
+    pub fn with_launch(
+        gpu: &Gpu,
+        views: &LayerNormTensors<&View>,
+        eps: f32,
+        launch: NormLaunch,
+    ) -> Result<Self, OpError> {
         let v = Views {
             x: views.x,
             gamma: views.gamma,
@@ -191,7 +210,13 @@ impl NormOp<LayerNorm> {
             mean: Some(views.mean),
             rstd: views.rstd,
         };
-        Ok(Self::built(NormKernels::new(gpu, Kind::Layer, &v, eps)?))
+        Ok(Self::built(NormKernels::new(
+            gpu,
+            Kind::Layer,
+            &v,
+            eps,
+            launch,
+        )?))
     }
 
     /// Records the forward: `y`, `mean` and `rstd` from `x`, `γ` and `β`.
@@ -234,7 +259,6 @@ impl NormOp<LayerNorm> {
             ],
             &[g.dgamma, g.dbeta],
             accumulate,
-            self.chunk,
         )
     }
 }
@@ -243,6 +267,16 @@ impl NormOp<RmsNorm> {
     /// The kernels for tensors read through `views`, with `ε = eps` (see
     /// [`LayerNormOp::new`]).
     pub fn new(gpu: &Gpu, views: &RmsNormTensors<&View>, eps: f32) -> Result<Self, OpError> {
+        Self::with_launch(gpu, views, eps, NormLaunch::default())
+    }
+
+    /// The kernels of [`new`](Self::new) with the launch shapes `launch`.
+    pub fn with_launch(
+        gpu: &Gpu,
+        views: &RmsNormTensors<&View>,
+        eps: f32,
+        launch: NormLaunch,
+    ) -> Result<Self, OpError> {
         let v = Views {
             x: views.x,
             gamma: views.gamma,
@@ -251,7 +285,13 @@ impl NormOp<RmsNorm> {
             mean: None,
             rstd: views.rstd,
         };
-        Ok(Self::built(NormKernels::new(gpu, Kind::Rms, &v, eps)?))
+        Ok(Self::built(NormKernels::new(
+            gpu,
+            Kind::Rms,
+            &v,
+            eps,
+            launch,
+        )?))
     }
 
     /// Records the forward: `y` and `rstd` from `x` and `γ`.
@@ -286,7 +326,6 @@ impl NormOp<RmsNorm> {
             ],
             &[g.dgamma],
             accumulate,
-            self.chunk,
         )
     }
 }

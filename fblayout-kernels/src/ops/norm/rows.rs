@@ -1,20 +1,19 @@
 //! The norms' row kernels: one shader generator for LayerNorm and RMSNorm, forward and
 //! backward.
 //!
-//! A workgroup handles `across` rows at once (the rows of one R-Tile tile row, one row of a
-//! row-major tensor), with `along` lanes on each row laid out by a [`Walk`] over `x`, so that
-//! lanes running together read neighbouring memory. Each lane keeps its `K` values of a row in
-//! registers: the statistics are computed from them (mean, then the squared deviations from
-//! it) and the output is written from them, so `x` is read once. The row sums use
-//! `fbl_wg_sum` (subgroups where the device has them); with several rows per workgroup, one sum
+//! A workgroup handles a block of rows at once, with the lanes of each row laid out by a
+//! [`Walk`] over `x`, so that lanes running together read neighbouring memory, and the launch
+//! shape ([`launch`](super::launch)) saying how many lanes share a row and how many rows a block
+//! has. Each lane keeps its `K` values of a row in registers: the statistics are computed from
+//! them (mean, then the squared deviations from it) and the output is written from them, so
+//! `x` is read once. The row sums add over a row's lanes (`fbl_group_sum`: subgroup shuffles, or
+//! workgroup memory once for the whole block), or, in the baseline form, use `fbl_wg_sum` once
 //! per row, each lane adding its value to its own row's.
 //!
 //! The backward is fused: a workgroup walks a chunk of blocks of rows, writes `dx` for each and
 //! accumulates `Σ dy·x̂` (and `Σ dy`) per column in registers, then writes one partial row per
 //! chunk; [`PartialsSum`] adds the partial rows into `dγ` (and `dβ`). `x` and `dy` are read once.
-//! Its blocks hold at least four rows whatever the layout: a workgroup then has more rows in
-//! flight per partial row it writes, so that the partial rows stay few (a few percent of the
-//! traffic) while enough rows are read at once to fill a large GPU.
+//! LayerNorm's two row sums (`Σ g` and `Σ g·x̂`) are added together, as one `vec2`.
 
 use std::fmt::Write as _;
 
@@ -28,10 +27,11 @@ use super::super::reduce_rows::{
     Partials, PartialsSum, Walk, check_2d, check_view, chunk_rows, components_sum, expect_dims,
     getter, memory_order, putter, static_extent,
 };
+use super::launch::{LaunchShape, NormLaunch, Pass, Shape, SumForm};
 use crate::runtime::Batch;
 use crate::runtime::Gpu;
 use crate::tensor::GpuArg;
-use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
+use crate::wgsl::reduce::{entry_params, group_reduce, subgroup_call_args, workgroup_reduce};
 
 /// Which norm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,17 +77,6 @@ pub(crate) struct Views<'a> {
     pub(crate) rstd: &'a View,
 }
 
-/// Runs shorter than this many elements make a workgroup take several rows at once.
-const SHORT_RUN: u32 = 32;
-/// Most rows a workgroup handles at once.
-const MAX_ACROSS: u32 = 8;
-/// Most lanes per workgroup, and fewest.
-const MAX_LANES: u32 = 256;
-const MIN_LANES: u32 = 32;
-/// Values of a row each lane aims to hold.
-const PER_LANE: u32 = 4;
-/// Fewest rows the backward takes at once.
-const BACKWARD_ROWS: u32 = 4;
 /// Fewest rows per chunk of the backward.
 const MIN_CHUNK_ROWS: u32 = 16;
 
@@ -99,25 +88,31 @@ pub(crate) struct NormKernels {
     backward: Compiled,
     sum: PartialsSum,
     partials: Partials,
-    /// The walks of the forward and of the backward.
-    walks: [Walk; 2],
+    /// The shapes of the forward and of the backward.
+    shapes: [Shape; 2],
+    /// Rows per chunk of the backward, where set.
+    chunk: Option<u32>,
     cols: u32,
     eps: f32,
     /// The views of the weight gradients: `γ`'s (and `β`'s).
     grad_views: Vec<(&'static str, View)>,
 }
 
-/// The shape of a row kernel: the walk, the values per lane and the row length.
-#[derive(Debug, Clone, Copy)]
-struct Shape {
-    walk: Walk,
-    per_lane: u32,
-    cols: u32,
-}
-
 impl NormKernels {
-    pub(crate) fn new(gpu: &Gpu, kind: Kind, v: &Views<'_>, eps: f32) -> Result<Self, OpError> {
+    pub(crate) fn new(
+        gpu: &Gpu,
+        kind: Kind,
+        v: &Views<'_>,
+        eps: f32,
+        launch: NormLaunch,
+    ) -> Result<Self, OpError> {
         let (fwd, bwd, grads) = kind.ops();
+        if launch.chunk_rows == Some(0) {
+            return Err(OpError::shape(
+                bwd,
+                "0 rows per chunk: at least one is needed",
+            ));
+        }
         check_2d(fwd, "x", v.x)?;
         check_2d(fwd, "y", v.y)?;
         let cols = static_extent(fwd, "x", v.x, 1)?;
@@ -172,31 +167,13 @@ impl NormKernels {
         });
         let width = if wide { 4 } else { 1 };
         let order = memory_order(v.x, 1);
-        // Several rows at once where a row's run is short (an R-Tile's tile row, a column-major
-        // row), so that the lanes running together read whole blocks; the backward takes at
-        // least BACKWARD_ROWS rows, so that each of its workgroups keeps more rows in flight
-        // for the partial row it writes.
-        let across = if order.run < SHORT_RUN {
-            order.block.min(MAX_ACROSS)
-        } else {
-            1
-        };
-        let shape = |across: u32| {
-            let per_row = cols.div_ceil(width);
-            let along = per_row
-                .div_ceil(PER_LANE)
-                .next_power_of_two()
-                .max(MIN_LANES / across)
-                .min(MAX_LANES / across);
-            let walk = Walk::new(1, width, order, along, along * across);
-            Shape {
-                walk,
-                per_lane: per_row.div_ceil(walk.span() / width),
-                cols,
-            }
-        };
-        let (forward_shape, backward_shape) = (shape(across), shape(across.max(BACKWARD_ROWS)));
-        let subgroups = gpu.features().subgroups;
+        let features = gpu.features();
+        let subgroup = features.subgroups.then_some(features.subgroup_sizes.0);
+        let shape =
+            |op, launch, pass| Shape::resolve(op, launch, pass, cols, width, order, subgroup);
+        let forward_shape = shape(fwd, launch.forward, Pass::Forward)?;
+        let backward_shape = shape(bwd, launch.backward, Pass::Backward)?;
+        let subgroups = features.subgroups;
         let forward = Compiled::new(fwd, gpu, forward_source(kind, v, forward_shape, subgroups)?)?;
         let partials = Partials::new(bwd, Some(cols))?;
         let backward = Compiled::new(
@@ -216,7 +193,8 @@ impl NormKernels {
             backward,
             sum,
             partials,
-            walks: [forward_shape.walk, backward_shape.walk],
+            shapes: [forward_shape, backward_shape],
+            chunk: launch.chunk_rows,
             cols,
             eps,
             grad_views,
@@ -225,7 +203,17 @@ impl NormKernels {
 
     /// The walk of the forward.
     pub(crate) fn walk(&self) -> Walk {
-        self.walks[0]
+        self.shapes[0].walk
+    }
+
+    /// The forward's and the backward's launch shapes.
+    pub(crate) fn launch_shapes(&self) -> [LaunchShape; 2] {
+        self.shapes.map(|s| s.launch())
+    }
+
+    /// Sets the rows per chunk of the backward.
+    pub(crate) fn set_chunk(&mut self, rows: Option<u32>) {
+        self.chunk = rows;
     }
 
     /// The shaders: forward, backward, weight gradients.
@@ -250,7 +238,7 @@ impl NormKernels {
             &entry(self.kind, true),
             args,
             &[("eps", ParamValue::F32(self.eps))],
-            rows.div_ceil(self.walks[0].across),
+            rows.div_ceil(self.shapes[0].rows()),
         )
     }
 
@@ -262,9 +250,14 @@ impl NormKernels {
         args: &[(&'static str, &GpuArg<'_>)],
         grads: &[&GpuArg<'_>],
         accumulate: bool,
-        chunk: Option<u32>,
     ) -> Result<(), OpError> {
         let (_, bwd, _) = self.kind.ops();
+        if self.chunk == Some(0) {
+            return Err(OpError::shape(
+                bwd,
+                "0 rows per chunk: at least one is needed",
+            ));
+        }
         let rows = self.check(bwd, args, &["x", "dy", "dx"])?;
         // The second pass's operands are checked before the first pass is recorded, so that a
         // refused call records nothing.
@@ -278,8 +271,8 @@ impl NormKernels {
             check_view(bwd, role, arg, view)?;
             expect_dims(bwd, role, &arg.dims(), &[self.cols as usize])?;
         }
-        let across = self.walks[1].across;
-        let per_chunk = chunk_rows(rows, 1, across, MIN_CHUNK_ROWS, chunk) / across;
+        let across = self.shapes[1].rows();
+        let per_chunk = chunk_rows(rows, 1, across, MIN_CHUNK_ROWS, self.chunk) / across;
         let chunks = rows.div_ceil(across).div_ceil(per_chunk);
         let gpu = batch.gpu();
         let buffers = (0..grads.len())
@@ -344,32 +337,17 @@ fn entry(kind: Kind, forward: bool) -> String {
     )
 }
 
-/// The declarations shared by both passes: the row sum over `across` rows, the column mask.
-fn common(shape: Shape, subgroups: bool) -> String {
+/// The declarations shared by both passes: the row sum of `sum_ty` values (`f32`, or
+/// `vec2<f32>` for two sums at once), the column mask.
+fn common(shape: Shape, subgroups: bool, sum_ty: &str) -> String {
     let Shape { walk, cols, .. } = shape;
-    let lanes = walk.lanes();
-    let across = walk.across;
-    let mut s = workgroup_reduce(lanes, subgroups);
-    let (extra, pass) = if subgroups {
-        (", lane: u32, width: u32", ", lane, width")
-    } else {
-        ("", "")
+    let lanes = shape.lanes();
+    let mut s = match shape.sum {
+        SumForm::Workgroup => workgroup_row_sum(lanes, shape.rows(), subgroups),
+        SumForm::Shuffle | SumForm::Shared => {
+            group_reduce(lanes, shape.group(), sum_ty, shape.sum == SumForm::Shuffle)
+        }
     };
-    if across == 1 {
-        let _ = writeln!(
-            s,
-            "fn nm_row_sum(v: f32, row: u32, lid: u32{extra}) -> f32 {{\n    \
-             return fbl_wg_sum(v, lid{pass});\n}}"
-        );
-    } else {
-        let _ = writeln!(
-            s,
-            "fn nm_row_sum(v: f32, row: u32, lid: u32{extra}) -> f32 {{\n    var mine = 0.0;\n    \
-             for (var q = 0u; q < {across}u; q = q + 1u) {{\n        \
-             let total = fbl_wg_sum(select(0.0, v, row == q), lid{pass});\n        \
-             if (row == q) {{\n            mine = total;\n        }}\n    }}\n    return mine;\n}}"
-        );
-    }
     let ty = walk.value_type();
     if walk.width == 4 {
         let _ = writeln!(
@@ -387,19 +365,54 @@ fn common(shape: Shape, subgroups: bool) -> String {
     s
 }
 
-fn signature(name: &str, lanes: u32, subgroups: bool) -> String {
+/// The baseline's row sum `nm_row_sum`: one `fbl_wg_sum` over the whole workgroup of `lanes`
+/// per row of the `rows`, each lane keeping its own row's.
+fn workgroup_row_sum(lanes: u32, rows: u32, subgroups: bool) -> String {
+    let mut s = workgroup_reduce(lanes, subgroups);
+    let (extra, pass) = if subgroups {
+        (", lane: u32, width: u32", ", lane, width")
+    } else {
+        ("", "")
+    };
+    if rows == 1 {
+        let _ = writeln!(
+            s,
+            "fn nm_row_sum(v: f32, row: u32, lid: u32{extra}) -> f32 {{\n    \
+             return fbl_wg_sum(v, lid{pass});\n}}"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "fn nm_row_sum(v: f32, row: u32, lid: u32{extra}) -> f32 {{\n    var mine = 0.0;\n    \
+             for (var q = 0u; q < {rows}u; q = q + 1u) {{\n        \
+             let total = fbl_wg_sum(select(0.0, v, row == q), lid{pass});\n        \
+             if (row == q) {{\n            mine = total;\n        }}\n    }}\n    return mine;\n}}"
+        );
+    }
+    s
+}
+
+fn signature(name: &str, shape: Shape, subgroups: bool) -> String {
+    // Only the baseline's `fbl_wg_sum` takes the subgroup builtins.
+    let builtins = shape.sum == SumForm::Workgroup && subgroups;
     format!(
-        "@compute @workgroup_size({lanes})\nfn {name}(@builtin(workgroup_id) wg: vec3<u32>, \
+        "@compute @workgroup_size({})\nfn {name}(@builtin(workgroup_id) wg: vec3<u32>, \
          @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32, {}) {{\n",
-        entry_params(subgroups)
+        shape.lanes(),
+        entry_params(builtins)
     )
 }
 
-fn row_sum_call(value: &str, subgroups: bool) -> String {
-    format!(
-        "nm_row_sum({value}, wk_across, lid{})",
-        subgroup_call_args(subgroups)
-    )
+/// The sum of `value` over the lanes of the current lane's row.
+fn row_sum_call(value: &str, shape: Shape, subgroups: bool) -> String {
+    match shape.sum {
+        SumForm::Workgroup => format!(
+            "nm_row_sum({value}, {}, lid{})",
+            shape.row_slot(),
+            subgroup_call_args(subgroups)
+        ),
+        SumForm::Shuffle | SumForm::Shared => format!("fbl_group_sum({value}, lid)"),
+    }
 }
 
 fn forward_source(
@@ -412,6 +425,7 @@ fn forward_source(
         walk,
         per_lane,
         cols,
+        ..
     } = shape;
     let w = walk.width;
     let ty = walk.value_type();
@@ -433,16 +447,16 @@ fn forward_source(
         source = source.operand(Operand::write("mean", mean)?);
     }
     source = source.operand(Operand::write("rstd", v.rstd)?);
-    body += &common(shape, subgroups);
-    let mut s = signature(&entry(kind, true), walk.lanes(), subgroups);
-    let across = walk.across;
+    body += &common(shape, subgroups, "f32");
+    let mut s = signature(&entry(kind, true), shape, subgroups);
+    let rows = shape.rows();
     let _ = writeln!(s, "    let block = wg.x + wg.y * nwg.x;");
     let _ = writeln!(
         s,
-        "    if (block * {across}u >= x_dim0()) {{\n        return;\n    }}"
+        "    if (block * {rows}u >= x_dim0()) {{\n        return;\n    }}"
     );
-    s += &walk.decode("lid");
-    let _ = writeln!(s, "    let r = block * {across}u + wk_across;");
+    s += &shape.decode();
+    let _ = writeln!(s, "    let r = block * {rows}u + {};", shape.row_slot());
     let _ = writeln!(s, "    let live = r < x_dim0();");
     let _ = writeln!(s, "    var xs: array<{ty}, {per_lane}>;");
     let _ = writeln!(s, "    var part = 0.0;");
@@ -463,7 +477,7 @@ fn forward_source(
             let _ = writeln!(
                 s,
                 "    let mean = {} / {cols}.0;",
-                row_sum_call("part", subgroups)
+                row_sum_call("part", shape, subgroups)
             );
             let _ = writeln!(
                 s,
@@ -475,7 +489,7 @@ fn forward_source(
             let _ = writeln!(
                 s,
                 "    let rstd = inverseSqrt({} / {cols}.0 + params.eps);",
-                row_sum_call("dev", subgroups)
+                row_sum_call("dev", shape, subgroups)
             );
         }
         Kind::Rms => {
@@ -483,7 +497,7 @@ fn forward_source(
             let _ = writeln!(
                 s,
                 "    let rstd = inverseSqrt({} / {cols}.0 + params.eps);",
-                row_sum_call("part", subgroups)
+                row_sum_call("part", shape, subgroups)
             );
         }
     }
@@ -522,11 +536,13 @@ fn backward_source(
         walk,
         per_lane,
         cols,
+        ..
     } = shape;
     let w = walk.width;
     let ty = walk.value_type();
     let span = walk.span();
-    let across = walk.across;
+    let rows = shape.rows();
+    let slot = shape.row_slot();
     let x = Operand::read("x", v.x)?.vectorized(1);
     let dy = Operand::read("dy", v.y)?.vectorized(1);
     let dx = Operand::write("dx", v.x)?.vectorized(1);
@@ -548,25 +564,23 @@ fn backward_source(
         body += &putter(&p, 1, w);
         source = source.operand(p);
     }
-    body += &common(shape, subgroups);
-    if across > 1 {
+    // LayerNorm's two row sums go together where the lanes of a row add them.
+    let paired = layer && shape.sum != SumForm::Workgroup;
+    body += &common(shape, subgroups, if paired { "vec2<f32>" } else { "f32" });
+    if rows > 1 {
         let _ = writeln!(
             body,
             "var<workgroup> nm_cols: array<{ty}, {}>;",
-            walk.lanes()
+            shape.lanes()
         );
     }
-    let mut s = signature(&entry(kind, false), walk.lanes(), subgroups);
+    let mut s = signature(&entry(kind, false), shape, subgroups);
     let _ = writeln!(s, "    let chunk = wg.x + wg.y * nwg.x;");
-    let _ = writeln!(
-        s,
-        "    let blocks = (x_dim0() + {}u) / {across}u;",
-        across - 1
-    );
+    let _ = writeln!(s, "    let blocks = (x_dim0() + {}u) / {rows}u;", rows - 1);
     let _ = writeln!(s, "    let b0 = chunk * params.chunk_blocks;");
     let _ = writeln!(s, "    if (b0 >= blocks) {{\n        return;\n    }}");
     let _ = writeln!(s, "    let b1 = min(b0 + params.chunk_blocks, blocks);");
-    s += &walk.decode("lid");
+    s += &shape.decode();
     let _ = writeln!(s, "    var acc_g: array<{ty}, {per_lane}>;");
     if layer {
         let _ = writeln!(s, "    var acc_b: array<{ty}, {per_lane}>;");
@@ -577,7 +591,7 @@ fn backward_source(
         s,
         "    for (var block = b0; block < b1; block = block + 1u) {{"
     );
-    let _ = writeln!(s, "        let r = block * {across}u + wk_across;");
+    let _ = writeln!(s, "        let r = block * {rows}u + {slot};");
     let _ = writeln!(s, "        let live = r < x_dim0();");
     if layer {
         let _ = writeln!(s, "        var mean = 0.0;");
@@ -620,18 +634,26 @@ fn backward_source(
         "            p2 = p2 + {};\n        }}",
         components_sum("t2", w)
     );
-    if layer {
+    if paired {
         let _ = writeln!(
             s,
-            "        let a = {} / {cols}.0;",
-            row_sum_call("p1", subgroups)
+            "        let sums = {} / {cols}.0;\n        let a = sums.x;\n        let b = sums.y;",
+            row_sum_call("vec2<f32>(p1, p2)", shape, subgroups)
+        );
+    } else {
+        if layer {
+            let _ = writeln!(
+                s,
+                "        let a = {} / {cols}.0;",
+                row_sum_call("p1", shape, subgroups)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "        let b = {} / {cols}.0;",
+            row_sum_call("p2", shape, subgroups)
         );
     }
-    let _ = writeln!(
-        s,
-        "        let b = {} / {cols}.0;",
-        row_sum_call("p2", subgroups)
-    );
     let dx_value = match kind {
         // dx = rstd · (g − mean(g) − x̂ · mean(g · x̂))
         Kind::Layer => "rstd * (gs[k] - a - xh[k] * b)",
@@ -651,17 +673,17 @@ fn backward_source(
             "    for (var k = 0u; k < {per_lane}u; k = k + 1u) {{\n        \
              let c = k * {span}u + wk_fast;"
         );
-        if across == 1 {
+        if rows == 1 {
             let _ = writeln!(s, "        {role}_put{w}(chunk, c, {acc}[k]);\n    }}");
         } else {
             let _ = writeln!(
                 s,
                 "        nm_cols[lid] = {acc}[k];\n        workgroupBarrier();\n        \
-                 if (wk_across == 0u) {{\n            var total = nm_cols[lid];\n            \
-                 for (var q = 1u; q < {across}u; q = q + 1u) {{\n                \
+                 if ({slot} == 0u) {{\n            var total = nm_cols[lid];\n            \
+                 for (var q = 1u; q < {rows}u; q = q + 1u) {{\n                \
                  total = total + nm_cols[{}];\n            }}\n            \
                  {role}_put{w}(chunk, c, total);\n        }}\n        workgroupBarrier();\n    }}",
-                walk.lane_at_across("q")
+                shape.lane_of_row("q")
             );
         }
     }

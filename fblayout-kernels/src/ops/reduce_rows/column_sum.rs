@@ -1,4 +1,5 @@
-//! Pass 1 of a plain column sum.
+//! Pass 1 of a plain column sum, and the single pass that writes the sums themselves where one
+//! chunk holds every row.
 
 use std::fmt::Write as _;
 
@@ -14,25 +15,40 @@ use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, GpuBuffer};
 use crate::tensor::GpuArg;
 
-/// Pass 1 of a plain column sum: partial rows of `Σ_rows x` (see the module docs).
+/// Pass 1 of a plain column sum: partial rows of `Σ_rows x` (see the module docs); and, where
+/// built with an output, the same kernel writing `Σ_rows x` into it (or adding it onto it)
+/// from one chunk of every row.
 #[derive(Debug, Clone)]
 pub(crate) struct ColumnSum {
     role: &'static str,
     compiled: Compiled,
+    /// The single pass, and the role of its output.
+    single: Option<(Compiled, &'static str)>,
     walk: Walk,
     cols: u32,
     partials: Partials,
 }
 
+/// Where the kernel stores each chunk's sums.
+#[derive(Debug, Clone, Copy)]
+enum Sink<'a> {
+    /// Partial row `wg.y` of `part`.
+    Partials,
+    /// The `[cols]` output of this role, added onto with `params.accumulate`.
+    Output(&'a str),
+}
+
 const COLUMN_SUM: &str = "column_sum";
 
 impl ColumnSum {
-    /// The kernel summing operand `role` (a `[rows, cols]` view, `cols` static) over its rows.
+    /// The kernel summing operand `role` (a `[rows, cols]` view, `cols` static) over its rows;
+    /// with `out` (a role and a `[cols]` view), also its single pass into that output.
     pub(crate) fn new(
         gpu: &Gpu,
         op: &'static str,
         role: &'static str,
         view: &View,
+        out: Option<(&'static str, &View)>,
     ) -> Result<Self, OpError> {
         check_2d(op, role, view)?;
         let cols = static_extent(op, role, view, 1)?;
@@ -60,16 +76,36 @@ impl ColumnSum {
         };
         let part = Operand::write("part", partials.view())?.vectorized(1);
         let part_width = if fast == 1 { width } else { 1 };
-        let mut body = getter(&x, fast, width) + &putter(&part, 1, part_width);
-        body += &column_sum_entry(role, &walk);
+        let reader = getter(&x, fast, width);
+        let body = reader.clone()
+            + &putter(&part, 1, part_width)
+            + &column_sum_entry(role, &walk, Sink::Partials);
         let source = KernelSource::new(op)
-            .operand(x)
+            .operand(x.clone())
             .operand(part)
             .scalar("chunk_rows", Scalar::U32)
             .body(body);
+        let single = match out {
+            Some((out_role, out_view)) => {
+                let o = Operand::write(out_role, out_view)?.vectorized(0);
+                let body = reader
+                    + &getter(&o, 0, part_width)
+                    + &putter(&o, 0, part_width)
+                    + &column_sum_entry(role, &walk, Sink::Output(out_role));
+                let source = KernelSource::new(op)
+                    .operand(x)
+                    .operand(o)
+                    .scalar("chunk_rows", Scalar::U32)
+                    .scalar("accumulate", Scalar::U32)
+                    .body(body);
+                Some((Compiled::new(op, gpu, source)?, out_role))
+            }
+            None => None,
+        };
         Ok(Self {
             role,
             compiled: Compiled::new(op, gpu, source)?,
+            single,
             walk,
             cols,
             partials,
@@ -91,6 +127,58 @@ impl ColumnSum {
         self.compiled.module()
     }
 
+    /// The single pass's shader, where built.
+    pub(crate) fn single_module(&self) -> Option<&KernelModule> {
+        self.single.as_ref().map(|(c, _)| c.module())
+    }
+
+    /// The workgroups across the columns, and the multiple the rows per chunk are rounded to.
+    fn grid(&self) -> (u32, u32) {
+        let walk = self.walk;
+        if walk.fast == 1 {
+            (self.cols.div_ceil(walk.span()), walk.across)
+        } else {
+            (self.cols.div_ceil(walk.across), walk.span())
+        }
+    }
+
+    /// The chunks pass 1 cuts `rows` rows into, `chunk` overriding the rows per chunk, and
+    /// the rows of each.
+    pub(crate) fn chunks(&self, rows: u32, chunk: Option<u32>) -> (u32, u32) {
+        let (column_groups, align) = self.grid();
+        let per_chunk = chunk_rows(rows, column_groups, align, 32, chunk);
+        (rows.div_ceil(per_chunk), per_chunk)
+    }
+
+    /// Records the single pass over `x` (every row in one chunk) into `out`, or adding onto
+    /// it with `accumulate`. Refused where it was not built.
+    pub(crate) fn record_single(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        out: &GpuArg<'_>,
+        accumulate: bool,
+    ) -> Result<(), OpError> {
+        let Some((compiled, out_role)) = &self.single else {
+            return Err(OpError::shape(
+                COLUMN_SUM,
+                "the single pass was not built for this column sum",
+            ));
+        };
+        let (column_groups, _) = self.grid();
+        let rows = x.dims()[0] as u32;
+        compiled.record(
+            batch,
+            COLUMN_SUM,
+            &[(self.role, x), (out_role, out)],
+            &[
+                ("chunk_rows", ParamValue::U32(rows.max(1))),
+                ("accumulate", ParamValue::U32(u32::from(accumulate))),
+            ],
+            [column_groups, 1, 1],
+        )
+    }
+
     /// Records pass 1 over `x`; returns the scratch buffer of partial rows and their number.
     /// `chunk` overrides the rows per chunk.
     pub(crate) fn record(
@@ -100,14 +188,8 @@ impl ColumnSum {
         chunk: Option<u32>,
     ) -> Result<(GpuBuffer, u32), OpError> {
         let rows = x.dims()[0] as u32;
-        let walk = self.walk;
-        let (column_groups, align) = if walk.fast == 1 {
-            (self.cols.div_ceil(walk.span()), walk.across)
-        } else {
-            (self.cols.div_ceil(walk.across), walk.span())
-        };
-        let per_chunk = chunk_rows(rows, column_groups, align, 32, chunk);
-        let chunks = rows.div_ceil(per_chunk);
+        let (column_groups, _) = self.grid();
+        let (chunks, per_chunk) = self.chunks(rows, chunk);
         let buffer = self.partials.scratch(batch.gpu(), chunks)?;
         let part = self.partials.arg(&buffer, chunks)?;
         self.compiled.record(
@@ -121,7 +203,18 @@ impl ColumnSum {
     }
 }
 
-fn column_sum_entry(x: &str, walk: &Walk) -> String {
+/// WGSL storing `sum` (`w` values at column `c`) where `sink` says.
+fn store(sink: Sink<'_>, w: u32, sum: &str) -> String {
+    match sink {
+        Sink::Partials => format!("part_put{w}(wg.y, c, {sum});"),
+        Sink::Output(o) => format!(
+            "var total = {sum};\n        if (params.accumulate != 0u) {{\n            \
+             total = total + {o}_get{w}(c);\n        }}\n        {o}_put{w}(c, total);"
+        ),
+    }
+}
+
+fn column_sum_entry(x: &str, walk: &Walk, sink: Sink<'_>) -> String {
     let ty = walk.value_type();
     let w = walk.width;
     let Walk {
@@ -157,8 +250,9 @@ fn column_sum_entry(x: &str, walk: &Walk) -> String {
             s,
             "    if (wk_across == 0u) {{\n        var sum = cs_tile[lid];\n        \
              for (var q = 1u; q < {across}u; q = q + 1u) {{\n            \
-             sum = sum + cs_tile[{}];\n        }}\n        part_put{w}(wg.y, c, sum);\n    }}",
-            walk.lane_at_across("q")
+             sum = sum + cs_tile[{}];\n        }}\n        {}\n    }}",
+            walk.lane_at_across("q"),
+            store(sink, w, "sum")
         );
     } else {
         // Lanes hold `w` rows of one column each; `across` columns per workgroup.
@@ -180,7 +274,8 @@ fn column_sum_entry(x: &str, walk: &Walk) -> String {
              for (var o = 0u; o < {outer}u; o = o + 1u) {{\n            \
              for (var i = 0u; i < {inner}u; i = i + 1u) {{\n                \
              sum = sum + cs_tile[i + {inner}u * (wk_across + {across}u * o)];\n            }}\n        \
-             }}\n        part_put1(wg.y, c, sum);\n    }}"
+             }}\n        {}\n    }}",
+            store(sink, 1, "sum")
         );
     }
     s.push_str("}\n");

@@ -32,7 +32,7 @@ mod wgsl;
 
 pub(crate) use column_sum::ColumnSum;
 pub(crate) use partials::{Partials, PartialsSum};
-pub(crate) use walk::{Walk, memory_order};
+pub(crate) use walk::{MemoryOrder, Walk, memory_order};
 pub(crate) use wgsl::{components_sum, getter, putter, value_type};
 
 use fblayout_core::layout::View;
