@@ -11,7 +11,7 @@ use fblayout_core::layout::ElemType;
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
 use fblayout_kernels::ops::{
     AdamWMember, AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, NonFiniteOp,
-    NormLaunch, RmsNormOp, RmsNormTensors, RowLaunch, SumSquaresOp,
+    NormLaunch, RmsNormOp, RmsNormTensors, RowLaunch, RowSum, SumSquaresOp,
 };
 use support::{Layout2, gpu_without_subgroups, view_1d, view_1d_dyn, view_2d};
 
@@ -70,9 +70,21 @@ fn snapshot_norms(launch: NormLaunch, suffix: &str) {
 
 #[test]
 fn norm_shaders() {
-    // The default launch shapes: rows summed over their own lanes (here through workgroup
-    // memory, subgroups being off), several rows per workgroup.
-    snapshot_norms(NormLaunch::default(), "");
+    // Rows summed over their own lanes (here through workgroup memory, subgroups being off),
+    // several rows per workgroup: what the default builds for row-major rows that one
+    // subgroup covers, on a device with subgroups.
+    let lanes = RowLaunch {
+        row_sum: RowSum::Lanes,
+        ..RowLaunch::default()
+    };
+    snapshot_norms(
+        NormLaunch {
+            forward: lanes,
+            backward: lanes,
+            chunk_rows: None,
+        },
+        "",
+    );
 }
 
 #[test]

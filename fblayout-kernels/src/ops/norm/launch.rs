@@ -17,7 +17,9 @@
 //!   did before launch shapes; with the other fields unset it builds those kernels exactly
 //!   ([`NormLaunch::BASELINE`]), the baseline the benchmark compares against.
 //!
-//! Unset fields are chosen from the row length and the device (see [`Shape::resolve`]).
+//! [`RowSum::Auto`], the default, picks one of the two from the layout, the row length and the
+//! device, as measured on the H200. Unset fields are chosen from the row length and the device
+//! (see [`Shape::resolve`]).
 
 use super::super::error::OpError;
 use super::super::reduce_rows::{MemoryOrder, Walk};
@@ -37,8 +39,18 @@ pub struct RowLaunch {
 /// How the lanes of a row add their values (see the module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum RowSum {
-    /// Over the row's lanes only: subgroup shuffles where they fit, else workgroup memory.
+    /// [`Lanes`](Self::Lanes) where it was measured faster than the whole-workgroup sums, else
+    /// [`Workgroup`](Self::Workgroup) with the shapes before launch shapes: `Lanes` for rows
+    /// stored one after the other (row-major, not R-Tile) that one subgroup covers at most four
+    /// values a lane, on a device with subgroups, or whenever lanes or rows are set.
+    ///
+    /// On the H200 (`bench_norm --sweep`, 4096 and 16384 rows) `Lanes` was 1.15–1.38× faster
+    /// at 384 row-major columns, but 0.6–0.95× at 768 columns (six values a lane, where the
+    /// baseline puts 64 lanes on a row) and 0.5–0.9× on R-Tiles (whose stacked tile rows fall
+    /// back to workgroup memory).
     #[default]
+    Auto,
+    /// Over the row's lanes only: subgroup shuffles where they fit, else workgroup memory.
     Lanes,
     /// Over the whole workgroup, one sum per row; unset shapes are chosen as before launch
     /// shapes.
@@ -175,7 +187,16 @@ impl Shape {
         } else {
             1
         };
-        let legacy = launch.row_sum == RowSum::Workgroup;
+        let cap = subgroup.map_or(ROW_LANES, |s| s.clamp(1, ROW_LANES));
+        let legacy = match launch.row_sum {
+            RowSum::Workgroup => true,
+            RowSum::Lanes => false,
+            RowSum::Auto => {
+                let set = launch.lanes_per_row.is_some() || launch.rows_per_block.is_some();
+                let fits = block == 1 && subgroup.is_some() && per_row <= cap * PER_LANE;
+                !(set || fits)
+            }
+        };
         // The baseline's rows are one walk (no stacking), as before launch shapes.
         let (along, rows, stacked) = match (launch.lanes_per_row, launch.rows_per_block) {
             (None, None) if legacy => {
@@ -191,10 +212,8 @@ impl Shape {
                 (along, across, false)
             }
             (along, rows) => {
-                let along = along.unwrap_or_else(|| {
-                    let cap = subgroup.map_or(ROW_LANES, |s| s.clamp(1, ROW_LANES));
-                    per_row.div_ceil(PER_LANE).next_power_of_two().min(cap)
-                });
+                let along = along
+                    .unwrap_or_else(|| per_row.div_ceil(PER_LANE).next_power_of_two().min(cap));
                 let lanes = match pass {
                     Pass::Forward => FORWARD_LANES,
                     Pass::Backward => BACKWARD_LANES,
@@ -337,8 +356,12 @@ mod tests {
         let b = resolve(d.backward, Pass::Backward, ROW_MAJOR, Some(32));
         assert_eq!((b.walk.along(), b.rows(), b.per_lane), (32, 8, 3));
         assert_eq!(b.sum, SumForm::Shuffle);
-        // Lavapipe's subgroups of 8: rows of 8 lanes by default; 32 asked for, shared memory.
-        let small = resolve(d.backward, Pass::Backward, ROW_MAJOR, Some(8));
+        // Lavapipe's subgroups of 8: rows of 8 lanes when asked for; 32 asked for, shared memory.
+        let lanes = RowLaunch {
+            row_sum: RowSum::Lanes,
+            ..RowLaunch::default()
+        };
+        let small = resolve(lanes, Pass::Backward, ROW_MAJOR, Some(8));
         assert_eq!((small.walk.along(), small.sum), (8, SumForm::Shuffle));
         let wide = RowLaunch {
             lanes_per_row: Some(32),
@@ -363,6 +386,33 @@ mod tests {
             resolve(tiled, Pass::Backward, RTILE4, Some(16)).sum,
             SumForm::Shared
         );
+    }
+
+    #[test]
+    fn the_default_sums_over_lanes_only_where_they_were_measured_faster() {
+        let d = NormLaunch::default().backward;
+        let form = |cols: u32, order: MemoryOrder, sub: Option<u32>| {
+            Shape::resolve("test", d, Pass::Backward, cols, 4, order, sub)
+                .unwrap()
+                .sum
+        };
+        // Row-major rows one subgroup covers at four values a lane: shuffles.
+        assert_eq!(form(384, ROW_MAJOR, Some(32)), SumForm::Shuffle);
+        assert_eq!(form(512, ROW_MAJOR, Some(32)), SumForm::Shuffle);
+        // Longer rows, R-Tiles, small subgroups and no subgroups: the baseline's sums.
+        assert_eq!(form(768, ROW_MAJOR, Some(32)), SumForm::Workgroup);
+        assert_eq!(form(384, RTILE4, Some(32)), SumForm::Workgroup);
+        assert_eq!(form(384, ROW_MAJOR, Some(8)), SumForm::Workgroup);
+        assert_eq!(form(384, ROW_MAJOR, None), SumForm::Workgroup);
+        // Those are the baseline's shapes exactly.
+        let base = resolve(
+            NormLaunch::BASELINE.backward,
+            Pass::Backward,
+            RTILE4,
+            Some(32),
+        );
+        let auto = resolve(d, Pass::Backward, RTILE4, Some(32));
+        assert_eq!(auto, base);
     }
 
     #[test]
