@@ -22,7 +22,9 @@
 //! the partial sums of `dγ` (and `dβ`) over a chunk of rows come out of one pass over `x` and
 //! `dy`, and a second, small pass adds the partial sums. How many lanes share a row, how many
 //! rows a block holds and a chunk walks are the op's launch shapes ([`NormLaunch`]), with
-//! defaults; [`NormLaunch::BASELINE`] builds the kernels as they were before them.
+//! defaults; [`NormLaunch::BASELINE`] builds the kernels as they were before them, with one
+//! whole-workgroup sum per row. The default ([`RowSum::Auto`]) takes the lanes' sums only where
+//! the H200 ran them faster (row-major rows one subgroup covers), the baseline elsewhere.
 //!
 //! The CPU twins take any addressing; here a 3 × 8 R-Tile (4 × 4 tiles, rows padded):
 //!
