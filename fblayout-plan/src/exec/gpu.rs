@@ -42,6 +42,8 @@ type Arg = BoundOperand;
 
 /// A step's recording, with the range of items each node recorded.
 type Recorded<'g> = (Recording<'g>, Vec<Range<usize>>);
+/// A node's read and written arguments, bound to their buffers.
+type NodeArgs<'a> = (Vec<GpuArg<'a>>, Vec<GpuArg<'a>>);
 
 /// The kernel of one node, built for its operands' views.
 #[derive(Debug)]
@@ -956,18 +958,7 @@ impl<'g> GpuStep<'g> {
     fn record_adamw(&self, batch: &mut Batch<'_>, group: &AdamWGroup) -> Result<(), OpError> {
         let mut args = Vec::with_capacity(group.nodes.len());
         for &i in &group.nodes {
-            let node = &self.kernels[i];
-            let r = node
-                .reads
-                .iter()
-                .map(|a| self.arg(a))
-                .collect::<Result<Vec<_>, _>>()?;
-            let w = node
-                .writes
-                .iter()
-                .map(|a| self.arg(a))
-                .collect::<Result<Vec<_>, _>>()?;
-            args.push((r, w));
+            args.push(self.node_args(&self.kernels[i])?);
         }
         let members: Vec<AdamWMember<&GpuArg<'_>>> =
             args.iter().map(|(r, w)| adamw_operands(r, w)).collect();
@@ -981,6 +972,14 @@ impl<'g> GpuStep<'g> {
             StepValues::Device(&scalars),
             gate.as_ref(),
         )
+    }
+
+    /// The arguments a node reads and those it writes, bound to their buffers.
+    fn node_args<'a>(&'a self, node: &'a NodeKernel) -> Result<NodeArgs<'a>, OpError> {
+        let bind = |args: &'a [Arg]| -> Result<Vec<GpuArg<'a>>, OpError> {
+            args.iter().map(|a| self.arg(a)).collect()
+        };
+        Ok((bind(&node.reads)?, bind(&node.writes)?))
     }
 
     fn arg<'a>(&'a self, a: &'a Arg) -> Result<GpuArg<'a>, OpError> {
@@ -1000,16 +999,7 @@ impl<'g> GpuStep<'g> {
     ) -> Result<(), OpError> {
         let node = &self.kernels[i];
         batch.section(node.section.clone());
-        let r = node
-            .reads
-            .iter()
-            .map(|a| self.arg(a))
-            .collect::<Result<Vec<_>, _>>()?;
-        let w = node
-            .writes
-            .iter()
-            .map(|a| self.arg(a))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (r, w) = self.node_args(node)?;
         let op = self.graph.nodes()[i].op;
         let tokens = |k: usize| {
             let t = node.reads[k].tensor;
