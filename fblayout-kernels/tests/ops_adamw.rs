@@ -740,6 +740,53 @@ fn rounded(p: f64, elem: ElemType) -> f64 {
     }
 }
 
+/// The views of a group's members, as `AdamWOp::many` takes them.
+fn member_views(members: &[Member]) -> Vec<AdamWMember<&View>> {
+    members
+        .iter()
+        .map(|m| AdamWMember {
+            tensors: quad_views(&m.t),
+            copy: m.copy.as_ref().map(|c| &c.view),
+        })
+        .collect()
+}
+
+/// Each member's tensors uploaded, then its copy poisoned (NaN): the first step must write
+/// every element of it.
+fn member_buffers(gpu: &Gpu, members: &[Member]) -> Vec<Vec<GpuBuffer>> {
+    members
+        .iter()
+        .map(|m| {
+            let mut b: Vec<GpuBuffer> = m.t.iter().map(|x| x.upload(gpu)).collect();
+            b.extend(m.copy.as_ref().map(|c| c.poisoned(gpu)));
+            b
+        })
+        .collect()
+}
+
+/// Each member's arguments over its buffers: its four tensors, then its copy.
+fn member_args<'a>(members: &'a [Member], bufs: &'a [Vec<GpuBuffer>]) -> Vec<Vec<GpuArg<'a>>> {
+    members
+        .iter()
+        .zip(bufs)
+        .map(|(m, b)| {
+            let mut a: Vec<GpuArg<'_>> = m.t.iter().zip(b).map(|(x, b)| x.gpu_arg(b)).collect();
+            a.extend(m.copy.as_ref().map(|c| c.gpu_arg(&b[4])));
+            a
+        })
+        .collect()
+}
+
+/// The group's members as the op records them.
+fn group_of<'a>(args: &'a [Vec<GpuArg<'a>>]) -> Vec<AdamWMember<&'a GpuArg<'a>>> {
+    args.iter()
+        .map(|a| AdamWMember {
+            tensors: quad(a),
+            copy: a.get(4),
+        })
+        .collect()
+}
+
 /// Every value a member holds on the GPU: parameters, moments, copy.
 fn member_state(m: &Member, bufs: &[GpuBuffer]) -> Vec<Vec<f64>> {
     let mut state: Vec<Vec<f64>> = [0, 2, 3].map(|i| m.t[i].download(&bufs[i])).into();
@@ -757,40 +804,12 @@ fn check_group(gpu: &Gpu, members: &[Member], what: &str) {
     let scale = 0.5;
     let scalars = view_1d("scalars", "values", STEP_SCALARS, ElemType::F32);
     let gate = view_1d("gate", "one", 1, ElemType::U32);
-    let views: Vec<AdamWMember<&View>> = members
-        .iter()
-        .map(|m| AdamWMember {
-            tensors: quad_views(&m.t),
-            copy: m.copy.as_ref().map(|c| &c.view),
-        })
-        .collect();
+    let views = member_views(members);
     let op = AdamWOp::many(gpu, &views, Some(&scalars), Some(&gate)).unwrap();
     assert_eq!(op.members(), members.len());
-    // Copies start poisoned (NaN): the first step must write every element.
-    let bufs: Vec<Vec<GpuBuffer>> = members
-        .iter()
-        .map(|m| {
-            let mut b: Vec<GpuBuffer> = m.t.iter().map(|x| x.upload(gpu)).collect();
-            b.extend(m.copy.as_ref().map(|c| c.poisoned(gpu)));
-            b
-        })
-        .collect();
-    let args: Vec<Vec<GpuArg<'_>>> = members
-        .iter()
-        .zip(&bufs)
-        .map(|(m, b)| {
-            let mut a: Vec<GpuArg<'_>> = m.t.iter().zip(b).map(|(x, b)| x.gpu_arg(b)).collect();
-            a.extend(m.copy.as_ref().map(|c| c.gpu_arg(&b[4])));
-            a
-        })
-        .collect();
-    let group: Vec<AdamWMember<&GpuArg<'_>>> = args
-        .iter()
-        .map(|a| AdamWMember {
-            tensors: quad(a),
-            copy: a.get(4),
-        })
-        .collect();
+    let bufs = member_buffers(gpu, members);
+    let args = member_args(members, &bufs);
+    let group = group_of(&args);
     let sb = GpuBuffer::scratch::<f32>(gpu, STEP_SCALARS as usize).unwrap();
     let sa = GpuArg::new(&sb, &scalars, &[]).unwrap();
     let gb = GpuBuffer::from_slice(gpu, &[0u32]).unwrap();
@@ -902,38 +921,11 @@ fn a_group_with_the_host_values_matches_one_step_a_tensor() {
     let members: Vec<Member> = (0..5)
         .map(|k| group_member(&mut rng, k, k % 2 == 0))
         .collect();
-    let views: Vec<AdamWMember<&View>> = members
-        .iter()
-        .map(|m| AdamWMember {
-            tensors: quad_views(&m.t),
-            copy: m.copy.as_ref().map(|c| &c.view),
-        })
-        .collect();
+    let views = member_views(&members);
     let op = AdamWOp::many(gpu, &views, None, None).unwrap();
-    let bufs: Vec<Vec<GpuBuffer>> = members
-        .iter()
-        .map(|m| {
-            let mut b: Vec<GpuBuffer> = m.t.iter().map(|x| x.upload(gpu)).collect();
-            b.extend(m.copy.as_ref().map(|c| c.poisoned(gpu)));
-            b
-        })
-        .collect();
-    let args: Vec<Vec<GpuArg<'_>>> = members
-        .iter()
-        .zip(&bufs)
-        .map(|(m, b)| {
-            let mut a: Vec<GpuArg<'_>> = m.t.iter().zip(b).map(|(x, b)| x.gpu_arg(b)).collect();
-            a.extend(m.copy.as_ref().map(|c| c.gpu_arg(&b[4])));
-            a
-        })
-        .collect();
-    let group: Vec<AdamWMember<&GpuArg<'_>>> = args
-        .iter()
-        .map(|a| AdamWMember {
-            tensors: quad(a),
-            copy: a.get(4),
-        })
-        .collect();
+    let bufs = member_buffers(gpu, &members);
+    let args = member_args(&members, &bufs);
+    let group = group_of(&args);
     let mut batch = gpu.batch();
     let host = StepValues::Host {
         step: 3,
