@@ -5,6 +5,8 @@
 //!   the kernels' operations, and the backward derived by reverse-mode differentiation.
 //! - [`models`]: the shipped graphs, a BERT-style encoder and a GPT-style decoder.
 //! - [`layouts`]: the layouts a graph tensor can take (row-major, column-major, R-Tiles).
+//! - [`ops`]: every operation's contract — operand roles, views, access pattern, scratch,
+//!   backward rule, CPU twin and GPU kernel — which everything else reads.
 //! - [`memory`]: the memory plan — every tensor's live range and buffer, the peak by
 //!   category, and recomputation of cheap activations.
 //! - [`exec`]: executing a training step (forward, backward, AdamW) of a graph under its
@@ -32,4 +34,5 @@ pub mod graph;
 pub mod layouts;
 pub mod memory;
 pub mod models;
+pub mod ops;
 pub mod select;

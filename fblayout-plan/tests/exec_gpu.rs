@@ -539,3 +539,105 @@ fn the_f16_weights_are_the_rounded_parameters_from_the_first_step_on() {
         }
     }
 }
+
+/// Every parameter and moment of `step`, by name.
+fn persistent_values(g: &Graph, step: &GpuStep<'_>) -> Vec<Vec<f64>> {
+    g.params()
+        .iter()
+        .flat_map(|&p| {
+            let name = g.tensor(p).name.clone();
+            [format!("{name}.m"), format!("{name}.v"), name]
+        })
+        .map(|n| step.read(&n).unwrap())
+        .collect()
+}
+
+#[test]
+fn labels_and_ids_out_of_range_are_refused_before_anything_runs() {
+    let gpu = gpu();
+    let g = graph(Model::Decoder);
+    let layouts = row_major(&g);
+    let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &layouts);
+    let before = persistent_values(&g, &on_gpu);
+    let mut inputs = StepInputs::random(SMALL.vocab, SIZES, 3);
+    inputs.labels[4] = SMALL.vocab;
+    for err in [
+        on_gpu.step(&inputs).unwrap_err(),
+        on_cpu.step(&inputs).unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(text.contains("`labels`"), "{text}");
+        assert!(
+            text.contains(&format!("value {} at position 4", SMALL.vocab)),
+            "{text}"
+        );
+        assert!(text.contains(&format!("below {}", SMALL.vocab)), "{text}");
+    }
+    // The ignored label is allowed; ids past the table are not.
+    inputs.labels[4] = u32::MAX;
+    inputs.ids[1] = SMALL.vocab + 5;
+    for err in [
+        on_gpu.step(&inputs).unwrap_err(),
+        on_cpu.step(&inputs).unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(
+            text.contains("`ids`") && text.contains("position 1"),
+            "{text}"
+        );
+    }
+    assert_eq!(on_gpu.steps(), 0);
+    assert_eq!(
+        persistent_values(&g, &on_gpu),
+        before,
+        "a refused step moved something"
+    );
+}
+
+#[test]
+fn a_non_finite_f32_step_is_an_error_and_never_reaches_the_weights() {
+    let gpu = gpu();
+    let g = graph(Model::Encoder);
+    let layouts = row_major(&g);
+    let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &layouts);
+    let name = g.tensor(g.params()[3]).name.clone();
+    let mut values = on_gpu.read(&name).unwrap();
+    values[0] = f64::NAN;
+    on_gpu.set(&name, &values).unwrap();
+    on_cpu.set(&name, &values).unwrap();
+    let before = persistent_values(&g, &on_gpu);
+    let cpu_params = |step: &CpuStep| -> Vec<Vec<f64>> {
+        g.params()
+            .iter()
+            .map(|&p| step.read(&g.tensor(p).name).unwrap())
+            .collect()
+    };
+    let cpu_before = cpu_params(&on_cpu);
+    let inputs = StepInputs::random(SMALL.vocab, SIZES, 9);
+    for err in [
+        on_gpu.step(&inputs).unwrap_err(),
+        on_cpu.step(&inputs).unwrap_err(),
+    ] {
+        assert!(matches!(err, ExecError::NonFinite { step: 1, .. }), "{err}");
+        assert!(err.to_string().contains("step 1"), "{err}");
+    }
+    assert_eq!(on_gpu.steps(), 0);
+    assert_eq!(on_cpu.steps(), 0);
+    let after = persistent_values(&g, &on_gpu);
+    // NaN ≠ NaN: compare bit patterns.
+    let bits = |v: &[Vec<f64>]| -> Vec<Vec<u64>> {
+        v.iter()
+            .map(|x| x.iter().map(|f| f.to_bits()).collect())
+            .collect()
+    };
+    assert_eq!(
+        bits(&after),
+        bits(&before),
+        "the GPU step moved a parameter"
+    );
+    assert_eq!(
+        bits(&cpu_params(&on_cpu)),
+        bits(&cpu_before),
+        "the CPU step moved a parameter"
+    );
+}

@@ -1,48 +1,26 @@
 //! The CPU executor: a whole training step on the CPU backend, in `f64`.
 
 use fblayout_core::layout::{BoundView, ElemType};
-use fblayout_kernels::cpu::{Logical, OffsetTable};
+use fblayout_kernels::cpu::OffsetTable;
 use fblayout_kernels::ops::OpError;
-use fblayout_kernels::ops::activation::{
-    activation_backward_cpu, activation_forward_cpu, swiglu_backward_cpu, swiglu_forward_cpu,
-};
-use fblayout_kernels::ops::adamw::adamw_step_cpu;
-use fblayout_kernels::ops::add::add_cpu;
-use fblayout_kernels::ops::attention::{
-    AttentionSaved, attention_backward_cpu, attention_forward_cpu,
-};
-use fblayout_kernels::ops::bias::{bias_backward_cpu, bias_forward_cpu};
-use fblayout_kernels::ops::copy::copy_cpu;
-use fblayout_kernels::ops::cross_entropy::{cross_entropy_backward_cpu, cross_entropy_forward_cpu};
-use fblayout_kernels::ops::embedding::{embedding_backward_cpu, embedding_forward_cpu};
-use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_forward_cpu};
-use fblayout_kernels::ops::norm::{
-    layer_norm_backward_cpu, layer_norm_forward_cpu, rms_norm_backward_cpu, rms_norm_forward_cpu,
-};
 use fblayout_kernels::tensor::{HostArg, HostArgMut};
 
-use super::views::{BoundGraph, BoundOperand, bind_graph};
+use super::views::{BoundGraph, bind_graph};
 use super::{
-    AdamWConfig, ExecError, StepInputs, activation, attention, check_settable, check_values,
+    AdamWConfig, ExecError, StepInputs, check_indices, check_settable, check_values,
     initial_values, input_values,
 };
-use crate::graph::{Graph, Op, Pass, Role, Sizes, TensorId};
+use crate::graph::{Graph, Pass, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
+use crate::ops::Args;
+use crate::ops::cpu::{CpuCtx, In, Ins, Outs};
 
 /// One operand of a node, bound to the run's sizes.
 #[derive(Debug)]
 struct Arg {
-    tensor: TensorId,
     bound: BoundView,
     table: OffsetTable,
-}
-
-/// A node's operands, in its kernel's order.
-#[derive(Debug)]
-struct NodeArgs {
-    reads: Vec<Arg>,
-    writes: Vec<Arg>,
 }
 
 /// A training step of a graph on the CPU backend (see the [module docs](super)).
@@ -55,7 +33,7 @@ struct NodeArgs {
 #[derive(Debug)]
 pub struct CpuStep {
     graph: Graph,
-    nodes: Vec<NodeArgs>,
+    nodes: Vec<Args<Arg>>,
     /// Every tensor as declared, bound.
     whole: Vec<BoundView>,
     buffer_of: Vec<Option<usize>>,
@@ -91,22 +69,17 @@ impl CpuStep {
     ) -> Result<Self, ExecError> {
         memory.check_fits(graph, sizes).map_err(ExecError::Plan)?;
         let BoundGraph { whole, ops } = bind_graph(graph, layouts, sizes)?;
-        let tabled = |ops: Vec<BoundOperand>| -> Vec<Arg> {
-            ops.into_iter()
-                .map(|o| Arg {
-                    table: OffsetTable::new(&o.bound),
-                    tensor: o.tensor,
-                    bound: o.bound,
+        let nodes: Vec<Args<Arg>> = ops
+            .iter()
+            .map(|args| {
+                args.try_map(|o| {
+                    Ok::<_, ExecError>(Arg {
+                        table: OffsetTable::new(&o.value.bound),
+                        bound: o.value.bound.clone(),
+                    })
                 })
-                .collect()
-        };
-        let nodes: Vec<NodeArgs> = ops
-            .into_iter()
-            .map(|(reads, writes)| NodeArgs {
-                reads: tabled(reads),
-                writes: tabled(writes),
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let buffer_of: Vec<Option<usize>> = graph
             .ids()
             .map(|t| memory.buffer_of(t).map(|b| b.index()))
@@ -128,6 +101,11 @@ impl CpuStep {
         for t in graph.ids() {
             if let (Role::State { .. }, Some(b)) = (graph.tensor(t).role, buffer_of[t.index()]) {
                 buffers[b].fill(0.0);
+            }
+            if let (Some(values), Some(b)) = (graph.constant(t), buffer_of[t.index()]) {
+                let (bound, buffer) = (&whole[t.index()], &mut buffers[b]);
+                check_values(&graph.tensor(t).name, values.len(), bound)?;
+                bound.for_each(|i, _, off| buffer[off as usize] = values[i]);
             }
         }
         Ok(Self {
@@ -237,10 +215,18 @@ impl CpuStep {
         }
         let adam_step = self.steps + 1;
         let mut loss = 0.0;
+        let first_update = self
+            .graph
+            .nodes()
+            .iter()
+            .position(|n| n.op.pass() == Pass::Optimizer);
         for i in 0..self.nodes.len() {
             let op = self.graph.nodes()[i].op;
             if op.pass() == Pass::Optimizer && !optimize {
                 continue;
+            }
+            if first_update == Some(i) {
+                self.check_finite(loss, adam_step)?;
             }
             if let Some(l) = self.node(i, adam_step)? {
                 loss += l;
@@ -257,7 +243,37 @@ impl CpuStep {
         Ok(loss)
     }
 
-    /// Stores the step's inputs in their tensors.
+    /// Refuses to update anything after a step whose loss or any parameter's gradient is
+    /// infinite or NaN: the parameters stay as they were.
+    fn check_finite(&self, loss: f64, step: u32) -> Result<(), ExecError> {
+        if !loss.is_finite() {
+            return Err(ExecError::NonFinite {
+                step,
+                what: format!("loss ({loss})"),
+            });
+        }
+        for p in self.graph.params() {
+            let Some(g) = self.graph.grad(p) else {
+                continue;
+            };
+            let (Some(b), bound) = (self.buffer_of[g.index()], &self.whole[g.index()]) else {
+                continue;
+            };
+            let buffer = &self.buffers[b];
+            let mut finite = true;
+            bound.for_each(|_, _, off| finite &= buffer[off as usize].is_finite());
+            if !finite {
+                return Err(ExecError::NonFinite {
+                    step,
+                    what: format!("gradient of `{}`", self.graph.tensor(p).name),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the step's inputs in their tensors, after checking them against every index
+    /// bound that reads them.
     fn load(&mut self, inputs: &StepInputs) -> Result<(), ExecError> {
         for t in self.graph.ids() {
             let tensor = self.graph.tensor(t);
@@ -266,6 +282,7 @@ impl CpuStep {
             }
             let bound = &self.whole[t.index()];
             let values = input_values(tensor, inputs, bound)?;
+            check_indices(&self.graph, &self.whole, t, values)?;
             let store = self.ints[t.index()]
                 .as_mut()
                 .ok_or_else(|| ExecError::Value {
@@ -285,8 +302,8 @@ impl CpuStep {
         // The buffers written, taken out of the store: a buffer written through several views
         // (the queries', keys' and values' gradients in one fused gradient) is taken once and
         // copied for the others, whose elements are moved back afterwards.
-        let mut taken: Vec<(usize, Vec<f64>, bool)> = Vec::with_capacity(args.writes.len());
-        for w in &args.writes {
+        let mut taken: Vec<(usize, Vec<f64>, bool)> = Vec::with_capacity(args.writes().len());
+        for w in args.writes() {
             let b = self.buffer_of[w.tensor.index()].ok_or_else(|| {
                 ExecError::Plan(format!(
                     "no buffer for `{}`",
@@ -302,16 +319,17 @@ impl CpuStep {
             }
         }
         let result = {
-            let written: Vec<TensorId> = args.writes.iter().map(|w| w.tensor).collect();
-            let mut ins = Vec::with_capacity(args.reads.len());
-            for r in &args.reads {
+            let written: Vec<TensorId> = args.writes().iter().map(|w| w.tensor).collect();
+            let mut ins = Vec::with_capacity(args.reads().len());
+            for r in args.reads() {
                 // A tensor updated in place is read through its written operand.
                 if written.contains(&r.tensor) {
                     continue;
                 }
-                ins.push(match &self.ints[r.tensor.index()] {
+                let table = &r.value.table;
+                let value = match &self.ints[r.tensor.index()] {
                     Some(data) => In::U(
-                        HostArg::new(data.as_slice(), &r.table)
+                        HostArg::new(data.as_slice(), table)
                             .map_err(|e| ExecError::bind(&self.graph.tensor(r.tensor).name, e))?,
                     ),
                     None => {
@@ -322,28 +340,40 @@ impl CpuStep {
                             ))
                         })?;
                         In::F(
-                            HostArg::new(self.buffers[b].as_slice(), &r.table).map_err(|e| {
+                            HostArg::new(self.buffers[b].as_slice(), table).map_err(|e| {
                                 ExecError::bind(&self.graph.tensor(r.tensor).name, e)
                             })?,
                         )
                     }
-                });
+                };
+                ins.push((r.role, value));
             }
             let mut outs = Vec::with_capacity(taken.len());
-            for ((_, data, _), w) in taken.iter_mut().zip(&args.writes) {
-                outs.push(
-                    HostArgMut::new(data.as_mut_slice(), &w.table)
+            for ((_, data, _), w) in taken.iter_mut().zip(args.writes()) {
+                outs.push((
+                    w.role,
+                    HostArgMut::new(data.as_mut_slice(), &w.value.table)
                         .map_err(|e| ExecError::bind(&self.graph.tensor(w.tensor).name, e))?,
-                );
+                ));
             }
-            dispatch(node.op, &ins, &mut outs, &self.adamw, adam_step).map_err(failed)
+            let op = node.op.name();
+            let ins = Ins { op, list: ins };
+            let mut outs = Outs { op, list: outs };
+            let ctx = CpuCtx {
+                adamw: &self.adamw,
+                step: adam_step,
+            };
+            node.op
+                .contract()
+                .cpu(&ins, &mut outs, &ctx)
+                .map_err(failed)
         };
         let mut copies = Vec::new();
-        for ((b, data, first), w) in taken.into_iter().zip(&args.writes) {
+        for ((b, data, first), w) in taken.into_iter().zip(args.writes()) {
             if first {
                 self.buffers[b] = data;
             } else {
-                copies.push((b, data, &w.bound));
+                copies.push((b, data, &w.value.bound));
             }
         }
         for (b, data, bound) in copies {
@@ -352,149 +382,4 @@ impl CpuStep {
         }
         result
     }
-}
-
-type Table<'a> = &'a OffsetTable;
-
-/// An operand read by a CPU kernel.
-enum In<'a> {
-    F(HostArg<'a, f64, Table<'a>>),
-    U(HostArg<'a, u32, Table<'a>>),
-}
-
-type Out<'a> = HostArgMut<'a, f64, Table<'a>>;
-
-/// An operand the kernel of `op` can't take.
-fn mismatch(op: Op, detail: &str) -> OpError {
-    OpError::Shape {
-        op: op.name(),
-        detail: detail.to_owned(),
-    }
-}
-
-fn float<'b>(op: Op, x: &'b In<'_>) -> Result<&'b dyn Logical<f64>, OpError> {
-    match x {
-        In::F(a) => Ok(a),
-        In::U(_) => Err(mismatch(op, "an integer tensor where floats are read")),
-    }
-}
-
-fn int<'b>(op: Op, x: &'b In<'_>) -> Result<&'b dyn Logical<u32>, OpError> {
-    match x {
-        In::U(a) => Ok(a),
-        In::F(_) => Err(mismatch(op, "a float tensor where integers are read")),
-    }
-}
-
-/// Runs the kernel of `op` on its operands (reads `ins` without the tensors updated in place,
-/// which are in `outs`); returns the loss of a cross-entropy.
-fn dispatch(
-    op: Op,
-    ins: &[In<'_>],
-    outs: &mut [Out<'_>],
-    adamw: &AdamWConfig,
-    adam_step: u32,
-) -> Result<Option<f64>, OpError> {
-    let arity = || mismatch(op, "the wrong number of operands");
-    let f = |k: usize| ins.get(k).ok_or_else(arity).and_then(|x| float(op, x));
-    let ow = Output::Overwrite;
-    match (op, outs) {
-        (Op::Embedding, [out]) => {
-            let ids = int(op, ins.first().ok_or_else(arity)?)?;
-            embedding_forward_cpu(&dense_ids(ids), f(1)?, out)?;
-        }
-        (Op::EmbeddingGrad, [dtable]) => {
-            let ids = int(op, ins.first().ok_or_else(arity)?)?;
-            embedding_backward_cpu(&dense_ids(ids), f(1)?, dtable, false)?;
-        }
-        (Op::Linear, [y]) => linear_forward_cpu(f(0)?, f(1)?, y, ow)?,
-        // The kernel reads `x` only for the weight's gradient, which is not asked for here.
-        (Op::LinearGradInput, [dx]) => {
-            linear_backward_cpu(f(0)?, f(1)?, f(0)?, Some((dx, ow)), None)?;
-        }
-        (Op::LinearGradWeight, [dw]) => {
-            // `w` is read only for the input's gradient, which is not asked for here.
-            linear_backward_cpu(f(0)?, f(1)?, f(1)?, None, Some((dw, ow)))?;
-        }
-        (Op::Bias, [y]) => bias_forward_cpu(f(0)?, f(1)?, y)?,
-        (Op::BiasGrad, [db]) => bias_backward_cpu(f(0)?, db, false)?,
-        (Op::Add | Op::Accumulate, [y]) => add_cpu(f(0)?, f(1)?, y)?,
-        (Op::LayerNorm { eps }, [y, mean, rstd]) => {
-            layer_norm_forward_cpu(f(0)?, f(1)?, f(2)?, f64::from(eps), y, mean, rstd)?;
-        }
-        (Op::LayerNormGrad { .. }, [dx, dg, db]) => {
-            layer_norm_backward_cpu(f(0)?, f(1)?, f(2)?, f(3)?, f(4)?, dx, dg, db, false)?;
-        }
-        (Op::RmsNorm { eps }, [y, rstd]) => {
-            rms_norm_forward_cpu(f(0)?, f(1)?, f64::from(eps), y, rstd)?;
-        }
-        (Op::RmsNormGrad { .. }, [dx, dg]) => {
-            rms_norm_backward_cpu(f(0)?, f(1)?, f(2)?, f(3)?, dx, dg, false)?;
-        }
-        (Op::Activation(a), [y]) => activation_forward_cpu(activation(a), f(0)?, y)?,
-        (Op::ActivationGrad(a), [dx]) => {
-            activation_backward_cpu(activation(a), f(0)?, f(1)?, dx)?;
-        }
-        (Op::Swiglu, [y]) => swiglu_forward_cpu(f(0)?, f(1)?, y)?,
-        (Op::SwigluGrad, [dgate, dup]) => swiglu_backward_cpu(f(0)?, f(1)?, f(2)?, dgate, dup)?,
-        (
-            Op::Attention {
-                heads,
-                kv_heads,
-                causal,
-            },
-            [out, probs],
-        ) => {
-            let a = attention(heads, kv_heads, causal, head_dim(f(0)?));
-            attention_forward_cpu(a, f(0)?, f(1)?, f(2)?, out, probs)?;
-        }
-        (
-            Op::AttentionGrad {
-                heads,
-                kv_heads,
-                causal,
-            },
-            [dq, dk, dv],
-        ) => {
-            let a = attention(heads, kv_heads, causal, head_dim(f(0)?));
-            let saved = AttentionSaved {
-                q: f(0)?,
-                k: f(1)?,
-                v: f(2)?,
-                probs: f(3)?,
-            };
-            attention_backward_cpu(a, &saved, f(4)?, dq, dk, dv)?;
-        }
-        (Op::CrossEntropy { ignore_index }, [loss]) => {
-            let labels = int(op, ins.get(1).ok_or_else(arity)?)?;
-            let mean = cross_entropy_forward_cpu(ignore_index, f(0)?, labels, loss)?;
-            return Ok(Some(mean.mean));
-        }
-        (Op::CrossEntropyGrad { ignore_index }, [dlogits]) => {
-            let labels = int(op, ins.get(1).ok_or_else(arity)?)?;
-            cross_entropy_backward_cpu(ignore_index, 1.0, f(0)?, labels, dlogits)?;
-        }
-        (Op::AdamW { copy: false }, [param, m, v]) => {
-            adamw_step_cpu(param, f(0)?, m, v, adamw, adam_step, 1.0)?;
-        }
-        // The copy holds the updated parameters.
-        (Op::AdamW { copy: true }, [param, m, v, copy]) => {
-            adamw_step_cpu(param, f(0)?, m, v, adamw, adam_step, 1.0)?;
-            copy_cpu(&*param, copy)?;
-        }
-        (Op::Convert { .. }, [y]) => copy_cpu(f(0)?, y)?,
-        _ => return Err(arity()),
-    }
-    Ok(None)
-}
-
-/// The extent of the last axis of `q` (the queries' head size).
-fn head_dim(q: &dyn Logical<f64>) -> u32 {
-    q.dims().last().copied().unwrap_or(1) as u32
-}
-
-/// Token ids in token order.
-fn dense_ids(ids: &dyn Logical<u32>) -> Vec<u32> {
-    let n = ids.dims().iter().product::<usize>();
-    (0..n).map(|i| ids.get(&[i])).collect()
 }

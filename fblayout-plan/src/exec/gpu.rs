@@ -7,7 +7,7 @@
 //!
 //! The AdamW steps of consecutive AdamW nodes run as groups ([`AdamWOp::many`]): as many
 //! parameters per dispatch as the device's storage bindings allow
-//! ([`AdamWOp::capacity`], or fewer: [`GpuStep::group_adamw`]), each group recorded in the
+//! ([`AdamWOp::capacity`](fblayout_kernels::ops::AdamWOp::capacity), or fewer: [`GpuStep::group_adamw`]), each group recorded in the
 //! section of its first node, so a step over tiny tensors (biases, a norm's γ and β) and large
 //! ones takes a few dispatches instead of one a parameter.
 
@@ -17,69 +17,50 @@ use std::time::{Duration, Instant};
 
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
-use fblayout_kernels::ops::adamw::StepValues;
-use fblayout_kernels::ops::matmul::linear::Output;
-use fblayout_kernels::ops::{
-    ActivationOp, AdamWMember, AdamWOp, AdamWTensors, AddOp, AttentionArgs, AttentionOp,
-    AttentionViews, BiasOp, CopyOp, CrossEntropyOp, CrossEntropyState, EmbeddingOp, LayerNormGrads,
-    LayerNormOp, LayerNormTensors, LinearOp, NonFiniteOp, OpError, RmsNormGrads, RmsNormOp,
-    RmsNormTensors, SwigluOp, TokenIds,
-};
+use fblayout_kernels::ops::{NonFiniteOp, OpError, TokenIds};
 use fblayout_kernels::runtime::{Batch, Encoded, Gpu, GpuBuffer, Recording, Timing};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::scaling::{LossScaler, LossScaling};
 use super::views::{BoundGraph, BoundOperand, bind_graph};
 use super::{
-    AdamWConfig, ExecError, StepInputs, activation, attention, check_values, initial_values,
+    AdamWConfig, ExecError, StepInputs, check_indices, check_values, index_limits, initial_values,
     input_values,
 };
 use crate::graph::{Graph, Op, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
-
-type Arg = BoundOperand;
+use crate::ops::gpu::{BuildCtx, GpuKernel, RecordCtx, Shared};
+use crate::ops::{AdamWGroup, Args, build_adamw_groups, record_adamw_group};
 
 /// A step's recording, with the range of items each node recorded.
 type Recorded<'g> = (Recording<'g>, Vec<Range<usize>>);
-/// A node's read and written arguments, bound to their buffers.
-type NodeArgs<'a> = (Vec<GpuArg<'a>>, Vec<GpuArg<'a>>);
-
-/// The kernel of one node, built for its operands' views.
-#[derive(Debug)]
-enum Kernel {
-    Embedding(Box<EmbeddingOp>),
-    Linear(Box<LinearOp>),
-    Bias(Box<BiasOp>),
-    Add(Box<AddOp>),
-    LayerNorm(Box<LayerNormOp>),
-    RmsNorm(Box<RmsNormOp>),
-    Activation(Box<ActivationOp>),
-    Swiglu(Box<SwigluOp>),
-    Attention(Box<AttentionOp>),
-    /// A cross-entropy and the state its forward writes and its backward reads.
-    CrossEntropy(Box<CrossEntropyOp>, usize),
-    /// A step, recorded with its group ([`AdamWGroup`]) by the group's first node.
-    AdamW,
-    Copy(Box<CopyOp>),
-    /// A bias added by the product before it ([`Graph::folded_biases`]): nothing of its own.
-    Folded,
-}
 
 /// Dynamic loss scaling of a step with `f16` gradients (see [`scaling`](super::scaling)).
 struct Scaling {
     scaler: LossScaler,
-    /// Set where a parameter's gradient holds an infinity or a NaN: the gate of every AdamW
-    /// step, cleared at the start of each step's checks.
-    gate: GpuBuffer,
-    gate_view: View,
-    /// The checks of every AdamW step's gradient, each of as many gradients as one dispatch
-    /// reads, in the order of the steps.
-    checks: Vec<Check>,
     /// Whether the last step overflowed, and so changed nothing.
     skipped: bool,
     /// The scale the last step's gradients carry.
     applied: f32,
+}
+
+/// The gate of every AdamW step: set where a parameter's gradient holds an infinity or a NaN,
+/// cleared at the start of each step's checks. With `f16` gradients an overflow lowers the
+/// loss scale and the step is skipped; with `f32` gradients it is an error. Either way the
+/// update never reaches the parameters.
+struct Gate {
+    gate: GpuBuffer,
+    view: View,
+    /// The checks of every AdamW step's gradient, each of as many gradients as one dispatch
+    /// reads, in the order of the steps.
+    checks: Vec<Check>,
+}
+
+impl Gate {
+    fn arg(&self) -> Result<GpuArg<'_>, OpError> {
+        Ok(GpuArg::new(&self.gate, &self.view, &[])?)
+    }
 }
 
 /// A device vector of `n` values of `elem` named `name`, and its view.
@@ -104,29 +85,11 @@ fn device_vector(
     Ok((buffer, view))
 }
 
-impl Scaling {
-    fn new(gpu: &Gpu) -> Result<Self, ExecError> {
-        let (gate, gate_view) = device_vector(gpu, "grad_overflowed", 1, ElemType::U32)?;
-        Ok(Self {
-            scaler: LossScaler::new(LossScaling::default()).map_err(ExecError::LossScaling)?,
-            gate,
-            gate_view,
-            checks: Vec::new(),
-            skipped: false,
-            applied: 1.0,
-        })
-    }
-
-    fn gate(&self) -> Result<GpuArg<'_>, OpError> {
-        Ok(GpuArg::new(&self.gate, &self.gate_view, &[])?)
-    }
-}
-
 /// One dispatch of the overflow checks: the kernel, and the gradients it reads (AdamW's
-/// operands).
+/// `grad` operands), with their tensors.
 struct Check {
     op: NonFiniteOp,
-    grads: Vec<Arg>,
+    grads: Vec<(TensorId, BoundOperand)>,
 }
 
 /// The overflow checks of the gradients that the AdamW steps among `kernels` read, into the
@@ -138,110 +101,54 @@ fn build_checks(
     kernels: &[NodeKernel],
     gate: &View,
 ) -> Result<Vec<Check>, ExecError> {
-    let steps: Vec<(usize, &Arg)> = kernels
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| matches!(n.kernel, Kernel::AdamW))
-        .map(|(i, n)| (i, &n.reads[1]))
-        .collect();
+    let mut steps: Vec<(usize, TensorId, BoundOperand)> = Vec::new();
+    for (i, n) in kernels.iter().enumerate() {
+        if n.kernel.grouped() {
+            let grad = n
+                .args
+                .read_bound("grad")
+                .map_err(|source| ExecError::op(i, graph.nodes()[i].op.name(), source))?;
+            steps.push((i, grad.tensor, grad.value.clone()));
+        }
+    }
     steps
         .chunks(NonFiniteOp::capacity(gpu))
         .map(|group| {
-            let views: Vec<&View> = group.iter().map(|(_, a)| v(a)).collect();
+            let views: Vec<&View> = group.iter().map(|(_, _, a)| &a.view).collect();
             let op = NonFiniteOp::many(gpu, &views, gate).map_err(|source| {
                 let first = group[0].0;
                 ExecError::op(first, graph.nodes()[first].op.name(), source)
             })?;
             Ok(Check {
                 op,
-                grads: group.iter().map(|(_, a)| (*a).clone()).collect(),
+                grads: group.iter().map(|(_, t, a)| (*t, a.clone())).collect(),
             })
         })
         .collect()
 }
 
-/// One dispatch of AdamW steps: the kernel over its nodes' parameters, and the nodes, in order
-/// (consecutive AdamW nodes of the graph).
-struct AdamWGroup {
-    op: AdamWOp,
-    nodes: Vec<usize>,
-}
-
-/// An AdamW node's tensors among its operands `r` (read) and `w` (written): `param, grad, m,
-/// v → param, m, v`, and the parameters' copy where the node writes one.
-fn adamw_operands<'a, T>(r: &'a [T], w: &'a [T]) -> AdamWMember<&'a T> {
-    AdamWMember {
-        tensors: AdamWTensors {
-            param: &w[0],
-            grad: &r[1],
-            m: &w[1],
-            v: &w[2],
-        },
-        copy: w.get(3),
-    }
-}
-
-/// The AdamW steps among `kernels` as groups: each run of consecutive AdamW nodes split into
-/// groups of at most `most` parameters and as many as one dispatch takes
-/// ([`AdamWOp::capacity`]), each reading the step's values from `scalars` and gated by `gate`
-/// where given.
-fn build_adamw_groups(
+/// The AdamW groups of `kernels` (see [`build_adamw_groups`]).
+fn adamw_groups(
     gpu: &Gpu,
     graph: &Graph,
     kernels: &[NodeKernel],
-    (scalars, gate): (&View, Option<&View>),
+    scalars: &View,
+    gate: Option<&View>,
     most: usize,
 ) -> Result<Vec<AdamWGroup>, ExecError> {
-    let mut runs: Vec<Vec<usize>> = Vec::new();
-    for (i, node) in kernels.iter().enumerate() {
-        if !matches!(node.kernel, Kernel::AdamW) {
-            continue;
-        }
-        match runs.last_mut() {
-            Some(run) if run.last() == Some(&(i - 1)) => run.push(i),
-            _ => runs.push(vec![i]),
-        }
-    }
-    let mut groups = Vec::new();
-    for run in runs {
-        let copies = run.iter().any(|&i| kernels[i].writes.len() > 3);
-        let size = AdamWOp::capacity(gpu, copies).min(most).max(1);
-        for nodes in run.chunks(size) {
-            let members: Vec<AdamWMember<&View>> = nodes
-                .iter()
-                .map(|&i| {
-                    let m = adamw_operands(&kernels[i].reads, &kernels[i].writes);
-                    AdamWMember {
-                        tensors: AdamWTensors {
-                            param: v(m.tensors.param),
-                            grad: v(m.tensors.grad),
-                            m: v(m.tensors.m),
-                            v: v(m.tensors.v),
-                        },
-                        copy: m.copy.map(v),
-                    }
-                })
-                .collect();
-            let op = AdamWOp::many(gpu, &members, Some(scalars), gate).map_err(|source| {
-                ExecError::op(nodes[0], graph.nodes()[nodes[0]].op.name(), source)
-            })?;
-            groups.push(AdamWGroup {
-                op,
-                nodes: nodes.to_vec(),
-            });
-        }
-    }
-    Ok(groups)
+    let nodes: Vec<Option<&Args<BoundOperand>>> = kernels
+        .iter()
+        .map(|n| n.kernel.grouped().then_some(&n.args))
+        .collect();
+    build_adamw_groups(gpu, graph, &nodes, (scalars, gate), most)
 }
 
+/// One node: its kernel (from its contract), its operands by role, the node whose work its
+/// epilogue does, and the section its dispatches are timed under.
 struct NodeKernel {
-    kernel: Kernel,
-    reads: Vec<Arg>,
-    writes: Vec<Arg>,
-    /// For a linear forward that adds the bias after it in its epilogue: that bias and the
-    /// bias's output, which the product writes instead of its own.
-    bias: Option<(Arg, Arg)>,
-    /// The section its dispatches are timed under.
+    kernel: Box<dyn GpuKernel>,
+    args: Args<BoundOperand>,
+    epilogue: Option<usize>,
     section: String,
 }
 
@@ -267,13 +174,21 @@ impl HostTime {
 
 /// A training step of a graph on the GPU (see the [module docs](super)).
 ///
-/// [`new`](Self::new) builds every kernel (each validated by naga) and allocates every buffer
-/// of the memory plan from the device's pool; [`step`](Self::step) records the whole step —
-/// forward, backward and AdamW — into one batch, one named section per operation, and submits
-/// it once (the first step records it; later ones submit that recording again, with only the
-/// work that changes per step recorded anew). The kernels read a gradient through the view of the tensor it is the gradient of,
-/// so a gradient must be stored like that tensor ([`tensor_layouts`](super::views::tensor_layouts)
-/// then gives both one layout); where a kernel's operands don't fit, building fails with the kernel's error.
+/// [`new`](Self::new) builds every node's kernel from its operation's contract (each validated
+/// by naga) and allocates every buffer of the memory plan from the device's pool;
+/// [`step`](Self::step) records the whole step — forward, backward and AdamW — into one batch,
+/// one named section per operation, and submits it once (the first step records it; later
+/// ones submit that recording again, with only the work that changes per step recorded anew).
+/// The kernels read a gradient through the view of the tensor it is the gradient of, so a
+/// gradient must be stored like that tensor ([`tensor_layouts`](super::views::tensor_layouts)
+/// then gives both one layout); where a kernel's operands don't fit, building fails with the
+/// kernel's error.
+///
+/// Every step's inputs are checked against the operations' index bounds first (token ids below
+/// their table, labels below the vocabulary). A gradient that is infinite or NaN never reaches
+/// the parameters: every AdamW step is gated on a check of the gradients; with `f16`
+/// gradients the step is skipped and the loss scale lowered, with `f32` gradients the step
+/// returns [`ExecError::NonFinite`].
 pub struct GpuStep<'g> {
     gpu: &'g Gpu,
     graph: Graph,
@@ -283,8 +198,6 @@ pub struct GpuStep<'g> {
     buffers: Vec<GpuBuffer>,
     persistent: Vec<bool>,
     kept: Vec<bool>,
-    /// Every cross-entropy's state, with the node of its forward.
-    states: Vec<(usize, CrossEntropyState)>,
     adamw: AdamWConfig,
     steps: u32,
     /// Scratch for the physical values of one tensor (inputs written each step).
@@ -294,12 +207,14 @@ pub struct GpuStep<'g> {
     recorded: Option<Recorded<'g>>,
     /// The host's time of the last step up to its submission.
     host: HostTime,
-    /// The token ids of every input an embedding reads (by tensor), refilled each step.
+    /// The token ids of every input a kernel reads uploaded (by tensor), refilled each step.
     token_ids: Vec<Option<TokenIds>>,
     /// Each input's physical offset of every logical element, found at the first step.
     input_offsets: HashMap<TensorId, Vec<usize>>,
     /// Loss scaling, where the graph has `f16` gradients.
     scaling: Option<Scaling>,
+    /// The AdamW steps' gate, where the graph has any.
+    gate: Option<Gate>,
     /// What every AdamW step reads of its step ([`AdamWConfig::step_scalars`]), written before
     /// each submission: the recorded steps never change.
     step_scalars: (GpuBuffer, View),
@@ -334,72 +249,6 @@ fn check_float(tensor: &crate::graph::Tensor) -> Result<(), ExecError> {
     }
 }
 
-/// The view of operand `a`.
-fn v(a: &Arg) -> &View {
-    &a.view
-}
-
-/// A LayerNorm node's tensors among its operands `r` (read) and `w` (written): the forward's
-/// `x, γ, β → y, mean, rstd`, the backward's `x, γ, mean, rstd, dy → dx, dγ, dβ`. The backward
-/// reads neither β nor y: dβ and dy stand in for them, as the kernel's views.
-fn layer_norm_operands<'a, T>(forward: bool, r: &'a [T], w: &'a [T]) -> LayerNormTensors<&'a T> {
-    if forward {
-        LayerNormTensors {
-            x: &r[0],
-            gamma: &r[1],
-            beta: &r[2],
-            y: &w[0],
-            mean: &w[1],
-            rstd: &w[2],
-        }
-    } else {
-        LayerNormTensors {
-            x: &r[0],
-            gamma: &r[1],
-            beta: &w[2],
-            y: &r[4],
-            mean: &r[2],
-            rstd: &r[3],
-        }
-    }
-}
-
-/// An RMSNorm node's tensors: the forward's `x, γ → y, rstd`, the backward's
-/// `x, γ, rstd, dy → dx, dγ` (dy stands in for y).
-fn rms_norm_operands<'a, T>(forward: bool, r: &'a [T], w: &'a [T]) -> RmsNormTensors<&'a T> {
-    if forward {
-        RmsNormTensors {
-            x: &r[0],
-            gamma: &r[1],
-            y: &w[0],
-            rstd: &w[1],
-        }
-    } else {
-        RmsNormTensors {
-            x: &r[0],
-            gamma: &r[1],
-            y: &r[3],
-            rstd: &r[2],
-        }
-    }
-}
-
-/// An attention node's queries, keys, values, output and probabilities: the forward's
-/// `q, k, v → out, probs`, the backward's `q, k, v, probs, dout → dq, dk, dv` (dout stands in for
-/// the output, which the backward does not read).
-fn attention_operands<'a, T>(forward: bool, r: &'a [T], w: &'a [T]) -> [&'a T; 5] {
-    if forward {
-        [&r[0], &r[1], &r[2], &w[0], &w[1]]
-    } else {
-        [&r[0], &r[1], &r[2], &r[4], &r[3]]
-    }
-}
-
-/// The extent of the last axis of `q` (the queries' head size).
-fn head_dim(q: &Arg) -> u32 {
-    q.bound.shape().last().copied().unwrap_or(1) as u32
-}
-
 /// The section the overflow checks of loss scaling are timed under.
 pub const OVERFLOW_SECTION: &str = "loss_scaling overflow check";
 
@@ -431,55 +280,61 @@ impl<'g> GpuStep<'g> {
             .tensors()
             .iter()
             .any(|t| t.elem == ElemType::F16 && matches!(t.role, Role::Grad { .. }));
-        let mut scaling = half_grads.then(|| Scaling::new(gpu)).transpose()?;
+        let scaling = half_grads
+            .then(|| {
+                Ok::<_, ExecError>(Scaling {
+                    scaler: LossScaler::new(LossScaling::default())
+                        .map_err(ExecError::LossScaling)?,
+                    skipped: false,
+                    applied: 1.0,
+                })
+            })
+            .transpose()?;
         let step_scalars = device_vector(gpu, "adamw_step_scalars", STEP_SCALARS, ElemType::F32)?;
-        let mut kernels = Vec::with_capacity(graph.nodes().len());
-        let mut states = Vec::new();
         let folded = graph.folded_biases();
         let mut kept: Vec<bool> = graph.ids().map(|t| memory.kept(t)).collect();
+        let mut shared: Vec<(TensorId, Shared)> = Vec::new();
+        let mut kernels = Vec::with_capacity(graph.nodes().len());
         for (i, node) in graph.nodes().iter().enumerate() {
-            let (reads, writes) = ops[i].clone();
-            let bias = folded[i].map(|j| {
-                let (r, w) = &ops[j];
-                (r[1].clone(), w[0].clone())
-            });
-            let kernel = match (&bias, folded.contains(&Some(i))) {
-                // The product before it adds this bias.
-                (_, true) => Ok(Kernel::Folded),
-                (Some((b, y)), false) => {
-                    LinearOp::new_biased(gpu, v(&reads[0]), v(&reads[1]), v(b), v(y))
-                        .map(|k| Kernel::Linear(Box::new(k)))
-                }
-                (None, false) => build(
-                    gpu,
-                    graph,
-                    i,
-                    node.op,
-                    &reads,
-                    &writes,
-                    &mut states,
-                    &kernels,
-                ),
-            }
-            .map_err(|source| ExecError::op(i, node.op.name(), source))?;
-            if bias.is_some() {
+            let epilogue = folded[i];
+            let mut ctx = BuildCtx {
+                gpu,
+                graph,
+                epilogue: epilogue.map(|j| ops[j].as_ref()),
+                folded: folded.contains(&Some(i)),
+                shared: &mut shared,
+            };
+            let kernel = node
+                .op
+                .contract()
+                .gpu(&ops[i].as_ref(), &mut ctx)
+                .map_err(|source| ExecError::op(i, node.op.name(), source))?;
+            if epilogue.is_some() {
                 // Never written: the product writes the bias's output instead.
                 kept[node.outputs[0].index()] = false;
             }
             kernels.push(NodeKernel {
                 kernel,
-                reads,
-                writes,
-                bias,
+                args: ops[i].clone(),
+                epilogue,
                 section: section(graph, i),
             });
         }
-        if let Some(s) = &mut scaling {
-            s.checks = build_checks(gpu, graph, &kernels, &s.gate_view)?;
-        }
-        let gate = scaling.as_ref().map(|s| &s.gate_view);
-        let adamw_groups =
-            build_adamw_groups(gpu, graph, &kernels, (&step_scalars.1, gate), usize::MAX)?;
+        let gate = if kernels.iter().any(|k| k.kernel.grouped()) {
+            let (gate, view) = device_vector(gpu, "grad_overflowed", 1, ElemType::U32)?;
+            let checks = build_checks(gpu, graph, &kernels, &view)?;
+            Some(Gate { gate, view, checks })
+        } else {
+            None
+        };
+        let adamw_groups = adamw_groups(
+            gpu,
+            graph,
+            &kernels,
+            &step_scalars.1,
+            gate.as_ref().map(|g| &g.view),
+            usize::MAX,
+        )?;
         let mut persistent = vec![false; memory.buffers().len()];
         for t in graph.ids() {
             if let Some(b) = memory.buffer_of(t) {
@@ -506,7 +361,6 @@ impl<'g> GpuStep<'g> {
             buffers,
             persistent,
             kept,
-            states,
             adamw,
             steps: 0,
             scratch: Vec::new(),
@@ -515,6 +369,7 @@ impl<'g> GpuStep<'g> {
             token_ids: Vec::new(),
             input_offsets: HashMap::new(),
             scaling,
+            gate,
             step_scalars,
             adamw_groups,
             first_adamw: graph
@@ -527,6 +382,9 @@ impl<'g> GpuStep<'g> {
             if let Role::State { .. } = graph.tensor(t).role {
                 let zeros = vec![0.0; step.whole[t.index()].logical_len() as usize];
                 step.store(t, &zeros)?;
+            }
+            if let Some(values) = graph.constant(t) {
+                step.store(t, values)?;
             }
         }
         step.poison()?;
@@ -670,63 +528,38 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
-    /// Chooses the tensor-core tiles of every linear layer's and attention's products for this
-    /// step's extents, timing a short list once per adapter and problem (see
-    /// [`LinearOp::tune`] and [`AttentionOp::tune`]); returns how many operations run a
-    /// product on tensor cores. Nothing of the step's tensors is overwritten; without tensor
-    /// cores this does nothing.
+    /// Chooses the launch parameters of every kernel that has any (the tensor-core tiles of the
+    /// linear layers' and attention's products) for this step's extents, timing a short list
+    /// once per adapter and problem; returns how many operations run a product on tensor
+    /// cores. Nothing of the step's tensors is overwritten; without tensor cores this does
+    /// nothing.
     pub fn tune(&self) -> Result<usize, ExecError> {
         let mut on_cores = 0;
+        let ids = &self.token_ids;
         for (i, node) in self.kernels.iter().enumerate() {
-            let (r, w) = (&node.reads, &node.writes);
             let op = self.graph.nodes()[i].op;
-            let tuned = match &node.kernel {
-                Kernel::Linear(k) => {
-                    // The operands the op was built with: x, w, y (see `build`).
-                    let (x, wt, y) = match op {
-                        Op::Linear => (&r[0], &r[1], node.bias.as_ref().map_or(&w[0], |(_, y)| y)),
-                        Op::LinearGradInput => (&w[0], &r[1], &r[0]),
-                        _ => (&r[0], &w[0], &r[1]),
-                    };
-                    let tuned =
-                        (|| k.tune(self.gpu, &self.arg(x)?, &self.arg(wt)?, &self.arg(y)?))();
-                    tuned.map(|()| k.tensor_cores().contains(&true))
-                }
-                Kernel::Attention(k) => {
-                    let forward = matches!(op, Op::Attention { .. });
-                    let tuned = (|| {
-                        let [q, kk, v, out, probs] =
-                            attention_operands(forward, r, w).map(|a| self.arg(a));
-                        let args = AttentionArgs {
-                            q: q?,
-                            k: kk?,
-                            v: v?,
-                            out: out?,
-                            probs: probs?,
-                        };
-                        k.tune(self.gpu, &args)
-                    })();
-                    tuned.map(|()| k.tensor_cores().contains(&true))
-                }
-                _ => continue,
-            };
-            let cores = tuned.map_err(|source| ExecError::op(i, op.name(), source))?;
-            on_cores += usize::from(cores);
+            let failed = |source| ExecError::op(i, op.name(), source);
+            let args = self.args(&node.args).map_err(failed)?;
+            let epilogue = self.epilogue(node).map_err(failed)?;
+            let ctx = self.ctx(ids, epilogue.as_ref());
+            if let Some(cores) = node.kernel.tune(self.gpu, &args, &ctx).map_err(failed)? {
+                on_cores += usize::from(cores);
+            }
         }
         Ok(on_cores)
     }
 
     /// Sets the most parameters one AdamW dispatch updates (`most`, at least 1; the device's
-    /// [`AdamWOp::capacity`] bounds it too, and is the default) and builds the groups again, so
+    /// [`AdamWOp::capacity`](fblayout_kernels::ops::AdamWOp::capacity) bounds it too, and is the default) and builds the groups again, so
     /// the next step records everything anew; returns how many dispatches a step's AdamW takes
     /// now. For a benchmark to sweep the grouping in one run: the results do not depend on it.
     pub fn group_adamw(&mut self, most: usize) -> Result<usize, ExecError> {
-        let gate = self.scaling.as_ref().map(|s| &s.gate_view);
-        self.adamw_groups = build_adamw_groups(
+        self.adamw_groups = adamw_groups(
             self.gpu,
             &self.graph,
             &self.kernels,
-            (&self.step_scalars.1, gate),
+            &self.step_scalars.1,
+            self.gate.as_ref().map(|g| &g.view),
             most,
         )?;
         self.recorded = None;
@@ -809,22 +642,40 @@ impl<'g> GpuStep<'g> {
         }
         self.recorded = Some(recorded);
         let mut loss = 0.0;
-        for (node, state) in &self.states {
-            loss += state
-                .mean()
-                .map_err(|source| ExecError::op(*node, "cross_entropy", source))?;
+        for (i, node) in self.kernels.iter().enumerate() {
+            if let Some(mean) = node.kernel.loss() {
+                loss += mean.map_err(|source| ExecError::op(i, "cross_entropy", source))?;
+            }
         }
+        let overflowed = match &self.gate {
+            Some(gate) => {
+                let flag: Vec<u32> = gate
+                    .gate
+                    .read_back()
+                    .map_err(|e| ExecError::gpu("reading the gradients' overflow flag", e))?;
+                flag[0] != 0
+            }
+            None => false,
+        };
         if let Some(scaling) = &mut self.scaling {
-            let flag: Vec<u32> = scaling
-                .gate
-                .read_back()
-                .map_err(|e| ExecError::gpu("reading the gradients' overflow flag", e))?;
             scaling.applied = scaling.scaler.scale();
-            scaling.skipped = scaling.scaler.update(flag[0] != 0);
+            scaling.skipped = scaling.scaler.update(overflowed);
             if scaling.skipped {
                 // The device changed nothing: the next step is this step again.
                 return Ok((loss, timings));
             }
+        } else if overflowed || !loss.is_finite() {
+            // With f32 gradients nothing explains an overflow: the gated update changed
+            // nothing, and the step is an error.
+            let what = if loss.is_finite() {
+                "gradient of a parameter".to_owned()
+            } else {
+                format!("loss ({loss})")
+            };
+            return Err(ExecError::NonFinite {
+                step: adam_step,
+                what,
+            });
         }
         self.steps = adam_step;
         Ok((loss, timings))
@@ -832,16 +683,16 @@ impl<'g> GpuStep<'g> {
 
     /// Records the whole step: every node, with the range of items each one recorded, and the
     /// overflow checks (the same every step, so outside any node's range) before the first
-    /// AdamW node where the loss is scaled.
+    /// AdamW node.
     fn record_all(&self, ids: &[Option<TokenIds>]) -> Result<Recorded<'g>, ExecError> {
         let mut batch = self.gpu.batch();
         let mut spans = Vec::with_capacity(self.kernels.len());
         for i in 0..self.kernels.len() {
             let failed = |source| ExecError::op(i, self.graph.nodes()[i].op.name(), source);
-            if let Some(scaling) = &self.scaling
+            if let Some(gate) = &self.gate
                 && self.first_adamw == Some(i)
             {
-                self.record_checks(&mut batch, scaling).map_err(failed)?;
+                self.record_checks(&mut batch, gate).map_err(failed)?;
             }
             let start = batch.len();
             self.record(&mut batch, i, ids).map_err(failed)?;
@@ -853,15 +704,12 @@ impl<'g> GpuStep<'g> {
         Ok((recording, spans))
     }
 
-    /// Whether node `i` records something that changes from step to step: the uploaded token
-    /// ids (embeddings), the loss scale (the loss's gradient, where the loss is scaled). AdamW
-    /// reads its step's values from the device ([`AdamWConfig::step_scalars`]), written each step.
+    /// Whether node `i` records something that changes from step to step (its kernel says:
+    /// uploaded token ids, the loss scale).
     fn changes_per_step(&self, i: usize) -> bool {
-        match self.graph.nodes()[i].op {
-            Op::Embedding | Op::EmbeddingGrad => true,
-            Op::CrossEntropyGrad { .. } => self.scaling.is_some(),
-            _ => false,
-        }
+        self.kernels[i]
+            .kernel
+            .changes_per_step(self.scaling.is_some())
     }
 
     /// The recorded step with every node that [changes per step](Self::changes_per_step)
@@ -886,9 +734,9 @@ impl<'g> GpuStep<'g> {
         Ok(Some((recording, spans)))
     }
 
-    /// Writes the step's integer inputs into their buffers, and the token ids of every input
-    /// an embedding reads, with their index, into `token_ids` (by tensor; the same
-    /// buffers every step).
+    /// Writes the step's integer inputs into their buffers, after checking them against every
+    /// index bound that reads them, and the ids of every input a kernel reads uploaded, with
+    /// their index, into `token_ids` (by tensor; the same buffers every step).
     fn load(&mut self, inputs: &StepInputs) -> Result<(), ExecError> {
         self.token_ids.resize_with(self.whole.len(), || None);
         for t in self.graph.ids() {
@@ -898,6 +746,7 @@ impl<'g> GpuStep<'g> {
             }
             let bound = &self.whole[t.index()];
             let values = input_values(tensor, inputs, bound)?;
+            check_indices(&self.graph, &self.whole, t, values)?;
             if let Some(b) = self.buffer_of[t.index()] {
                 let buffer = &self.buffers[b];
                 // Where each logical element sits: the same every step, so found once (the
@@ -916,18 +765,18 @@ impl<'g> GpuStep<'g> {
                     .write(&self.scratch)
                     .map_err(|e| ExecError::gpu("writing an input", e))?;
             }
-            // An embedding's table bounds its ids (the positions' table, the vocabulary).
-            let lookup = self.graph.nodes().iter().enumerate().find_map(|(i, n)| {
-                (n.op == Op::Embedding && n.inputs[0] == t)
-                    .then(|| (i, self.whole[n.inputs[1].index()].shape()[0] as u32))
-            });
-            if let Some((node, rows)) = lookup {
-                let uploaded = match self.token_ids[t.index()].take() {
+            let uploaded = index_limits(&self.graph, &self.whole, t)
+                .into_iter()
+                .find(|(_, bound, _)| bound.uploaded);
+            if let Some((node, _, rows)) = uploaded {
+                let ids = match self.token_ids[t.index()].take() {
                     Some(mut ids) => ids.refill(values).map(|()| ids),
                     None => TokenIds::new(self.gpu, values, rows),
                 }
-                .map_err(|source| ExecError::op(node, "embedding", source))?;
-                self.token_ids[t.index()] = Some(uploaded);
+                .map_err(|source| {
+                    ExecError::op(node, self.graph.nodes()[node].op.name(), source)
+                })?;
+                self.token_ids[t.index()] = Some(ids);
             }
         }
         Ok(())
@@ -937,60 +786,57 @@ impl<'g> GpuStep<'g> {
     /// any AdamW step reads it: recorded once, before the first AdamW node, and not again (its
     /// work is the same every step), in a section of its own, with as many gradients per
     /// dispatch as the device allows.
-    fn record_checks(&self, batch: &mut Batch<'_>, scaling: &Scaling) -> Result<(), OpError> {
+    fn record_checks(&self, batch: &mut Batch<'_>, gate: &Gate) -> Result<(), OpError> {
         batch.section(OVERFLOW_SECTION);
-        batch.clear(&scaling.gate);
-        let gate = scaling.gate()?;
-        for check in &scaling.checks {
+        batch.clear(&gate.gate);
+        let flag = gate.arg()?;
+        for check in &gate.checks {
             let args = check
                 .grads
                 .iter()
-                .map(|a| self.arg(a))
+                .map(|(t, a)| self.arg(*t, a))
                 .collect::<Result<Vec<_>, _>>()?;
             let args: Vec<&GpuArg<'_>> = args.iter().collect();
-            check.op.record(batch, &args, &gate)?;
+            check.op.record(batch, &args, &flag)?;
         }
         Ok(())
     }
 
-    /// Records the AdamW steps of `group` in one dispatch, reading the step's values from the
-    /// device and gated on the overflow checks where the loss is scaled.
-    fn record_adamw(&self, batch: &mut Batch<'_>, group: &AdamWGroup) -> Result<(), OpError> {
-        let mut args = Vec::with_capacity(group.nodes.len());
-        for &i in &group.nodes {
-            args.push(self.node_args(&self.kernels[i])?);
+    /// The operands `args`, bound to their buffers.
+    fn args<'a>(&'a self, args: &'a Args<BoundOperand>) -> Result<Args<GpuArg<'a>>, OpError> {
+        args.try_map(|b| self.arg(b.tensor, &b.value))
+    }
+
+    /// The bound operands of the node whose work `node`'s epilogue does.
+    fn epilogue<'a>(&'a self, node: &NodeKernel) -> Result<Option<Args<GpuArg<'a>>>, OpError> {
+        node.epilogue
+            .map(|j| self.args(&self.kernels[j].args))
+            .transpose()
+    }
+
+    fn ctx<'a>(
+        &'a self,
+        ids: &'a [Option<TokenIds>],
+        epilogue: Option<&'a Args<GpuArg<'a>>>,
+    ) -> RecordCtx<'a> {
+        RecordCtx {
+            token_ids: ids,
+            loss_scale: self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale()),
+            graph: &self.graph,
+            epilogue,
         }
-        let members: Vec<AdamWMember<&GpuArg<'_>>> =
-            args.iter().map(|(r, w)| adamw_operands(r, w)).collect();
-        let (buffer, view) = &self.step_scalars;
-        let scalars = GpuArg::new(buffer, view, &[])?;
-        let gate = self.scaling.as_ref().map(Scaling::gate).transpose()?;
-        group.op.record(
-            batch,
-            &members,
-            &self.adamw,
-            StepValues::Device(&scalars),
-            gate.as_ref(),
-        )
     }
 
-    /// The arguments a node reads and those it writes, bound to their buffers.
-    fn node_args<'a>(&'a self, node: &'a NodeKernel) -> Result<NodeArgs<'a>, OpError> {
-        let bind = |args: &'a [Arg]| -> Result<Vec<GpuArg<'a>>, OpError> {
-            args.iter().map(|a| self.arg(a)).collect()
-        };
-        Ok((bind(&node.reads)?, bind(&node.writes)?))
-    }
-
-    fn arg<'a>(&'a self, a: &'a Arg) -> Result<GpuArg<'a>, OpError> {
-        let b = self.buffer_of[a.tensor.index()].ok_or_else(|| OpError::Shape {
+    fn arg<'a>(&'a self, t: TensorId, a: &'a BoundOperand) -> Result<GpuArg<'a>, OpError> {
+        let b = self.buffer_of[t.index()].ok_or_else(|| OpError::Shape {
             op: "gpu step",
-            detail: format!("`{}` has no buffer", self.graph.tensor(a.tensor).name),
+            detail: format!("`{}` has no buffer", self.graph.tensor(t).name),
         })?;
         Ok(GpuArg::bound(&self.buffers[b], &a.view, a.bound.clone())?)
     }
 
-    /// Records node `i` into `batch`.
+    /// Records node `i` into `batch`: its kernel, or for the first node of an AdamW group, the
+    /// group's dispatch (the group's other nodes record nothing of their own).
     fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -999,225 +845,23 @@ impl<'g> GpuStep<'g> {
     ) -> Result<(), OpError> {
         let node = &self.kernels[i];
         batch.section(node.section.clone());
-        let (r, w) = self.node_args(node)?;
-        let op = self.graph.nodes()[i].op;
-        let tokens = |k: usize| {
-            let t = node.reads[k].tensor;
-            ids[t.index()].as_ref().ok_or_else(|| OpError::Shape {
-                op: "embedding",
-                detail: format!(
-                    "`{}` is no input of the step: the GPU embedding reads uploaded ids",
-                    self.graph.tensor(t).name
-                ),
-            })
-        };
-        let ow = Output::Overwrite;
-        match (&node.kernel, op) {
-            (Kernel::Embedding(k), Op::Embedding) => {
-                k.forward(batch, &tokens(0)?.ids()?, &r[1], &w[0])
-            }
-            (Kernel::Embedding(k), _) => k.backward(batch, tokens(0)?, &r[1], &w[0], false),
-            (Kernel::Linear(k), Op::Linear) => match &node.bias {
-                Some((b, y)) => k.forward_biased(batch, &r[0], &r[1], &self.arg(b)?, &self.arg(y)?),
-                None => k.forward(batch, &r[0], &r[1], &w[0], ow),
-            },
-            (Kernel::Folded, _) => Ok(()),
-            // Built with dx's view for x, which the product of dx does not read.
-            (Kernel::Linear(k), Op::LinearGradInput) => {
-                k.backward(batch, &w[0], &r[1], &r[0], Some((&w[0], ow)), None)
-            }
-            // Built with dw's view for w, which the product of dw does not read.
-            (Kernel::Linear(k), _) => {
-                k.backward(batch, &r[0], &w[0], &r[1], None, Some((&w[0], ow)))
-            }
-            (Kernel::Bias(k), Op::Bias) => k.forward(batch, &r[0], &r[1], &w[0]),
-            (Kernel::Bias(k), _) => k.backward(batch, &r[0], &w[0], false),
-            (Kernel::Add(k), _) => k.forward(batch, &r[0], &r[1], &w[0]),
-            (Kernel::LayerNorm(k), Op::LayerNorm { .. }) => {
-                k.forward(batch, &layer_norm_operands(true, &r, &w))
-            }
-            (Kernel::LayerNorm(k), _) => k.backward(
-                batch,
-                &layer_norm_operands(false, &r, &w),
-                &LayerNormGrads {
-                    dy: &r[4],
-                    dx: &w[0],
-                    dgamma: &w[1],
-                    dbeta: &w[2],
-                },
-                false,
-            ),
-            (Kernel::RmsNorm(k), Op::RmsNorm { .. }) => {
-                k.forward(batch, &rms_norm_operands(true, &r, &w))
-            }
-            (Kernel::RmsNorm(k), _) => k.backward(
-                batch,
-                &rms_norm_operands(false, &r, &w),
-                &RmsNormGrads {
-                    dy: &r[3],
-                    dx: &w[0],
-                    dgamma: &w[1],
-                },
-                false,
-            ),
-            (Kernel::Activation(k), Op::Activation(_)) => k.forward(batch, &r[0], &w[0]),
-            (Kernel::Activation(k), _) => k.backward(batch, &r[0], &r[1], &w[0]),
-            (Kernel::Swiglu(k), Op::Swiglu) => k.forward(batch, &r[0], &r[1], &w[0]),
-            (Kernel::Swiglu(k), _) => k.backward(batch, &r[0], &r[1], &r[2], &w[0], &w[1]),
-            (Kernel::Attention(k), op) => {
-                let forward = matches!(op, Op::Attention { .. });
-                let [q, kk, vv, out, probs] = attention_operands(forward, &r, &w).map(Clone::clone);
-                let args = AttentionArgs {
-                    q,
-                    k: kk,
-                    v: vv,
-                    out,
-                    probs,
-                };
-                if forward {
-                    k.forward(batch, &args)
-                } else {
-                    k.backward(batch, &args, &r[4], &w[0], &w[1], &w[2])
-                }
-            }
-            (Kernel::CrossEntropy(k, s), Op::CrossEntropy { .. }) => {
-                k.forward(batch, &r[0], &r[1], &w[0], &self.states[*s].1)
-            }
-            (Kernel::CrossEntropy(k, s), _) => {
-                // The loss's gradient starts the backward, scaled where gradients are f16.
-                let dloss = self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale());
-                k.backward(batch, &r[0], &r[1], &self.states[*s].1, dloss, &w[0])
-            }
-            (Kernel::AdamW, _) => match self.adamw_groups.iter().find(|g| g.nodes[0] == i) {
-                Some(group) => self.record_adamw(batch, group),
-                // Recorded with its group, by the group's first node.
-                None => Ok(()),
-            },
-            (Kernel::Copy(k), _) => k.forward(batch, &r[0], &w[0]),
+        if node.kernel.grouped() {
+            let Some(group) = self.adamw_groups.iter().find(|g| g.nodes[0] == i) else {
+                return Ok(());
+            };
+            let args = group
+                .nodes
+                .iter()
+                .map(|&j| self.args(&self.kernels[j].args))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (buffer, view) = &self.step_scalars;
+            let scalars = GpuArg::new(buffer, view, &[])?;
+            let gate = self.gate.as_ref().map(Gate::arg).transpose()?;
+            return record_adamw_group(batch, group, &args, &self.adamw, &scalars, gate.as_ref());
         }
+        let args = self.args(&node.args)?;
+        let epilogue = self.epilogue(node)?;
+        node.kernel
+            .record(batch, &args, &self.ctx(ids, epilogue.as_ref()))
     }
-}
-
-/// The kernel of `op` for operands `r` (reads) and `w` (writes); a cross-entropy's state is
-/// added to `states` by its forward and found there by its backward (the forward over the same
-/// labels, among the nodes `built` so far).
-#[allow(clippy::too_many_arguments)] // the node, its operands, and what earlier nodes built
-fn build(
-    gpu: &Gpu,
-    graph: &Graph,
-    node: usize,
-    op: Op,
-    r: &[Arg],
-    w: &[Arg],
-    states: &mut Vec<(usize, CrossEntropyState)>,
-    built: &[NodeKernel],
-) -> Result<Kernel, OpError> {
-    Ok(match op {
-        Op::Embedding => Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&r[1]), v(&w[0]))?)),
-        Op::EmbeddingGrad => {
-            Kernel::Embedding(Box::new(EmbeddingOp::new(gpu, v(&w[0]), v(&r[1]))?))
-        }
-        Op::Linear => Kernel::Linear(Box::new(LinearOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
-        Op::LinearGradInput => {
-            Kernel::Linear(Box::new(LinearOp::new(gpu, v(&w[0]), v(&r[1]), v(&r[0]))?))
-        }
-        Op::LinearGradWeight => {
-            Kernel::Linear(Box::new(LinearOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[1]))?))
-        }
-        Op::Bias => Kernel::Bias(Box::new(BiasOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
-        Op::BiasGrad => Kernel::Bias(Box::new(BiasOp::new(gpu, v(&r[0]), v(&w[0]), v(&r[0]))?)),
-        Op::Add | Op::Accumulate => {
-            Kernel::Add(Box::new(AddOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?))
-        }
-        Op::LayerNorm { eps } | Op::LayerNormGrad { eps } => {
-            let t = layer_norm_operands(matches!(op, Op::LayerNorm { .. }), r, w);
-            let views = LayerNormTensors {
-                x: v(t.x),
-                gamma: v(t.gamma),
-                beta: v(t.beta),
-                y: v(t.y),
-                mean: v(t.mean),
-                rstd: v(t.rstd),
-            };
-            Kernel::LayerNorm(Box::new(LayerNormOp::new(gpu, &views, eps)?))
-        }
-        Op::RmsNorm { eps } | Op::RmsNormGrad { eps } => {
-            let t = rms_norm_operands(matches!(op, Op::RmsNorm { .. }), r, w);
-            let views = RmsNormTensors {
-                x: v(t.x),
-                gamma: v(t.gamma),
-                y: v(t.y),
-                rstd: v(t.rstd),
-            };
-            Kernel::RmsNorm(Box::new(RmsNormOp::new(gpu, &views, eps)?))
-        }
-        Op::Activation(a) => Kernel::Activation(Box::new(ActivationOp::new(
-            gpu,
-            activation(a),
-            v(&r[0]),
-            v(&w[0]),
-        )?)),
-        Op::ActivationGrad(a) => Kernel::Activation(Box::new(ActivationOp::new(
-            gpu,
-            activation(a),
-            v(&r[0]),
-            v(&r[1]),
-        )?)),
-        Op::Swiglu => Kernel::Swiglu(Box::new(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]))?)),
-        Op::SwigluGrad => {
-            Kernel::Swiglu(Box::new(SwigluOp::new(gpu, v(&r[0]), v(&r[1]), v(&r[2]))?))
-        }
-        Op::Attention {
-            heads,
-            kv_heads,
-            causal,
-        }
-        | Op::AttentionGrad {
-            heads,
-            kv_heads,
-            causal,
-        } => {
-            let forward = matches!(op, Op::Attention { .. });
-            let [q, k, vv, out, scores] = attention_operands(forward, r, w).map(v);
-            let views = AttentionViews {
-                q,
-                k,
-                v: vv,
-                out,
-                scores,
-            };
-            let shape = attention(heads, kv_heads, causal, head_dim(&r[0]));
-            Kernel::Attention(Box::new(AttentionOp::new(gpu, &views, shape)?))
-        }
-        Op::CrossEntropy { ignore_index } => {
-            let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), v(&w[0]), ignore_index)?;
-            states.push((node, k.state(gpu, r[1].bound.shape()[0] as u32)?));
-            Kernel::CrossEntropy(Box::new(k), states.len() - 1)
-        }
-        Op::CrossEntropyGrad { ignore_index } => {
-            // The forward over the same labels (or a copy of them in another layout) wrote the
-            // state this backward reads.
-            let labels = graph.copied_from(r[1].tensor);
-            let forward = built.iter().find_map(|n| match &n.kernel {
-                Kernel::CrossEntropy(_, s) if graph.copied_from(n.reads[1].tensor) == labels => {
-                    Some((*s, v(&n.writes[0]).clone()))
-                }
-                _ => None,
-            });
-            let Some((s, loss)) = forward else {
-                return Err(OpError::Shape {
-                    op: "cross-entropy backward",
-                    detail: format!(
-                        "no cross-entropy forward over `{}` comes before it",
-                        graph.tensor(r[1].tensor).name
-                    ),
-                });
-            };
-            let k = CrossEntropyOp::new(gpu, v(&r[0]), v(&r[1]), &loss, ignore_index)?;
-            Kernel::CrossEntropy(Box::new(k), s)
-        }
-        // Built with its group (`build_adamw_groups`).
-        Op::AdamW { .. } => Kernel::AdamW,
-        Op::Convert { .. } => Kernel::Copy(Box::new(CopyOp::new(gpu, v(&r[0]), v(&w[0]))?)),
-    })
 }

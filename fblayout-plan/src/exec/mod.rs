@@ -29,7 +29,7 @@ pub mod views;
 
 use fblayout_core::layout::{BoundView, LayoutError, LayoutErrors};
 use fblayout_kernels::GpuError;
-use fblayout_kernels::ops::{Activation, Attention, Mask, OpError};
+use fblayout_kernels::ops::OpError;
 
 pub use cpu::CpuStep;
 pub use fblayout_kernels::runtime::Timing;
@@ -37,14 +37,16 @@ pub use gpu::{GpuStep, HostTime, OVERFLOW_SECTION, section};
 pub use init::initial_values;
 pub use scaling::LossScaling;
 
-use crate::graph::{Act, Graph, Role, Sizes, Tensor, TensorId};
+use crate::graph::{Graph, Role, Sizes, Tensor, TensorId};
 use crate::layouts::LayoutChoice;
+use crate::ops::{Along, IndexBound};
 
 /// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
 /// number, at run time.
 pub type AdamWConfig = fblayout_kernels::ops::AdamW;
 
-/// The inputs of one step, each `[batch, seq]` row-major: token ids, position ids and labels.
+/// The inputs of one step, each `[batch, seq]` row-major: token ids, position ids, labels, and
+/// any other integer input of the graph by name ([`with`](Self::with)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepInputs {
     /// Token ids, below the vocabulary size.
@@ -53,6 +55,8 @@ pub struct StepInputs {
     pub positions: Vec<u32>,
     /// The token each position should predict (`u32::MAX` counts for nothing).
     pub labels: Vec<u32>,
+    /// The graph's other inputs, by name.
+    others: Vec<(String, Vec<u32>)>,
 }
 
 impl StepInputs {
@@ -68,7 +72,22 @@ impl StepInputs {
             ids,
             positions,
             labels,
+            others: Vec::new(),
         }
+    }
+
+    /// These inputs with the values of input `name` set to `values` (replacing any it had).
+    pub fn with(mut self, name: &str, values: Vec<u32>) -> Self {
+        match name {
+            "ids" => self.ids = values,
+            "positions" => self.positions = values,
+            "labels" => self.labels = values,
+            _ => match self.others.iter_mut().find(|(n, _)| n == name) {
+                Some((_, v)) => *v = values,
+                None => self.others.push((name.to_owned(), values)),
+            },
+        }
+        self
     }
 
     /// The values of the graph input named `name`.
@@ -77,7 +96,11 @@ impl StepInputs {
             "ids" => Some(&self.ids),
             "positions" => Some(&self.positions),
             "labels" => Some(&self.labels),
-            _ => None,
+            _ => self
+                .others
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_slice()),
         }
     }
 }
@@ -154,6 +177,15 @@ pub enum ExecError {
         /// The runtime's error.
         source: Box<GpuError>,
     },
+    /// A step's loss or a parameter's gradient was infinite or NaN (where gradients are `f32`,
+    /// so no loss scaling explains it): the step changed no parameter.
+    #[error("step {step}: the {what} is not finite (infinite or NaN); no parameter was updated")]
+    NonFinite {
+        /// The step (from 1) that failed.
+        step: u32,
+        /// `loss` or the first gradient found so.
+        what: String,
+    },
     /// No tensor of that name, or one whose values a step does not keep.
     #[error("no tensor `{0}` can be read or written here")]
     Unknown(String),
@@ -227,22 +259,76 @@ pub(crate) fn input_values<'a>(
     Ok(values)
 }
 
-/// The kernels' activation of the graph's `act`.
-fn activation(act: Act) -> Activation {
-    match act {
-        Act::Gelu => Activation::Gelu,
-        Act::GeluTanh => Activation::GeluTanh,
-        Act::Silu => Activation::Silu,
+/// Where an index bound of the operations of `graph` reads input `t`: for each, the node, the
+/// bound, and the extent its values must stay below (from the tensors as bound, `whole`).
+pub(crate) fn index_limits(
+    graph: &Graph,
+    whole: &[BoundView],
+    t: TensorId,
+) -> Vec<(usize, IndexBound, u32)> {
+    let mut out = Vec::new();
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let contract = node.op.contract();
+        let roles: Vec<(&str, TensorId)> = contract
+            .inputs()
+            .iter()
+            .map(|s| s.name)
+            .zip(node.inputs.iter().copied())
+            .chain(
+                contract
+                    .outputs()
+                    .iter()
+                    .map(|s| s.name)
+                    .zip(node.outputs.iter().copied()),
+            )
+            .collect();
+        let find = |role: &str| roles.iter().find(|(n, _)| *n == role).map(|&(_, t)| t);
+        for bound in contract.index_bounds() {
+            if find(bound.ids) != Some(t) {
+                continue;
+            }
+            let Some(into) = find(bound.into) else {
+                continue;
+            };
+            let shape = whole[into.index()].shape();
+            let extent = match bound.along {
+                Along::First => shape.first(),
+                Along::Last => shape.last(),
+            };
+            out.push((i, bound, extent.copied().unwrap_or(0) as u32));
+        }
     }
+    out
 }
 
-/// The attention of an [`Op::Attention`](crate::graph::Op::Attention): `heads` query heads over
-/// `kv_heads`, scaled by `1/√head_dim`, causal or not.
-fn attention(heads: u32, kv_heads: u32, causal: bool, head_dim: u32) -> Attention {
-    let mask = if causal {
-        Mask::Causal { offset: 0 }
-    } else {
-        Mask::None
-    };
-    Attention::new(heads, kv_heads, head_dim, mask)
+/// Checks the values of input `t` against every index bound that reads it: an id past its
+/// table or a label past the vocabulary is an error naming the tensor, the position and the
+/// limit, before anything runs.
+pub(crate) fn check_indices(
+    graph: &Graph,
+    whole: &[BoundView],
+    t: TensorId,
+    values: &[u32],
+) -> Result<(), ExecError> {
+    for (node, bound, limit) in index_limits(graph, whole, t) {
+        let bad = values
+            .iter()
+            .enumerate()
+            .find(|&(_, &v)| v >= limit && Some(v) != bound.except);
+        if let Some((position, &value)) = bad {
+            let op = graph.nodes()[node].op;
+            let allowed = bound
+                .except
+                .map_or_else(String::new, |e| format!(" (or {e}, which is ignored)"));
+            return Err(ExecError::Value {
+                tensor: graph.tensor(t).name.clone(),
+                detail: format!(
+                    "value {value} at position {position} is out of range: operation {node} \
+                     (`{op}`) reads it as `{}` into `{}`, so it must be below {limit}{allowed}",
+                    bound.ids, bound.into
+                ),
+            });
+        }
+    }
+    Ok(())
 }

@@ -9,39 +9,26 @@
 //! gradient is read through the view of the tensor it is the gradient of, because it has that
 //! tensor's shape and the same rule applies to it.
 //!
-//! [`op_views`] is the one place that says which: both executors take their operands from it,
-//! in the order their kernels take them (an attention's one fused input becomes three operands).
+//! Which view each operand takes is its role's [`ViewRule`] in the operation's contract
+//! ([`crate::ops`]); [`op_views`] builds them, and both executors take their operands from it,
+//! by role (an attention's one fused input becomes three operands, `q`, `k` and `v`).
 
 use fblayout_core::layout::{BoundView, LayoutError, TensorLayout, View};
 use fblayout_kernels::ops::qkv_views;
 
 use super::ExecError;
-use crate::graph::{Dim, Graph, Node, Op, Role, Sizes, TensorId};
+use crate::graph::{Dim, Graph, Node, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
+use crate::ops::args::Bound;
+use crate::ops::{Args, Slot, ViewRule};
 
-/// A tensor read or written through a view.
-#[derive(Debug, Clone)]
-pub struct Operand {
-    /// The tensor whose buffer the view addresses.
-    pub tensor: TensorId,
-    /// The view.
-    pub view: View,
-}
+/// The operands of one operation by role, each the view its kernel reads or writes it through
+/// (for AdamW, the parameter and moments it updates in place are among what it writes).
+pub type OpViews = Args<View>;
 
-/// The operands of one operation, in its kernel's order.
-#[derive(Debug, Clone)]
-pub struct OpViews {
-    /// What the kernel reads.
-    pub reads: Vec<Operand>,
-    /// What the kernel writes (for AdamW, the parameter and moments it updates in place).
-    pub writes: Vec<Operand>,
-}
-
-/// An operand bound to a run's sizes.
+/// A view bound to a run's sizes.
 #[derive(Debug, Clone)]
 pub struct BoundOperand {
-    /// The tensor whose buffer the view addresses.
-    pub tensor: TensorId,
     /// The view.
     pub view: View,
     /// The view bound to the tensor's run-time extents.
@@ -53,8 +40,8 @@ pub struct BoundOperand {
 pub struct BoundGraph {
     /// Every tensor as declared (its layout's identity view), bound, by tensor index.
     pub whole: Vec<BoundView>,
-    /// Every operation's reads and writes ([`op_views`]), bound, by node index.
-    pub ops: Vec<(Vec<BoundOperand>, Vec<BoundOperand>)>,
+    /// Every operation's operands by role ([`op_views`]), bound, by node index.
+    pub ops: Vec<Args<BoundOperand>>,
 }
 
 /// Every tensor of `graph` stored as `choices` says, and every operand of its operations,
@@ -74,21 +61,15 @@ pub fn bind_graph(
         .ids()
         .map(|t| bind(t, &layouts[t.index()].view()))
         .collect::<Result<Vec<_>, _>>()?;
-    let bound = |ops: Vec<Operand>| {
-        ops.into_iter()
-            .map(|o| {
-                Ok(BoundOperand {
-                    bound: bind(o.tensor, &o.view)?,
-                    tensor: o.tensor,
-                    view: o.view,
-                })
-            })
-            .collect::<Result<Vec<_>, ExecError>>()
-    };
     let mut ops = Vec::with_capacity(graph.nodes().len());
     for node in graph.nodes() {
         let views = op_views(graph, node, &layouts)?;
-        ops.push((bound(views.reads)?, bound(views.writes)?));
+        ops.push(views.try_map(|o| {
+            Ok::<_, ExecError>(BoundOperand {
+                bound: bind(o.tensor, &o.value)?,
+                view: o.value.clone(),
+            })
+        })?);
     }
     Ok(BoundGraph { whole, ops })
 }
@@ -148,67 +129,41 @@ fn identifier(name: &str) -> String {
         .collect()
 }
 
-/// The operands of `node` of `graph`, whose tensors have `layouts` (see the module docs).
+/// The operands of `node` of `graph`, whose tensors have `layouts`, by role: each the view its
+/// contract's [`ViewRule`] names (see the module docs).
 pub fn op_views(
     graph: &Graph,
     node: &Node,
     layouts: &[TensorLayout],
 ) -> Result<OpViews, ExecError> {
     let views = Views { graph, layouts };
-    let (i, o) = (&node.inputs, &node.outputs);
-    let tok = |t: TensorId| views.tokens(t);
-    let whole = |t: TensorId| Ok(views.operand(t, layouts[t.index()].view()));
-    let all = |ts: &[TensorId], f: &dyn Fn(TensorId) -> Result<Operand, ExecError>| {
-        ts.iter().map(|&t| f(t)).collect::<Result<Vec<_>, _>>()
-    };
-    let (reads, writes) = match node.op {
-        // Token matrices in, token matrices out.
-        Op::Linear | Op::Bias | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            // The first input is a token matrix; the weight or vectors are read as declared.
-            let mut reads = vec![tok(i[0])?];
-            reads.extend(all(&i[1..], &whole)?);
-            (reads, all(o, &tok)?)
+    let contract = node.op.contract();
+    let side = |slots: Vec<Slot>, ids: &[TensorId]| -> Result<Vec<Bound<View>>, ExecError> {
+        if slots.len() != ids.len() {
+            return Err(ExecError::View {
+                tensor: node.op.name().to_owned(),
+                view: "its operands".into(),
+                detail: format!("{} roles, {} tensors", slots.len(), ids.len()),
+            });
         }
-        Op::Add
-        | Op::Accumulate
-        | Op::Activation(_)
-        | Op::ActivationGrad(_)
-        | Op::Swiglu
-        | Op::SwigluGrad
-        | Op::CrossEntropy { .. }
-        | Op::CrossEntropyGrad { .. } => (all(i, &tok)?, all(o, &tok)?),
-        Op::Embedding => (vec![tok(i[0])?, whole(i[1])?], all(o, &tok)?),
-        Op::EmbeddingGrad => (all(i, &tok)?, all(o, &whole)?),
-        Op::LinearGradInput => (vec![tok(i[0])?, whole(i[1])?], all(o, &tok)?),
-        Op::LinearGradWeight => (all(i, &tok)?, all(o, &whole)?),
-        Op::BiasGrad => (all(i, &tok)?, all(o, &whole)?),
-        Op::LayerNormGrad { .. } | Op::RmsNormGrad { .. } => {
-            // x, γ, statistics..., dy → dx, dγ (, dβ): γ and its gradient as declared.
-            let mut reads = Vec::with_capacity(i.len());
-            for (k, &t) in i.iter().enumerate() {
-                reads.push(if k == 1 { whole(t)? } else { tok(t)? });
+        let mut out = Vec::with_capacity(ids.len());
+        for (slot, &t) in slots.iter().zip(ids) {
+            let names = slot.operand_names();
+            for (name, view) in names.into_iter().zip(views.of(t, slot.view)?) {
+                out.push(Bound {
+                    role: name,
+                    tensor: t,
+                    value: view,
+                });
             }
-            let mut writes = vec![tok(o[0])?];
-            writes.extend(all(&o[1..], &whole)?);
-            (reads, writes)
         }
-        Op::Attention {
-            heads, kv_heads, ..
-        } => {
-            let reads = views.qkv(i[0], heads, kv_heads)?;
-            (reads, vec![views.heads(o[0], heads)?, whole(o[1])?])
-        }
-        Op::AttentionGrad {
-            heads, kv_heads, ..
-        } => {
-            let mut reads = views.qkv(i[0], heads, kv_heads)?;
-            reads.push(whole(i[1])?);
-            reads.push(views.heads(i[2], heads)?);
-            (reads, views.qkv(o[0], heads, kv_heads)?)
-        }
-        Op::AdamW { .. } | Op::Convert { .. } => (all(i, &whole)?, all(o, &whole)?),
+        Ok(out)
     };
-    Ok(OpViews { reads, writes })
+    Ok(Args::new(
+        node.op.name(),
+        side(contract.inputs(), &node.inputs)?,
+        side(contract.outputs(), &node.outputs)?,
+    ))
 }
 
 struct Views<'a> {
@@ -217,8 +172,16 @@ struct Views<'a> {
 }
 
 impl Views<'_> {
-    fn operand(&self, tensor: TensorId, view: View) -> Operand {
-        Operand { tensor, view }
+    /// The views of `t` that `rule` names (three for a fused projection).
+    fn of(&self, t: TensorId, rule: ViewRule) -> Result<Vec<View>, ExecError> {
+        Ok(match rule {
+            ViewRule::Whole => vec![self.layouts[t.index()].view()],
+            ViewRule::Tokens => vec![self.tokens(t)?],
+            ViewRule::Heads { heads } => vec![self.heads(t, heads)?],
+            ViewRule::Qkv {
+                heads, kv_heads, ..
+            } => self.qkv(t, heads, kv_heads)?,
+        })
     }
 
     fn failed(&self, t: TensorId, what: &str, source: LayoutError) -> ExecError {
@@ -230,7 +193,7 @@ impl Views<'_> {
     }
 
     /// `t` with its leading batch and sequence axes merged into `tokens`.
-    fn tokens(&self, t: TensorId) -> Result<Operand, ExecError> {
+    fn tokens(&self, t: TensorId) -> Result<View, ExecError> {
         let tensor = self.graph.tensor(t);
         let lead: Vec<&str> = tensor
             .axes
@@ -256,22 +219,22 @@ impl Views<'_> {
             .view()
             .merge(&lead, "tokens")
             .map_err(|e| self.failed(t, "tokens", e))?;
-        Ok(self.operand(t, view))
+        Ok(view)
     }
 
     /// `t` `[batch, seq, heads · head_dim]` as `[batch, seq, heads, head_dim]`.
-    fn heads(&self, t: TensorId, heads: u32) -> Result<Operand, ExecError> {
+    fn heads(&self, t: TensorId, heads: u32) -> Result<View, ExecError> {
         let last = self.graph.tensor(t).axes.last().map(|a| a.name.clone());
         let last = last.unwrap_or_default();
         let view = self.layouts[t.index()]
             .view()
             .split(&last, &[("heads", Some(heads)), ("head_dim", None)])
             .map_err(|e| self.failed(t, "heads", e))?;
-        Ok(self.operand(t, view))
+        Ok(view)
     }
 
     /// The queries, keys and values of the fused projection `t`.
-    fn qkv(&self, t: TensorId, heads: u32, kv_heads: u32) -> Result<Vec<Operand>, ExecError> {
+    fn qkv(&self, t: TensorId, heads: u32, kv_heads: u32) -> Result<Vec<View>, ExecError> {
         let (q, k, v) =
             qkv_views(&self.layouts[t.index()].view(), heads, kv_heads).map_err(|e| {
                 ExecError::View {
@@ -280,10 +243,6 @@ impl Views<'_> {
                     detail: e.to_string(),
                 }
             })?;
-        Ok(vec![
-            self.operand(t, q),
-            self.operand(t, k),
-            self.operand(t, v),
-        ])
+        Ok(vec![q, k, v])
     }
 }

@@ -22,6 +22,7 @@ mod tensor;
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
 
 use fblayout_core::layout::ElemType;
 
@@ -100,6 +101,8 @@ pub struct Graph {
     nodes: Vec<Node>,
     /// The gradient of each tensor, once the backward is derived (by tensor index).
     grads: Vec<Option<TensorId>>,
+    /// The values of every constant ([`Role::Constant`]), logical and row-major.
+    constants: Vec<(TensorId, Arc<[f64]>)>,
 }
 
 impl Graph {
@@ -168,8 +171,43 @@ impl Graph {
         Ok(TensorId(self.tensors.len() as u32 - 1))
     }
 
-    /// Appends `op` over `inputs` and `outputs`, after checking its arity and that every input
-    /// is an input, a parameter, or written by an earlier operation.
+    /// Adds a constant ([`Role::Constant`]): a tensor whose logical values (row-major over its
+    /// fixed axes) the graph carries, which the executors store once and no step changes (a
+    /// rotary embedding's tables). Every axis must be fixed.
+    pub fn add_constant(
+        &mut self,
+        name: impl Into<String>,
+        axes: &[(&str, u32)],
+        values: Vec<f64>,
+    ) -> Result<TensorId, GraphError> {
+        let name = name.into();
+        let elements: u64 = axes.iter().map(|&(_, n)| u64::from(n)).product();
+        if elements != values.len() as u64 {
+            return Err(GraphError::Shape {
+                op: "constant",
+                detail: format!(
+                    "`{name}` has {elements} elements, but {} values were given",
+                    values.len()
+                ),
+            });
+        }
+        let axes: Vec<(&str, Dim)> = axes.iter().map(|&(a, n)| (a, Dim::Fixed(n))).collect();
+        let t = self.add_tensor(name, &axes, ElemType::F32, Role::Constant)?;
+        self.constants.push((t, values.into()));
+        Ok(t)
+    }
+
+    /// The values of constant `t` ([`add_constant`](Self::add_constant)); `None` for any other
+    /// tensor.
+    pub fn constant(&self, t: TensorId) -> Option<&[f64]> {
+        self.constants
+            .iter()
+            .find(|(c, _)| *c == t)
+            .map(|(_, v)| &v[..])
+    }
+
+    /// Appends `op` over `inputs` and `outputs`, after checking its arity, its contract's shape
+    /// rule, and that every input is an input, a parameter, or written by an earlier operation.
     pub fn push(
         &mut self,
         op: Op,
@@ -190,6 +228,20 @@ impl Graph {
                 });
             }
         }
+        let contract = op.contract();
+        let roles: Vec<&'static str> = contract
+            .inputs()
+            .iter()
+            .chain(&contract.outputs())
+            .map(|s| s.name)
+            .collect();
+        let operands: Vec<TensorId> = inputs.iter().chain(outputs).copied().collect();
+        contract
+            .check_shapes(&crate::ops::Dims::new(self, &roles, &operands))
+            .map_err(|detail| GraphError::Shape {
+                op: op.name(),
+                detail,
+            })?;
         let written = self.written();
         for &t in inputs {
             let tensor = self.tensor(t);
@@ -296,7 +348,11 @@ impl Graph {
                 let role = self.tensor(t).role;
                 if matches!(
                     role,
-                    Role::Activation | Role::Param | Role::ParamCopy { .. } | Role::Input
+                    Role::Activation
+                        | Role::Param
+                        | Role::ParamCopy { .. }
+                        | Role::Input
+                        | Role::Constant
                 ) && !saved.contains(&t)
                 {
                     saved.push(t);

@@ -1,10 +1,12 @@
 //! The operations of a training graph: the kernels' forward and backward halves.
 //!
-//! Every operation is one kernel (or one fused kernel pair) of `fblayout-kernels`, with fixed
-//! operand positions, listed on each variant as `inputs → outputs`. A forward operation's
-//! backward is written by [`derive_backward`](super::derive_backward) from the rules of
-//! [`Op::backward`]: which backward operations it needs, and what they read (the forward
-//! tensors they read are the ones the forward must save).
+//! Every operation is one kernel (or one fused kernel pair) of `fblayout-kernels`, listed on
+//! each variant as `inputs → outputs`; everything else about it — its operand roles, views,
+//! access pattern, scratch, backward rule and kernels — is its contract, in one file of
+//! [`ops`](crate::ops). A forward operation's backward is written by
+//! [`derive_backward`](super::derive_backward) from the rules of [`Op::backward`]: which
+//! backward operations it needs, and what they read (the forward tensors they read are the
+//! ones the forward must save).
 
 use std::fmt;
 
@@ -164,178 +166,24 @@ pub enum Source {
 impl Op {
     /// The operation's name in plans and errors.
     pub fn name(&self) -> &'static str {
-        match self {
-            Self::Embedding => "embedding",
-            Self::Linear => "linear",
-            Self::Bias => "bias",
-            Self::Add => "add",
-            Self::LayerNorm { .. } => "layer_norm",
-            Self::RmsNorm { .. } => "rms_norm",
-            Self::Activation(Act::Gelu) => "gelu",
-            Self::Activation(Act::GeluTanh) => "gelu_tanh",
-            Self::Activation(Act::Silu) => "silu",
-            Self::Swiglu => "swiglu",
-            Self::Attention { .. } => "attention",
-            Self::CrossEntropy { .. } => "cross_entropy",
-            Self::EmbeddingGrad => "embedding_grad",
-            Self::LinearGradInput => "linear_grad_input",
-            Self::LinearGradWeight => "linear_grad_weight",
-            Self::BiasGrad => "bias_grad",
-            Self::LayerNormGrad { .. } => "layer_norm_grad",
-            Self::RmsNormGrad { .. } => "rms_norm_grad",
-            Self::ActivationGrad(_) => "activation_grad",
-            Self::SwigluGrad => "swiglu_grad",
-            Self::AttentionGrad { .. } => "attention_grad",
-            Self::CrossEntropyGrad { .. } => "cross_entropy_grad",
-            Self::Accumulate => "accumulate",
-            Self::AdamW { .. } => "adamw",
-            Self::Convert { .. } => "convert",
-        }
+        self.contract().name()
     }
 
-    /// The number of inputs and of outputs.
+    /// The number of inputs and of outputs (its contract's roles).
     pub fn arity(&self) -> (usize, usize) {
-        match self {
-            Self::Embedding | Self::Linear | Self::Bias | Self::Add | Self::Swiglu => (2, 1),
-            Self::LayerNorm { .. } => (3, 3),
-            Self::RmsNorm { .. } => (2, 2),
-            Self::Activation(_) => (1, 1),
-            Self::Attention { .. } => (1, 2),
-            Self::CrossEntropy { .. } => (2, 1),
-            Self::EmbeddingGrad
-            | Self::LinearGradInput
-            | Self::LinearGradWeight
-            | Self::ActivationGrad(_)
-            | Self::Accumulate
-            | Self::CrossEntropyGrad { .. } => (2, 1),
-            Self::BiasGrad | Self::Convert { .. } => (1, 1),
-            Self::LayerNormGrad { .. } => (5, 3),
-            Self::RmsNormGrad { .. } => (4, 2),
-            Self::SwigluGrad => (3, 2),
-            Self::AttentionGrad { .. } => (3, 1),
-            Self::AdamW { copy } => (4, 3 + usize::from(*copy)),
-        }
+        let c = self.contract();
+        (c.inputs().len(), c.outputs().len())
     }
 
     /// The pass the operation belongs to.
     pub fn pass(&self) -> Pass {
-        match self {
-            Self::Embedding
-            | Self::Linear
-            | Self::Bias
-            | Self::Add
-            | Self::LayerNorm { .. }
-            | Self::RmsNorm { .. }
-            | Self::Activation(_)
-            | Self::Swiglu
-            | Self::Attention { .. }
-            | Self::CrossEntropy { .. } => Pass::Forward,
-            Self::AdamW { .. } => Pass::Optimizer,
-            Self::Convert { pass } => *pass,
-            _ => Pass::Backward,
-        }
+        self.contract().pass()
     }
 
     /// How the backward of a forward operation is written; `None` for operations that are not
     /// forward ones. Inputs that are never differentiated (token ids, labels) get no gradient.
     pub fn backward(&self) -> Option<BackwardRule> {
-        use Source::{Input, Output, OutputGrad};
-        let step = |op, inputs: Vec<Source>, grads_of: Vec<usize>| BackwardStep {
-            op,
-            inputs,
-            grads_of,
-        };
-        let rule = |steps, passes_through| BackwardRule {
-            steps,
-            passes_through,
-        };
-        Some(match *self {
-            Self::Embedding => rule(
-                vec![step(
-                    Self::EmbeddingGrad,
-                    vec![Input(0), OutputGrad(0)],
-                    vec![1],
-                )],
-                vec![],
-            ),
-            Self::Linear => rule(
-                vec![
-                    step(
-                        Self::LinearGradInput,
-                        vec![OutputGrad(0), Input(1)],
-                        vec![0],
-                    ),
-                    step(
-                        Self::LinearGradWeight,
-                        vec![Input(0), OutputGrad(0)],
-                        vec![1],
-                    ),
-                ],
-                vec![],
-            ),
-            Self::Bias => rule(
-                vec![step(Self::BiasGrad, vec![OutputGrad(0)], vec![1])],
-                vec![0],
-            ),
-            Self::Add => rule(vec![], vec![0, 1]),
-            Self::LayerNorm { eps } => rule(
-                vec![step(
-                    Self::LayerNormGrad { eps },
-                    vec![Input(0), Input(1), Output(1), Output(2), OutputGrad(0)],
-                    vec![0, 1, 2],
-                )],
-                vec![],
-            ),
-            Self::RmsNorm { eps } => rule(
-                vec![step(
-                    Self::RmsNormGrad { eps },
-                    vec![Input(0), Input(1), Output(1), OutputGrad(0)],
-                    vec![0, 1],
-                )],
-                vec![],
-            ),
-            Self::Activation(act) => rule(
-                vec![step(
-                    Self::ActivationGrad(act),
-                    vec![Input(0), OutputGrad(0)],
-                    vec![0],
-                )],
-                vec![],
-            ),
-            Self::Swiglu => rule(
-                vec![step(
-                    Self::SwigluGrad,
-                    vec![Input(0), Input(1), OutputGrad(0)],
-                    vec![0, 1],
-                )],
-                vec![],
-            ),
-            Self::Attention {
-                heads,
-                kv_heads,
-                causal,
-            } => rule(
-                vec![step(
-                    Self::AttentionGrad {
-                        heads,
-                        kv_heads,
-                        causal,
-                    },
-                    vec![Input(0), Output(1), OutputGrad(0)],
-                    vec![0],
-                )],
-                vec![],
-            ),
-            Self::CrossEntropy { ignore_index } => rule(
-                vec![step(
-                    Self::CrossEntropyGrad { ignore_index },
-                    vec![Input(0), Input(1)],
-                    vec![0],
-                )],
-                vec![],
-            ),
-            _ => return None,
-        })
+        self.contract().backward()
     }
 }
 

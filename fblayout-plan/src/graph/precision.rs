@@ -79,9 +79,12 @@ fn halved(graph: &Graph, role: Role) -> bool {
     match role {
         Role::Activation => true,
         Role::Grad { of } => !matches!(graph.tensor(of).role, Role::Param | Role::State { .. }),
-        Role::Input | Role::Param | Role::ParamCopy { .. } | Role::Loss | Role::State { .. } => {
-            false
-        }
+        Role::Input
+        | Role::Param
+        | Role::Constant
+        | Role::ParamCopy { .. }
+        | Role::Loss
+        | Role::State { .. } => false,
     }
 }
 

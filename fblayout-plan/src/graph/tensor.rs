@@ -86,6 +86,9 @@ pub enum Role {
         /// The parameter it belongs to.
         of: TensorId,
     },
+    /// A value set from outside once and kept across steps, never trained nor differentiated:
+    /// a constant table (RoPE's cosines and sines).
+    Constant,
     /// A copy of a parameter in another element type, kept across steps: written by the
     /// parameter's AdamW step with the updated values (and by the executor wherever the
     /// parameter is set), read in its place (mixed precision's `f16` weights).
@@ -133,11 +136,15 @@ impl Tensor {
     }
 
     /// Whether it lives for the whole step (and across steps): inputs, parameters, their
-    /// copies and optimizer state.
+    /// copies, constants and optimizer state.
     pub fn is_persistent(&self) -> bool {
         matches!(
             self.role,
-            Role::Input | Role::Param | Role::ParamCopy { .. } | Role::State { .. }
+            Role::Input
+                | Role::Param
+                | Role::Constant
+                | Role::ParamCopy { .. }
+                | Role::State { .. }
         )
     }
 

@@ -32,7 +32,7 @@ use std::fmt;
 
 use crate::exec::ExecError;
 use crate::exec::views::tensor_layouts;
-use crate::graph::{Graph, Op, Role, Sizes, TensorId};
+use crate::graph::{Graph, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 
 pub use recompute::recompute;
@@ -64,7 +64,7 @@ pub enum Category {
     Activations,
     /// Gradients.
     Gradients,
-    /// The step's inputs (ids, positions, labels).
+    /// The step's inputs (ids, positions, labels) and constant tables.
     Inputs,
     /// Kernels' scratch: the attention's scores (in its backward, the gradients of the
     /// probabilities and of the scores), laid out like its probabilities, taken from the
@@ -91,7 +91,7 @@ impl Category {
             Role::State { .. } => Self::OptimizerState,
             Role::Activation | Role::Loss => Self::Activations,
             Role::Grad { .. } => Self::Gradients,
-            Role::Input => Self::Inputs,
+            Role::Input | Role::Constant => Self::Inputs,
         }
     }
 
@@ -194,16 +194,14 @@ pub fn plan_memory(
         }
     }
 
-    // The scratch of each operation: an attention's scores, shaped and laid out like the
-    // probabilities it writes; in the backward, the gradients of the probabilities and of the
-    // scores, two such buffers.
+    // The scratch of each operation, as its contract counts it.
+    let tensor_bytes = |t: TensorId| bytes[t.index()];
     let workspace: Vec<u64> = graph
         .nodes()
         .iter()
-        .map(|node| match node.op {
-            Op::Attention { .. } => bytes[node.outputs[1].index()],
-            Op::AttentionGrad { .. } => 2 * bytes[node.inputs[1].index()],
-            _ => 0,
+        .map(|node| {
+            let shapes = crate::ops::shapes(graph, node, sizes, &tensor_bytes);
+            node.op.contract().scratch_bytes(&shapes)
         })
         .collect();
 

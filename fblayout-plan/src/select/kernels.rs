@@ -98,31 +98,9 @@ impl KernelKind {
         Self::AdamW,
     ];
 
-    /// The kind of `op`; `None` for a conversion (see the module docs).
+    /// The kind of `op` (its contract's); `None` for a conversion (see the module docs).
     pub fn of(op: Op) -> Option<Self> {
-        Some(match op {
-            Op::Linear => Self::Linear,
-            Op::LinearGradInput => Self::LinearGradInput,
-            Op::LinearGradWeight => Self::LinearGradWeight,
-            Op::BiasGrad => Self::BiasGrad,
-            Op::LayerNorm { .. } | Op::RmsNorm { .. } => Self::Norm,
-            Op::LayerNormGrad { .. } | Op::RmsNormGrad { .. } => Self::NormGrad,
-            Op::Attention { .. } => Self::Attention,
-            Op::AttentionGrad { .. } => Self::AttentionGrad,
-            Op::CrossEntropy { .. } => Self::CrossEntropy,
-            Op::CrossEntropyGrad { .. } => Self::CrossEntropyGrad,
-            Op::Embedding => Self::Embedding,
-            Op::EmbeddingGrad => Self::EmbeddingGrad,
-            Op::AdamW { .. } => Self::AdamW,
-            Op::Convert { .. } => return None,
-            Op::Add
-            | Op::Bias
-            | Op::Activation(_)
-            | Op::ActivationGrad(_)
-            | Op::Swiglu
-            | Op::SwigluGrad
-            | Op::Accumulate => Self::Elementwise,
-        })
+        op.contract().kind()
     }
 
     /// Its name in the cache file and in tables.

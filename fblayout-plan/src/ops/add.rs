@@ -1,0 +1,108 @@
+//! Sums: `a, b → y`, `y = a + b` — a residual connection in the forward, two contributions to
+//! one gradient in the backward ([`Op::Accumulate`](crate::graph::Op::Accumulate)).
+
+use fblayout_kernels::ops::AddOp;
+use fblayout_kernels::ops::add::add_cpu;
+use fblayout_kernels::runtime::Batch;
+use fblayout_kernels::tensor::GpuArg;
+
+use super::cpu::{CpuCtx, Ins, Outs};
+use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
+use super::{Args, Contract, Decl, Dims, Holds, LIKE_OUTPUT, OWN, OpErr, Sample, Slot, ViewRule};
+use crate::exec::views::BoundOperand;
+use crate::graph::{BackwardRule, Pass};
+use crate::select::KernelKind;
+
+/// `a, b → y`; the backward's [`Op::Accumulate`](crate::graph::Op::Accumulate) where
+/// `accumulate`.
+pub(crate) struct Add {
+    pub(crate) accumulate: bool,
+}
+
+impl Contract for Add {
+    fn name(&self) -> &'static str {
+        if self.accumulate { "accumulate" } else { "add" }
+    }
+
+    fn pass(&self) -> Pass {
+        if self.accumulate {
+            Pass::Backward
+        } else {
+            Pass::Forward
+        }
+    }
+
+    fn inputs(&self) -> Vec<Slot> {
+        vec![
+            Slot::new("a", ViewRule::Tokens, LIKE_OUTPUT),
+            Slot::new("b", ViewRule::Tokens, LIKE_OUTPUT),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Slot> {
+        vec![Slot::new("y", ViewRule::Tokens, OWN)]
+    }
+
+    fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        d.same("a", "y")?;
+        d.same("b", "y")
+    }
+
+    fn backward(&self) -> Option<BackwardRule> {
+        // The output's gradient is both inputs'.
+        (!self.accumulate).then(|| BackwardRule {
+            steps: vec![],
+            passes_through: vec![0, 1],
+        })
+    }
+
+    fn sample(&self) -> Option<Sample> {
+        (!self.accumulate).then(|| Sample {
+            inputs: vec![
+                Decl::tokens(&[("width", 5)], Holds::Floats),
+                Decl::tokens(&[("width", 5)], Holds::Floats),
+            ],
+            outputs: vec![Decl::tokens(&[("width", 5)], Holds::Written)],
+        })
+    }
+
+    fn kind(&self) -> Option<KernelKind> {
+        Some(KernelKind::Elementwise)
+    }
+
+    fn cpu(
+        &self,
+        ins: &Ins<'_>,
+        outs: &mut Outs<'_>,
+        _: &CpuCtx<'_>,
+    ) -> Result<Option<f64>, OpErr> {
+        let [y] = outs.outs(["y"])?;
+        add_cpu(ins.f("a")?, ins.f("b")?, y)?;
+        Ok(None)
+    }
+
+    fn gpu(
+        &self,
+        args: &Args<&BoundOperand>,
+        ctx: &mut BuildCtx<'_>,
+    ) -> Result<Box<dyn GpuKernel>, OpErr> {
+        let (a, b, y) = (args.read("a")?, args.read("b")?, args.write("y")?);
+        Ok(Box::new(Sum(AddOp::new(
+            ctx.gpu, &a.view, &b.view, &y.view,
+        )?)))
+    }
+}
+
+struct Sum(AddOp);
+
+impl GpuKernel for Sum {
+    fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        args: &Args<GpuArg<'_>>,
+        _: &RecordCtx<'_>,
+    ) -> Result<(), OpErr> {
+        self.0
+            .forward(batch, args.read("a")?, args.read("b")?, args.write("y")?)
+    }
+}

@@ -1,0 +1,334 @@
+//! Multi-head and grouped-query attention over a fused projection, forward and backward.
+//!
+//! `qkv → out, probs`: the queries, keys and values are three views of the fused projection
+//! `[batch, seq, (heads + 2 kv_heads) · head_dim]`, each `[batch, seq, heads, head_dim]`; the
+//! context `out` `[batch, seq, heads · head_dim]` is written as heads, and the probabilities
+//! `[batch, heads, seq, seq]` are saved for the backward, `qkv, probs, dout → dqkv`, which
+//! writes the three gradients through the same views of `dqkv`. Scores are scaled by
+//! `1/√head_dim` and masked causally where asked. The kernels take the scores (and in the
+//! backward the gradients of the probabilities and of the scores) from the device's pool, laid
+//! out like the probabilities.
+
+use fblayout_kernels::ops::attention::{
+    AttentionSaved, attention_backward_cpu, attention_forward_cpu,
+};
+use fblayout_kernels::ops::{Attention as Shape, AttentionArgs, AttentionOp, AttentionViews, Mask};
+use fblayout_kernels::runtime::{Batch, Gpu};
+use fblayout_kernels::tensor::GpuArg;
+
+use super::cpu::{CpuCtx, Ins, Outs};
+use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
+use super::{
+    Args, BEFORE_LAST, Contract, Decl, Dims, Holds, LAST, OpErr, Product, REDUCE_TOKENS, Sample,
+    Shapes, Slot, ViewRule, Walk,
+};
+use crate::exec::views::BoundOperand;
+use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Pass, Source};
+use crate::select::KernelKind;
+
+/// `qkv → out, probs`, or its backward `qkv, probs, dout → dqkv`.
+pub(crate) struct Attention {
+    pub(crate) heads: u32,
+    pub(crate) kv_heads: u32,
+    pub(crate) causal: bool,
+    pub(crate) backward: bool,
+}
+
+impl Attention {
+    fn qkv(
+        &self,
+        name: &'static str,
+        names: [&'static str; 3],
+        access: &'static [super::Access],
+    ) -> Slot {
+        let view = ViewRule::Qkv {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            names,
+        };
+        Slot::new(name, view, access)
+    }
+
+    fn heads(&self, name: &'static str) -> Slot {
+        Slot::new(name, ViewRule::Heads { heads: self.heads }, LAST)
+    }
+
+    /// The kernels' attention for head size `head_dim`.
+    fn shape(&self, head_dim: u32) -> Shape {
+        let mask = if self.causal {
+            Mask::Causal { offset: 0 }
+        } else {
+            Mask::None
+        };
+        Shape::new(self.heads, self.kv_heads, head_dim, mask)
+    }
+
+    /// The head size: the context's width over the heads.
+    fn head_dim(&self, s: &Shapes<'_>) -> f64 {
+        let ctx = if self.backward { "dout" } else { "out" };
+        s.extent(ctx, 0) / f64::from(self.heads.max(1))
+    }
+}
+
+impl Contract for Attention {
+    fn name(&self) -> &'static str {
+        if self.backward {
+            "attention_grad"
+        } else {
+            "attention"
+        }
+    }
+
+    fn pass(&self) -> Pass {
+        if self.backward {
+            Pass::Backward
+        } else {
+            Pass::Forward
+        }
+    }
+
+    fn inputs(&self) -> Vec<Slot> {
+        let qkv = self.qkv("qkv", ["q", "k", "v"], BEFORE_LAST);
+        if self.backward {
+            vec![
+                qkv,
+                Slot::new("probs", ViewRule::Whole, REDUCE_TOKENS),
+                self.heads("dout"),
+            ]
+        } else {
+            vec![qkv]
+        }
+    }
+
+    fn outputs(&self) -> Vec<Slot> {
+        if self.backward {
+            vec![self.qkv("dqkv", ["dq", "dk", "dv"], LAST)]
+        } else {
+            vec![self.heads("out"), Slot::new("probs", ViewRule::Whole, LAST)]
+        }
+    }
+
+    fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        let (ctx, probs_role) = if self.backward {
+            d.same("qkv", "dqkv")?;
+            ("dout", "probs")
+        } else {
+            ("out", "probs")
+        };
+        for r in ["qkv", ctx] {
+            d.rank(r, 3)?;
+            d.tokens(r)?;
+        }
+        if self.heads == 0 || self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
+            return Err(format!(
+                "{} query heads can't share {} key/value heads",
+                self.heads, self.kv_heads
+            ));
+        }
+        let width = match d.last(ctx)? {
+            Dim::Fixed(w) if w % self.heads == 0 => w,
+            other => {
+                return Err(format!(
+                    "`{ctx}`'s width {other} is no multiple of {} heads",
+                    self.heads
+                ));
+            }
+        };
+        let head_dim = width / self.heads;
+        let fused = (self.heads + 2 * self.kv_heads) * head_dim;
+        d.is("qkv", &[Dim::Batch, Dim::Seq, Dim::Fixed(fused)])?;
+        d.is(
+            probs_role,
+            &[Dim::Batch, Dim::Fixed(self.heads), Dim::Seq, Dim::Seq],
+        )
+    }
+
+    fn backward(&self) -> Option<BackwardRule> {
+        (!self.backward).then(|| BackwardRule {
+            steps: vec![BackwardStep {
+                op: Op::AttentionGrad {
+                    heads: self.heads,
+                    kv_heads: self.kv_heads,
+                    causal: self.causal,
+                },
+                inputs: vec![Source::Input(0), Source::Output(1), Source::OutputGrad(0)],
+                grads_of: vec![0],
+            }],
+            passes_through: vec![],
+        })
+    }
+
+    fn sample(&self) -> Option<Sample> {
+        if self.backward {
+            return None;
+        }
+        let head_dim = 4;
+        let width = self.heads * head_dim;
+        let fused = (self.heads + 2 * self.kv_heads) * head_dim;
+        Some(Sample {
+            inputs: vec![Decl::tokens(&[("qkv", fused)], Holds::Floats)],
+            outputs: vec![
+                Decl::tokens(&[("width", width)], Holds::Written),
+                Decl {
+                    axes: vec![
+                        ("batch", Dim::Batch),
+                        ("heads", Dim::Fixed(self.heads)),
+                        ("query", Dim::Seq),
+                        ("key", Dim::Seq),
+                    ],
+                    holds: Holds::Written,
+                },
+            ],
+        })
+    }
+
+    fn kind(&self) -> Option<KernelKind> {
+        Some(if self.backward {
+            KernelKind::AttentionGrad
+        } else {
+            KernelKind::Attention
+        })
+    }
+
+    fn product(&self, s: &Shapes<'_>) -> Option<Product> {
+        let probs = s.elements("probs");
+        Some(if self.backward {
+            // dV, dP, dQ and dK: four products the size of one forward product each.
+            Product {
+                a: ("probs", Walk::BeforeLast),
+                b: ("qkv", Walk::BeforeLast),
+                flops: 8.0 * probs * self.head_dim(s),
+            }
+        } else {
+            // QKᵀ and P·V: 2 · 2 · batch · heads · seq² · head_dim.
+            Product {
+                a: ("qkv", Walk::Last),
+                b: ("qkv", Walk::BeforeLast),
+                flops: 4.0 * probs * self.head_dim(s),
+            }
+        })
+    }
+
+    fn scratch_bytes(&self, s: &Shapes<'_>) -> u64 {
+        // The scores, laid out like the probabilities; in the backward, the gradients of the
+        // probabilities and of the scores.
+        let copies = if self.backward { 2 } else { 1 };
+        copies * s.bytes("probs")
+    }
+
+    fn reads_stored(&self) -> bool {
+        self.backward
+    }
+
+    fn cpu(
+        &self,
+        ins: &Ins<'_>,
+        outs: &mut Outs<'_>,
+        _: &CpuCtx<'_>,
+    ) -> Result<Option<f64>, OpErr> {
+        let (q, k, v) = (ins.f("q")?, ins.f("k")?, ins.f("v")?);
+        let a = self.shape(q.dims().last().copied().unwrap_or(1) as u32);
+        if self.backward {
+            let [dq, dk, dv] = outs.outs(["dq", "dk", "dv"])?;
+            let saved = AttentionSaved {
+                q,
+                k,
+                v,
+                probs: ins.f("probs")?,
+            };
+            attention_backward_cpu(a, &saved, ins.f("dout")?, dq, dk, dv)?;
+        } else {
+            let [out, probs] = outs.outs(["out", "probs"])?;
+            attention_forward_cpu(a, q, k, v, out, probs)?;
+        }
+        Ok(None)
+    }
+
+    fn gpu(
+        &self,
+        args: &Args<&BoundOperand>,
+        ctx: &mut BuildCtx<'_>,
+    ) -> Result<Box<dyn GpuKernel>, OpErr> {
+        let [q, k, v, out, scores] = operands(args, self.backward)?.map(|o| &o.view);
+        let views = AttentionViews {
+            q,
+            k,
+            v,
+            out,
+            scores,
+        };
+        let head_dim = args.read("q")?.bound.shape().last().copied().unwrap_or(1) as u32;
+        let op = AttentionOp::new(ctx.gpu, &views, self.shape(head_dim))?;
+        Ok(Box::new(Kernel {
+            op,
+            backward: self.backward,
+        }))
+    }
+}
+
+/// A node's queries, keys, values, context and probabilities: the backward's `dout` stands
+/// in for the context, which it does not read.
+fn operands<T>(args: &Args<T>, backward: bool) -> Result<[&T; 5], OpErr> {
+    let out = if backward {
+        args.read("dout")?
+    } else {
+        args.write("out")?
+    };
+    let probs = if backward {
+        args.read("probs")?
+    } else {
+        args.write("probs")?
+    };
+    Ok([
+        args.read("q")?,
+        args.read("k")?,
+        args.read("v")?,
+        out,
+        probs,
+    ])
+}
+
+struct Kernel {
+    op: AttentionOp,
+    backward: bool,
+}
+
+impl Kernel {
+    fn args<'a>(&self, args: &Args<GpuArg<'a>>) -> Result<AttentionArgs<'a>, OpErr> {
+        let [q, k, v, out, probs] = operands(args, self.backward)?.map(Clone::clone);
+        Ok(AttentionArgs {
+            q,
+            k,
+            v,
+            out,
+            probs,
+        })
+    }
+}
+
+impl GpuKernel for Kernel {
+    fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        args: &Args<GpuArg<'_>>,
+        _: &RecordCtx<'_>,
+    ) -> Result<(), OpErr> {
+        let a = self.args(args)?;
+        if self.backward {
+            let (dq, dk, dv) = (args.write("dq")?, args.write("dk")?, args.write("dv")?);
+            self.op.backward(batch, &a, args.read("dout")?, dq, dk, dv)
+        } else {
+            self.op.forward(batch, &a)
+        }
+    }
+
+    fn tune(
+        &self,
+        gpu: &Gpu,
+        args: &Args<GpuArg<'_>>,
+        _: &RecordCtx<'_>,
+    ) -> Result<Option<bool>, OpErr> {
+        self.op.tune(gpu, &self.args(args)?)?;
+        Ok(Some(self.op.tensor_cores().contains(&true)))
+    }
+}

@@ -1,0 +1,365 @@
+//! A linear layer's three products: `y = x·w`, `dx = dy·wᵀ` and `dw = xᵀ·dy`.
+//!
+//! Activations are token matrices (`[batch, seq, d]` read as `[tokens, d]`), weights
+//! `[d_in, d_out]` as declared. One kernel ([`LinearOp`]) holds all three GEMMs; each node
+//! builds it with the views it has, standing its output in for the operand the product does
+//! not read (`dx` for `x`, `dw` for `w`). A bias the graph adds right after the forward product
+//! ([`Graph::folded_biases`](crate::graph::Graph::folded_biases)) is added in its epilogue.
+
+use fblayout_kernels::ops::LinearOp;
+use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_forward_cpu};
+use fblayout_kernels::runtime::{Batch, Gpu};
+use fblayout_kernels::tensor::GpuArg;
+
+use super::cpu::{CpuCtx, Ins, Outs};
+use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
+use super::shape::then;
+use super::{Decl, Holds, Sample};
+
+use super::{
+    Args, BEFORE_LAST, Contract, Dims, LAST, OWN, OpErr, Product, REDUCE_TOKENS, Shapes, Slot,
+    ViewRule, Walk,
+};
+use crate::exec::views::BoundOperand;
+use crate::graph::{BackwardRule, BackwardStep, Op, Pass, Source};
+use crate::select::KernelKind;
+
+/// `x, w → y`: `y = x·w` over the last axis of `x`.
+pub(crate) struct Linear;
+
+/// `dy, w → dx`: `dx = dy·wᵀ`.
+pub(crate) struct LinearGradInput;
+
+/// `x, dy → dw`: `dw = xᵀ·dy`.
+pub(crate) struct LinearGradWeight;
+
+impl Contract for Linear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn pass(&self) -> Pass {
+        Pass::Forward
+    }
+
+    fn inputs(&self) -> Vec<Slot> {
+        vec![
+            Slot::new("x", ViewRule::Tokens, LAST),
+            Slot::new("w", ViewRule::Whole, BEFORE_LAST),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Slot> {
+        vec![Slot::new("y", ViewRule::Tokens, OWN)]
+    }
+
+    fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        d.rank("w", 2)?;
+        d.is("w", &[d.last("x")?, d.last("y")?])?;
+        d.is("y", &then(d.leading("x")?, d.last("w")?))
+    }
+
+    fn backward(&self) -> Option<BackwardRule> {
+        let step = |op, inputs, grads_of| BackwardStep {
+            op,
+            inputs,
+            grads_of,
+        };
+        Some(BackwardRule {
+            steps: vec![
+                step(
+                    Op::LinearGradInput,
+                    vec![Source::OutputGrad(0), Source::Input(1)],
+                    vec![0],
+                ),
+                step(
+                    Op::LinearGradWeight,
+                    vec![Source::Input(0), Source::OutputGrad(0)],
+                    vec![1],
+                ),
+            ],
+            passes_through: vec![],
+        })
+    }
+
+    fn sample(&self) -> Option<Sample> {
+        Some(Sample {
+            inputs: vec![
+                Decl::tokens(&[("d_in", 6)], Holds::Floats),
+                Decl::fixed(&[("d_in", 6), ("d_out", 5)], Holds::Floats),
+            ],
+            outputs: vec![Decl::tokens(&[("d_out", 5)], Holds::Written)],
+        })
+    }
+
+    fn kind(&self) -> Option<KernelKind> {
+        Some(KernelKind::Linear)
+    }
+
+    fn product(&self, s: &Shapes<'_>) -> Option<Product> {
+        Some(Product {
+            a: ("x", Walk::Last),
+            b: ("w", Walk::BeforeLast),
+            flops: 2.0 * s.elements("x") * s.extent("w", 0),
+        })
+    }
+
+    fn cpu(
+        &self,
+        ins: &Ins<'_>,
+        outs: &mut Outs<'_>,
+        _: &CpuCtx<'_>,
+    ) -> Result<Option<f64>, OpErr> {
+        let [y] = outs.outs(["y"])?;
+        linear_forward_cpu(ins.f("x")?, ins.f("w")?, y, Output::Overwrite)?;
+        Ok(None)
+    }
+
+    fn gpu(
+        &self,
+        args: &Args<&BoundOperand>,
+        ctx: &mut BuildCtx<'_>,
+    ) -> Result<Box<dyn GpuKernel>, OpErr> {
+        let (x, w) = (&args.read("x")?.view, &args.read("w")?.view);
+        let (op, biased) = match &ctx.epilogue {
+            // The bias node after it: `x, b → y`, whose `y` this product writes.
+            Some(bias) => {
+                let (b, y) = (&bias.read("b")?.view, &bias.write("y")?.view);
+                (LinearOp::new_biased(ctx.gpu, x, w, b, y)?, true)
+            }
+            None => (LinearOp::new(ctx.gpu, x, w, &args.write("y")?.view)?, false),
+        };
+        Ok(Box::new(Products {
+            op,
+            which: Which::Forward { biased },
+        }))
+    }
+}
+
+impl Contract for LinearGradInput {
+    fn name(&self) -> &'static str {
+        "linear_grad_input"
+    }
+
+    fn pass(&self) -> Pass {
+        Pass::Backward
+    }
+
+    fn inputs(&self) -> Vec<Slot> {
+        vec![
+            Slot::new("dy", ViewRule::Tokens, LAST),
+            Slot::new("w", ViewRule::Whole, LAST),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Slot> {
+        vec![Slot::new("dx", ViewRule::Tokens, OWN)]
+    }
+
+    fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        d.rank("w", 2)?;
+        d.is("w", &[d.last("dx")?, d.last("dy")?])?;
+        d.is("dx", &then(d.leading("dy")?, d.of("w")?[0]))
+    }
+
+    fn kind(&self) -> Option<KernelKind> {
+        Some(KernelKind::LinearGradInput)
+    }
+
+    fn product(&self, s: &Shapes<'_>) -> Option<Product> {
+        Some(Product {
+            a: ("dy", Walk::Last),
+            b: ("w", Walk::Last),
+            flops: 2.0 * s.elements("dy") * s.extent("w", 1),
+        })
+    }
+
+    fn cpu(
+        &self,
+        ins: &Ins<'_>,
+        outs: &mut Outs<'_>,
+        _: &CpuCtx<'_>,
+    ) -> Result<Option<f64>, OpErr> {
+        let [dx] = outs.outs(["dx"])?;
+        let dy = ins.f("dy")?;
+        // The kernel reads `x` only for the weight's gradient, which is not asked for here.
+        linear_backward_cpu(dy, ins.f("w")?, dy, Some((dx, Output::Overwrite)), None)?;
+        Ok(None)
+    }
+
+    fn gpu(
+        &self,
+        args: &Args<&BoundOperand>,
+        ctx: &mut BuildCtx<'_>,
+    ) -> Result<Box<dyn GpuKernel>, OpErr> {
+        // Built with dx's view for x, which the product of dx does not read.
+        let (dx, w, dy) = (
+            &args.write("dx")?.view,
+            &args.read("w")?.view,
+            &args.read("dy")?.view,
+        );
+        Ok(Box::new(Products {
+            op: LinearOp::new(ctx.gpu, dx, w, dy)?,
+            which: Which::GradInput,
+        }))
+    }
+}
+
+impl Contract for LinearGradWeight {
+    fn name(&self) -> &'static str {
+        "linear_grad_weight"
+    }
+
+    fn pass(&self) -> Pass {
+        Pass::Backward
+    }
+
+    fn inputs(&self) -> Vec<Slot> {
+        vec![
+            Slot::new("x", ViewRule::Tokens, REDUCE_TOKENS),
+            Slot::new("dy", ViewRule::Tokens, REDUCE_TOKENS),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Slot> {
+        vec![Slot::new("dw", ViewRule::Whole, OWN)]
+    }
+
+    fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        if d.leading("x")? != d.leading("dy")? {
+            return Err(format!(
+                "`x` ({}) and `dy` ({}) hold different tokens",
+                super::shape::show(d.of("x")?),
+                super::shape::show(d.of("dy")?)
+            ));
+        }
+        d.is("dw", &[d.last("x")?, d.last("dy")?])
+    }
+
+    fn kind(&self) -> Option<KernelKind> {
+        Some(KernelKind::LinearGradWeight)
+    }
+
+    fn product(&self, s: &Shapes<'_>) -> Option<Product> {
+        Some(Product {
+            a: ("x", Walk::BeforeLast),
+            b: ("dy", Walk::BeforeLast),
+            flops: 2.0 * s.elements("x") * s.extent("dy", 0),
+        })
+    }
+
+    fn cpu(
+        &self,
+        ins: &Ins<'_>,
+        outs: &mut Outs<'_>,
+        _: &CpuCtx<'_>,
+    ) -> Result<Option<f64>, OpErr> {
+        let [dw] = outs.outs(["dw"])?;
+        let (x, dy) = (ins.f("x")?, ins.f("dy")?);
+        // `w` is read only for the input's gradient, which is not asked for here.
+        linear_backward_cpu(x, dy, dy, None, Some((dw, Output::Overwrite)))?;
+        Ok(None)
+    }
+
+    fn gpu(
+        &self,
+        args: &Args<&BoundOperand>,
+        ctx: &mut BuildCtx<'_>,
+    ) -> Result<Box<dyn GpuKernel>, OpErr> {
+        // Built with dw's view for w, which the product of dw does not read.
+        let (x, dw, dy) = (
+            &args.read("x")?.view,
+            &args.write("dw")?.view,
+            &args.read("dy")?.view,
+        );
+        Ok(Box::new(Products {
+            op: LinearOp::new(ctx.gpu, x, dw, dy)?,
+            which: Which::GradWeight,
+        }))
+    }
+}
+
+/// Which of the three products a node runs.
+#[derive(Clone, Copy)]
+enum Which {
+    /// `y = x·w`, with the bias node's work in its epilogue where `biased`.
+    Forward {
+        biased: bool,
+    },
+    GradInput,
+    GradWeight,
+}
+
+struct Products {
+    op: LinearOp,
+    which: Which,
+}
+
+impl Products {
+    /// The operands the kernel was built with: `x`, `w`, `y`.
+    fn operands<'b>(
+        &self,
+        args: &'b Args<GpuArg<'b>>,
+        ctx: &'b RecordCtx<'_>,
+    ) -> Result<[&'b GpuArg<'b>; 3], OpErr> {
+        Ok(match self.which {
+            Which::Forward { biased } => {
+                let y = match (biased, ctx.epilogue) {
+                    (true, Some(bias)) => bias.write("y")?,
+                    _ => args.write("y")?,
+                };
+                [args.read("x")?, args.read("w")?, y]
+            }
+            Which::GradInput => [args.write("dx")?, args.read("w")?, args.read("dy")?],
+            Which::GradWeight => [args.read("x")?, args.write("dw")?, args.read("dy")?],
+        })
+    }
+}
+
+impl GpuKernel for Products {
+    fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        args: &Args<GpuArg<'_>>,
+        ctx: &RecordCtx<'_>,
+    ) -> Result<(), OpErr> {
+        let ow = Output::Overwrite;
+        match self.which {
+            Which::Forward { biased: true } => {
+                let bias = ctx.epilogue.ok_or_else(|| OpErr::Shape {
+                    op: "linear",
+                    detail: "built with a bias in its epilogue, recorded without one".into(),
+                })?;
+                let (x, w) = (args.read("x")?, args.read("w")?);
+                self.op
+                    .forward_biased(batch, x, w, bias.read("b")?, bias.write("y")?)
+            }
+            Which::Forward { biased: false } => self.op.forward(
+                batch,
+                args.read("x")?,
+                args.read("w")?,
+                args.write("y")?,
+                ow,
+            ),
+            Which::GradInput => {
+                let (dx, w, dy) = (args.write("dx")?, args.read("w")?, args.read("dy")?);
+                self.op.backward(batch, dx, w, dy, Some((dx, ow)), None)
+            }
+            Which::GradWeight => {
+                let (x, dw, dy) = (args.read("x")?, args.write("dw")?, args.read("dy")?);
+                self.op.backward(batch, x, dw, dy, None, Some((dw, ow)))
+            }
+        }
+    }
+
+    fn tune(
+        &self,
+        gpu: &Gpu,
+        args: &Args<GpuArg<'_>>,
+        ctx: &RecordCtx<'_>,
+    ) -> Result<Option<bool>, OpErr> {
+        let [x, w, y] = self.operands(args, ctx)?;
+        self.op.tune(gpu, x, w, y)?;
+        Ok(Some(self.op.tensor_cores().contains(&true)))
+    }
+}

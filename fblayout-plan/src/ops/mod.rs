@@ -1,0 +1,520 @@
+//! Operation contracts: one per operation, in one file each, and read by everything else.
+//!
+//! A contract (the crate's `Contract` trait) says everything about one graph operation ([`Op`]):
+//!
+//! - its **operand roles**, inputs and outputs, each a [`Slot`]: the role's name, the view a
+//!   kernel reads the tensor through ([`ViewRule`]), and how the kernel's threads walk it
+//!   ([`Access`]: what the cost model prices);
+//! - its **pass** (forward, backward, optimizer) and its **backward rule** (the operations
+//!   reverse-mode differentiation emits for it);
+//! - its **matrix product**, if it computes one (which roles it multiplies and its flops), its
+//!   **scratch** (the bytes its kernels take from the device's pool while they run) and the
+//!   cost model's **kernel kind**;
+//! - its **CPU twin**, run by the CPU executor, and its **GPU kernel**, built once for the
+//!   operands' views and recorded each step, with its tunable launch parameters.
+//!
+//! `Op::contract` maps every operation to exactly one contract, by an exhaustive match.
+//! The graph's arity and backward, the executors' views and dispatch
+//! ([`op_views`](crate::exec::views::op_views)), the cost model's access table, the calibration's
+//! kernel kinds and the memory planner's workspace all come from it; none restates an operand
+//! position. Operands are bound by role name ([`Args`]), never by index.
+//!
+//! Adding an operation: its kernel (in `fblayout-kernels`), a variant of [`Op`], a file here
+//! with its contract, one arm in `Op::contract`, and an entry in [`registry`], which gives it
+//! the generic contract tests (GPU against its CPU twin, backward against finite differences,
+//! typed errors for bad shapes). The book's chapter on kernels walks RoPE through it.
+
+mod activation;
+mod adamw;
+mod add;
+pub(crate) mod args;
+mod attention;
+mod bias;
+mod convert;
+pub(crate) mod cpu;
+mod cross_entropy;
+mod embedding;
+pub(crate) mod gpu;
+mod linear;
+mod norm;
+mod shape;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+pub(crate) use adamw::{AdamWGroup, build_adamw_groups, record_adamw_group};
+pub use args::Args;
+pub use shape::Dims;
+
+use crate::graph::{Act, BackwardRule, Dim, Op, Pass, Sizes, TensorId};
+use crate::select::KernelKind;
+
+/// Which axis of an operand neighbouring threads walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// The last axis (the forward reduction axis).
+    Last,
+    /// The axis before the last (tokens; the backward reduction axis). A rank-1 operand has
+    /// none and is walked along its only axis.
+    BeforeLast,
+    /// The operand's own memory order.
+    Own,
+    /// The order of the operation's first output.
+    LikeOutput,
+}
+
+/// One walk over an operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// The axis the threads walk.
+    pub walk: Walk,
+    /// Whether the kernel reduces along it.
+    pub reduce: bool,
+}
+
+impl Access {
+    /// A walk along `walk`.
+    pub const fn along(walk: Walk) -> Self {
+        Self {
+            walk,
+            reduce: false,
+        }
+    }
+
+    /// A walk along `walk` that reduces along it.
+    pub const fn reducing(walk: Walk) -> Self {
+        Self { walk, reduce: true }
+    }
+}
+
+/// A walk along the last axis.
+pub(crate) const LAST: &[Access] = &[Access::along(Walk::Last)];
+/// A walk in the operand's own memory order.
+pub(crate) const OWN: &[Access] = &[Access::along(Walk::Own)];
+/// A walk in the order of the operation's first output.
+pub(crate) const LIKE_OUTPUT: &[Access] = &[Access::along(Walk::LikeOutput)];
+/// A walk along tokens.
+pub(crate) const BEFORE_LAST: &[Access] = &[Access::along(Walk::BeforeLast)];
+/// A reduction along the last axis.
+pub(crate) const REDUCE_LAST: &[Access] = &[Access::reducing(Walk::Last)];
+/// A reduction along tokens.
+pub(crate) const REDUCE_TOKENS: &[Access] = &[Access::reducing(Walk::BeforeLast)];
+
+/// The view a kernel reads an operand's tensor through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewRule {
+    /// The tensor as declared.
+    Whole,
+    /// Its leading batch and sequence axes merged into `tokens`.
+    Tokens,
+    /// `[batch, seq, heads · head_dim]` as `[batch, seq, heads, head_dim]`.
+    Heads {
+        /// Heads.
+        heads: u32,
+    },
+    /// The fused projection `[batch, seq, (heads + 2 kv_heads) · head_dim]` as three operands,
+    /// the queries, keys and values, each `[batch, seq, heads, head_dim]`, named `names`.
+    Qkv {
+        /// Query heads.
+        heads: u32,
+        /// Key and value heads.
+        kv_heads: u32,
+        /// The three operands' role names.
+        names: [&'static str; 3],
+    },
+}
+
+/// One operand role of a contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// The role's name, by which kernels bind it.
+    pub name: &'static str,
+    /// The view the kernel reads or writes it through.
+    pub view: ViewRule,
+    /// How the kernel's threads walk it (an operand may be walked more than once).
+    pub access: &'static [Access],
+}
+
+impl Slot {
+    /// A role read through `view`, walked as `access`.
+    pub const fn new(name: &'static str, view: ViewRule, access: &'static [Access]) -> Self {
+        Self { name, view, access }
+    }
+
+    /// The names of the operands the role becomes (three for a fused projection).
+    pub fn operand_names(&self) -> Vec<&'static str> {
+        match self.view {
+            ViewRule::Qkv { names, .. } => names.to_vec(),
+            _ => vec![self.name],
+        }
+    }
+}
+
+/// The matrix product of an operation: the roles it multiplies, along which axis each is read
+/// for the shared (`k`) dimension, and its floating-point operations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Product {
+    /// The left operand's input role and the walk of its `k` axis.
+    pub a: (&'static str, Walk),
+    /// The right operand's.
+    pub b: (&'static str, Walk),
+    /// Floating-point operations (multiply and add counted apart).
+    pub flops: f64,
+}
+
+/// The operands of one node at a run's sizes, by role: what a contract's product and scratch
+/// are computed from.
+pub struct Shapes<'a> {
+    inputs: Vec<(&'static str, Vec<u32>)>,
+    outputs: Vec<(&'static str, Vec<u32>)>,
+    bytes: &'a dyn Fn(TensorId) -> u64,
+    ids: Vec<(&'static str, TensorId)>,
+}
+
+impl Shapes<'_> {
+    /// The extents of role `role` (input or output).
+    pub fn dims(&self, role: &str) -> &[u32] {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .find(|(n, _)| *n == role)
+            .map_or(&[], |(_, d)| d.as_slice())
+    }
+
+    /// The elements of role `role`.
+    pub fn elements(&self, role: &str) -> f64 {
+        self.dims(role).iter().map(|&d| f64::from(d)).product()
+    }
+
+    /// The extent of role `role`'s axis `from_end` places before the last (0: the last); 1
+    /// where it has none.
+    pub fn extent(&self, role: &str, from_end: usize) -> f64 {
+        let dims = self.dims(role);
+        dims.len()
+            .checked_sub(from_end + 1)
+            .map_or(1.0, |i| f64::from(dims[i]))
+    }
+
+    /// The bytes of role `role`'s tensor in its layout at the run's sizes (padding included),
+    /// as the memory planner counts them.
+    pub fn bytes(&self, role: &str) -> u64 {
+        self.ids
+            .iter()
+            .find(|(n, _)| *n == role)
+            .map_or(0, |&(_, t)| (self.bytes)(t))
+    }
+}
+
+/// Everything about one operation (see the module docs).
+pub(crate) trait Contract {
+    /// The operation's name in plans and errors.
+    fn name(&self) -> &'static str;
+
+    /// The pass it belongs to.
+    fn pass(&self) -> Pass;
+
+    /// Its input roles, in the graph node's order.
+    fn inputs(&self) -> Vec<Slot>;
+
+    /// Its output roles, in the graph node's order.
+    fn outputs(&self) -> Vec<Slot>;
+
+    /// Its shape rule: whether operands of these extents fit (an error says what does not).
+    fn check_shapes(&self, d: &Dims) -> Result<(), String>;
+
+    /// How its backward is written (forward operations only).
+    fn backward(&self) -> Option<BackwardRule> {
+        None
+    }
+
+    /// A small instance (forward operations only: the others run in the graphs the generic
+    /// tests build around a forward's sample).
+    fn sample(&self) -> Option<Sample> {
+        None
+    }
+
+    /// The cost model's kind of kernel (`None`: priced apart, as a conversion is).
+    fn kind(&self) -> Option<KernelKind>;
+
+    /// Its matrix product, if it computes one.
+    fn product(&self, _shapes: &Shapes<'_>) -> Option<Product> {
+        None
+    }
+
+    /// The bytes its kernels take from the device's pool while they run.
+    fn scratch_bytes(&self, _shapes: &Shapes<'_>) -> u64 {
+        0
+    }
+
+    /// Whether it reads every input as stored, with no conversion before it: a backward that
+    /// writes each gradient through the view of the tensor it reads it for, or a kernel that
+    /// reads ids as the step uploads them.
+    fn reads_stored(&self) -> bool {
+        false
+    }
+
+    /// The integer roles whose values index into another role.
+    fn index_bounds(&self) -> Vec<IndexBound> {
+        Vec::new()
+    }
+
+    /// Its CPU twin: runs it on `args`; returns the loss where it computes one.
+    fn cpu(
+        &self,
+        ins: &cpu::Ins<'_>,
+        outs: &mut cpu::Outs<'_>,
+        ctx: &cpu::CpuCtx<'_>,
+    ) -> Result<Option<f64>, OpErr>;
+
+    /// Builds its GPU kernel for the views of `args`.
+    fn gpu(
+        &self,
+        args: &Args<&crate::exec::views::BoundOperand>,
+        ctx: &mut gpu::BuildCtx<'_>,
+    ) -> Result<Box<dyn gpu::GpuKernel>, OpErr>;
+}
+
+pub(crate) type OpErr = fblayout_kernels::ops::OpError;
+
+impl Op {
+    /// The operation's contract (see the [module docs](crate::ops)).
+    pub(crate) fn contract(&self) -> Box<dyn Contract> {
+        match *self {
+            Self::Embedding => Box::new(embedding::Embedding),
+            Self::EmbeddingGrad => Box::new(embedding::EmbeddingGrad),
+            Self::Linear => Box::new(linear::Linear),
+            Self::LinearGradInput => Box::new(linear::LinearGradInput),
+            Self::LinearGradWeight => Box::new(linear::LinearGradWeight),
+            Self::Bias => Box::new(bias::Bias),
+            Self::BiasGrad => Box::new(bias::BiasGrad),
+            Self::Add => Box::new(add::Add { accumulate: false }),
+            Self::Accumulate => Box::new(add::Add { accumulate: true }),
+            Self::LayerNorm { eps } => Box::new(norm::LayerNorm { eps }),
+            Self::LayerNormGrad { eps } => Box::new(norm::LayerNormGrad { eps }),
+            Self::RmsNorm { eps } => Box::new(norm::RmsNorm { eps }),
+            Self::RmsNormGrad { eps } => Box::new(norm::RmsNormGrad { eps }),
+            Self::Activation(act) => Box::new(activation::Activation { act }),
+            Self::ActivationGrad(act) => Box::new(activation::ActivationGrad { act }),
+            Self::Swiglu => Box::new(activation::Swiglu),
+            Self::SwigluGrad => Box::new(activation::SwigluGrad),
+            Self::Attention {
+                heads,
+                kv_heads,
+                causal,
+            } => Box::new(attention::Attention {
+                heads,
+                kv_heads,
+                causal,
+                backward: false,
+            }),
+            Self::AttentionGrad {
+                heads,
+                kv_heads,
+                causal,
+            } => Box::new(attention::Attention {
+                heads,
+                kv_heads,
+                causal,
+                backward: true,
+            }),
+            Self::CrossEntropy { ignore_index } => Box::new(cross_entropy::CrossEntropy {
+                ignore_index,
+                backward: false,
+            }),
+            Self::CrossEntropyGrad { ignore_index } => Box::new(cross_entropy::CrossEntropy {
+                ignore_index,
+                backward: true,
+            }),
+            Self::AdamW { copy } => Box::new(adamw::AdamW { copy }),
+            Self::Convert { pass } => Box::new(convert::Convert { pass }),
+        }
+    }
+
+    /// A small instance of the operation, for forward operations (see [`Sample`]).
+    pub fn sample(&self) -> Option<Sample> {
+        self.contract().sample()
+    }
+
+    /// The names of its input roles, in the node's order.
+    pub fn input_roles(&self) -> Vec<&'static str> {
+        self.contract().inputs().iter().map(|s| s.name).collect()
+    }
+
+    /// The names of its output roles, in the node's order.
+    pub fn output_roles(&self) -> Vec<&'static str> {
+        self.contract().outputs().iter().map(|s| s.name).collect()
+    }
+}
+
+/// One operation of every kind, each with its contract: what the generic contract tests
+/// iterate over. A new operation is registered here.
+pub fn registry() -> Vec<Op> {
+    let acts = [Act::Gelu, Act::GeluTanh, Act::Silu];
+    let mut ops = vec![
+        Op::Embedding,
+        Op::EmbeddingGrad,
+        Op::Linear,
+        Op::LinearGradInput,
+        Op::LinearGradWeight,
+        Op::Bias,
+        Op::BiasGrad,
+        Op::Add,
+        Op::Accumulate,
+        Op::LayerNorm { eps: 1e-5 },
+        Op::LayerNormGrad { eps: 1e-5 },
+        Op::RmsNorm { eps: 1e-6 },
+        Op::RmsNormGrad { eps: 1e-6 },
+        Op::Swiglu,
+        Op::SwigluGrad,
+        Op::Attention {
+            heads: 4,
+            kv_heads: 2,
+            causal: true,
+        },
+        Op::AttentionGrad {
+            heads: 4,
+            kv_heads: 2,
+            causal: true,
+        },
+        Op::CrossEntropy { ignore_index: 7 },
+        Op::CrossEntropyGrad { ignore_index: 7 },
+        Op::AdamW { copy: false },
+        Op::AdamW { copy: true },
+        Op::Convert {
+            pass: Pass::Forward,
+        },
+    ];
+    for act in acts {
+        ops.push(Op::Activation(act));
+        ops.push(Op::ActivationGrad(act));
+    }
+    ops
+}
+
+/// What a sample tensor holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Holds {
+    /// Trained floats (a parameter of the sample's graph).
+    Floats,
+    /// Integer ids below a bound (an input of the step).
+    Ids {
+        /// Every id is below it.
+        below: u32,
+    },
+    /// A constant table's values.
+    Constant(Vec<f64>),
+    /// An activation the operation writes.
+    Written,
+    /// The per-row losses of a cross-entropy.
+    Loss,
+}
+
+/// One tensor of a [`Sample`]: its axes and what it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decl {
+    /// Its axes, outermost first.
+    pub axes: Vec<(&'static str, Dim)>,
+    /// What it holds.
+    pub holds: Holds,
+}
+
+impl Decl {
+    /// A `[batch, seq, …last]` tensor holding `holds`.
+    pub fn tokens(last: &[(&'static str, u32)], holds: Holds) -> Self {
+        let mut axes = vec![("batch", Dim::Batch), ("seq", Dim::Seq)];
+        axes.extend(last.iter().map(|&(n, d)| (n, Dim::Fixed(d))));
+        Self { axes, holds }
+    }
+
+    /// A tensor of fixed axes holding `holds`.
+    pub fn fixed(axes: &[(&'static str, u32)], holds: Holds) -> Self {
+        Self {
+            axes: axes.iter().map(|&(n, d)| (n, Dim::Fixed(d))).collect(),
+            holds,
+        }
+    }
+}
+
+/// A small instance of a forward operation, every role's tensor in the contract's order: what
+/// the generic contract tests build a graph around (the operation, a loss over its first
+/// output, its backward and AdamW) and run on the GPU and the CPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The inputs.
+    pub inputs: Vec<Decl>,
+    /// The outputs.
+    pub outputs: Vec<Decl>,
+}
+
+/// Which axis of a role an index counts along.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Along {
+    /// The first axis (an embedding table's rows).
+    First,
+    /// The last axis (a vocabulary of logits).
+    Last,
+}
+
+/// An integer input role whose values index into an axis of another role: each value must be
+/// below that axis's extent (or equal `except`). The executors check every step's inputs
+/// against these bounds before anything runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexBound {
+    /// The role of the indices.
+    pub ids: &'static str,
+    /// The role they index into.
+    pub into: &'static str,
+    /// Along which of its axes.
+    pub along: Along,
+    /// A value that indexes nothing and is allowed (an ignored label).
+    pub except: Option<u32>,
+    /// Whether the GPU kernel reads the indices uploaded with their index
+    /// ([`TokenIds`](fblayout_kernels::ops::TokenIds)) rather than from the tensor.
+    pub uploaded: bool,
+}
+
+/// The operand shapes of `node` of `graph` at `sizes`, by role, with each tensor's bytes from
+/// `bytes`.
+pub(crate) fn shapes<'a>(
+    graph: &crate::graph::Graph,
+    node: &crate::graph::Node,
+    sizes: Sizes,
+    bytes: &'a dyn Fn(TensorId) -> u64,
+) -> Shapes<'a> {
+    let contract = node.op.contract();
+    let named = |slots: Vec<Slot>, ids: &[TensorId]| -> Vec<(&'static str, TensorId)> {
+        slots
+            .iter()
+            .map(|s| s.name)
+            .zip(ids.iter().copied())
+            .collect()
+    };
+    let inputs = named(contract.inputs(), &node.inputs);
+    let outputs = named(contract.outputs(), &node.outputs);
+    let dims = |list: &[(&'static str, TensorId)]| {
+        list.iter()
+            .map(|&(n, t)| {
+                let d = graph
+                    .tensor(t)
+                    .axes
+                    .iter()
+                    .map(|a| a.dim.value(sizes))
+                    .collect();
+                (n, d)
+            })
+            .collect()
+    };
+    Shapes {
+        inputs: dims(&inputs),
+        outputs: dims(&outputs),
+        bytes,
+        ids: inputs.into_iter().chain(outputs).collect(),
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
