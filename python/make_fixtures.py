@@ -49,9 +49,7 @@ from __future__ import annotations
 import argparse
 import copy
 import filecmp
-import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -161,10 +159,6 @@ def save_tensors(tensors: dict, path: Path, metadata: dict) -> None:
 
 def describe(tensors: dict) -> dict:
     return {k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)} for k, v in tensors.items()}
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------

@@ -295,7 +295,7 @@ def run_variant(name: str, spec: dict, model_kind: str, args, device: torch.devi
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
         t = time.perf_counter()
-        loss = step().item()  # the loss is read back every step, as bench_train does
+        step().item()  # the loss is read back every step, as bench_train does
         if device.type == "cuda":
             e1.record()
             e1.synchronize()
@@ -316,8 +316,7 @@ def run_variant(name: str, spec: dict, model_kind: str, args, device: torch.devi
     row["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     if scaler is not None:
         row["loss_scale"] = float(scaler.get_scale())
-    del fwd, model, opt, ids, labels, positions
-    return row
+    return row  # the model, optimizer and inputs go with this frame (collected before the next variant)
 
 
 def fmt(v, spec: str) -> str:
