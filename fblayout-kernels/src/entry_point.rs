@@ -2,9 +2,10 @@
 //! a coordinate: what a kernel author writes around a body that names coordinates.
 //!
 //! Every kernel of this crate that walks a shape (the elementwise kernels, the embedding, the
-//! cross-entropy, the [gather](crate::gather) and the [index probe](crate::probe)) is a
-//! compute entry point with one invocation per unit of work, dispatched over a number of
-//! workgroups that [`Batch::dispatch_linear`](crate::runtime::Batch::dispatch_linear) (or
+//! cross-entropy, [RoPE](crate::ops::rope), the [gather](crate::gather) and the [index
+//! probe](crate::probe)) is a compute entry point with one invocation per unit of work,
+//! dispatched over a number of workgroups that
+//! [`Batch::dispatch_linear`](crate::runtime::Batch::dispatch_linear) (or
 //! [`Gpu::dispatch_linear`](crate::runtime::Gpu::dispatch_linear)) folds into a 2-D grid. They
 //! share what is written here, and so can a kernel of your own built with
 //! [`KernelSource`](fblayout_core::kernel::KernelSource):
