@@ -49,6 +49,47 @@ fn overflowing_extent_names_the_axis_and_the_size() {
     assert!(matches!(one(&spec), LayoutError::Overflow { .. }));
 }
 
+/// A zero extent does not hide an overflow of the other axes: both are reported, each naming
+/// its axis.
+#[test]
+fn zero_extent_and_overflow_are_both_reported() {
+    let all = errors(
+        &LayoutSpec::new("x")
+            .axis("a", 0)
+            .axis("b", 1 << 20)
+            .axis("c", 1 << 20),
+    );
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(
+        matches!(&all[0], LayoutError::ZeroExtent { axis, .. } if axis == "a"),
+        "{all:?}"
+    );
+    assert!(
+        matches!(&all[1], LayoutError::Overflow { axis, elements, .. }
+            if axis == "c" && *elements == 1 << 40),
+        "{all:?}"
+    );
+    // A product past 2^64 of 8-byte elements, behind a zero: still both.
+    let all = errors(
+        &LayoutSpec::new("y")
+            .elem(ElemType::F64)
+            .axis("a", 0)
+            .axis("b", u32::MAX)
+            .axis("c", u32::MAX)
+            .axis("d", u32::MAX),
+    );
+    assert!(
+        all.iter()
+            .any(|e| matches!(e, LayoutError::ZeroExtent { axis, .. } if axis == "a")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter()
+            .any(|e| matches!(e, LayoutError::Overflow { axis, .. } if axis == "c")),
+        "{all:?}"
+    );
+}
+
 #[test]
 fn run_time_overflow_is_caught_when_binding() {
     let x = LayoutSpec::new("x")

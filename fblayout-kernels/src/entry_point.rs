@@ -1,30 +1,69 @@
-//! The WGSL the kernels generate around a layout's index functions.
+//! The opening of a compute entry point over a linear index, and the decode of that index into
+//! a coordinate: what a kernel author writes around a body that names coordinates.
 //!
-//! Every kernel of this crate (the [gather](crate::gather), the [index probe](crate::probe)) is
-//! a compute entry point with one invocation per element of a row-major array, dispatched with
-//! [`Gpu::dispatch_linear`](crate::runtime::Gpu::dispatch_linear). They share what is written
-//! here:
+//! Every kernel of this crate that walks a shape (the elementwise kernels, the embedding, the
+//! cross-entropy, [RoPE](crate::ops::rope), the [gather](crate::gather) and the [index
+//! probe](crate::probe)) is a compute entry point with one invocation per unit of work,
+//! dispatched over a number of workgroups that
+//! [`Batch::dispatch_linear`](crate::runtime::Batch::dispatch_linear) (or
+//! [`Gpu::dispatch_linear`](crate::runtime::Gpu::dispatch_linear)) folds into a 2-D grid. They
+//! share what is written here, and so can a kernel of your own built with
+//! [`KernelSource`](fblayout_core::kernel::KernelSource):
 //!
-//! - their storage buffers of `u32` words ([`storage_array`]);
-//! - the entry point's opening ([`LinearEntry::open`]): the invocation's linear index from the
-//!   folded 2-D workgroup grid (`(wg.x + wg.y · nwg.x) · WORKGROUP_SIZE + lid`, see
-//!   [`linear_grid`](crate::runtime::linear_grid)), and an early return past the last element;
-//! - the decode of that index into the coordinate of a shape, last axis fastest
-//!   ([`LinearEntry::decode`]): the WGSL twin of
-//!   [`unravel`](fblayout_core::layout::unravel).
+//! - [`LinearEntry::open`]: the entry point's signature, the invocation's linear index from the
+//!   folded grid (`(wg.x + wg.y · nwg.x) · WORKGROUP_SIZE + lid`, see
+//!   [`linear_grid`](crate::runtime::linear_grid)), and an early return past the last unit;
+//! - [`LinearEntry::decode`]: that index as the coordinate of a shape, last axis fastest (the
+//!   WGSL twin of [`unravel`](fblayout_core::layout::unravel)), named by
+//!   [`LinearEntry::coord`];
+//! - [`workgroups`]: how many workgroups of [`WORKGROUP_SIZE`] invocations to dispatch, or
+//!   `None` where the index would not fit a `u32`.
 //!
 //! Every name an entry point declares starts with its prefix, so it cannot collide with the
-//! layout functions of the module it is appended to.
+//! functions the kernel surface declares for the operands (`x_load`, `x_dim0`, …) or with the
+//! body's own names.
+//!
+//! ```
+//! use fblayout_core::kernel::{KernelSource, Operand};
+//! use fblayout_core::layout::LayoutSpec;
+//! use fblayout_kernels::entry_point::{LinearEntry, workgroups};
+//!
+//! // y = 2·x over [tokens, hidden], whatever the layouts: one invocation per element.
+//! let x = LayoutSpec::new("x").dyn_axis("tokens").axis("hidden", 96).build()?;
+//! let entry = LinearEntry { name: "double", prefix: "dbl" };
+//! let extents = ["y_dim0()".to_owned(), "y_dim1()".to_owned()];
+//! let (t, h) = (entry.coord(0), entry.coord(1));
+//! let body = format!(
+//!     "{open}{decode}    y_store({t}, {h}, 2.0 * x_load({t}, {h}));\n}}\n",
+//!     open = entry.open(&extents.join(" * ")),
+//!     decode = entry.decode(&extents),
+//! );
+//! let kernel = KernelSource::new("double")
+//!     .operand(Operand::read("x", &x.view())?)
+//!     .operand(Operand::write("y", &x.view())?)
+//!     .body(body)
+//!     .build()?; // validated by naga
+//! assert!(kernel.source().contains("fn double("));
+//! // 1000 tokens of 96: the count to give `Batch::dispatch_linear(&kernel, "double", ..)`.
+//! assert_eq!(workgroups(1000 * 96), Some(375));
+//! // Past 2^32 invocations the index would wrap: refused.
+//! assert_eq!(workgroups(1 << 33), None);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::fmt::Write as _;
 
-/// Invocations per workgroup of every generated entry point.
-pub(crate) const WORKGROUP_SIZE: u32 = 256;
+/// Invocations per workgroup of every entry point [`LinearEntry::open`] writes.
+pub const WORKGROUP_SIZE: u32 = 256;
 
-/// The workgroups that cover `invocations` invocations, for
-/// [`Gpu::dispatch_linear`](crate::runtime::Gpu::dispatch_linear).
-pub(crate) fn workgroups(invocations: u64) -> u32 {
-    invocations.div_ceil(u64::from(WORKGROUP_SIZE)) as u32
+/// The workgroups that cover `invocations` invocations of an entry point written by
+/// [`LinearEntry::open`], for `dispatch_linear`; `None` past 2^32 invocations, whose linear
+/// index a `u32` can't hold (the whole grid's, the last workgroup's tail included).
+pub fn workgroups(invocations: u64) -> Option<u32> {
+    if invocations > 1 << 32 {
+        return None;
+    }
+    u32::try_from(invocations.div_ceil(u64::from(WORKGROUP_SIZE))).ok()
 }
 
 /// Whether a kernel writes a buffer.
@@ -45,29 +84,38 @@ pub(crate) fn storage_array(binding: u32, access: Access, name: &str) -> String 
     format!("@group(0) @binding({binding}) var<storage, {access}> {name}: array<u32>;\n")
 }
 
-/// A compute entry point over a linear index.
+/// A compute entry point over a linear index (see the module docs): its name, and the prefix
+/// of every name it declares.
+///
+/// The WGSL it writes uses the names `<prefix>_wg`, `<prefix>_nwg`, `<prefix>_lid` (the
+/// built-ins), `<prefix>_i` ([`index`](Self::index)), `<prefix>_rest` and `<prefix>_c<d>`
+/// ([`coord`](Self::coord)); a body should not declare names of its own starting with
+/// `<prefix>_` but these.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct LinearEntry<'a> {
-    /// The entry point's name.
-    pub(crate) name: &'a str,
-    /// The start of every name the entry point declares.
-    pub(crate) prefix: &'a str,
+pub struct LinearEntry<'a> {
+    /// The entry point's name: the `entry` a dispatch names.
+    pub name: &'a str,
+    /// The start of every name the entry point declares (a WGSL identifier).
+    pub prefix: &'a str,
 }
 
 impl LinearEntry<'_> {
-    /// The name of the invocation's linear index.
-    pub(crate) fn index(&self) -> String {
+    /// The name of the invocation's linear index, a `u32` below the count given to
+    /// [`open`](Self::open).
+    pub fn index(&self) -> String {
         format!("{}_i", self.prefix)
     }
 
-    /// The name of coordinate `d` after [`decode`](Self::decode).
-    pub(crate) fn coord(&self, d: usize) -> String {
+    /// The name of coordinate `d` after [`decode`](Self::decode), a `u32`.
+    pub fn coord(&self, d: usize) -> String {
         format!("{}_c{d}", self.prefix)
     }
 
-    /// The entry point up to its body: its signature, the linear index, and a return for the
-    /// invocations at or past `count` (a WGSL `u32` expression). The caller closes the body.
-    pub(crate) fn open(&self, count: &str) -> String {
+    /// The entry point up to its body: its signature (`@workgroup_size(`[`WORKGROUP_SIZE`]`)`),
+    /// the linear index, and a return for the invocations at or past `count` (a WGSL `u32`
+    /// expression: the units of work). The caller writes the body and closes it with `}`; it
+    /// dispatches [`workgroups`]`(count)` workgroups.
+    pub fn open(&self, count: &str) -> String {
         let LinearEntry { name, prefix } = *self;
         let i = self.index();
         format!(
@@ -95,10 +143,12 @@ impl LinearEntry<'_> {
             .join(", ")
     }
 
-    /// Statements that decode the linear index into the coordinates `coord(0)`, …, of a shape
-    /// with `extents` (WGSL `u32` expressions, one per axis), row-major: the last coordinate
-    /// varies fastest. The first extent is never read: coordinate 0 takes what is left.
-    pub(crate) fn decode(&self, extents: &[String]) -> String {
+    /// Statements (indented one level, for the body after [`open`](Self::open)) that decode
+    /// the linear index into the coordinates `coord(0)`, …, of a shape with `extents` (WGSL
+    /// `u32` expressions, one per axis), row-major: the last coordinate varies fastest. The
+    /// first extent is never read: coordinate 0 takes what is left. Nothing for a rank-0
+    /// shape.
+    pub fn decode(&self, extents: &[String]) -> String {
         let mut s = String::new();
         if extents.is_empty() {
             return s;
@@ -123,6 +173,18 @@ mod tests {
     use wgpu::naga;
 
     use super::*;
+
+    #[test]
+    fn workgroups_cover_the_invocations_while_the_index_fits_a_u32() {
+        assert_eq!(workgroups(0), Some(0));
+        assert_eq!(workgroups(1), Some(1));
+        assert_eq!(workgroups(256), Some(1));
+        assert_eq!(workgroups(257), Some(2));
+        // The last index of the grid is 2^32 − 1: still a u32.
+        assert_eq!(workgroups(1 << 32), Some(1 << 24));
+        assert_eq!(workgroups((1 << 32) + 1), None);
+        assert_eq!(workgroups(u64::MAX), None);
+    }
 
     #[test]
     fn entry_points_validate_for_every_rank_and_count() {

@@ -100,13 +100,11 @@ impl Gather {
         check_words(&what, "the source", src, self.source_len)?;
         check_words(&what, "the destination", dst, self.elements)?;
         let bindings = [Binding::new(0, src), Binding::new(1, dst)];
-        gpu.dispatch_linear(
-            &self.module,
-            GATHER_ENTRY,
-            &bindings,
-            workgroups(self.elements),
-        )
-        .map(|_| ())
+        // `new` keeps the elements inside the u32 index space.
+        let workgroups = workgroups(self.elements)
+            .ok_or_else(|| GpuError::bad_input(what, "the elements exceed the u32 index space"))?;
+        gpu.dispatch_linear(&self.module, GATHER_ENTRY, &bindings, workgroups)
+            .map(|_| ())
     }
 }
 

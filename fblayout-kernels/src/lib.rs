@@ -10,11 +10,10 @@
 //! - [`probe`]: evaluates a layout's WGSL `<name>_offset`/`<name>_in_bounds` functions on the GPU
 //!   for every coordinate of a shape, so tests can compare them with the CPU path.
 //! - [`gather`]: materialises a view as a dense row-major tensor.
-//!
-//! The probe and the gather write their entry points with one private module,
-//! `entry_point` (a compute entry point over a linear index, and the row-major decode of that
-//! index into a coordinate), which the elementwise kernels use too; the kernels' operands come
-//! from the core's kernel surface ([`fblayout_core::kernel`]).
+//! - [`entry_point`]: a compute entry point over a linear index, the row-major decode of that
+//!   index into a coordinate, and the workgroups to dispatch: what every kernel here that walks
+//!   a shape is written with, public for kernels of your own; their operands come from the
+//!   core's kernel surface ([`fblayout_core::kernel`]).
 //!
 //! The GPU is chosen with `FBLAYOUT_ADAPTER` (a substring of the adapter name) and
 //! `FBLAYOUT_BACKEND` (`vulkan`, `metal`, `dx12`, `gl`, `all`); `FBLAYOUT_DISABLE` turns
@@ -23,7 +22,7 @@
 //! the CPU.
 
 pub mod cpu;
-mod entry_point;
+pub mod entry_point;
 pub mod gather;
 pub mod ops;
 pub mod probe;

@@ -117,7 +117,9 @@ pub fn probe_offsets(gpu: &Gpu, req: &ProbeRequest<'_>) -> Result<Vec<Option<u32
         dims_buffer = GpuBuffer::from_slice(gpu, &dims)?;
         bindings.push(Binding::new(0, &dims_buffer));
     }
-    gpu.dispatch_linear(&probe, PROBE_ENTRY, &bindings, workgroups(count))?;
+    let workgroups = workgroups(count)
+        .ok_or_else(|| GpuError::bad_input(what(), "more points than a u32 index counts"))?;
+    gpu.dispatch_linear(&probe, PROBE_ENTRY, &bindings, workgroups)?;
     let raw = out.read_back::<u32>()?;
     Ok(raw
         .into_iter()

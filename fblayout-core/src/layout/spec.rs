@@ -399,8 +399,16 @@ fn default_tile(n: u32) -> u32 {
 
 /// Static parts of the buffer must fit the u32 index space (run-time extents count as 1 here;
 /// the whole buffer is checked again when the layout is bound).
+///
+/// A zero extent counts as 1 too: it is reported on its own ([`LayoutError::ZeroExtent`]), and
+/// counted as 0 it would make the product 0 and hide an overflow of the other axes, which is
+/// a second problem to report with the first.
 fn check_size(tensor: &str, layout: &TensorLayout, errors: &mut Vec<LayoutError>) {
-    let extents = layout.extents_with(|_| 1);
+    let extents: Vec<u64> = layout
+        .extents_with(|_| 1)
+        .into_iter()
+        .map(|n| n.max(1))
+        .collect();
     if let Some((axis, elements)) = layout.exceeds(&extents, MAX_ELEMENTS) {
         errors.push(LayoutError::Overflow {
             tensor: tensor.to_owned(),

@@ -5,6 +5,7 @@ use fblayout_core::kernel::{KernelModule, KernelSource, ParamValue};
 use fblayout_core::layout::View;
 
 use super::error::OpError;
+use crate::entry_point::workgroups;
 use crate::runtime::{Batch, Gpu, linear_grid};
 use crate::tensor::GpuArg;
 
@@ -112,6 +113,17 @@ impl Compiled {
         params.extend(scalars.iter().map(|(n, v)| ((*n).to_owned(), *v)));
         Ok((buffers, params))
     }
+}
+
+/// The workgroups of `invocations` invocations of a linear entry point of `op`, or why they
+/// don't fit its `u32` index.
+pub(crate) fn workgroups_for(op: &'static str, invocations: u64) -> Result<u32, OpError> {
+    workgroups(invocations).ok_or_else(|| {
+        OpError::shape(
+            op,
+            format!("{invocations} invocations are past the 2^32 a u32 index can count"),
+        )
+    })
 }
 
 /// Checks that an argument of operand `role` of `op` is read through `built`, the view the op

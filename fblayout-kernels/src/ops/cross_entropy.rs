@@ -30,13 +30,13 @@ use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Sca
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use rayon::prelude::*;
 
-use super::compiled::Compiled;
+use super::compiled::{Compiled, workgroups_for};
 use super::error::OpError;
 use super::softmax::{
     NAN, Quads, Role, RowCode, RowKernels, RowShape, check_float, map_rows, rows_of, wide_of,
 };
 use crate::cpu::{Logical, LogicalMut, Real};
-use crate::entry_point::{LinearEntry, workgroups};
+use crate::entry_point::LinearEntry;
 use crate::runtime::{Batch, Gpu, GpuBuffer};
 use crate::tensor::GpuArg;
 use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
@@ -474,7 +474,7 @@ impl CrossEntropyOp {
                 ("ignore_index", ParamValue::U32(self.ignore_index)),
                 ("dloss", ParamValue::F32(dloss)),
             ],
-            workgroups(units),
+            workgroups_for(BACKWARD, units)?,
         )
     }
 }

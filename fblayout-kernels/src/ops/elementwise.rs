@@ -28,11 +28,11 @@ use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::View;
 use rayon::prelude::*;
 
-use super::compiled::Compiled;
+use super::compiled::{Compiled, workgroups_for};
 use super::error::OpError;
 use super::group;
 use crate::cpu::{Logical, LogicalMut, Real};
-use crate::entry_point::{LinearEntry, WORKGROUP_SIZE, workgroups};
+use crate::entry_point::{LinearEntry, WORKGROUP_SIZE};
 use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
 
@@ -225,8 +225,13 @@ impl Elementwise {
             .copied()
             .zip(args.iter().copied())
             .collect();
-        self.compiled
-            .record_linear(batch, ENTRY, &named, scalars, workgroups(u64::from(units)))
+        self.compiled.record_linear(
+            batch,
+            ENTRY,
+            &named,
+            scalars,
+            workgroups_for(op, u64::from(units))?,
+        )
     }
 }
 
@@ -392,7 +397,10 @@ impl ElementwiseGroup {
                     ),
                 ));
             }
-            counts.push(workgroups(u64::from(units(op, roles, args, *vector)?)));
+            counts.push(workgroups_for(
+                op,
+                u64::from(units(op, roles, args, *vector)?),
+            )?);
             named.extend(roles.iter().copied().zip(args.iter().copied()));
         }
         named.extend(self.unwalked.iter().copied().zip(unwalked.iter().copied()));

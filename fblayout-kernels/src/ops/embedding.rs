@@ -27,11 +27,11 @@ use fblayout_core::kernel::{KernelModule, KernelSource, Operand};
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use rayon::prelude::*;
 
-use super::compiled::Compiled;
+use super::compiled::{Compiled, workgroups_for};
 use super::error::OpError;
 use super::softmax::{NAN, Quads, Role, check_float, wide_of};
 use crate::cpu::{Logical, LogicalMut, Real};
-use crate::entry_point::{LinearEntry, workgroups};
+use crate::entry_point::LinearEntry;
 use crate::runtime::{Batch, Gpu, GpuBuffer};
 use crate::tensor::GpuArg;
 
@@ -342,7 +342,7 @@ impl EmbeddingOp {
             FORWARD_ENTRY,
             &[("ids", ids), ("table", table), ("out", out)],
             &[],
-            workgroups(units(o[0], o[1])),
+            workgroups_for(FORWARD, units(o[0], o[1]))?,
         )
     }
 
@@ -386,7 +386,7 @@ impl EmbeddingOp {
             entry,
             &[walk, index[0], index[1], ("dout", dout), ("dtable", dtable)],
             &[],
-            workgroups(units(walked, tab[1])),
+            workgroups_for(BACKWARD, units(walked, tab[1]))?,
         )
     }
 }

@@ -24,6 +24,7 @@
 //! - [`cross_entropy`]: cross-entropy of logits against integer labels, with ignored rows.
 //! - [`embedding`]: embedding lookup and its deterministic scatter-add gradient.
 //! - [`attention`]: multi-head and grouped-query attention through views of Q, K and V.
+//! - [`rope`]: rotary position embedding (Llama's), forward and backward, and its tables.
 
 pub mod activation;
 pub mod adamw;
@@ -42,6 +43,7 @@ mod group;
 pub mod matmul;
 pub mod norm;
 pub(crate) mod reduce_rows;
+pub mod rope;
 pub mod softmax;
 
 pub use activation::{Activation, ActivationOp, SwigluOp};
@@ -60,4 +62,5 @@ pub use norm::{
     LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, NormOp, RmsNormGrads, RmsNormOp,
     RmsNormTensors, RowLaunch, RowSum,
 };
+pub use rope::{RopeAngles, RopeOp, RopeScaling, RopeViews, rope_tables};
 pub use softmax::{Mask, Softmax, SoftmaxOp};

@@ -72,9 +72,8 @@ use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 
 use self::shader::{Epilogue, Finish, GemmSpec, Staging, Store};
-use super::compiled::Compiled;
+use super::compiled::{Compiled, workgroups_for};
 use super::error::OpError;
-use crate::entry_point::workgroups;
 use crate::runtime::{Batch, Gpu, GpuBuffer};
 use crate::tensor::GpuArg;
 
@@ -525,7 +524,13 @@ impl Reduction {
         args.extend(bias.map(|b| (Bias::ROLE, b)));
         let mut scalars = finish_scalars(bias.is_some(), scale);
         scalars.push(("splits", ParamValue::U32(split)));
-        kernel.record_linear(batch, Self::ENTRY, &args, &scalars, workgroups(units))
+        kernel.record_linear(
+            batch,
+            Self::ENTRY,
+            &args,
+            &scalars,
+            workgroups_for(REDUCE_OP, units)?,
+        )
     }
 }
 
