@@ -221,9 +221,9 @@ fn cpu_as<I: Real, O: Real>(
     );
     let mut out = output.arg_mut(&mut o);
     if backward {
-        rope_backward_cpu::<I, O>(&i, &p, &c, &s, &mut out)?;
+        rope_backward_cpu::<I, O, f32>(&i, &p, &c, &s, &mut out)?;
     } else {
-        rope_forward_cpu::<I, O>(&i, &p, &c, &s, &mut out)?;
+        rope_forward_cpu::<I, O, f32>(&i, &p, &c, &s, &mut out)?;
     }
     drop(out);
     Ok(output.read_host(&o))

@@ -33,7 +33,7 @@
 //!
 //! # On the CPU
 //! [`rope_forward_cpu`] and [`rope_backward_cpu`] compute the same in `f64` through the
-//! operands' addressing, reading the tables as stored (`f32`).
+//! operands' addressing, reading the tables as stored.
 //!
 //! ```no_run
 //! use fblayout_core::layout::{ElemType, LayoutSpec};
@@ -567,14 +567,15 @@ fn body(pass: Pass, name: &str, wide: bool) -> String {
 }
 
 /// `y = rope(x)` on the CPU, in `f64` (see the module docs): `x` and `y` `[batch, seq, heads,
-/// head_dim]`, `positions` `[batch, seq]`, `cos` and `sin` `[max_positions, head_dim/2]`. A
+/// head_dim]`, `positions` `[batch, seq]`, `cos` and `sin` `[max_positions, head_dim/2]` (of any
+/// element type: the GPU reads `f32` tables, an `f64` executor its own). A
 /// position at or past `max_positions` is an [`OpError::OutOfRange`] (its `position` the
 /// token's, `b · seq + s`), raised before anything is written.
-pub fn rope_forward_cpu<X: Real, Y: Real>(
+pub fn rope_forward_cpu<X: Real, Y: Real, T: Real>(
     x: &dyn Logical<X>,
     positions: &dyn Logical<u32>,
-    cos: &dyn Logical<f32>,
-    sin: &dyn Logical<f32>,
+    cos: &dyn Logical<T>,
+    sin: &dyn Logical<T>,
     y: &mut dyn LogicalMut<Y>,
 ) -> Result<(), OpError> {
     rotate_cpu(Pass::Forward, x, positions, [cos, sin], y)
@@ -582,22 +583,22 @@ pub fn rope_forward_cpu<X: Real, Y: Real>(
 
 /// `dx = ropeᵀ(dy)` on the CPU, in `f64`: `dy` of `y`'s shape, `dx` of `x`'s; as
 /// [`rope_forward_cpu`] otherwise.
-pub fn rope_backward_cpu<Y: Real, X: Real>(
+pub fn rope_backward_cpu<Y: Real, X: Real, T: Real>(
     dy: &dyn Logical<Y>,
     positions: &dyn Logical<u32>,
-    cos: &dyn Logical<f32>,
-    sin: &dyn Logical<f32>,
+    cos: &dyn Logical<T>,
+    sin: &dyn Logical<T>,
     dx: &mut dyn LogicalMut<X>,
 ) -> Result<(), OpError> {
     rotate_cpu(Pass::Backward, dy, positions, [cos, sin], dx)
 }
 
 /// The rotation of `pass` from `input` into `output`.
-fn rotate_cpu<I: Real, O: Real>(
+fn rotate_cpu<I: Real, O: Real, T: Real>(
     pass: Pass,
     input: &dyn Logical<I>,
     positions: &dyn Logical<u32>,
-    [cos, sin]: [&dyn Logical<f32>; 2],
+    [cos, sin]: [&dyn Logical<T>; 2],
     output: &mut dyn LogicalMut<O>,
 ) -> Result<(), OpError> {
     let op = pass.op();
@@ -642,8 +643,8 @@ fn rotate_cpu<I: Real, O: Real>(
             let (s, b) = (rest % seq, rest / seq);
             let p = pos[b * seq + s] as usize;
             let k = i % half;
-            let c = f64::from(cos.get(&[p, k]));
-            let sn = sign * f64::from(sin.get(&[p, k]));
+            let c = cos.get(&[p, k]).to_f64();
+            let sn = sign * sin.get(&[p, k]).to_f64();
             let a = input.get(&[b, s, h, k]).to_f64();
             let other = input.get(&[b, s, h, k + half]).to_f64();
             let v = if i < half {

@@ -67,6 +67,13 @@ pub enum Op {
         /// Whether a query sees only the keys up to its own position.
         causal: bool,
     },
+    /// `x, positions, cos, sin → y`: rotary position embedding of every head of `x`
+    /// `[batch, seq, heads · head_dim]` by its token's position, from the constant tables `cos`
+    /// and `sin` `[max_positions, head_dim / 2]`.
+    Rope {
+        /// Heads.
+        heads: u32,
+    },
     /// `logits, labels → loss`: per-row cross-entropy; labels equal to `ignore_index` count
     /// for nothing.
     CrossEntropy {
@@ -104,6 +111,11 @@ pub enum Op {
         kv_heads: u32,
         /// Whether the forward was causal.
         causal: bool,
+    },
+    /// `dy, positions, cos, sin → dx`: the rotation by the opposite angles.
+    RopeGrad {
+        /// Heads.
+        heads: u32,
     },
     /// `logits, labels → dlogits`: the gradient of the mean loss over the counted rows.
     CrossEntropyGrad {

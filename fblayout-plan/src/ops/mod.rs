@@ -37,6 +37,7 @@ mod embedding;
 pub(crate) mod gpu;
 mod linear;
 mod norm;
+mod rope;
 mod shape;
 #[cfg(test)]
 mod tests;
@@ -318,6 +319,14 @@ impl Op {
                 causal,
                 backward: true,
             }),
+            Self::Rope { heads } => Box::new(rope::Rope {
+                heads,
+                backward: false,
+            }),
+            Self::RopeGrad { heads } => Box::new(rope::Rope {
+                heads,
+                backward: true,
+            }),
             Self::CrossEntropy { ignore_index } => Box::new(cross_entropy::CrossEntropy {
                 ignore_index,
                 backward: false,
@@ -377,6 +386,8 @@ pub fn registry() -> Vec<Op> {
             kv_heads: 2,
             causal: true,
         },
+        Op::Rope { heads: 2 },
+        Op::RopeGrad { heads: 2 },
         Op::CrossEntropy { ignore_index: 7 },
         Op::CrossEntropyGrad { ignore_index: 7 },
         Op::AdamW { copy: false },
