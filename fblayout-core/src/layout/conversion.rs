@@ -156,6 +156,16 @@ pub fn classify_conversion(
     ))
 }
 
+/// The padded extent of every axis of `view`, in the view's order, with the run-time
+/// `extents` bound: two views [`classify_conversion`] can compare have the same.
+pub fn padded_extents(view: &View, extents: &[(&str, u32)]) -> Result<Vec<u64>, LayoutError> {
+    Ok(Side::new(view, extents)?
+        .axes
+        .into_iter()
+        .map(|(_, _, padded)| padded)
+        .collect())
+}
+
 /// [`classify_conversion`] for the two tensors read as they are declared.
 pub fn classify_layouts(
     src: &TensorLayout,

@@ -44,7 +44,7 @@ mod unravel;
 mod view;
 
 pub use bound::BoundView;
-pub use conversion::{Conversion, classify_conversion, classify_layouts};
+pub use conversion::{Conversion, classify_conversion, classify_layouts, padded_extents};
 pub use elem::{ElemType, UnknownElemType};
 pub use error::{LayoutError, LayoutErrors, MAX_ELEMENTS, Pass, Site};
 pub use spec::{AxisSpec, DEFAULT_REDUCTION_TILE, Extent, LayoutSpec, Order};

@@ -26,7 +26,7 @@
 //! made by a `Convert` are exempt: they are the other layout); and the operations of
 //! `access::reads_stored` read their inputs without conversion.
 
-use fblayout_core::layout::{Conversion, ElemType, TensorLayout, classify_layouts};
+use fblayout_core::layout::{Conversion, ElemType, TensorLayout, classify_layouts, padded_extents};
 
 use super::PlanError;
 use super::access::{Access, Matmul, Walk, accesses, reads_stored};
@@ -653,6 +653,11 @@ fn shape_costs(
         layouts.push(layout);
     }
     let n = candidates.len();
+    let padded = layouts
+        .iter()
+        .map(|l| padded_extents(&l.view(), &extents))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(layout_err)?;
     let mut conversion = vec![vec![Conversion::Free; n]; n];
     let mut conversion_cost = vec![vec![0.0; n]; n];
     for from in 0..n {
@@ -660,13 +665,15 @@ fn shape_costs(
             if from == to {
                 continue;
             }
-            let class = classify_layouts(&layouts[from], &layouts[to], &extents).unwrap_or(
-                // Layouts whose padded spaces differ can't be compared element by element;
-                // a copy kernel converts them.
+            // Layouts whose padded spaces differ can't be compared element by element: a copy
+            // kernel converts them. Any other failure to classify is an error, never a cost.
+            let class = if padded[from] == padded[to] {
+                classify_layouts(&layouts[from], &layouts[to], &extents).map_err(layout_err)?
+            } else {
                 Conversion::GlobalCopy {
                     bytes: stored[from].bytes + stored[to].bytes,
-                },
-            );
+                }
+            };
             conversion_cost[from][to] = match class {
                 Conversion::Free => 0.0,
                 Conversion::InTile { .. } => {
