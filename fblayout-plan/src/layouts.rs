@@ -26,7 +26,7 @@ use std::fmt;
 
 use fblayout_core::layout::{ElemType, LayoutErrors, LayoutSpec, Order, TensorLayout};
 
-use crate::graph::{Dim, Sizes, Tensor};
+use crate::graph::{Dim, Graph, Role, Sizes, Tensor, TensorId};
 
 /// The multiple a row-major tensor's fixed last axis is padded to in memory where it is not a
 /// multiple of the kernels' vector width, 4 (see the module docs).
@@ -163,6 +163,85 @@ impl fmt::Display for LayoutChoice {
             Self::RTile(t) => write!(f, "R-Tile {t}×{t}"),
         }
     }
+}
+
+/// Why a graph's tensors can't be stored as asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The layouts don't match the graph's tensors one to one.
+    #[error("the graph has {tensors} tensors, but {layouts} layouts were given")]
+    LayoutCount {
+        /// Tensors in the graph.
+        tensors: usize,
+        /// Layouts given.
+        layouts: usize,
+    },
+    /// A tensor's layout could not be built.
+    #[error("tensor `{tensor}` can't be stored {choice}: {source}")]
+    Layout {
+        /// The tensor.
+        tensor: String,
+        /// Its layout.
+        choice: LayoutChoice,
+        /// Why.
+        source: LayoutErrors,
+    },
+}
+
+/// The layout of every tensor of `graph` stored as `choices` says (one per tensor, by id).
+///
+/// Layouts are named after their tensors, with every character that can't be part of a Rust
+/// or WGSL identifier (the dots of `l0.attn.qkv`) replaced by `_`. A gradient stored like the
+/// tensor it is the gradient of shares that tensor's layout (the same declaration, so the same
+/// views): GPU kernels read a gradient through the view of its tensor and check that they are
+/// one.
+pub fn tensor_layouts(
+    graph: &Graph,
+    choices: &[LayoutChoice],
+) -> Result<Vec<TensorLayout>, StorageError> {
+    if choices.len() != graph.tensors().len() {
+        return Err(StorageError::LayoutCount {
+            tensors: graph.tensors().len(),
+            layouts: choices.len(),
+        });
+    }
+    let own = |t: TensorId| {
+        let (tensor, choice) = (graph.tensor(t), choices[t.index()]);
+        choice
+            .layout(&identifier(&tensor.name), tensor)
+            .map_err(|source| StorageError::Layout {
+                tensor: tensor.name.clone(),
+                choice,
+                source,
+            })
+    };
+    let mut layouts: Vec<Option<TensorLayout>> = vec![None; choices.len()];
+    for t in graph.ids() {
+        if !graph.tensor(t).is_grad() {
+            layouts[t.index()] = Some(own(t)?);
+        }
+    }
+    for t in graph.ids() {
+        if let Role::Grad { of } = graph.tensor(t).role {
+            let shared = layouts[of.index()]
+                .as_ref()
+                .filter(|_| choices[of.index()] == choices[t.index()])
+                .cloned();
+            layouts[t.index()] = Some(match shared {
+                Some(layout) => layout,
+                None => own(t)?,
+            });
+        }
+    }
+    Ok(layouts.into_iter().flatten().collect())
+}
+
+/// `name` with every character that is not ASCII alphanumeric replaced by `_`.
+fn identifier(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
 }
 
 #[cfg(test)]

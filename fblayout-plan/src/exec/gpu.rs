@@ -180,7 +180,7 @@ impl HostTime {
 /// one named section per operation, and submits it once (the first step records it; later
 /// ones submit that recording again, with only the work that changes per step recorded anew).
 /// The kernels read a gradient through the view of the tensor it is the gradient of, so a
-/// gradient must be stored like that tensor ([`tensor_layouts`](super::views::tensor_layouts)
+/// gradient must be stored like that tensor ([`tensor_layouts`](crate::layouts::tensor_layouts)
 /// then gives both one layout); where a kernel's operands don't fit, building fails with the
 /// kernel's error.
 ///

@@ -38,7 +38,8 @@ pub use init::initial_values;
 pub use scaling::LossScaling;
 
 use crate::graph::{Graph, Role, Sizes, Tensor, TensorId};
-use crate::layouts::LayoutChoice;
+use crate::layouts::{LayoutChoice, StorageError};
+use crate::memory::MemoryError;
 use crate::ops::{Along, IndexBound};
 
 /// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
@@ -189,6 +190,34 @@ pub enum ExecError {
     /// No tensor of that name, or one whose values a step does not keep.
     #[error("no tensor `{0}` can be read or written here")]
     Unknown(String),
+}
+
+impl From<StorageError> for ExecError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::LayoutCount { tensors, layouts } => {
+                Self::LayoutCount { tensors, layouts }
+            }
+            StorageError::Layout {
+                tensor,
+                choice,
+                source,
+            } => Self::Layout {
+                tensor,
+                choice,
+                source,
+            },
+        }
+    }
+}
+
+impl From<MemoryError> for ExecError {
+    fn from(e: MemoryError) -> Self {
+        match e {
+            MemoryError::Storage(e) => e.into(),
+            MemoryError::Bind { tensor, source } => Self::Bind { tensor, source },
+        }
+    }
 }
 
 impl ExecError {

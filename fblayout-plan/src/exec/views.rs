@@ -17,8 +17,8 @@ use fblayout_core::layout::{BoundView, LayoutError, TensorLayout, View};
 use fblayout_kernels::ops::qkv_views;
 
 use super::ExecError;
-use crate::graph::{Dim, Graph, Node, Role, Sizes, TensorId};
-use crate::layouts::LayoutChoice;
+use crate::graph::{Dim, Graph, Node, Sizes, TensorId};
+use crate::layouts::{LayoutChoice, tensor_layouts};
 use crate::ops::args::Bound;
 use crate::ops::{Args, Slot, ViewRule};
 
@@ -72,61 +72,6 @@ pub fn bind_graph(
         })?);
     }
     Ok(BoundGraph { whole, ops })
-}
-
-/// The layout of every tensor of `graph` stored as `choices` says (one per tensor, by id).
-///
-/// Layouts are named after their tensors, with every character that can't be part of a Rust
-/// or WGSL identifier (the dots of `l0.attn.qkv`) replaced by `_`. A gradient stored like the
-/// tensor it is the gradient of shares that tensor's layout (the same declaration, so the same
-/// views): GPU kernels read a gradient through the view of its tensor and check that they are
-/// one.
-pub fn tensor_layouts(
-    graph: &Graph,
-    choices: &[LayoutChoice],
-) -> Result<Vec<TensorLayout>, ExecError> {
-    if choices.len() != graph.tensors().len() {
-        return Err(ExecError::LayoutCount {
-            tensors: graph.tensors().len(),
-            layouts: choices.len(),
-        });
-    }
-    let own = |t: TensorId| {
-        let (tensor, choice) = (graph.tensor(t), choices[t.index()]);
-        choice
-            .layout(&identifier(&tensor.name), tensor)
-            .map_err(|source| ExecError::Layout {
-                tensor: tensor.name.clone(),
-                choice,
-                source,
-            })
-    };
-    let mut layouts: Vec<Option<TensorLayout>> = vec![None; choices.len()];
-    for t in graph.ids() {
-        if !graph.tensor(t).is_grad() {
-            layouts[t.index()] = Some(own(t)?);
-        }
-    }
-    for t in graph.ids() {
-        if let Role::Grad { of } = graph.tensor(t).role {
-            let shared = layouts[of.index()]
-                .as_ref()
-                .filter(|_| choices[of.index()] == choices[t.index()])
-                .cloned();
-            layouts[t.index()] = Some(match shared {
-                Some(layout) => layout,
-                None => own(t)?,
-            });
-        }
-    }
-    Ok(layouts.into_iter().flatten().collect())
-}
-
-/// `name` with every character that is not ASCII alphanumeric replaced by `_`.
-fn identifier(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
 }
 
 /// The operands of `node` of `graph`, whose tensors have `layouts`, by role: each the view its

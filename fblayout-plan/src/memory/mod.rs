@@ -30,10 +30,10 @@ mod recompute;
 
 use std::fmt;
 
-use crate::exec::ExecError;
-use crate::exec::views::tensor_layouts;
+use fblayout_core::layout::LayoutError;
+
 use crate::graph::{Graph, Role, Sizes, TensorId};
-use crate::layouts::LayoutChoice;
+use crate::layouts::{LayoutChoice, StorageError, tensor_layouts};
 
 pub use recompute::recompute;
 
@@ -137,7 +137,21 @@ impl Live {
 }
 
 /// Why a memory plan could not be made.
-pub type MemoryError = ExecError;
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// The tensors' layouts could not be built.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A tensor can't be bound to the run's sizes.
+    #[error("tensor `{tensor}` at the run's sizes: {source}")]
+    Bind {
+        /// The tensor.
+        tensor: String,
+        /// Why.
+        source: Box<LayoutError>,
+    },
+}
 
 /// Every tensor's buffer and the step's peak memory (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
@@ -173,7 +187,10 @@ pub fn plan_memory(
             let tensor = graph.tensor(t);
             let bound = layouts[t.index()]
                 .bind(&tensor.run_extents(sizes))
-                .map_err(|source| ExecError::bind(&tensor.name, source))?;
+                .map_err(|source| MemoryError::Bind {
+                    tensor: tensor.name.clone(),
+                    source: Box::new(source),
+                })?;
             Ok(bound.len() * u64::from(tensor.elem.size_bytes()))
         })
         .collect::<Result<Vec<u64>, MemoryError>>()?;

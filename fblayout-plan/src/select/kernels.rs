@@ -316,8 +316,8 @@ fn node_seconds(
     let inputs = StepInputs::random(vocab, sizes, 11);
     let mut steps = Vec::with_capacity(layouts.len());
     for (what, layouts) in layouts {
-        let memory =
-            plan_memory(graph, layouts, sizes, MemoryOptions::default()).map_err(step_err(what))?;
+        let memory = plan_memory(graph, layouts, sizes, MemoryOptions::default())
+            .map_err(|e| step_err(what)(e.into()))?;
         let mut step = GpuStep::new(gpu, graph, layouts, &memory, sizes, AdamWConfig::default())
             .map_err(step_err(what))?;
         step.upload_params(7).map_err(step_err(what))?;
