@@ -56,6 +56,6 @@ cat "$out/summary.txt"
 for f in "$out"/*.log; do
     echo
     echo "##### $(basename "$f")"
-    grep -E '^\||TFLOP|GB/s|agree|passed|failed|error|panicked' "$f" | grep -v XDG | tail -60
+    grep -E '^\||TFLOP|GB/s|agree|row-major / guided|passed|failed|error|panicked' "$f" | grep -v XDG | tail -60
 done
 exit $status

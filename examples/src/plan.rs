@@ -28,6 +28,9 @@ use fblayout_plan::memory::{MemoryError, MemoryOptions, MemoryPlan, plan_memory,
 use fblayout_plan::models::{self, Model, ModelConfig};
 use fblayout_plan::select::{self, CostModel, Plan, PlanError, Strategy};
 
+use crate::sizes;
+use crate::summary::{seconds, summary_line};
+
 /// Which shipped model to plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ModelArg {
@@ -339,46 +342,9 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
     Ok(())
 }
 
-/// One strategy's line of the summary.
-fn summary_line(plan: &Plan, peak: u64, mark: &str) -> String {
-    format!(
-        "  {:<10} {mark} {:>12} {:>5} conversions {:>10.2} MiB",
-        plan.strategy().to_string(),
-        seconds(plan.cost()),
-        plan.conversions().len(),
-        mib(peak)
-    )
-}
-
 /// Refuses sizes no graph or run can have, naming the flag.
 fn check_sizes(config: ModelConfig, sizes: Sizes) -> Result<(), PlanCommandError> {
-    for (flag, v) in [
-        ("--batch", sizes.batch),
-        ("--seq", sizes.seq),
-        ("--layers", config.layers),
-        ("--heads", config.heads),
-        ("--hidden", config.hidden),
-        ("--ffn", config.ffn),
-        ("--vocab", config.vocab),
-        ("--max-positions", config.max_positions),
-    ] {
-        if v == 0 {
-            return Err(PlanCommandError::Size(format!("{flag} must be at least 1")));
-        }
-    }
-    if !config.hidden.is_multiple_of(config.heads) {
-        return Err(PlanCommandError::Size(format!(
-            "--hidden {} is not a multiple of --heads {}",
-            config.hidden, config.heads
-        )));
-    }
-    if sizes.seq > config.max_positions {
-        return Err(PlanCommandError::Size(format!(
-            "--seq {} is longer than the position table (--max-positions {})",
-            sizes.seq, config.max_positions
-        )));
-    }
-    Ok(())
+    sizes::check_sizes(config, sizes).map_err(PlanCommandError::Size)
 }
 
 /// The memory plan of `plan`, buffers reused.
@@ -393,19 +359,6 @@ fn memory_of(plan: &Plan) -> Result<MemoryPlan, PlanCommandError> {
         strategy: plan.strategy(),
         source,
     })
-}
-
-/// Seconds in milliseconds, or in microseconds below one.
-fn seconds(s: f64) -> String {
-    if s >= 1e-3 {
-        format!("{:.3} ms", s * 1e3)
-    } else {
-        format!("{:.2} µs", s * 1e6)
-    }
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// The tensor of `plan` named `name`, or an error listing the names close to it: those that
