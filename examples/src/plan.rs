@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use fblayout_core::typed::suggest::closest;
 use fblayout_kernels::runtime::{Gpu, GpuError, default_cache_dir};
+use fblayout_plan::calibrate::CalibrationError;
 use fblayout_plan::graph::{GraphError, Sizes, TensorId};
 use fblayout_plan::memory::{MemoryError, MemoryOptions, MemoryPlan, plan_memory, recompute};
 use fblayout_plan::models::{self, Model, ModelConfig};
@@ -138,7 +139,7 @@ pub(crate) enum PlanCommandError {
     Gpu(#[source] GpuError),
     /// Calibration failed.
     #[error("calibrating the cost model: {0}")]
-    Calibrate(#[source] PlanError),
+    Calibrate(#[source] CalibrationError),
     /// A strategy's plan failed.
     #[error("the {strategy} plan: {source}")]
     Plan {

@@ -1,6 +1,6 @@
 //! The layouts a graph tensor can take.
 //!
-//! Every tensor of a [`Graph`](crate::graph::Graph) can be stored row-major, column-major, or
+//! Every tensor of a [`Graph`] can be stored row-major, column-major, or
 //! as an R-Tile with square `t × t` tiles over its last two axes. An R-Tile's forward
 //! reduction axis is the tensor's last axis (LayerNorm, softmax and the `k` of a matmul reduce
 //! it) and its backward reduction axis the one before (bias and weight gradients reduce over

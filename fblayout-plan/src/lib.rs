@@ -11,6 +11,8 @@
 //!   category, and recomputation of cheap activations.
 //! - [`exec`]: executing a training step (forward, backward, AdamW) of a graph under its
 //!   layouts and memory plan, with the views each kernel reads its operands through.
+//! - [`calibrate`]: the cost model's factors measured on an adapter, by timing kernels and
+//!   training steps: a layer above selection and execution.
 //! - [`select`]: the choice of every tensor's layout — cost model, calibration, strategies,
 //!   and the plan with its explanation.
 //!
@@ -29,6 +31,7 @@
 //! # Ok::<(), fblayout_plan::graph::GraphError>(())
 //! ```
 
+pub mod calibrate;
 pub mod exec;
 pub mod graph;
 pub mod layouts;

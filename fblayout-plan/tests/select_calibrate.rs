@@ -6,16 +6,16 @@ use std::path::PathBuf;
 
 use fblayout_kernels::Gpu;
 use fblayout_kernels::runtime::DiskCache;
+use fblayout_plan::calibrate::{
+    CalibrationError, VERSION, cache_key, cache_path, decode, encode, load_or_measure,
+};
 use fblayout_plan::graph::Sizes;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::models::{Model, ModelConfig, build};
-use fblayout_plan::select::calibrate::{
-    VERSION, cache_key, cache_path, decode, encode, load_or_measure,
-};
 use fblayout_plan::select::{
     CALIBRATION, CalibrationShape, Class, CostModel, Factors, KernelKind, Operand, Origin,
-    PlanError, Strategy, plan,
+    Strategy, plan,
 };
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -196,7 +196,7 @@ fn a_failed_measurement_writes_no_cache() {
     let dir = temp_dir("failed");
     let cache = DiskCache::at(dir.join("calibration-a.bin"), "adapter A".into());
     let err = load_or_measure(Some(&cache), "test adapter", || {
-        Err(PlanError::Calibration {
+        Err(CalibrationError::Measure {
             step: "test".into(),
             detail: "the kernel failed".into(),
         })

@@ -19,7 +19,7 @@
 //!
 //! [`CostModel::analytic`] holds the factors of a reference device, the H200 as measured in
 //! `BENCHMARKS.md`; [`CostModel::calibrated`](super::CostModel::calibrated) measures them on
-//! the actual adapter (see [`calibrate`](super::calibrate)).
+//! the actual adapter (see [`calibrate`](crate::calibrate)).
 
 use std::fmt;
 

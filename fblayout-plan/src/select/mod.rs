@@ -22,7 +22,7 @@
 //! `(plan.graph(), plan.layouts())`.
 //!
 //! [`CostModel::calibrated`] times the kernels of `fblayout-kernels` on the adapter to
-//! measure the model's factors ([`calibrate`]), and times a training step under each layout
+//! measure the model's factors ([`calibrate`](crate::calibrate)), and times a training step under each layout
 //! to fit a multiplier per kind of operation and layout that corrects the analytic terms
 //! ([`kernels`]); both are cached on disk per adapter and driver.
 //!
@@ -45,7 +45,6 @@
 //! ```
 
 pub mod access;
-pub mod calibrate;
 pub mod cost;
 pub mod exact;
 pub mod explain;
@@ -57,7 +56,6 @@ mod plan;
 pub mod svg;
 
 use std::fmt;
-use std::path::PathBuf;
 
 use fblayout_core::layout::{LayoutError, LayoutErrors};
 
@@ -156,50 +154,6 @@ pub enum PlanError {
     Factors {
         /// Which one, and its value.
         detail: String,
-    },
-    /// A kernel of the calibration failed.
-    #[error("calibration, {step}: {source}")]
-    Kernel {
-        /// The measurement.
-        step: String,
-        /// The kernel's error.
-        #[source]
-        source: Box<fblayout_kernels::ops::OpError>,
-    },
-    /// The GPU failed during calibration.
-    #[error("calibration, {step}: {source}")]
-    Gpu {
-        /// The measurement.
-        step: String,
-        /// The runtime's error.
-        #[source]
-        source: Box<fblayout_kernels::GpuError>,
-    },
-    /// A calibration layout could not be built.
-    #[error("calibration, {step}: {detail}")]
-    Calibration {
-        /// The measurement.
-        step: String,
-        /// What went wrong.
-        detail: String,
-    },
-    /// A training step timed by the calibration could not be built or run.
-    #[error("calibration, {step}: {source}")]
-    Exec {
-        /// The measurement.
-        step: String,
-        /// The executor's error.
-        #[source]
-        source: Box<crate::exec::ExecError>,
-    },
-    /// The calibration cache could not be written.
-    #[error("writing the calibration cache `{}`: {source}", path.display())]
-    Cache {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
     },
 }
 

@@ -15,7 +15,7 @@
 //!
 //! - **kernel factors**: training steps of a small graph under the candidate layouts, each
 //!   operation's kernels timed, fitted to one multiplier per kind of operation, operand
-//!   (activation or weight) and layout ([`kernels`](super::kernels)).
+//!   (activation or weight) and layout ([`kernels`](crate::select::kernels)).
 //!
 //! Every class is found by the same code the planner prices layouts with, so the factors
 //! line up with the classes of the graph's tensors.
@@ -37,12 +37,69 @@ use fblayout_kernels::tensor::GpuArg;
 use fblayout_kernels::{Gather, GpuBuffer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::PlanError;
-use super::cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes};
-use super::kernels::{
-    CALIBRATION, CalibrationShape, KernelFactors, KernelKind, Operand, measure_kernels, ticks,
-};
 use crate::layouts::LayoutChoice;
+use crate::select::PlanError;
+use crate::select::cost::{
+    Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes,
+};
+use crate::select::kernels::{CALIBRATION, CalibrationShape, KernelFactors, KernelKind, Operand};
+
+mod kernels;
+
+pub use kernels::{measure_kernels, ticks};
+
+/// Why a calibration failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CalibrationError {
+    /// The model or its objective could not be built, or the factors are not positive.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A kernel of the calibration failed.
+    #[error("calibration, {step}: {source}")]
+    Kernel {
+        /// The measurement.
+        step: String,
+        /// The kernel's error.
+        #[source]
+        source: Box<fblayout_kernels::ops::OpError>,
+    },
+    /// The GPU failed during calibration.
+    #[error("calibration, {step}: {source}")]
+    Gpu {
+        /// The measurement.
+        step: String,
+        /// The runtime's error.
+        #[source]
+        source: Box<fblayout_kernels::GpuError>,
+    },
+    /// A measurement could not be made or gave no usable value.
+    #[error("calibration, {step}: {detail}")]
+    Measure {
+        /// The measurement.
+        step: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A training step timed by the calibration could not be built or run.
+    #[error("calibration, {step}: {source}")]
+    Exec {
+        /// The measurement.
+        step: String,
+        /// The executor's error.
+        #[source]
+        source: Box<crate::exec::ExecError>,
+    },
+    /// The calibration cache could not be written.
+    #[error("writing the calibration cache `{}`: {source}", path.display())]
+    Cache {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// The format of the cache file, or of the kernels it times; a change makes every older file
 /// stale (6: the cooperative GEMM's unmasked whole k-steps; 5: its vector staging and stepped
@@ -91,7 +148,7 @@ impl CostModel {
     /// The model calibrated on `gpu`: read from the cache in `cache_dir` when a valid file is
     /// there, else measured ([`measure`]) and written there. `None` measures every time. The
     /// kernels are timed at the small [`CALIBRATION`] shape.
-    pub fn calibrated(gpu: &Gpu, cache_dir: Option<&Path>) -> Result<CostModel, PlanError> {
+    pub fn calibrated(gpu: &Gpu, cache_dir: Option<&Path>) -> Result<CostModel, CalibrationError> {
         Self::calibrated_at(gpu, cache_dir, CALIBRATION)
     }
 
@@ -103,7 +160,7 @@ impl CostModel {
         gpu: &Gpu,
         cache_dir: Option<&Path>,
         at: CalibrationShape,
-    ) -> Result<CostModel, PlanError> {
+    ) -> Result<CostModel, CalibrationError> {
         let info = gpu.info();
         let cache =
             cache_dir.map(|dir| DiskCache::at(cache_path(dir, info, &at), cache_key(info, &at)));
@@ -116,19 +173,23 @@ impl CostModel {
 pub fn load_or_measure(
     cache: Option<&DiskCache>,
     adapter: &str,
-    measure: impl FnOnce() -> Result<Factors, PlanError>,
-) -> Result<CostModel, PlanError> {
+    measure: impl FnOnce() -> Result<Factors, CalibrationError>,
+) -> Result<CostModel, CalibrationError> {
     let origin = |cache: String| Origin::Calibrated {
         adapter: adapter.to_owned(),
         cache,
     };
     let Some(cache) = cache else {
-        return CostModel::with_factors(measure()?, origin("measured; no cache".into()));
+        return Ok(CostModel::with_factors(
+            measure()?,
+            origin("measured; no cache".into()),
+        )?);
     };
     let why = match cache.load() {
         (Some(data), CacheLoad::Loaded { .. }) => match decode(&data) {
             Ok(factors) => {
-                return CostModel::with_factors(factors, origin("read from the cache".into()));
+                let read = origin("read from the cache".into());
+                return Ok(CostModel::with_factors(factors, read)?);
             }
             Err(reason) => format!("measured; the cache was rebuilt: {reason}"),
         },
@@ -139,7 +200,7 @@ pub fn load_or_measure(
     let model = CostModel::with_factors(factors, origin(why))?;
     cache
         .save(encode(&model.factors).as_bytes())
-        .map_err(|source| PlanError::Cache {
+        .map_err(|source| CalibrationError::Cache {
             path: cache.path().to_owned(),
             source,
         })?;
@@ -156,8 +217,8 @@ pub fn encode(f: &Factors) -> String {
     for (a, b, r) in &f.matmul.rates {
         s += &format!(
             "matmul {} {} {r}\n",
-            super::cost::short(*a),
-            super::cost::short(*b)
+            crate::select::cost::short(*a),
+            crate::select::cost::short(*b)
         );
     }
     for (kind, operand, layout, m) in &f.kernels.multipliers {
@@ -183,7 +244,7 @@ pub fn decode(data: &[u8]) -> Result<Factors, String> {
     let class = |s: &str| {
         Class::ALL
             .into_iter()
-            .find(|c| super::cost::short(*c) == s)
+            .find(|c| crate::select::cost::short(*c) == s)
             .ok_or_else(|| format!("unknown class `{s}`"))
     };
     for line in text.lines() {
@@ -240,8 +301,8 @@ struct Matrix {
 }
 
 impl Matrix {
-    fn new(gpu: &Gpu, step: &str, spec: LayoutSpec) -> Result<Self, PlanError> {
-        let layout = spec.build().map_err(|e| PlanError::Calibration {
+    fn new(gpu: &Gpu, step: &str, spec: LayoutSpec) -> Result<Self, CalibrationError> {
+        let layout = spec.build().map_err(|e| CalibrationError::Measure {
             step: step.to_owned(),
             detail: e.to_string(),
         })?;
@@ -253,31 +314,31 @@ impl Matrix {
     }
 
     /// The class of a walk along `axis`.
-    fn class(&self, step: &str, axis: usize) -> Result<Class, PlanError> {
+    fn class(&self, step: &str, axis: usize) -> Result<Class, CalibrationError> {
         Ok(walk_classes(&self.layout, &bound(step, &self.layout.view())?).0[axis])
     }
 
-    fn arg<'a>(&'a self, step: &str, view: &'a View) -> Result<GpuArg<'a>, PlanError> {
+    fn arg<'a>(&'a self, step: &str, view: &'a View) -> Result<GpuArg<'a>, CalibrationError> {
         GpuArg::bound(&self.buffer, view, bound(step, view)?).map_err(gpu_err(step))
     }
 }
 
-fn bound(step: &str, view: &View) -> Result<BoundView, PlanError> {
-    view.bind(&[]).map_err(|e| PlanError::Calibration {
+fn bound(step: &str, view: &View) -> Result<BoundView, CalibrationError> {
+    view.bind(&[]).map_err(|e| CalibrationError::Measure {
         step: step.to_owned(),
         detail: e.to_string(),
     })
 }
 
-fn gpu_err(step: &str) -> impl Fn(fblayout_kernels::GpuError) -> PlanError + '_ {
-    move |source| PlanError::Gpu {
+fn gpu_err(step: &str) -> impl Fn(fblayout_kernels::GpuError) -> CalibrationError + '_ {
+    move |source| CalibrationError::Gpu {
         step: step.to_owned(),
         source: Box::new(source),
     }
 }
 
-fn op_err(step: &str) -> impl Fn(fblayout_kernels::ops::OpError) -> PlanError + '_ {
-    move |source| PlanError::Kernel {
+fn op_err(step: &str) -> impl Fn(fblayout_kernels::ops::OpError) -> CalibrationError + '_ {
+    move |source| CalibrationError::Kernel {
         step: step.to_owned(),
         source: Box::new(source),
     }
@@ -310,7 +371,7 @@ enum Layout {
 
 /// The quickest of [`SAMPLES`] calls of `f`, after one call to warm up: other work on the
 /// machine only ever adds time, so the quickest sample is the least disturbed.
-fn quickest(mut f: impl FnMut() -> Result<f64, PlanError>) -> Result<f64, PlanError> {
+fn quickest(mut f: impl FnMut() -> Result<f64, CalibrationError>) -> Result<f64, CalibrationError> {
     f()?;
     (0..SAMPLES).try_fold(f64::INFINITY, |best, _| Ok(best.min(f()?)))
 }
@@ -322,7 +383,7 @@ fn time_gather(
     gather: &Gather,
     src: &GpuBuffer,
     dst: &GpuBuffer,
-) -> Result<f64, PlanError> {
+) -> Result<f64, CalibrationError> {
     quickest(|| {
         let start = Instant::now();
         for _ in 0..REPS {
@@ -337,8 +398,8 @@ fn time_gather(
 fn time_batch(
     gpu: &Gpu,
     step: &str,
-    record: &dyn Fn(&mut Batch<'_>) -> Result<(), PlanError>,
-) -> Result<f64, PlanError> {
+    record: &dyn Fn(&mut Batch<'_>) -> Result<(), CalibrationError>,
+) -> Result<f64, CalibrationError> {
     quickest(|| {
         let mut batch = gpu.batch();
         for _ in 0..REPS {
@@ -356,13 +417,13 @@ fn ratio(t: f64, base: f64, dispatch: f64) -> f64 {
 }
 
 /// Measures the factors on `gpu` (see the module docs).
-pub fn measure(gpu: &Gpu) -> Result<Factors, PlanError> {
+pub fn measure(gpu: &Gpu) -> Result<Factors, CalibrationError> {
     measure_at(gpu, CALIBRATION)
 }
 
 /// [`measure`], with the kernels timed in the block `at` describes (see
 /// [`CostModel::calibrated_at`]).
-pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, PlanError> {
+pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, CalibrationError> {
     let started = Instant::now();
     let gathers = 5;
     let softmaxes = 4;
@@ -417,14 +478,14 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, PlanError>
         ),
     )?;
     let dst = GpuBuffer::zeroed::<f32>(gpu, (n * n) as usize).map_err(gpu_err(step))?;
-    let gather_of = |m: &Matrix, view: &View| -> Result<f64, PlanError> {
+    let gather_of = |m: &Matrix, view: &View| -> Result<f64, CalibrationError> {
         let g = Gather::new(view, &bound(step, view)?).map_err(gpu_err(step))?;
         time_gather(gpu, step, &g, &m.buffer, &dst)
     };
     let tiny_layout = LayoutSpec::new("cal_tiny")
         .axis("i", 64)
         .build()
-        .map_err(|e| PlanError::Calibration {
+        .map_err(|e| CalibrationError::Measure {
             step: step.to_owned(),
             detail: e.to_string(),
         })?;
@@ -436,19 +497,18 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, PlanError>
     tick("copy");
     let bytes = 2.0 * f64::from(n * n) * 4.0;
     let bandwidth = bytes / (copy - dispatch).max(copy / 20.0);
-    let transposed = |m: &Matrix| -> Result<(Class, f64), PlanError> {
-        let view =
-            m.layout
-                .view()
-                .transpose("rows", "cols")
-                .map_err(|e| PlanError::Calibration {
+    let transposed =
+        |m: &Matrix| -> Result<(Class, f64), CalibrationError> {
+            let view = m.layout.view().transpose("rows", "cols").map_err(|e| {
+                CalibrationError::Measure {
                     step: step.to_owned(),
                     detail: e.to_string(),
-                })?;
-        // The gather walks the view's last axis: the matrix's rows.
-        let class = m.class(step, 0)?;
-        Ok((class, ratio(gather_of(m, &view)?, copy, dispatch)))
-    };
+                }
+            })?;
+            // The gather walks the view's last axis: the matrix's rows.
+            let class = m.class(step, 0)?;
+            Ok((class, ratio(gather_of(m, &view)?, copy, dispatch)))
+        };
     let mut measured = Vec::new();
     for m in [&rm, &rt4, &rt8] {
         measured.push(transposed(m)?);
@@ -488,7 +548,7 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, PlanError>
         .iter()
         .find(|(c, _)| *c == Class::Contiguous)
         .map(|x| x.1)
-        .ok_or_else(|| PlanError::Calibration {
+        .ok_or_else(|| CalibrationError::Measure {
             step: step.to_owned(),
             detail: "no softmax ran over contiguous rows".into(),
         })?;
@@ -560,22 +620,24 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, PlanError>
     };
     factors.kernels = measure_kernels(gpu, &factors, at, tick)?;
     bar.finish_and_clear();
-    factors.check().map_err(|detail| PlanError::Calibration {
-        step: "the measured factors".into(),
-        detail,
-    })?;
+    factors
+        .check()
+        .map_err(|detail| CalibrationError::Measure {
+            step: "the measured factors".into(),
+            detail,
+        })?;
     Ok(factors)
 }
 
 /// The factors of the measured `(class, ratio)` pairs; each of the three non-contiguous
 /// classes must have been measured.
-fn class_factors(step: &str, measured: &[(Class, f64)]) -> Result<ClassFactors, PlanError> {
+fn class_factors(step: &str, measured: &[(Class, f64)]) -> Result<ClassFactors, CalibrationError> {
     let of = |class: Class| {
         measured
             .iter()
             .find(|m| m.0 == class)
             .map(|m| m.1)
-            .ok_or_else(|| PlanError::Calibration {
+            .ok_or_else(|| CalibrationError::Measure {
                 step: step.to_owned(),
                 detail: format!("no measurement had the class {class}"),
             })
