@@ -31,6 +31,9 @@ pub mod kernels {}
 #[doc = include_str!("src/testing.md")]
 pub mod testing {}
 
+#[doc = include_str!("src/operations.md")]
+pub mod operations {}
+
 #[doc = include_str!("src/planner.md")]
 pub mod planner {}
 

@@ -135,14 +135,10 @@ fn run(args: &Args) -> Res<()> {
         batch: args.batch,
         seq: args.seq,
     };
-    let config = ModelConfig {
-        vocab: args.vocab,
-        max_positions: args.seq.max(1),
-        hidden: args.hidden,
-        heads: args.heads,
-        ffn: args.ffn,
-        layers: args.layers,
-    };
+    let config = ModelConfig::new(args.vocab, args.hidden, args.heads)
+        .with_max_positions(args.seq.max(1))
+        .with_ffn(args.ffn)
+        .with_layers(args.layers);
     let models: &[Model] = match args.model {
         Which::Encoder => &[Model::Encoder],
         Which::Decoder => &[Model::Decoder],

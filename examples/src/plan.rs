@@ -209,14 +209,10 @@ pub(crate) fn run(args: &PlanArgs) -> Result<(), PlanCommandError> {
 }
 
 fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanCommandError> {
-    let config = ModelConfig {
-        vocab: args.vocab,
-        max_positions: args.max_positions,
-        hidden: args.hidden,
-        heads: args.heads,
-        ffn: args.ffn,
-        layers: args.layers,
-    };
+    let config = ModelConfig::new(args.vocab, args.hidden, args.heads)
+        .with_max_positions(args.max_positions)
+        .with_ffn(args.ffn)
+        .with_layers(args.layers);
     let sizes = Sizes {
         batch: args.batch,
         seq: args.seq,

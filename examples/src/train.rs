@@ -86,14 +86,10 @@ const FULL: (ModelConfig, Sizes) = (
 /// The small size, on a software adapter or the CPU executor: the same encoder, small enough
 /// that the whole run takes seconds there.
 const SMALL: (ModelConfig, Sizes) = (
-    ModelConfig {
-        vocab: 1000,
-        max_positions: 32,
-        hidden: 64,
-        heads: 4,
-        ffn: 256,
-        layers: 2,
-    },
+    ModelConfig::new(1000, 64, 4)
+        .with_max_positions(32)
+        .with_ffn(256)
+        .with_layers(2),
     Sizes { batch: 4, seq: 32 },
 );
 

@@ -20,7 +20,7 @@
 //! use fblayout_plan::graph::{Op, Pass};
 //! use fblayout_plan::models::{Model, ModelConfig, build};
 //!
-//! let config = ModelConfig { vocab: 100, max_positions: 16, hidden: 32, heads: 4, ffn: 64, layers: 2 };
+//! let config = ModelConfig::new(100, 32, 4).with_max_positions(16).with_ffn(64).with_layers(2);
 //! let g = build(Model::Encoder, config)?;
 //! let backward = g.nodes().iter().filter(|n| n.op.pass() == Pass::Backward).count();
 //! assert!(backward > 0);

@@ -18,7 +18,18 @@ use crate::graph::optimizer::add_adamw;
 use crate::graph::{Act, Dim, Graph, GraphError, Op, Role, TensorId, derive_backward};
 
 /// The sizes of a model.
+///
+/// Made with [`new`](Self::new) (or from [`MINI`](Self::MINI)) and the `with_*` setters, so
+/// that a field added later takes its default instead of breaking every literal:
+///
+/// ```
+/// use fblayout_plan::models::ModelConfig;
+///
+/// let tiny = ModelConfig::new(100, 32, 4).with_layers(2).with_ffn(64);
+/// assert_eq!((tiny.hidden, tiny.ffn, tiny.layers, tiny.max_positions), (32, 64, 2, 512));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModelConfig {
     /// Vocabulary size.
     pub vocab: u32,
@@ -44,6 +55,55 @@ impl ModelConfig {
         ffn: 1536,
         layers: 6,
     };
+
+    /// A model of `vocab` tokens, `hidden` wide with `heads` attention heads; the rest
+    /// defaults: a feed-forward of `4 · hidden`, one block, 512 positions.
+    pub const fn new(vocab: u32, hidden: u32, heads: u32) -> Self {
+        Self {
+            vocab,
+            max_positions: 512,
+            hidden,
+            heads,
+            ffn: 4 * hidden,
+            layers: 1,
+        }
+    }
+
+    /// This config with `vocab` tokens.
+    pub const fn with_vocab(mut self, vocab: u32) -> Self {
+        self.vocab = vocab;
+        self
+    }
+
+    /// This config with a position table of `max_positions`.
+    pub const fn with_max_positions(mut self, max_positions: u32) -> Self {
+        self.max_positions = max_positions;
+        self
+    }
+
+    /// This config `hidden` wide.
+    pub const fn with_hidden(mut self, hidden: u32) -> Self {
+        self.hidden = hidden;
+        self
+    }
+
+    /// This config with `heads` attention heads.
+    pub const fn with_heads(mut self, heads: u32) -> Self {
+        self.heads = heads;
+        self
+    }
+
+    /// This config with a feed-forward of `ffn`.
+    pub const fn with_ffn(mut self, ffn: u32) -> Self {
+        self.ffn = ffn;
+        self
+    }
+
+    /// This config with `layers` blocks.
+    pub const fn with_layers(mut self, layers: u32) -> Self {
+        self.layers = layers;
+        self
+    }
 
     fn check(&self) -> Result<(), GraphError> {
         let shape = |detail: String| GraphError::Shape {

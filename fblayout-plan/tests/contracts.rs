@@ -216,14 +216,10 @@ fn every_registered_operation_is_reached_by_a_sample_or_a_shipped_model() {
         .filter(|op| op.sample().is_some())
         .map(|op| training_graph(op).graph)
         .collect();
-    let config = ModelConfig {
-        vocab: 11,
-        max_positions: 8,
-        hidden: 8,
-        heads: 2,
-        ffn: 16,
-        layers: 1,
-    };
+    let config = ModelConfig::new(11, 8, 2)
+        .with_max_positions(8)
+        .with_ffn(16)
+        .with_layers(1);
     for model in [Model::Encoder, Model::Decoder] {
         graphs.push(build(model, config).unwrap());
     }

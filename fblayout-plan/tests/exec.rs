@@ -68,14 +68,10 @@ fn a_full_step_updates_every_parameter_the_same_way_under_any_layout() {
 
 #[test]
 fn gradients_match_central_finite_differences() {
-    let tiny = ModelConfig {
-        vocab: 7,
-        max_positions: 4,
-        hidden: 4,
-        heads: 2,
-        ffn: 8,
-        layers: 1,
-    };
+    let tiny = ModelConfig::new(7, 4, 2)
+        .with_max_positions(4)
+        .with_ffn(8)
+        .with_layers(1);
     let sizes = Sizes { batch: 2, seq: 3 };
     for model in MODELS {
         let g = build(model, tiny).unwrap();

@@ -6,14 +6,10 @@ use fblayout_plan::graph::{
 };
 use fblayout_plan::models::{Model, ModelConfig, build};
 
-const SMALL: ModelConfig = ModelConfig {
-    vocab: 50,
-    max_positions: 16,
-    hidden: 32,
-    heads: 4,
-    ffn: 64,
-    layers: 2,
-};
+const SMALL: ModelConfig = ModelConfig::new(50, 32, 4)
+    .with_max_positions(16)
+    .with_ffn(64)
+    .with_layers(2);
 
 /// A tiny graph: `x = embed(ids)`, `y = x·w + x·w` against labels, so `x` and `w` each feed
 /// two products.
@@ -214,7 +210,7 @@ fn bad_graphs_are_typed_errors() {
             .to_string()
             .contains("no loss")
     );
-    let bad = ModelConfig { heads: 5, ..SMALL };
+    let bad = SMALL.with_heads(5);
     assert!(
         build(Model::Encoder, bad)
             .unwrap_err()
@@ -226,7 +222,7 @@ fn bad_graphs_are_typed_errors() {
 #[test]
 fn the_shipped_graphs_are_snapshotted() {
     for (name, model) in [("encoder", Model::Encoder), ("decoder", Model::Decoder)] {
-        let g = build(model, ModelConfig { layers: 1, ..SMALL }).unwrap();
+        let g = build(model, SMALL.with_layers(1)).unwrap();
         insta::assert_snapshot!(format!("{name}_graph"), g.to_string());
     }
 }

@@ -13,14 +13,10 @@ const SHIPPED: Sizes = Sizes {
 };
 const SMALL_SIZES: Sizes = Sizes { batch: 3, seq: 12 };
 
-const TINY: ModelConfig = ModelConfig {
-    vocab: 50,
-    max_positions: 16,
-    hidden: 32,
-    heads: 4,
-    ffn: 64,
-    layers: 2,
-};
+const TINY: ModelConfig = ModelConfig::new(50, 32, 4)
+    .with_max_positions(16)
+    .with_ffn(64)
+    .with_layers(2);
 
 /// A small deterministic generator (64-bit LCG).
 struct Rng(u64);

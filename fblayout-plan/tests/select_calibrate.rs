@@ -273,14 +273,7 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
     assert_eq!(cache_note(&again), "read from the cache");
     assert_eq!(again.factors(), model.factors());
     // The calibrated model plans the shipped graphs: guided never worse than row-major.
-    let g = build(
-        Model::Encoder,
-        ModelConfig {
-            layers: 2,
-            ..ModelConfig::MINI
-        },
-    )
-    .unwrap();
+    let g = build(Model::Encoder, ModelConfig::MINI.with_layers(2)).unwrap();
     let sizes = Sizes {
         batch: 32,
         seq: 128,

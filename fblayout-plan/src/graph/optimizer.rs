@@ -60,14 +60,10 @@ mod tests {
 
     #[test]
     fn every_parameter_gets_one_in_place_step_and_a_second_pass_is_refused() {
-        let config = ModelConfig {
-            vocab: 20,
-            max_positions: 8,
-            hidden: 8,
-            heads: 2,
-            ffn: 16,
-            layers: 1,
-        };
+        let config = ModelConfig::new(20, 8, 2)
+            .with_max_positions(8)
+            .with_ffn(16)
+            .with_layers(1);
         let mut g = build(Model::Decoder, config).unwrap();
         let steps: Vec<_> = g
             .nodes()

@@ -160,14 +160,10 @@ mod tests {
     fn small(model: Model) -> Graph {
         build(
             model,
-            ModelConfig {
-                vocab: 20,
-                max_positions: 8,
-                hidden: 8,
-                heads: 2,
-                ffn: 16,
-                layers: 2,
-            },
+            ModelConfig::new(20, 8, 2)
+                .with_max_positions(8)
+                .with_ffn(16)
+                .with_layers(2),
         )
         .unwrap()
     }

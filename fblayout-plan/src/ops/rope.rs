@@ -40,6 +40,7 @@ impl Rope {
     }
 }
 
+// ANCHOR: contract
 impl Contract for Rope {
     fn name(&self) -> &'static str {
         if self.backward { "rope_grad" } else { "rope" }
@@ -114,6 +115,7 @@ impl Contract for Rope {
         })
     }
 
+    // ANCHOR_END: contract
     fn sample(&self) -> Option<Sample> {
         if self.backward {
             return None;

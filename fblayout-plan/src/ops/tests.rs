@@ -89,14 +89,10 @@ fn backward_rules_read_and_write_within_their_operations_arity() {
 
 #[test]
 fn products_multiply_input_roles_and_scratch_is_counted_for_the_attention() {
-    let config = ModelConfig {
-        vocab: 50,
-        max_positions: 16,
-        hidden: 32,
-        heads: 4,
-        ffn: 64,
-        layers: 1,
-    };
+    let config = ModelConfig::new(50, 32, 4)
+        .with_max_positions(16)
+        .with_ffn(64)
+        .with_layers(1);
     let sizes = crate::graph::Sizes { batch: 2, seq: 8 };
     for model in [Model::Encoder, Model::Decoder] {
         let g = build(model, config).unwrap();

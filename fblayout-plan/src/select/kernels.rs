@@ -216,10 +216,7 @@ impl CalibrationShape {
     /// One block of `config` at `sizes`, in `precision`.
     pub fn new(config: ModelConfig, sizes: Sizes, precision: Precision) -> Self {
         Self {
-            config: ModelConfig {
-                layers: 1,
-                ..config
-            },
+            config: config.with_layers(1),
             sizes,
             precision,
         }
@@ -246,14 +243,10 @@ impl CalibrationShape {
 /// 128 hidden, FFN 512, 2 × 4 heads × 64² probabilities) in f32, small enough that a software
 /// adapter runs its steps under every layout in seconds.
 pub const CALIBRATION: CalibrationShape = CalibrationShape {
-    config: ModelConfig {
-        vocab: 256,
-        max_positions: 64,
-        hidden: 128,
-        heads: 4,
-        ffn: 512,
-        layers: 1,
-    },
+    config: ModelConfig::new(256, 128, 4)
+        .with_max_positions(64)
+        .with_ffn(512)
+        .with_layers(1),
     sizes: Sizes { batch: 2, seq: 64 },
     precision: Precision::F32,
 };

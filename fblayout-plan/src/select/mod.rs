@@ -31,7 +31,7 @@
 //! use fblayout_plan::models::{Model, ModelConfig, build};
 //! use fblayout_plan::select::{CostModel, Strategy, plan};
 //!
-//! let config = ModelConfig { vocab: 64, max_positions: 16, hidden: 32, heads: 4, ffn: 64, layers: 1 };
+//! let config = ModelConfig::new(64, 32, 4).with_max_positions(16).with_ffn(64).with_layers(1);
 //! let g = build(Model::Encoder, config)?;
 //! let sizes = Sizes { batch: 2, seq: 16 };
 //! let model = CostModel::analytic();

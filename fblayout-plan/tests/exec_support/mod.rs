@@ -11,14 +11,10 @@ use fblayout_plan::models::{Model, ModelConfig, build};
 
 /// A small model: heads of 4, a vocabulary the head's tiles don't divide and long enough that
 /// row-major pads its rows (67 in a pitch of 72) and R-Tiles pad it to whole tiles.
-pub(crate) const SMALL: ModelConfig = ModelConfig {
-    vocab: 67,
-    max_positions: 8,
-    hidden: 8,
-    heads: 2,
-    ffn: 16,
-    layers: 2,
-};
+pub(crate) const SMALL: ModelConfig = ModelConfig::new(67, 8, 2)
+    .with_max_positions(8)
+    .with_ffn(16)
+    .with_layers(2);
 
 /// Sizes that R-Tiles of 4 and 8 don't divide.
 pub(crate) const SIZES: Sizes = Sizes { batch: 2, seq: 5 };
