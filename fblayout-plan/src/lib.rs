@@ -17,12 +17,12 @@
 //!   and the plan with its explanation.
 //!
 //! ```
-//! use fblayout_plan::graph::{Op, Pass};
+//! use fblayout_plan::graph::{Op, Phase};
 //! use fblayout_plan::models::{Model, ModelConfig, build};
 //!
 //! let config = ModelConfig::new(100, 32, 4).with_max_positions(16).with_ffn(64).with_layers(2);
 //! let g = build(Model::Encoder, config)?;
-//! let backward = g.nodes().iter().filter(|n| n.op.pass() == Pass::Backward).count();
+//! let backward = g.nodes().iter().filter(|n| n.op.pass() == Phase::Backward).count();
 //! assert!(backward > 0);
 //! // Every parameter has a gradient, and the backward reads each block's attention probabilities.
 //! assert!(g.params().iter().all(|&p| g.grad(p).is_some()));

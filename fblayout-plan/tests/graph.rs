@@ -2,7 +2,7 @@
 
 use fblayout_core::layout::ElemType;
 use fblayout_plan::graph::{
-    Act, Dim, Graph, GraphError, Op, Pass, Role, TensorId, derive_backward,
+    Act, Dim, Graph, GraphError, Op, Phase, Role, TensorId, derive_backward,
 };
 use fblayout_plan::models::{Model, ModelConfig, build};
 
@@ -122,7 +122,7 @@ fn every_read_comes_after_its_write_and_every_param_has_a_gradient() {
                 );
             }
             // AdamW updates parameters and moments in place: its outputs are its inputs.
-            let in_place = node.op.pass() == Pass::Optimizer;
+            let in_place = node.op.pass() == Phase::Optimizer;
             for &t in node.outputs.iter().filter(|_| !in_place) {
                 assert!(!written[t.index()], "{} written twice", g.tensor(t).name);
                 written[t.index()] = true;
@@ -198,7 +198,7 @@ fn bad_graphs_are_typed_errors() {
         .unwrap_err();
     assert_eq!(err, GraphError::DuplicateName("x".into()));
     derive_backward(&mut g).unwrap();
-    assert!(g.nodes().iter().any(|n| n.op.pass() == Pass::Backward));
+    assert!(g.nodes().iter().any(|n| n.op.pass() == Phase::Backward));
     assert!(
         derive_backward(&mut g).is_err(),
         "a second backward is refused"

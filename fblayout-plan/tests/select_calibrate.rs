@@ -14,7 +14,7 @@ use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::{
-    CALIBRATION, CalibrationShape, Class, CostModel, Factors, KernelKind, Operand, Origin,
+    CALIBRATION, CalibrationShape, Class, CostModel, Factors, KernelKind, OperandKind, Origin,
     Strategy, plan,
 };
 
@@ -40,13 +40,13 @@ fn measured() -> Factors {
     f.kernels.multipliers = vec![
         (
             KernelKind::Norm,
-            Operand::Activation,
+            OperandKind::Activation,
             LayoutChoice::RTile(8),
             3.75,
         ),
         (
             KernelKind::Linear,
-            Operand::Weight,
+            OperandKind::Weight,
             LayoutChoice::ColMajor,
             0.625,
         ),
@@ -293,16 +293,16 @@ fn calibration_runs_on_the_adapter_and_is_cached() {
 fn a_missing_kernel_multiplier_falls_back_to_the_other_operand_then_to_one() {
     let f = measured().kernels;
     let (rt8, cm) = (LayoutChoice::RTile(8), LayoutChoice::ColMajor);
-    assert_eq!(f.of(KernelKind::Norm, Operand::Activation, rt8), 3.75);
+    assert_eq!(f.of(KernelKind::Norm, OperandKind::Activation, rt8), 3.75);
     // No weight multiplier for the norm under R-Tile 8: the activations'.
-    assert_eq!(f.of(KernelKind::Norm, Operand::Weight, rt8), 3.75);
-    assert_eq!(f.of(KernelKind::Linear, Operand::Activation, cm), 0.625);
+    assert_eq!(f.of(KernelKind::Norm, OperandKind::Weight, rt8), 3.75);
+    assert_eq!(f.of(KernelKind::Linear, OperandKind::Activation, cm), 0.625);
     // Nothing for the kind and layout: the analytic term as it is.
-    assert_eq!(f.of(KernelKind::Norm, Operand::Activation, cm), 1.0);
+    assert_eq!(f.of(KernelKind::Norm, OperandKind::Activation, cm), 1.0);
     assert_eq!(
         Factors::reference()
             .kernels
-            .of(KernelKind::Attention, Operand::Weight, rt8),
+            .of(KernelKind::Attention, OperandKind::Weight, rt8),
         1.0
     );
 }

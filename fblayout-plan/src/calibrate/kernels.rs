@@ -10,7 +10,7 @@
 //! machine disturbs them alike), with the tensor-core tiles tuned as the model's own step
 //! will run them ([`GpuStep::tune`]; the tuning is kept, so the step finds it done).
 //!
-//! The multipliers are fitted per [`KernelKind`], [`Operand`] (activations apart from
+//! The multipliers are fitted per [`KernelKind`], [`OperandKind`] (activations apart from
 //! weights, whose layouts the planner chooses apart: a product reads one of each) and
 //! candidate `L`: the measured seconds of that kind's operations, less the part of the
 //! prediction no multiplier scales (the launch and the operands with one candidate only:
@@ -39,7 +39,7 @@ use crate::graph::{Graph, Sizes};
 use crate::layouts::LayoutChoice;
 use crate::memory::{MemoryOptions, plan_memory};
 use crate::select::{
-    CalibrationShape, CostModel, Factors, KernelFactors, KernelKind, Objective, Operand, Origin,
+    CalibrationShape, CostModel, Factors, KernelFactors, KernelKind, Objective, OperandKind, Origin,
 };
 
 /// Timed rounds (one step of each layout each), after one step that compiles and warms up.
@@ -158,7 +158,10 @@ pub fn measure_kernels(
                 .into_iter()
                 .flat_map(|k| {
                     LayoutChoice::candidates(2).into_iter().flat_map(move |l| {
-                        [(k, Operand::Activation, l, a), (k, Operand::Weight, l, w)]
+                        [
+                            (k, OperandKind::Activation, l, a),
+                            (k, OperandKind::Weight, l, w),
+                        ]
                     })
                 })
                 .collect(),
@@ -190,9 +193,9 @@ pub fn measure_kernels(
             let layouts = graph
                 .ids()
                 .map(|t| {
-                    let layout = match Operand::of(&graph, t) {
-                        Operand::Activation => activation,
-                        Operand::Weight => weight,
+                    let layout = match OperandKind::of(&graph, t) {
+                        OperandKind::Activation => activation,
+                        OperandKind::Weight => weight,
                     };
                     let candidates = LayoutChoice::candidates_for(graph.tensor(t));
                     if candidates.contains(&layout) {
@@ -244,7 +247,7 @@ pub fn measure_kernels(
     for (kind, t) in kinds_at(0)? {
         if t.activations + t.weights > 0.0 {
             let m = fit(&t, 0.0, t.activations + t.weights);
-            for o in Operand::ALL {
+            for o in OperandKind::ALL {
                 kernels.multipliers.push((kind, o, row_major, m));
             }
         }
@@ -252,23 +255,25 @@ pub fn measure_kernels(
     for (c, &(activation, layout)) in configs.iter().enumerate().skip(1) {
         for (kind, t) in kinds_at(c)? {
             if activation == row_major && t.weights > 0.0 {
-                let known = kernels.of(kind, Operand::Activation, row_major) * t.activations;
+                let known = kernels.of(kind, OperandKind::Activation, row_major) * t.activations;
                 let m = fit(&t, known, t.weights);
-                kernels.multipliers.push((kind, Operand::Weight, layout, m));
+                kernels
+                    .multipliers
+                    .push((kind, OperandKind::Weight, layout, m));
             } else if activation == layout && t.activations > 0.0 {
                 let listed = kernels
                     .multipliers
                     .iter()
-                    .any(|m| (m.0, m.1, m.2) == (kind, Operand::Weight, layout));
+                    .any(|m| (m.0, m.1, m.2) == (kind, OperandKind::Weight, layout));
                 let m = if listed {
-                    let known = kernels.of(kind, Operand::Weight, layout) * t.weights;
+                    let known = kernels.of(kind, OperandKind::Weight, layout) * t.weights;
                     fit(&t, known, t.activations)
                 } else {
                     fit(&t, 0.0, t.activations + t.weights)
                 };
                 kernels
                     .multipliers
-                    .push((kind, Operand::Activation, layout, m));
+                    .push((kind, OperandKind::Activation, layout, m));
             }
         }
     }

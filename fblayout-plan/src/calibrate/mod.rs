@@ -42,7 +42,9 @@ use crate::select::PlanError;
 use crate::select::cost::{
     Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes,
 };
-use crate::select::kernels::{CALIBRATION, CalibrationShape, KernelFactors, KernelKind, Operand};
+use crate::select::kernels::{
+    CALIBRATION, CalibrationShape, KernelFactors, KernelKind, OperandKind,
+};
 
 mod kernels;
 
@@ -234,7 +236,7 @@ pub fn decode(data: &[u8]) -> Result<Factors, String> {
     let mut rates = Vec::new();
     let mut multipliers = Vec::new();
     let kind = |s: &str| KernelKind::named(s).ok_or_else(|| format!("unknown kernel kind `{s}`"));
-    let operand = |s: &str| Operand::named(s).ok_or_else(|| format!("unknown operand `{s}`"));
+    let operand = |s: &str| OperandKind::named(s).ok_or_else(|| format!("unknown operand `{s}`"));
     let layout = |s: &str| {
         LayoutChoice::candidates(2)
             .into_iter()

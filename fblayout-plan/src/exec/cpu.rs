@@ -10,7 +10,7 @@ use super::{
     AdamWConfig, ExecError, StepInputs, check_indices, check_settable, check_values,
     initial_values, input_values,
 };
-use crate::graph::{Graph, Pass, Role, Sizes, TensorId};
+use crate::graph::{Graph, Phase, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
 use crate::ops::Args;
@@ -219,10 +219,10 @@ impl CpuStep {
             .graph
             .nodes()
             .iter()
-            .position(|n| n.op.pass() == Pass::Optimizer);
+            .position(|n| n.op.pass() == Phase::Optimizer);
         for i in 0..self.nodes.len() {
             let op = self.graph.nodes()[i].op;
-            if op.pass() == Pass::Optimizer && !optimize {
+            if op.pass() == Phase::Optimizer && !optimize {
                 continue;
             }
             if first_update == Some(i) {

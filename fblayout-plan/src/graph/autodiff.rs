@@ -1,6 +1,6 @@
 //! Reverse-mode differentiation of a forward graph over the kernels' backward rules.
 
-use super::op::{BackwardStep, Op, Pass, Source};
+use super::op::{BackwardStep, Op, Phase, Source};
 use super::tensor::{Role, TensorId};
 use super::{Graph, GraphError};
 
@@ -28,7 +28,7 @@ pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
         contributions: vec![Vec::new(); graph.tensors().len()],
     };
     let forward: Vec<usize> = (0..graph.nodes().len())
-        .filter(|&i| graph.nodes()[i].op.pass() == Pass::Forward)
+        .filter(|&i| graph.nodes()[i].op.pass() == Phase::Forward)
         .collect();
     for &i in forward.iter().rev() {
         let node = graph.nodes()[i].clone();

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use fblayout_core::layout::ElemType;
 
 pub use autodiff::derive_backward;
-pub use op::{Act, BackwardRule, BackwardStep, Op, Pass, Source};
+pub use op::{Act, BackwardRule, BackwardStep, Op, Phase, Source};
 pub use tensor::{Axis, Dim, Role, Sizes, Tensor, TensorId};
 
 /// An operation's handle in its [`Graph`].
@@ -343,7 +343,7 @@ impl Graph {
     /// The forward tensors that a backward operation reads: what the forward must keep.
     pub fn saved(&self) -> Vec<TensorId> {
         let mut saved: Vec<TensorId> = Vec::new();
-        for node in self.nodes.iter().filter(|n| n.op.pass() == Pass::Backward) {
+        for node in self.nodes.iter().filter(|n| n.op.pass() == Phase::Backward) {
             for &t in &node.inputs {
                 let role = self.tensor(t).role;
                 if matches!(
@@ -394,7 +394,7 @@ impl Graph {
 
     /// Whether the backward has been derived.
     pub fn has_backward(&self) -> bool {
-        self.nodes.iter().any(|n| n.op.pass() == Pass::Backward)
+        self.nodes.iter().any(|n| n.op.pass() == Phase::Backward)
     }
 }
 

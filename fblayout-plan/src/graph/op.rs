@@ -23,7 +23,7 @@ pub enum Act {
 
 /// Which part of a training step an operation belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Pass {
+pub enum Phase {
     /// Computes the loss.
     Forward,
     /// Computes gradients.
@@ -138,7 +138,7 @@ pub enum Op {
     /// runs in the pass of the consumer.
     Convert {
         /// The pass of the operation that reads `y`.
-        pass: Pass,
+        pass: Phase,
     },
 }
 
@@ -188,7 +188,7 @@ impl Op {
     }
 
     /// The pass the operation belongs to.
-    pub fn pass(&self) -> Pass {
+    pub fn pass(&self) -> Phase {
         self.contract().pass()
     }
 

@@ -6,7 +6,7 @@
 //! so the node's outputs are its first, third and fourth inputs. The hyper-parameters and the
 //! step number are the executor's, supplied at run time.
 
-use super::op::{Op, Pass};
+use super::op::{Op, Phase};
 use super::tensor::{Dim, Role, TensorId};
 use super::{Graph, GraphError};
 
@@ -21,7 +21,11 @@ pub fn add_adamw(graph: &mut Graph) -> Result<Vec<TensorId>, GraphError> {
             "the optimizer pass needs the backward: derive it first".into(),
         ));
     }
-    if graph.nodes().iter().any(|n| n.op.pass() == Pass::Optimizer) {
+    if graph
+        .nodes()
+        .iter()
+        .any(|n| n.op.pass() == Phase::Optimizer)
+    {
         return Err(GraphError::Backward(
             "the graph already has an optimizer pass".into(),
         ));

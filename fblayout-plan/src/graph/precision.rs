@@ -154,7 +154,7 @@ fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{Dim, Pass};
+    use crate::graph::{Dim, Phase};
     use crate::models::{Model, ModelConfig, build};
 
     fn small(model: Model) -> Graph {
@@ -288,7 +288,7 @@ mod tests {
             .iter()
             .find(|n| matches!(n.op, Op::Convert { .. }))
             .unwrap();
-        assert_eq!(convert.op.pass(), Pass::Forward);
+        assert_eq!(convert.op.pass(), Phase::Forward);
         assert_eq!(convert.inputs, [w]);
         let copy = convert.outputs[0];
         assert_eq!(m.tensor(copy).elem, ElemType::F16);

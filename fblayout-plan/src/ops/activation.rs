@@ -24,7 +24,7 @@ fn all_same(d: &Dims, roles: &[&str]) -> Result<(), String> {
     roles.iter().try_for_each(|r| d.same(roles[0], r))
 }
 use crate::exec::views::BoundOperand;
-use crate::graph::{Act, BackwardRule, BackwardStep, Op, Pass, Source};
+use crate::graph::{Act, BackwardRule, BackwardStep, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `x → y`.
@@ -75,8 +75,8 @@ impl Contract for Activation {
         }
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Forward
+    fn pass(&self) -> Phase {
+        Phase::Forward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -140,8 +140,8 @@ impl Contract for ActivationGrad {
         "activation_grad"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -213,8 +213,8 @@ impl Contract for Swiglu {
         "swiglu"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Forward
+    fn pass(&self) -> Phase {
+        Phase::Forward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -281,8 +281,8 @@ impl Contract for SwigluGrad {
         "swiglu_grad"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {

@@ -19,7 +19,7 @@ use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
 use super::{Args, Contract, Dims, LIKE_OUTPUT, OWN, OpErr, Slot, ViewRule};
 use crate::exec::views::BoundOperand;
 use crate::exec::{AdamWConfig, ExecError};
-use crate::graph::{Graph, Pass};
+use crate::graph::{Graph, Phase};
 use crate::select::KernelKind;
 
 /// `param, grad, m, v → param, m, v (, copy)`.
@@ -32,8 +32,8 @@ impl Contract for AdamW {
         "adamw"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Optimizer
+    fn pass(&self) -> Phase {
+        Phase::Optimizer
     }
 
     fn inputs(&self) -> Vec<Slot> {

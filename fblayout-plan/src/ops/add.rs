@@ -10,7 +10,7 @@ use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
 use super::{Args, Contract, Decl, Dims, Holds, LIKE_OUTPUT, OWN, OpErr, Sample, Slot, ViewRule};
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, Pass};
+use crate::graph::{BackwardRule, Phase};
 use crate::select::KernelKind;
 
 /// `a, b → y`; the backward's [`Op::Accumulate`](crate::graph::Op::Accumulate) where
@@ -24,11 +24,11 @@ impl Contract for Add {
         if self.accumulate { "accumulate" } else { "add" }
     }
 
-    fn pass(&self) -> Pass {
+    fn pass(&self) -> Phase {
         if self.accumulate {
-            Pass::Backward
+            Phase::Backward
         } else {
-            Pass::Forward
+            Phase::Forward
         }
     }
 

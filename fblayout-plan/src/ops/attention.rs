@@ -23,7 +23,7 @@ use super::{
     Shapes, Slot, ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Pass, Source};
+use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `qkv → out, probs`, or its backward `qkv, probs, dout → dqkv`.
@@ -79,11 +79,11 @@ impl Contract for Attention {
         }
     }
 
-    fn pass(&self) -> Pass {
+    fn pass(&self) -> Phase {
         if self.backward {
-            Pass::Backward
+            Phase::Backward
         } else {
-            Pass::Forward
+            Phase::Forward
         }
     }
 

@@ -16,7 +16,7 @@ use super::{
     ViewRule,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Op, Pass, Source};
+use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `x, b → y`.
@@ -30,8 +30,8 @@ impl Contract for Bias {
         "bias"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Forward
+    fn pass(&self) -> Phase {
+        Phase::Forward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -121,8 +121,8 @@ impl Contract for BiasGrad {
         "bias_grad"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {

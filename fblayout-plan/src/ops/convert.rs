@@ -12,12 +12,12 @@ use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
 use super::{Args, Contract, Dims, LIKE_OUTPUT, OWN, OpErr, Slot, ViewRule};
 use crate::exec::views::BoundOperand;
-use crate::graph::Pass;
+use crate::graph::Phase;
 use crate::select::KernelKind;
 
 /// `x → y` in the pass `pass`.
 pub(crate) struct Convert {
-    pub(crate) pass: Pass,
+    pub(crate) pass: Phase,
 }
 
 impl Contract for Convert {
@@ -25,7 +25,7 @@ impl Contract for Convert {
         "convert"
     }
 
-    fn pass(&self) -> Pass {
+    fn pass(&self) -> Phase {
         self.pass
     }
 

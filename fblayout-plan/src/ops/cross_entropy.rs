@@ -21,7 +21,7 @@ use super::{
     ViewRule,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Op, Pass, Source};
+use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `logits, labels → loss`, or its gradient `logits, labels → dlogits`.
@@ -45,11 +45,11 @@ impl Contract for CrossEntropy {
         }
     }
 
-    fn pass(&self) -> Pass {
+    fn pass(&self) -> Phase {
         if self.backward {
-            Pass::Backward
+            Phase::Backward
         } else {
-            Pass::Forward
+            Phase::Forward
         }
     }
 

@@ -16,7 +16,7 @@ use super::{Decl, Holds, Sample};
 
 use super::{Along, Args, Contract, Dims, IndexBound, LAST, OpErr, Slot, ViewRule};
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Op, Pass, Source};
+use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `ids, table → out`.
@@ -30,8 +30,8 @@ impl Contract for Embedding {
         "embedding"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Forward
+    fn pass(&self) -> Phase {
+        Phase::Forward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -112,8 +112,8 @@ impl Contract for EmbeddingGrad {
         "embedding_grad"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {

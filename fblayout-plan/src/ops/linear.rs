@@ -21,7 +21,7 @@ use super::{
     ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Op, Pass, Source};
+use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `x, w → y`: `y = x·w` over the last axis of `x`.
@@ -38,8 +38,8 @@ impl Contract for Linear {
         "linear"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Forward
+    fn pass(&self) -> Phase {
+        Phase::Forward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -141,8 +141,8 @@ impl Contract for LinearGradInput {
         "linear_grad_input"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -210,8 +210,8 @@ impl Contract for LinearGradWeight {
         "linear_grad_weight"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {

@@ -48,7 +48,7 @@ pub(crate) use adamw::{AdamWGroup, build_adamw_groups, record_adamw_group};
 pub use args::Args;
 pub use shape::Dims;
 
-use crate::graph::{Act, BackwardRule, Dim, Op, Pass, Sizes, TensorId};
+use crate::graph::{Act, BackwardRule, Dim, Op, Phase, Sizes, TensorId};
 use crate::select::KernelKind;
 
 /// Which axis of an operand neighbouring threads walk.
@@ -213,7 +213,7 @@ pub(crate) trait Contract {
     fn name(&self) -> &'static str;
 
     /// The pass it belongs to.
-    fn pass(&self) -> Pass;
+    fn pass(&self) -> Phase;
 
     /// Its input roles, in the graph node's order.
     fn inputs(&self) -> Vec<Slot>;
@@ -393,7 +393,7 @@ pub fn registry() -> Vec<Op> {
         Op::AdamW { copy: false },
         Op::AdamW { copy: true },
         Op::Convert {
-            pass: Pass::Forward,
+            pass: Phase::Forward,
         },
     ];
     for act in acts {

@@ -26,7 +26,7 @@ use super::{
     Walk,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Op, Pass, Source};
+use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `x` and `dy` in a norm's backward: reduced along the row (`dx`) and along tokens (the γ and
@@ -135,8 +135,8 @@ impl Contract for LayerNorm {
         "layer_norm"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Forward
+    fn pass(&self) -> Phase {
+        Phase::Forward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -214,8 +214,8 @@ impl Contract for LayerNormGrad {
         "layer_norm_grad"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -308,8 +308,8 @@ impl Contract for RmsNorm {
         "rms_norm"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Forward
+    fn pass(&self) -> Phase {
+        Phase::Forward
     }
 
     fn inputs(&self) -> Vec<Slot> {
@@ -377,8 +377,8 @@ impl Contract for RmsNormGrad {
         "rms_norm_grad"
     }
 
-    fn pass(&self) -> Pass {
-        Pass::Backward
+    fn pass(&self) -> Phase {
+        Phase::Backward
     }
 
     fn inputs(&self) -> Vec<Slot> {

@@ -20,7 +20,7 @@ use super::{
     Slot, ViewRule,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Pass, Source};
+use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `x, positions, cos, sin → y`, or its gradient `dy, positions, cos, sin → dx`.
@@ -46,11 +46,11 @@ impl Contract for Rope {
         if self.backward { "rope_grad" } else { "rope" }
     }
 
-    fn pass(&self) -> Pass {
+    fn pass(&self) -> Phase {
         if self.backward {
-            Pass::Backward
+            Phase::Backward
         } else {
-            Pass::Forward
+            Phase::Forward
         }
     }
 

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::{Slot, ViewRule, registry};
-use crate::graph::{Pass, Source};
+use crate::graph::{Phase, Source};
 use crate::models::{Model, ModelConfig, build};
 
 fn operand_names(slots: &[Slot]) -> Vec<&'static str> {
@@ -58,7 +58,7 @@ fn backward_rules_read_and_write_within_their_operations_arity() {
         let c = op.contract();
         let rule = c.backward();
         // A conversion is inserted after the backward is derived, in the pass of its reader.
-        let differentiated = c.pass() == Pass::Forward && c.kind().is_some();
+        let differentiated = c.pass() == Phase::Forward && c.kind().is_some();
         assert_eq!(
             rule.is_some(),
             differentiated,
@@ -70,7 +70,7 @@ fn backward_rules_read_and_write_within_their_operations_arity() {
             assert!(p < n_in, "{op:?}");
         }
         for step in &rule.steps {
-            assert_eq!(step.op.pass(), Pass::Backward, "{op:?} → {:?}", step.op);
+            assert_eq!(step.op.pass(), Phase::Backward, "{op:?} → {:?}", step.op);
             let (s_in, s_out) = step.op.arity();
             assert_eq!(step.inputs.len(), s_in, "{op:?} → {:?}", step.op);
             assert_eq!(step.grads_of.len(), s_out, "{op:?} → {:?}", step.op);

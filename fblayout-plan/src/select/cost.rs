@@ -304,7 +304,7 @@ impl fmt::Display for CostModel {
                         .collect::<Vec<_>>()
                         .join(" / ")
                 };
-                use super::kernels::Operand::{Activation, Weight};
+                use super::kernels::OperandKind::{Activation, Weight};
                 writeln!(f, "    {kind}: {} | {}", row(Activation), row(Weight))?;
             }
         }

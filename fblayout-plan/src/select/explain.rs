@@ -16,7 +16,7 @@ use std::fmt;
 use fblayout_core::layout::Conversion;
 
 use super::plan::Plan;
-use crate::graph::Pass;
+use crate::graph::Phase;
 use crate::layouts::LayoutChoice;
 
 /// Seconds in a readable unit.
@@ -49,8 +49,8 @@ impl fmt::Display for Plan {
         let mut by_pass = [0.0; 3];
         for (node, cost) in g.nodes().iter().zip(&self.node_costs) {
             by_pass[match node.op.pass() {
-                Pass::Forward => 0,
-                Pass::Backward => 1,
+                Phase::Forward => 0,
+                Phase::Backward => 1,
                 // The optimizer, and any pass after it.
                 _ => 2,
             }] += cost;

@@ -5,7 +5,7 @@
 //! fraction of its row-major speed while R-Tile attention scores run faster. So the
 //! calibration ([`crate::calibrate`], a layer above selection and execution) times each
 //! operation's kernels in training steps of one block under the candidate layouts, and fits
-//! one multiplier per [`KernelKind`], [`Operand`] and candidate layout. This module holds what
+//! one multiplier per [`KernelKind`], [`OperandKind`] and candidate layout. This module holds what
 //! selection reads of that: the kinds, the operands, the multipliers and the shape they were
 //! measured at.
 
@@ -111,7 +111,7 @@ impl fmt::Display for KernelKind {
 /// Which operands of an operation a multiplier is for: the product family reads an activation
 /// and a weight, whose layouts are chosen apart, so each has its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operand {
+pub enum OperandKind {
     /// What the step computes and throws away: inputs, activations, losses, their gradients.
     Activation,
     /// What persists across steps with a parameter: the parameter, its gradient, its
@@ -119,9 +119,9 @@ pub enum Operand {
     Weight,
 }
 
-impl Operand {
+impl OperandKind {
     /// Both, in order.
-    pub const ALL: [Operand; 2] = [Self::Activation, Self::Weight];
+    pub const ALL: [OperandKind; 2] = [Self::Activation, Self::Weight];
 
     /// The operand class of tensor `t` of `graph`.
     pub fn of(graph: &Graph, t: TensorId) -> Self {
@@ -141,7 +141,7 @@ impl Operand {
         }
     }
 
-    /// The operand class named `name` ([`Operand::name`]).
+    /// The operand class named `name` ([`OperandKind::name`]).
     pub fn named(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|o| o.name() == name)
     }
@@ -154,7 +154,7 @@ impl Operand {
     }
 }
 
-impl fmt::Display for Operand {
+impl fmt::Display for OperandKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -165,15 +165,15 @@ impl fmt::Display for Operand {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KernelFactors {
     /// `(kind, operand, layout of the operand, multiplier)`.
-    pub multipliers: Vec<(KernelKind, Operand, LayoutChoice, f64)>,
+    pub multipliers: Vec<(KernelKind, OperandKind, LayoutChoice, f64)>,
 }
 
 impl KernelFactors {
     /// The multiplier of an `operand` stored as `layout` in an operation of `kind`: the one
     /// listed; else the other operand's under that layout (a kind the calibration graph has
     /// only one of, such as AdamW's weights); else 1.
-    pub fn of(&self, kind: KernelKind, operand: Operand, layout: LayoutChoice) -> f64 {
-        let find = |o: Operand| {
+    pub fn of(&self, kind: KernelKind, operand: OperandKind, layout: LayoutChoice) -> f64 {
+        let find = |o: OperandKind| {
             self.multipliers
                 .iter()
                 .find(|m| (m.0, m.1, m.2) == (kind, o, layout))

@@ -63,7 +63,7 @@ use crate::graph::{Graph, GraphError, Sizes};
 use crate::layouts::LayoutChoice;
 
 pub use cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin};
-pub use kernels::{CALIBRATION, CalibrationShape, KernelFactors, KernelKind, Operand};
+pub use kernels::{CALIBRATION, CalibrationShape, KernelFactors, KernelKind, OperandKind};
 pub use objective::Objective;
 pub use plan::{Candidates, Inserted, Plan};
 

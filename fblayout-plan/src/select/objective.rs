@@ -31,7 +31,7 @@ use fblayout_core::layout::{Conversion, ElemType, TensorLayout, classify_layouts
 use super::PlanError;
 use super::access::{Access, Matmul, Walk, accesses, reads_stored};
 use super::cost::{Class, CostModel, Factors, walk_classes};
-use super::kernels::{KernelKind, Operand};
+use super::kernels::{KernelKind, OperandKind};
 use crate::graph::{Dim, Graph, Op, Role, Sizes, TensorId};
 
 /// The seconds a tie term adds when a gradient and its tensor have different layouts: more
@@ -543,7 +543,7 @@ impl<'g> Objective<'g> {
         if self.arity(t) < 2 {
             return 1.0;
         }
-        let operand = Operand::of(self.graph, TensorId(t as u32));
+        let operand = OperandKind::of(self.graph, TensorId(t as u32));
         KernelKind::of(node.op).map_or(1.0, |k| {
             self.factors.kernels.of(k, operand, self.choice(t, c))
         })

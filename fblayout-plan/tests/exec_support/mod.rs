@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses part of it
 
 use fblayout_plan::exec::{AdamWConfig, CpuStep, StepInputs};
-use fblayout_plan::graph::{Graph, NodeId, Pass, Role, Sizes};
+use fblayout_plan::graph::{Graph, NodeId, Phase, Role, Sizes};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
@@ -93,7 +93,7 @@ pub(crate) fn forward_converts(
     count: usize,
     seed: u64,
 ) -> (Graph, Vec<LayoutChoice>) {
-    converts_where(g, layouts, count, seed, |p| p == Pass::Forward)
+    converts_where(g, layouts, count, seed, |p| p == Phase::Forward)
 }
 
 fn converts_where(
@@ -101,7 +101,7 @@ fn converts_where(
     mut layouts: Vec<LayoutChoice>,
     count: usize,
     seed: u64,
-    pass: impl Fn(Pass) -> bool,
+    pass: impl Fn(Phase) -> bool,
 ) -> (Graph, Vec<LayoutChoice>) {
     let mut rng = Rng(seed | 1);
     let mut added = 0;
