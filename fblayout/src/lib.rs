@@ -41,12 +41,36 @@
 //! The modules re-export the layout core: [`layout`] (layouts and views), [`typed`] (the
 //! traits the derive implements), [`expr`] (index expressions), [`emit`] (Rust and WGSL
 //! emitters), [`shader`] (naga-validated WGSL modules), [`algebra`] (CuTe-style layout algebra) and
-//! [`print`](mod@print).
+//! [`print`](mod@print). With the default features, [`kernels`] is the wgpu runtime and the
+//! kernels of fine-tuning (`fblayout-kernels`), and [`plan`] the training graph, layout
+//! selection, memory planning and executors (`fblayout-plan`), so `fblayout` is the one
+//! dependency a user needs:
+//!
+//! ```
+//! use fblayout::plan::models::{Model, ModelConfig, build};
+//! use fblayout::plan::select::{CostModel, Strategy, plan};
+//! use fblayout::plan::graph::Sizes;
+//!
+//! let graph = build(Model::Decoder, ModelConfig::new(100, 32, 4))?;
+//! let sizes = Sizes { batch: 2, seq: 16 };
+//! let guided = plan(&graph, sizes, &CostModel::analytic(), Strategy::Guided)?;
+//! assert!(guided.cost() > 0.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub use fblayout_core::{algebra, emit, expr, layout, shader, typed};
 
 #[cfg(feature = "pictures")]
 pub use fblayout_core::print;
+
+/// The wgpu runtime and the kernels of fine-tuning (the `fblayout-kernels` crate).
+#[cfg(feature = "kernels")]
+pub use fblayout_kernels as kernels;
+
+/// The training graph, layout selection, memory planning and the executors (the
+/// `fblayout-plan` crate).
+#[cfg(feature = "plan")]
+pub use fblayout_plan as plan;
 
 pub use fblayout_core::typed::{Coord, Extents, Ix, Len, Tensor, TensorDescriptor, each};
 
