@@ -14,7 +14,7 @@
 //!   folded grid (`(wg.x + wg.y · nwg.x) · WORKGROUP_SIZE + lid`, see
 //!   [`linear_grid`](crate::runtime::linear_grid)), and an early return past the last unit;
 //! - [`LinearEntry::decode`]: that index as the coordinate of a shape, last axis fastest (the
-//!   WGSL twin of [`unravel`](fblayout_core::layout::unravel)), named by
+//!   WGSL twin of [`unravel`](fblayout_core::__private::unravel)), named by
 //!   [`LinearEntry::coord`];
 //! - [`workgroups`]: how many workgroups of [`WORKGROUP_SIZE`] invocations to dispatch, or
 //!   `None` where the index would not fit a `u32`.

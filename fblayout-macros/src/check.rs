@@ -9,11 +9,12 @@
 
 use std::collections::HashMap;
 
+use fblayout_core::__private::ViewSpec;
 use fblayout_core::layout::{
     AxisSpec, ElemType, Extent, LayoutError, LayoutSpec, Order, Site, ViewStep,
 };
 use fblayout_core::typed::suggest::did_you_mean;
-use fblayout_core::typed::{DeclareError, TensorDescriptor, ViewSpec};
+use fblayout_core::typed::{DeclareError, TensorDescriptor};
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::Ident;

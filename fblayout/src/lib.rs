@@ -88,5 +88,6 @@ pub use fblayout_macros::Tensor;
 /// derive's version is pinned exactly.
 #[doc(hidden)]
 pub mod __private {
+    pub use fblayout_core::__private::ViewSpec;
     pub use fblayout_core::typed::derive::{descriptor, gpu_extents, ix, len};
 }

@@ -115,8 +115,9 @@ proptest! {
 /// exact only where the view is in bounds; the offsets there must still be the oracle's.
 mod run_time_merges {
     use super::{agrees_with_the_oracle, args};
+    use fblayout_core::__private::unravel;
     use fblayout_core::expr::CpuIndexFn;
-    use fblayout_core::layout::{LayoutSpec, MAX_ELEMENTS, Order, unravel};
+    use fblayout_core::layout::{LayoutSpec, MAX_ELEMENTS, Order};
     use fblayout_tests::{Case, StepChoice, apply_steps, arb_case, arb_merge_steps};
     use proptest::prelude::*;
 

@@ -14,8 +14,8 @@
 pub mod tensors;
 
 use fblayout::layout::{LayoutError, TensorLayout};
-use fblayout::typed::axis_consts;
 use fblayout::{Axis, Coord, Extents, Ix, Tensor};
+use fblayout_core::__private::axis_consts;
 use fblayout_core::kernel::{KernelSource, Operand, ParamValue};
 use tensors::*;
 

@@ -7,6 +7,7 @@
 //! emitter's output is validated by naga before anyone sees it ([`wgsl::emit_module`]).
 
 pub mod rust;
+#[doc(hidden)]
 pub mod tokens;
 pub mod wgsl;
 

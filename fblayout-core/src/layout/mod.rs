@@ -40,7 +40,7 @@ mod memo;
 mod spec;
 mod step;
 mod tensor;
-mod unravel;
+pub(crate) mod unravel;
 mod view;
 
 pub use bound::BoundView;
@@ -50,5 +50,5 @@ pub use error::{LayoutError, LayoutErrors, MAX_ELEMENTS, Pass, Site};
 pub use spec::{AxisSpec, DEFAULT_REDUCTION_TILE, Extent, LayoutSpec, Order};
 pub use step::ViewStep;
 pub use tensor::{LayoutAxis, TensorLayout};
-pub use unravel::unravel;
+
 pub use view::{SplitPart, View, ViewAxis, ViewExtent};

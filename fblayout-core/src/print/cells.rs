@@ -13,7 +13,8 @@
 //! the SVG cells.
 
 use super::{MAX_CELLS, PrintError};
-use crate::layout::{BoundView, Order, TensorLayout, unravel};
+use crate::layout::unravel::unravel;
+use crate::layout::{BoundView, Order, TensorLayout};
 
 /// Rows of the physical panel never grow wider than this many cells.
 const MAX_ROW: u64 = 32;

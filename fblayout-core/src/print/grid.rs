@@ -18,7 +18,8 @@ use std::fmt::Write as _;
 
 use super::PrintError;
 use super::cells::{Logical, Physical};
-use crate::layout::{BoundView, TensorLayout, unravel};
+use crate::layout::unravel::unravel;
+use crate::layout::{BoundView, TensorLayout};
 
 /// A table row: its label and its cells.
 type Row = (String, Vec<String>);

@@ -107,7 +107,7 @@ pub trait Tensor: Coord<Tensor = Self> {
     /// The WGSL of the tensor and all its views, validated by naga when the derive expanded:
     /// the struct `<name>_extents` of the run-time extents (when there are any), the
     /// constants `<NAME>_<AXIS>_EXTENT` of each static extent and `<NAME>_<AXIS>_TILE` of each
-    /// axis (see [`axis_consts`](super::axis_consts)), `<name>_offset`/`<name>_in_bounds` for
+    /// axis (see `axis_consts`), `<name>_offset`/`<name>_in_bounds` for
     /// the tensor and each view, and for R-Tile layouts the tile helpers
     /// `<name>_tile_offset`/`<name>_tile_in_bounds` and the constant `<NAME>_TILE_ELEMS`.
     const WGSL: &'static str;

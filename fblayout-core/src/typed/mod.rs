@@ -22,12 +22,12 @@
 //!   [`TensorDescriptor`]: the layout, its views and their WGSL, which the kernel crate and the
 //!   planner read. The derive builds that descriptor from what it checked while expanding;
 //!   nothing is checked again at run time.
-//! - The numbers a declaration holds have one name on both sides ([`axis_consts`]): each static
+//! - The numbers a declaration holds have one name on both sides (`axis_consts`): each static
 //!   extent and each axis's tile are Rust associated constants (`X::HIDDEN_EXTENT`) and WGSL
 //!   constants (`X_HIDDEN_EXTENT`); the run-time extents are a WGSL struct
 //!   (`x_extents`, [`extents_struct_name`]) whose Rust twin is a plain `[u32; N]`.
 //!
-//! Views are declared as data ([`ViewSpec`], a list of the layout core's
+//! Views are declared as data (`ViewSpec`, a list of the layout core's
 //! [`ViewStep`](crate::layout::ViewStep)s, the one step type a [`View`](crate::layout::View)
 //! is also made of) so that the derive can check them while it expands, with exactly the code
 //! that later builds the descriptor at run time: [`TensorDescriptor::declare`] is the one place
@@ -46,9 +46,9 @@
 //! # Ok::<(), fblayout_core::typed::DeclareErrors>(())
 //! ```
 
-mod constants;
-mod coord;
-mod declare;
+pub(crate) mod constants;
+pub(crate) mod coord;
+pub(crate) mod declare;
 #[doc(hidden)]
 pub mod derive;
 mod index;
@@ -56,7 +56,7 @@ pub mod suggest;
 #[cfg(test)]
 mod tests;
 
-pub use constants::{AxisConst, AxisConstKind, axis_consts, extents_struct_name};
-pub use coord::{Coord, Each, Extents, Tensor, bindings, each};
-pub use declare::{DeclareError, DeclareErrors, TensorDescriptor, ViewSpec};
+pub(crate) use constants::extents_struct_name;
+pub use coord::{Coord, Each, Extents, Tensor, each};
+pub use declare::{DeclareError, DeclareErrors, TensorDescriptor};
 pub use index::{Axis, Ix, IxRange, Len};

@@ -2,6 +2,9 @@
 
 use std::collections::HashSet;
 
+use super::constants::axis_consts;
+use super::coord::bindings;
+use super::declare::ViewSpec;
 use super::*;
 use crate::layout::{ElemType, LayoutError, LayoutSpec, Pass, Site, View, ViewStep};
 use crate::shader::WgslModule;

@@ -26,8 +26,9 @@
 
 use std::fmt::Write as _;
 
+use fblayout_core::__private::unravel;
 use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::{ElemType, View, unravel};
+use fblayout_core::layout::{ElemType, View};
 use rayon::prelude::*;
 
 use super::adamw::{ChunkLoop, LANES, chunk_loop, chunking};

@@ -38,8 +38,9 @@
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
+use fblayout_core::__private::unravel;
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::{ElemType, View, unravel};
+use fblayout_core::layout::{ElemType, View};
 use rayon::prelude::*;
 
 use super::compiled::Compiled;

@@ -1,8 +1,9 @@
 //! Tensors in GPU buffers.
 
+use fblayout_core::__private::bindings;
 use fblayout_core::kernel::ParamValue;
 use fblayout_core::layout::{BoundView, ElemType, TensorLayout, View};
-use fblayout_core::typed::{Coord, Tensor, bindings};
+use fblayout_core::typed::{Coord, Tensor};
 
 use super::host::CpuTensor;
 use crate::runtime::{Gpu, GpuBuffer, GpuError};

@@ -2,7 +2,7 @@
 //! `X::<AXIS>_TILE` for each axis, from the core's list ([`axis_consts`]), which also gives
 //! the WGSL constants of `X::WGSL` their names and values.
 
-use fblayout_core::typed::{AxisConstKind, axis_consts};
+use fblayout_core::__private::{AxisConstKind, axis_consts};
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::quote;
 use syn::Ident;

@@ -6,7 +6,7 @@
 //! assertions that each field's axis type is an `Axis` and is used once. Offsets, masks and
 //! extents are the core's simplified expressions, lowered to tokens by [`super::index`].
 
-use fblayout_core::emit::tokens;
+use fblayout_core::__private::tokens;
 use fblayout_core::layout::{TensorLayout, View};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote, quote_spanned};

@@ -1,4 +1,4 @@
-//! Index code: the core's structured emitter ([`fblayout_core::emit::tokens`]) lowered to
+//! Index code: the core's structured emitter ([`fblayout_core::__private::tokens`]) lowered to
 //! tokens.
 //!
 //! The core lowers a simplified expression to a [`Block`] of terms; this module writes each
@@ -7,7 +7,7 @@
 //! printed and parsed back. Locals are written with mixed-site hygiene, so they can't clash
 //! with anything the user names.
 
-use fblayout_core::emit::tokens::{Block, Term};
+use fblayout_core::__private::tokens::{Block, Term};
 use fblayout_core::expr::BinOp;
 use proc_macro2::{Literal, Span, TokenStream, TokenTree};
 use quote::quote;

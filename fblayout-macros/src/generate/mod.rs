@@ -14,7 +14,7 @@ mod like;
 mod tensor;
 mod tile;
 
-use fblayout_core::typed::{AxisConst, AxisConstKind};
+use fblayout_core::__private::{AxisConst, AxisConstKind};
 use proc_macro2::TokenStream;
 use quote::quote;
 

@@ -1,9 +1,9 @@
 //! The tensor: its coordinate, extents, buffer length, named constants, tile helpers, WGSL,
 //! descriptor and view types.
 
-use fblayout_core::emit::tokens;
+use fblayout_core::__private::ViewSpec;
+use fblayout_core::__private::tokens;
 use fblayout_core::layout::{ElemType, Extent, LayoutSpec, Order, ViewStep};
-use fblayout_core::typed::ViewSpec;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use syn::Ident;
@@ -335,5 +335,5 @@ fn view_spec_literal(krate: &TokenStream, view: &ViewSpec<Name>) -> TokenStream 
             quote!(#step::Broadcast { axis: #axis, extent: #extent, at: #at })
         }
     });
-    quote!(#krate::typed::ViewSpec { name: #name, steps: ::std::vec![#(#steps),*] })
+    quote!(#krate::__private::ViewSpec { name: #name, steps: ::std::vec![#(#steps),*] })
 }

@@ -2,7 +2,7 @@
 //! the core's `TensorLayout::tile_index_fn` lowered to tokens as the offsets are, so that they
 //! equal `<name>_tile_offset` and `<name>_tile_in_bounds` in the tensor's WGSL.
 
-use fblayout_core::emit::tokens;
+use fblayout_core::__private::tokens;
 use fblayout_core::layout::Order;
 use proc_macro2::TokenStream;
 use quote::quote;

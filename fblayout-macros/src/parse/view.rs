@@ -12,8 +12,8 @@
 //! New axes (`split`, `merge`, `broadcast`) name their axis type, which becomes the type of the
 //! view struct's field.
 
+use fblayout_core::__private::ViewSpec;
 use fblayout_core::layout::ViewStep;
-use fblayout_core::typed::ViewSpec;
 use fblayout_core::typed::suggest::did_you_mean;
 use proc_macro2::{Span, TokenStream};
 use syn::parse::ParseStream;

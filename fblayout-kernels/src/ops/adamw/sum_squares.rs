@@ -9,8 +9,9 @@
 
 use std::fmt::Write as _;
 
+use fblayout_core::__private::unravel;
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::{View, unravel};
+use fblayout_core::layout::View;
 use rayon::prelude::*;
 
 use crate::cpu::{Logical, Real};
