@@ -1,4 +1,5 @@
-//! The public surface of `fblayout-core` and of the `fblayout` facade, as snapshots.
+//! The public surface of every library crate (the core, the kernels, the planner, the Hugging
+//! Face loader) and of the `fblayout` facade, as snapshots.
 //!
 //! Each test lists every public item of a crate (see [`surface`]) and compares the sorted list
 //! with its snapshot, so that adding, removing or renaming a public item fails here until the
@@ -27,5 +28,23 @@ fn fblayout_core_public_surface() {
 #[test]
 fn fblayout_public_surface() {
     let items = surface::public_items("fblayout", &src("fblayout"));
+    insta::assert_snapshot!(items);
+}
+
+#[test]
+fn fblayout_kernels_public_surface() {
+    let items = surface::public_items("fblayout_kernels", &src("fblayout-kernels"));
+    insta::assert_snapshot!(items);
+}
+
+#[test]
+fn fblayout_plan_public_surface() {
+    let items = surface::public_items("fblayout_plan", &src("fblayout-plan"));
+    insta::assert_snapshot!(items);
+}
+
+#[test]
+fn fblayout_hf_public_surface() {
+    let items = surface::public_items("fblayout_hf", &src("fblayout-hf"));
     insta::assert_snapshot!(items);
 }
