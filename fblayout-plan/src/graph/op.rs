@@ -67,6 +67,26 @@ pub enum Op {
         /// Whether a query sees only the keys up to its own position.
         causal: bool,
     },
+    /// `q, k, v → out, probs`: attention over separate projections, the queries
+    /// `[batch, seq, heads · d]` and the keys and values `[batch, seq, kv_heads · d]`, writing
+    /// `[batch, seq, heads · d]` and saving the probabilities `[batch, heads, seq, seq]`.
+    AttentionSeparate {
+        /// Query heads.
+        heads: u32,
+        /// Key/value heads.
+        kv_heads: u32,
+        /// Whether a query sees only the keys up to its own position.
+        causal: bool,
+    },
+    /// `q, k, v, probs, dout → dq, dk, dv`.
+    AttentionSeparateGrad {
+        /// Query heads.
+        heads: u32,
+        /// Key/value heads.
+        kv_heads: u32,
+        /// Whether the forward was causal.
+        causal: bool,
+    },
     /// `x, positions, cos, sin → y`: rotary position embedding of every head of `x`
     /// `[batch, seq, heads · head_dim]` by its token's position, from the constant tables `cos`
     /// and `sin` `[max_positions, head_dim / 2]`.

@@ -26,12 +26,14 @@ use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
 use crate::select::KernelKind;
 
-/// `qkv → out, probs`, or its backward `qkv, probs, dout → dqkv`.
+/// `qkv → out, probs`, or its backward `qkv, probs, dout → dqkv`; where `separate`, over
+/// three projections: `q, k, v → out, probs` and `q, k, v, probs, dout → dq, dk, dv`.
 pub(crate) struct Attention {
     pub(crate) heads: u32,
     pub(crate) kv_heads: u32,
     pub(crate) causal: bool,
     pub(crate) backward: bool,
+    pub(crate) separate: bool,
 }
 
 impl Attention {
@@ -53,6 +55,28 @@ impl Attention {
         Slot::new(name, ViewRule::Heads { heads: self.heads }, LAST)
     }
 
+    /// The queries, keys and values: one fused projection `fused`, or three named `names`
+    /// (the queries with every head, the keys and values with the key/value heads).
+    fn projections(
+        &self,
+        fused: &'static str,
+        names: [&'static str; 3],
+        access: &'static [super::Access],
+    ) -> Vec<Slot> {
+        if !self.separate {
+            return vec![self.qkv(fused, names, access)];
+        }
+        let [q, k, v] = names;
+        let kv = ViewRule::Heads {
+            heads: self.kv_heads,
+        };
+        vec![
+            Slot::new(q, ViewRule::Heads { heads: self.heads }, access),
+            Slot::new(k, kv, access),
+            Slot::new(v, kv, access),
+        ]
+    }
+
     /// The kernels' attention for head size `head_dim`.
     fn shape(&self, head_dim: u32) -> Shape {
         let mask = if self.causal {
@@ -72,10 +96,11 @@ impl Attention {
 
 impl Contract for Attention {
     fn name(&self) -> &'static str {
-        if self.backward {
-            "attention_grad"
-        } else {
-            "attention"
+        match (self.separate, self.backward) {
+            (false, false) => "attention",
+            (false, true) => "attention_grad",
+            (true, false) => "attention_separate",
+            (true, true) => "attention_separate_grad",
         }
     }
 
@@ -88,34 +113,30 @@ impl Contract for Attention {
     }
 
     fn inputs(&self) -> Vec<Slot> {
-        let qkv = self.qkv("qkv", ["q", "k", "v"], BEFORE_LAST);
+        let mut inputs = self.projections("qkv", ["q", "k", "v"], BEFORE_LAST);
         if self.backward {
-            vec![
-                qkv,
-                Slot::new("probs", ViewRule::Whole, REDUCE_TOKENS),
-                self.heads("dout"),
-            ]
-        } else {
-            vec![qkv]
+            inputs.push(Slot::new("probs", ViewRule::Whole, REDUCE_TOKENS));
+            inputs.push(self.heads("dout"));
         }
+        inputs
     }
 
     fn outputs(&self) -> Vec<Slot> {
         if self.backward {
-            vec![self.qkv("dqkv", ["dq", "dk", "dv"], LAST)]
+            self.projections("dqkv", ["dq", "dk", "dv"], LAST)
         } else {
             vec![self.heads("out"), Slot::new("probs", ViewRule::Whole, LAST)]
         }
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
-        let (ctx, probs_role) = if self.backward {
-            d.same("qkv", "dqkv")?;
-            ("dout", "probs")
+        let ctx = if self.backward { "dout" } else { "out" };
+        let projections: &[&str] = if self.separate {
+            &["q", "k", "v"]
         } else {
-            ("out", "probs")
+            &["qkv"]
         };
-        for r in ["qkv", ctx] {
+        for &r in projections.iter().chain(&[ctx]) {
             d.rank(r, 3)?;
             d.tokens(r)?;
         }
@@ -135,24 +156,58 @@ impl Contract for Attention {
             }
         };
         let head_dim = width / self.heads;
-        let fused = (self.heads + 2 * self.kv_heads) * head_dim;
-        d.is("qkv", &[Dim::Batch, Dim::Seq, Dim::Fixed(fused)])?;
+        let tokens = |w: u32| [Dim::Batch, Dim::Seq, Dim::Fixed(w)];
+        if self.separate {
+            d.is("q", &tokens(width))?;
+            d.is("k", &tokens(self.kv_heads * head_dim))?;
+            d.is("v", &tokens(self.kv_heads * head_dim))?;
+            if self.backward {
+                for (x, dx) in [("q", "dq"), ("k", "dk"), ("v", "dv")] {
+                    d.same(x, dx)?;
+                }
+            }
+        } else {
+            let fused = (self.heads + 2 * self.kv_heads) * head_dim;
+            d.is("qkv", &tokens(fused))?;
+            if self.backward {
+                d.same("qkv", "dqkv")?;
+            }
+        }
         d.is(
-            probs_role,
+            "probs",
             &[Dim::Batch, Dim::Fixed(self.heads), Dim::Seq, Dim::Seq],
         )
     }
 
     fn backward(&self) -> Option<BackwardRule> {
+        let (heads, kv_heads, causal) = (self.heads, self.kv_heads, self.causal);
+        let (op, inputs, grads_of) = if self.separate {
+            use Source::{Input, Output, OutputGrad};
+            (
+                Op::AttentionSeparateGrad {
+                    heads,
+                    kv_heads,
+                    causal,
+                },
+                vec![Input(0), Input(1), Input(2), Output(1), OutputGrad(0)],
+                vec![0, 1, 2],
+            )
+        } else {
+            (
+                Op::AttentionGrad {
+                    heads,
+                    kv_heads,
+                    causal,
+                },
+                vec![Source::Input(0), Source::Output(1), Source::OutputGrad(0)],
+                vec![0],
+            )
+        };
         (!self.backward).then(|| BackwardRule {
             steps: vec![BackwardStep {
-                op: Op::AttentionGrad {
-                    heads: self.heads,
-                    kv_heads: self.kv_heads,
-                    causal: self.causal,
-                },
-                inputs: vec![Source::Input(0), Source::Output(1), Source::OutputGrad(0)],
-                grads_of: vec![0],
+                op,
+                inputs,
+                grads_of,
             }],
             passes_through: vec![],
         })
@@ -165,8 +220,18 @@ impl Contract for Attention {
         let head_dim = 4;
         let width = self.heads * head_dim;
         let fused = (self.heads + 2 * self.kv_heads) * head_dim;
+        let kv = self.kv_heads * head_dim;
+        let inputs = if self.separate {
+            vec![
+                Decl::tokens(&[("q", width)], Holds::Floats),
+                Decl::tokens(&[("k", kv)], Holds::Floats),
+                Decl::tokens(&[("v", kv)], Holds::Floats),
+            ]
+        } else {
+            vec![Decl::tokens(&[("qkv", fused)], Holds::Floats)]
+        };
         Some(Sample {
-            inputs: vec![Decl::tokens(&[("qkv", fused)], Holds::Floats)],
+            inputs,
             outputs: vec![
                 Decl::tokens(&[("width", width)], Holds::Written),
                 Decl {

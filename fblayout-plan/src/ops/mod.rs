@@ -308,6 +308,7 @@ impl Op {
                 kv_heads,
                 causal,
                 backward: false,
+                separate: false,
             }),
             Self::AttentionGrad {
                 heads,
@@ -318,6 +319,29 @@ impl Op {
                 kv_heads,
                 causal,
                 backward: true,
+                separate: false,
+            }),
+            Self::AttentionSeparate {
+                heads,
+                kv_heads,
+                causal,
+            } => Box::new(attention::Attention {
+                heads,
+                kv_heads,
+                causal,
+                backward: false,
+                separate: true,
+            }),
+            Self::AttentionSeparateGrad {
+                heads,
+                kv_heads,
+                causal,
+            } => Box::new(attention::Attention {
+                heads,
+                kv_heads,
+                causal,
+                backward: true,
+                separate: true,
             }),
             Self::Rope { heads } => Box::new(rope::Rope {
                 heads,
@@ -385,6 +409,21 @@ pub fn registry() -> Vec<Op> {
             heads: 4,
             kv_heads: 2,
             causal: true,
+        },
+        Op::AttentionSeparate {
+            heads: 4,
+            kv_heads: 2,
+            causal: true,
+        },
+        Op::AttentionSeparateGrad {
+            heads: 4,
+            kv_heads: 2,
+            causal: true,
+        },
+        Op::AttentionSeparate {
+            heads: 2,
+            kv_heads: 2,
+            causal: false,
         },
         Op::Rope { heads: 2 },
         Op::RopeGrad { heads: 2 },
