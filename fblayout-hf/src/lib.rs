@@ -12,10 +12,12 @@
 //!   given the config), and a check of a checkpoint against them;
 //! - [`tokenizer`]: `tokenizer.json` — text to padded rows of ids, attention mask and token
 //!   types;
-//! - [`ModelDir`]: the three at once, from a directory.
+//! - [`ModelDir`]: the three at once, from a directory;
+//! - [`graph`]: the model's training graph (fblayout-plan) built from its config, and its
+//!   parameters' values from its checkpoint.
 //!
-//! The crate is independent of the training graph: it says what the files hold, in Hugging
-//! Face's names and orientation, and leaves the mapping onto fblayout's tensors to the graph.
+//! The loading modules say what the files hold, in Hugging Face's names and orientation;
+//! [`graph`] maps them onto fblayout's training graph.
 //! Every failure is a typed error that names the file and the field or tensor at fault; none
 //! panics.
 //!
@@ -39,6 +41,7 @@
 //! ```
 
 pub mod config;
+pub mod graph;
 mod model_dir;
 pub mod names;
 pub mod tokenizer;

@@ -7,6 +7,7 @@ mod config;
 mod minilm;
 mod model_dir;
 mod names;
+mod parity;
 mod sharded;
 mod tokenizer;
 mod weights;

@@ -11,6 +11,11 @@
 //!   FFN(LN(x))` — with causal attention, and a final LayerNorm before the head.
 //!
 //! Activations are `[batch, seq, width]`, weights `[d_in, d_out]`.
+//!
+//! [`llama`] builds the Llama family's decoder (RMSNorm, RoPE, grouped-query attention over
+//! separate projections, SwiGLU) from its configuration, with Hugging Face's parameter names.
+
+pub mod llama;
 
 use fblayout_core::layout::ElemType;
 

@@ -1,0 +1,234 @@
+//! From a loaded model to fblayout's training graph: the architecture built from its config,
+//! and every parameter's values read from the checkpoint.
+//!
+//! The graph's parameters carry the checkpoint's names (canonical, as the task class names
+//! them); a linear layer's weight is stored `[d_in, d_out]` in the graph, the transpose of
+//! `nn.Linear`'s `[out, in]`, so [`parameters`] transposes it, and [`to_checkpoint`] transposes a
+//! graph value back.
+//!
+//! The Llama family (Llama, and Mistral and Qwen2 without biases) is built so far
+//! ([`fblayout_plan::models::llama`]); BERT and GPT-2 are refused with
+//! [`GraphError::Unsupported`] until their builders land.
+//!
+//! ```
+//! use fblayout_hf::ModelDir;
+//!
+//! let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+//! let model = ModelDir::open(root.join("tests/fixtures/hf/llama/model"))?;
+//! let graph = fblayout_hf::graph::build(&model)?;
+//! let values = fblayout_hf::graph::parameters(&model, &graph)?;
+//! assert_eq!(values.len(), graph.params().len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::PathBuf;
+
+use fblayout_plan::graph::{Dim, Graph, Op, TensorId};
+use fblayout_plan::models::llama::{self, LlamaConfig as PlanLlama};
+
+use crate::config::{self, ModelConfig, RopeScaling};
+use crate::names::NameMismatch;
+use crate::weights::WeightsError;
+use crate::{CONFIG_FILE, ModelDir};
+
+/// Why a model could not be turned into a graph and its values.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// The model uses something the graphs can't express yet.
+    #[error("{file}: {what} is not supported yet")]
+    Unsupported {
+        /// The config file.
+        file: PathBuf,
+        /// What.
+        what: String,
+    },
+    /// A size of the config doesn't fit fblayout's 32-bit extents.
+    #[error("{file}: `{field}` = {value} is too large")]
+    TooLarge {
+        /// The config file.
+        file: PathBuf,
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: usize,
+    },
+    /// The graph could not be built.
+    #[error("building the graph of {file}: {source}")]
+    Graph {
+        /// The config file.
+        file: PathBuf,
+        /// Why.
+        source: fblayout_plan::graph::GraphError,
+    },
+    /// The checkpoint's tensors don't match the architecture.
+    #[error(transparent)]
+    Names(#[from] NameMismatch),
+    /// A tensor could not be read.
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    /// A graph parameter has no tensor in the checkpoint, or one of another shape.
+    #[error("parameter `{name}`: {detail}")]
+    Parameter {
+        /// The parameter.
+        name: String,
+        /// What does not fit.
+        detail: String,
+    },
+}
+
+/// The training graph of the model in `dir` (forward, loss, backward, AdamW).
+pub fn build(dir: &ModelDir) -> Result<Graph, GraphError> {
+    let file = dir.dir().join(CONFIG_FILE);
+    match dir.config() {
+        ModelConfig::Llama(c) => {
+            let spec = llama_config(c, &file)?;
+            llama::build(&spec).map_err(|source| GraphError::Graph { file, source })
+        }
+        other => Err(GraphError::Unsupported {
+            file,
+            what: format!("building a graph of `{}`", other.model_type()),
+        }),
+    }
+}
+
+/// The graph-side configuration of a Llama-family `config` (read from `file`).
+pub fn llama_config(
+    c: &config::LlamaConfig,
+    file: &std::path::Path,
+) -> Result<PlanLlama, GraphError> {
+    let unsupported = |what: &str| GraphError::Unsupported {
+        file: file.to_owned(),
+        what: what.to_owned(),
+    };
+    if c.qkv_bias || c.o_bias || c.mlp_bias {
+        return Err(unsupported("a Llama-family model with biases"));
+    }
+    if c.tie_word_embeddings {
+        return Err(unsupported(
+            "a Llama-family model whose head is tied to its embeddings",
+        ));
+    }
+    let small = |field: &'static str, value: usize| {
+        u32::try_from(value).map_err(|_| GraphError::TooLarge {
+            file: file.to_owned(),
+            field,
+            value,
+        })
+    };
+    let scaling = match c.rope.scaling {
+        RopeScaling::None => fblayout_kernels::ops::RopeScaling::None,
+        RopeScaling::Linear { factor } => fblayout_kernels::ops::RopeScaling::Linear { factor },
+    };
+    Ok(PlanLlama::new(
+        small("vocab_size", c.vocab_size)?,
+        small("hidden_size", c.hidden_size)?,
+        small("num_attention_heads", c.num_attention_heads)?,
+    )
+    .with_kv_heads(small("num_key_value_heads", c.num_key_value_heads)?)
+    .with_head_dim(small("head_dim", c.head_dim)?)
+    .with_ffn(small("intermediate_size", c.intermediate_size)?)
+    .with_layers(small("num_hidden_layers", c.num_hidden_layers)?)
+    .with_eps(c.rms_norm_eps as f32)
+    .with_rope(c.rope.theta, scaling)
+    .with_max_positions(small("max_position_embeddings", c.max_position_embeddings)?))
+}
+
+/// Whether parameter `p` of `graph` is a linear layer's weight (stored `[d_in, d_out]`, the
+/// transpose of the checkpoint's).
+fn is_linear_weight(graph: &Graph, p: TensorId) -> bool {
+    graph.nodes().iter().any(|n| {
+        n.op == Op::Linear
+            && n.op
+                .input_roles()
+                .iter()
+                .zip(&n.inputs)
+                .any(|(&role, &t)| role == "w" && t == p)
+    })
+}
+
+/// The fixed extents of parameter `p`.
+fn extents(graph: &Graph, p: TensorId) -> Vec<usize> {
+    graph
+        .tensor(p)
+        .axes
+        .iter()
+        .map(|a| match a.dim {
+            Dim::Fixed(n) => n as usize,
+            // Parameters have fixed extents.
+            _ => 0,
+        })
+        .collect()
+}
+
+/// `values` of a `[rows, cols]` matrix, transposed.
+fn transpose(values: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut out = vec![0.0; values.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = values[r * cols + c];
+        }
+    }
+    out
+}
+
+/// Every parameter of `graph` with its values from the checkpoint of `dir`, by name, in the
+/// graph's orientation (a linear weight transposed). Every expected tensor must be there with
+/// the shape the config implies.
+pub fn parameters(dir: &ModelDir, graph: &Graph) -> Result<Vec<(String, Vec<f64>)>, GraphError> {
+    let names = dir.check_names()?;
+    let mut out = Vec::with_capacity(graph.params().len());
+    for p in graph.params() {
+        let name = graph.tensor(p).name.clone();
+        let missing = || GraphError::Parameter {
+            name: name.clone(),
+            detail: "the checkpoint has no such tensor".into(),
+        };
+        let actual = names.actual(&name).ok_or_else(missing)?;
+        let info = dir.checkpoint().get(actual).ok_or_else(missing)?;
+        let shape: Vec<usize> = info.shape.clone();
+        let want = extents(graph, p);
+        let linear = is_linear_weight(graph, p);
+        let expected: Vec<usize> = if linear {
+            want.iter().rev().copied().collect()
+        } else {
+            want.clone()
+        };
+        if shape != expected {
+            return Err(GraphError::Parameter {
+                name,
+                detail: format!(
+                    "the checkpoint's `{actual}` is {shape:?}; the graph needs {expected:?}"
+                ),
+            });
+        }
+        let values: Vec<f64> = dir
+            .checkpoint()
+            .read_f32(actual)?
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let values = if linear {
+            transpose(&values, shape[0], shape[1])
+        } else {
+            values
+        };
+        out.push((name, values));
+    }
+    Ok(out)
+}
+
+/// `values` of parameter (or gradient) `name` of `graph`, in the checkpoint's orientation: a
+/// linear weight (or its gradient) transposed back to `[out, in]`.
+pub fn to_checkpoint(graph: &Graph, name: &str, values: &[f64]) -> Option<Vec<f64>> {
+    let t = graph.find(name)?;
+    let p = match graph.tensor(t).role {
+        fblayout_plan::graph::Role::Grad { of } => of,
+        _ => t,
+    };
+    if !is_linear_weight(graph, p) {
+        return Some(values.to_vec());
+    }
+    let e = extents(graph, p);
+    Some(transpose(values, e[0], e[1]))
+}

@@ -1,0 +1,203 @@
+//! Parity with transformers: the tiny Llama fixture's checkpoint built into fblayout's training
+//! graph and run on the CPU executor (f64) and the GPU executor (lavapipe in CI) against what
+//! `python/make_fixtures.py` recorded with transformers — the loss of the padded batch, every
+//! parameter's gradient at step 0, and every parameter after three AdamW steps with the
+//! fixture's hyper-parameters.
+//!
+//! Conventions (from the fixture's `fixture.json`): right padding, positions `0..seq` in every
+//! row, and the causal LM's loss `CE(logits[:, t], labels[:, t + 1])` over the shifted labels
+//! that are not −100. fblayout's graph does not shift: position `t` is given label `t + 1`.
+//! Causal attention over right padding never lets a real token see a pad, so no padding mask is
+//! needed for this batch.
+//!
+//! Tolerances: the CPU computes in f64 from the same f32 weights, so it agrees with PyTorch's
+//! f32 to f32 round-off (1e-5 relative on the loss, 1e-4 on each tensor's relative L2 error);
+//! the GPU computes in f32 with other summation orders (2e-4 on the loss, 1e-3 per tensor).
+
+use fblayout_hf::ModelDir;
+use fblayout_hf::graph::{build, parameters, to_checkpoint};
+use fblayout_kernels::Gpu;
+use fblayout_plan::exec::{AdamWConfig, CpuStep, GpuStep, StepInputs};
+use fblayout_plan::graph::{Graph, Sizes};
+use fblayout_plan::layouts::LayoutChoice;
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use safetensors::Dtype;
+
+use crate::common::{fixture_json, hf, model_dir, read_all};
+
+/// What the fixture recorded, by tensor name.
+struct Fixture {
+    sizes: Sizes,
+    inputs: StepInputs,
+    loss: f64,
+    tensors: std::collections::BTreeMap<String, Vec<f64>>,
+    adamw: AdamWConfig,
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+        .collect()
+}
+
+fn i64s(bytes: &[u8]) -> Vec<i64> {
+    bytes
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+fn fixture(arch: &str) -> Fixture {
+    let dir = hf(arch);
+    let all = read_all(&dir.join("full.safetensors"));
+    let (_, shape, ids) = &all["input_ids"];
+    let (batch, seq) = (shape[0], shape[1]);
+    let ids: Vec<u32> = i64s(ids).into_iter().map(|v| v as u32).collect();
+    let labels = i64s(&all["labels"].2);
+    // Position t predicts the label at t + 1; −100 and the last position count for nothing.
+    let shifted: Vec<u32> = (0..batch * seq)
+        .map(|i| {
+            let t = i % seq;
+            match labels.get(i + 1) {
+                Some(&l) if t + 1 < seq && l >= 0 => l as u32,
+                _ => u32::MAX,
+            }
+        })
+        .collect();
+    let positions = (0..batch * seq).map(|i| (i % seq) as u32).collect();
+    let sizes = Sizes {
+        batch: batch as u32,
+        seq: seq as u32,
+    };
+    let inputs = StepInputs::random(1, sizes, 0)
+        .with("ids", ids)
+        .with("positions", positions)
+        .with("labels", shifted);
+    let tensors = all
+        .iter()
+        .filter(|(_, (dtype, _, _))| *dtype == Dtype::F32)
+        .map(|(name, (_, _, bytes))| (name.clone(), f32s(bytes)))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    let json = fixture_json(&dir);
+    let opt = &json["optimizer"];
+    let adamw = AdamWConfig {
+        lr: opt["lr"].as_f64().unwrap() as f32,
+        beta1: opt["betas"][0].as_f64().unwrap() as f32,
+        beta2: opt["betas"][1].as_f64().unwrap() as f32,
+        eps: opt["eps"].as_f64().unwrap() as f32,
+        weight_decay: opt["weight_decay"].as_f64().unwrap() as f32,
+    };
+    Fixture {
+        sizes,
+        inputs,
+        loss: tensors["loss"][0],
+        tensors,
+        adamw,
+    }
+}
+
+/// `‖a − b‖ / ‖b‖`.
+fn relative(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let diff: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let norm: f64 = b.iter().map(|y| y * y).sum();
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// Reads and writes a step's tensors by name, on either executor.
+trait Step {
+    fn set(&mut self, name: &str, values: &[f64]);
+    fn read(&self, name: &str) -> Vec<f64>;
+    fn step(&mut self, inputs: &StepInputs) -> f64;
+}
+
+impl Step for CpuStep {
+    fn set(&mut self, name: &str, values: &[f64]) {
+        CpuStep::set(self, name, values).unwrap();
+    }
+    fn read(&self, name: &str) -> Vec<f64> {
+        CpuStep::read(self, name).unwrap()
+    }
+    fn step(&mut self, inputs: &StepInputs) -> f64 {
+        CpuStep::step(self, inputs).unwrap()
+    }
+}
+
+impl Step for GpuStep<'_> {
+    fn set(&mut self, name: &str, values: &[f64]) {
+        GpuStep::set(self, name, values).unwrap();
+    }
+    fn read(&self, name: &str) -> Vec<f64> {
+        GpuStep::read(self, name).unwrap()
+    }
+    fn step(&mut self, inputs: &StepInputs) -> f64 {
+        f64::from(GpuStep::step(self, inputs).unwrap())
+    }
+}
+
+/// Runs the fixture's three steps on `step` and checks the loss, the first step's gradients
+/// and the parameters after three steps against transformers' within `(loss_tol, tensor_tol)`.
+fn check(what: &str, graph: &Graph, step: &mut dyn Step, f: &Fixture, tol: (f64, f64)) {
+    let loss = step.step(&f.inputs);
+    assert!(
+        (loss - f.loss).abs() <= tol.0 * f.loss.abs(),
+        "{what}: loss {loss}, transformers {}",
+        f.loss
+    );
+    let mut checked = 0;
+    for p in graph.params() {
+        let name = &graph.tensor(p).name;
+        let grad = graph.tensor(graph.grad(p).unwrap()).name.clone();
+        let got = to_checkpoint(graph, &grad, &step.read(&grad)).unwrap();
+        let want = &f.tensors[&format!("grad.{name}")];
+        let e = relative(&got, want);
+        assert!(
+            e <= tol.1,
+            "{what}: the gradient of `{name}`: relative error {e:e}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 21, "{what}: every parameter's gradient is checked");
+    for _ in 1..3 {
+        step.step(&f.inputs);
+    }
+    for p in graph.params() {
+        let name = &graph.tensor(p).name;
+        let got = to_checkpoint(graph, name, &step.read(name)).unwrap();
+        let want = &f.tensors[&format!("after3.{name}")];
+        let e = relative(&got, want);
+        assert!(
+            e <= tol.1,
+            "{what}: `{name}` after 3 steps: relative error {e:e}"
+        );
+    }
+}
+
+#[test]
+fn the_llama_fixture_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
+    let model = ModelDir::open(model_dir("llama")).unwrap();
+    let graph = build(&model).unwrap();
+    let values = parameters(&model, &graph).unwrap();
+    let f = fixture("llama");
+    let layouts = vec![LayoutChoice::RowMajor; graph.tensors().len()];
+    let memory = plan_memory(&graph, &layouts, f.sizes, MemoryOptions::default()).unwrap();
+
+    let mut cpu = CpuStep::new(&graph, &layouts, &memory, f.sizes, f.adamw).unwrap();
+    for (name, v) in &values {
+        Step::set(&mut cpu, name, v);
+    }
+    check("CPU", &graph, &mut cpu, &f, (1e-5, 1e-4));
+
+    let gpu = Gpu::new().unwrap_or_else(|err| {
+        panic!(
+            "could not open a GPU; install Mesa's Vulkan drivers (lavapipe) or set \
+             FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
+        )
+    });
+    let mut on_gpu = GpuStep::new(&gpu, &graph, &layouts, &memory, f.sizes, f.adamw).unwrap();
+    for (name, v) in &values {
+        Step::set(&mut on_gpu, name, v);
+    }
+    check("GPU", &graph, &mut on_gpu, &f, (2e-4, 1e-3));
+}
