@@ -3,12 +3,12 @@
 //!
 //! The graph's parameters carry the checkpoint's names (canonical, as the task class names
 //! them); a linear layer's weight is stored `[d_in, d_out]` in the graph, the transpose of
-//! `nn.Linear`'s `[out, in]`, so [`parameters`] transposes it, and [`to_checkpoint`] transposes a
-//! graph value back.
+//! `nn.Linear`'s `[out, in]` (BERT, the Llama family), so [`parameters`] transposes it and
+//! [`to_checkpoint`] transposes a graph value back; GPT-2's `Conv1D` already stores `[in, out]`.
 //!
-//! The Llama family (Llama, and Mistral and Qwen2 without biases) is built so far
-//! ([`fblayout_plan::models::llama`]); BERT and GPT-2 are refused with
-//! [`GraphError::Unsupported`] until their builders land.
+//! GPT-2 ([`fblayout_plan::models::gpt2`], its head tied to the token table) and the Llama
+//! family (Llama, and Mistral and Qwen2 without biases; [`fblayout_plan::models::llama`]) are
+//! built so far; BERT is refused with [`GraphError::Unsupported`] until its builder lands.
 //!
 //! ```
 //! use fblayout_hf::ModelDir;
@@ -21,12 +21,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use fblayout_plan::graph::{Dim, Graph, Op, TensorId};
+use fblayout_plan::graph::{Act, Dim, Graph, Op, TensorId};
+use fblayout_plan::models::gpt2::{self, Gpt2Config as PlanGpt2};
 use fblayout_plan::models::llama::{self, LlamaConfig as PlanLlama};
 
-use crate::config::{self, ModelConfig, RopeScaling};
+use crate::config::{self, Activation, ModelConfig, RopeScaling};
 use crate::names::NameMismatch;
 use crate::weights::WeightsError;
 use crate::{CONFIG_FILE, ModelDir};
@@ -85,6 +86,10 @@ pub fn build(dir: &ModelDir) -> Result<Graph, GraphError> {
             let spec = llama_config(c, &file)?;
             llama::build(&spec).map_err(|source| GraphError::Graph { file, source })
         }
+        ModelConfig::Gpt2(c) => {
+            let spec = gpt2_config(c, &file)?;
+            gpt2::build(&spec).map_err(|source| GraphError::Graph { file, source })
+        }
         other => Err(GraphError::Unsupported {
             file,
             what: format!("building a graph of `{}`", other.model_type()),
@@ -92,11 +97,42 @@ pub fn build(dir: &ModelDir) -> Result<Graph, GraphError> {
     }
 }
 
+/// `value` of config field `field` (in `file`) as a 32-bit extent.
+fn extent(file: &Path, field: &'static str, value: usize) -> Result<u32, GraphError> {
+    u32::try_from(value).map_err(|_| GraphError::TooLarge {
+        file: file.to_owned(),
+        field,
+        value,
+    })
+}
+
+/// The graph-side configuration of a GPT-2 `config` (read from `file`).
+pub fn gpt2_config(c: &config::Gpt2Config, file: &Path) -> Result<PlanGpt2, GraphError> {
+    if !c.tie_word_embeddings {
+        return Err(GraphError::Unsupported {
+            file: file.to_owned(),
+            what: "a GPT-2 whose head is not tied to its embeddings".into(),
+        });
+    }
+    let activation = match c.activation_function {
+        Activation::Gelu => Act::Gelu,
+        Activation::GeluTanh => Act::GeluTanh,
+        Activation::Silu => Act::Silu,
+    };
+    Ok(PlanGpt2::new(
+        extent(file, "vocab_size", c.vocab_size)?,
+        extent(file, "n_embd", c.n_embd)?,
+        extent(file, "n_head", c.n_head)?,
+    )
+    .with_max_positions(extent(file, "n_positions", c.n_positions)?)
+    .with_ffn(extent(file, "n_inner", c.n_inner)?)
+    .with_layers(extent(file, "n_layer", c.n_layer)?)
+    .with_eps(c.layer_norm_epsilon as f32)
+    .with_activation(activation))
+}
+
 /// The graph-side configuration of a Llama-family `config` (read from `file`).
-pub fn llama_config(
-    c: &config::LlamaConfig,
-    file: &std::path::Path,
-) -> Result<PlanLlama, GraphError> {
+pub fn llama_config(c: &config::LlamaConfig, file: &Path) -> Result<PlanLlama, GraphError> {
     let unsupported = |what: &str| GraphError::Unsupported {
         file: file.to_owned(),
         what: what.to_owned(),
@@ -109,13 +145,7 @@ pub fn llama_config(
             "a Llama-family model whose head is tied to its embeddings",
         ));
     }
-    let small = |field: &'static str, value: usize| {
-        u32::try_from(value).map_err(|_| GraphError::TooLarge {
-            file: file.to_owned(),
-            field,
-            value,
-        })
-    };
+    let small = |field: &'static str, value: usize| extent(file, field, value);
     let scaling = match c.rope.scaling {
         RopeScaling::None => fblayout_kernels::ops::RopeScaling::None,
         RopeScaling::Linear { factor } => fblayout_kernels::ops::RopeScaling::Linear { factor },
@@ -134,9 +164,14 @@ pub fn llama_config(
     .with_max_positions(small("max_position_embeddings", c.max_position_embeddings)?))
 }
 
-/// Whether parameter `p` of `graph` is a linear layer's weight (stored `[d_in, d_out]`, the
-/// transpose of the checkpoint's).
-fn is_linear_weight(graph: &Graph, p: TensorId) -> bool {
+/// Whether parameter `p` of `graph` is stored transposed from the checkpoint of a model of
+/// `config`: a linear layer's weight (`[d_in, d_out]` in the graph) where the checkpoint holds
+/// `nn.Linear`'s `[out, in]` (BERT, the Llama family), not GPT-2's `Conv1D`, whose `[in, out]`
+/// is the graph's.
+fn is_transposed(config: &ModelConfig, graph: &Graph, p: TensorId) -> bool {
+    if matches!(config, ModelConfig::Gpt2(_)) {
+        return false;
+    }
     graph.nodes().iter().any(|n| {
         n.op == Op::Linear
             && n.op
@@ -188,7 +223,7 @@ pub fn parameters(dir: &ModelDir, graph: &Graph) -> Result<Vec<(String, Vec<f64>
         let info = dir.checkpoint().get(actual).ok_or_else(missing)?;
         let shape: Vec<usize> = info.shape.clone();
         let want = extents(graph, p);
-        let linear = is_linear_weight(graph, p);
+        let linear = is_transposed(dir.config(), graph, p);
         let expected: Vec<usize> = if linear {
             want.iter().rev().copied().collect()
         } else {
@@ -218,15 +253,21 @@ pub fn parameters(dir: &ModelDir, graph: &Graph) -> Result<Vec<(String, Vec<f64>
     Ok(out)
 }
 
-/// `values` of parameter (or gradient) `name` of `graph`, in the checkpoint's orientation: a
-/// linear weight (or its gradient) transposed back to `[out, in]`.
-pub fn to_checkpoint(graph: &Graph, name: &str, values: &[f64]) -> Option<Vec<f64>> {
+/// `values` of parameter (or gradient) `name` of `graph`, built for a model of `config`, in
+/// the checkpoint's orientation: a linear weight (or its gradient) transposed back to
+/// `nn.Linear`'s `[out, in]` where [`parameters`] transposed it.
+pub fn to_checkpoint(
+    config: &ModelConfig,
+    graph: &Graph,
+    name: &str,
+    values: &[f64],
+) -> Option<Vec<f64>> {
     let t = graph.find(name)?;
     let p = match graph.tensor(t).role {
         fblayout_plan::graph::Role::Grad { of } => of,
         _ => t,
     };
-    if !is_linear_weight(graph, p) {
+    if !is_transposed(config, graph, p) {
         return Some(values.to_vec());
     }
     let e = extents(graph, p);

@@ -1,4 +1,4 @@
-//! Parity with transformers: the tiny Llama fixture's checkpoint built into fblayout's training
+//! Parity with transformers: the tiny GPT-2 and Llama fixtures' checkpoints built into fblayout's training
 //! graph and run on the CPU executor (f64) and the GPU executor (lavapipe in CI) against what
 //! `python/make_fixtures.py` recorded with transformers — the loss of the padded batch, every
 //! parameter's gradient at step 0, and every parameter after three AdamW steps with the
@@ -11,10 +11,22 @@
 //! needed for this batch.
 //!
 //! Tolerances: the CPU computes in f64 from the same f32 weights, so it agrees with PyTorch's
-//! f32 to f32 round-off (1e-5 relative on the loss, 1e-4 on each tensor's relative L2 error);
-//! the GPU computes in f32 with other summation orders (2e-4 on the loss, 1e-3 per tensor).
+//! f32 to f32 round-off (1e-5 relative on the loss, 1e-4 on each gradient's relative L2
+//! error); the GPU computes in f32 with other summation orders (2e-4 on the loss, 1e-3 per
+//! tensor). After three AdamW steps (ε 1e-8) the parameters are held to 2e-3 (CPU) and 1e-2
+//! (GPU; measured up to 5.1e-3, GPT-2's `c_attn` bias, whose f32 gradients near zero differ
+//! from transformers' in both value and summation order): AdamW normalises a tiny gradient into an update of a sizeable fraction of lr whose
+//! size and sign are round-off on transformers' f32 side (measured: a GPT-2 `c_attn` weight
+//! with a gradient of 2.6e-9 against an RMS of 1.8e-2 moved 3.2e-3 apart, 3.6e-4 of the
+//! tensor's norm; the largest tensor error on the CPU, GPT-2's `c_attn` bias, 1.1e-3). The elements whose gradient is zero in exact arithmetic — GPT-2's key
+//! biases, a constant added to every score of a query — take updates of ±lr of pure round-off
+//! there and are left out (found from the CPU's f64 gradient, below 1e-9 of their tensor's
+//! RMS); the test checks that most of every tensor is kept.
+
+use std::collections::BTreeMap;
 
 use fblayout_hf::ModelDir;
+use fblayout_hf::config::ModelConfig;
 use fblayout_hf::graph::{build, parameters, to_checkpoint};
 use fblayout_kernels::Gpu;
 use fblayout_plan::exec::{AdamWConfig, CpuStep, GpuStep, StepInputs};
@@ -137,57 +149,99 @@ impl Step for GpuStep<'_> {
 }
 
 /// Runs the fixture's three steps on `step` and checks the loss, the first step's gradients
-/// and the parameters after three steps against transformers' within `(loss_tol, tensor_tol)`.
-fn check(what: &str, graph: &Graph, step: &mut dyn Step, f: &Fixture, tol: (f64, f64)) {
+/// and the parameters after three steps against transformers' within `(loss, gradients,
+/// parameters)`.
+/// Returns the first step's gradients, by parameter, in the checkpoint's orientation. Where
+/// `exact` is given (the CPU's f64 gradients), it decides which gradients vanish; else this
+/// step's own do.
+fn check(
+    what: &str,
+    (config, graph): (&ModelConfig, &Graph),
+    step: &mut dyn Step,
+    f: &Fixture,
+    tol: (f64, f64, f64),
+    exact: Option<&BTreeMap<String, Vec<f64>>>,
+) -> BTreeMap<String, Vec<f64>> {
     let loss = step.step(&f.inputs);
     assert!(
         (loss - f.loss).abs() <= tol.0 * f.loss.abs(),
         "{what}: loss {loss}, transformers {}",
         f.loss
     );
-    let mut checked = 0;
+    let mut grads = BTreeMap::new();
     for p in graph.params() {
         let name = &graph.tensor(p).name;
         let grad = graph.tensor(graph.grad(p).unwrap()).name.clone();
-        let got = to_checkpoint(graph, &grad, &step.read(&grad)).unwrap();
+        let got = to_checkpoint(config, graph, &grad, &step.read(&grad)).unwrap();
         let want = &f.tensors[&format!("grad.{name}")];
         let e = relative(&got, want);
         assert!(
             e <= tol.1,
             "{what}: the gradient of `{name}`: relative error {e:e}"
         );
-        checked += 1;
+        grads.insert(name.clone(), got);
     }
-    assert_eq!(checked, 21, "{what}: every parameter's gradient is checked");
+    let exact = exact.unwrap_or(&grads);
+    assert_eq!(
+        grads.len(),
+        f.tensors.keys().filter(|k| k.starts_with("grad.")).count(),
+        "{what}: every parameter's gradient is checked"
+    );
     for _ in 1..3 {
         step.step(&f.inputs);
     }
     for p in graph.params() {
         let name = &graph.tensor(p).name;
-        let got = to_checkpoint(graph, name, &step.read(name)).unwrap();
+        let got = to_checkpoint(config, graph, name, &step.read(name)).unwrap();
         let want = &f.tensors[&format!("after3.{name}")];
-        let e = relative(&got, want);
+        // Elements whose first gradient vanishes in exact arithmetic (the f64 gradient below
+        // 1e-9 of the tensor's RMS) where transformers' f32 gradient is round-off, not zero,
+        // take AdamW updates of round-off's sign there; they are left out (see the module
+        // docs), and most of every tensor stays in.
+        let grad = &exact[name];
+        let rms = (grad.iter().map(|g| g * g).sum::<f64>() / grad.len() as f64).sqrt();
+        let theirs = &f.tensors[&format!("grad.{name}")];
+        let vanishes = |i: usize| grad[i].abs() <= 1e-9 * rms && theirs[i] != 0.0;
+        let kept: Vec<usize> = (0..grad.len()).filter(|&i| !vanishes(i)).collect();
         assert!(
-            e <= tol.1,
+            kept.len() * 2 > grad.len(),
+            "{what}: `{name}`: {} of {} gradients vanish",
+            grad.len() - kept.len(),
+            grad.len()
+        );
+        let pick = |v: &[f64]| kept.iter().map(|&i| v[i]).collect::<Vec<_>>();
+        let e = relative(&pick(&got), &pick(want));
+        assert!(
+            e <= tol.2,
             "{what}: `{name}` after 3 steps: relative error {e:e}"
         );
     }
+    grads
 }
 
-#[test]
-fn the_llama_fixture_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
-    let model = ModelDir::open(model_dir("llama")).unwrap();
+/// Trains the fixture model of `arch` on the CPU and the GPU and checks both against
+/// transformers.
+fn parity(arch: &str) {
+    let model = ModelDir::open(model_dir(arch)).unwrap();
     let graph = build(&model).unwrap();
     let values = parameters(&model, &graph).unwrap();
-    let f = fixture("llama");
+    let f = fixture(arch);
     let layouts = vec![LayoutChoice::RowMajor; graph.tensors().len()];
     let memory = plan_memory(&graph, &layouts, f.sizes, MemoryOptions::default()).unwrap();
+    let with = (model.config(), &graph);
 
     let mut cpu = CpuStep::new(&graph, &layouts, &memory, f.sizes, f.adamw).unwrap();
     for (name, v) in &values {
         Step::set(&mut cpu, name, v);
     }
-    check("CPU", &graph, &mut cpu, &f, (1e-5, 1e-4));
+    let exact = check(
+        &format!("{arch} on the CPU"),
+        with,
+        &mut cpu,
+        &f,
+        (1e-5, 1e-4, 2e-3),
+        None,
+    );
 
     let gpu = Gpu::new().unwrap_or_else(|err| {
         panic!(
@@ -199,5 +253,22 @@ fn the_llama_fixture_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
     for (name, v) in &values {
         Step::set(&mut on_gpu, name, v);
     }
-    check("GPU", &graph, &mut on_gpu, &f, (2e-4, 1e-3));
+    check(
+        &format!("{arch} on the GPU"),
+        with,
+        &mut on_gpu,
+        &f,
+        (2e-4, 1e-3, 1e-2),
+        Some(&exact),
+    );
+}
+
+#[test]
+fn the_llama_fixture_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
+    parity("llama");
+}
+
+#[test]
+fn the_gpt2_fixture_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
+    parity("gpt2");
 }

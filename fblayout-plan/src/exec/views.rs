@@ -122,6 +122,7 @@ impl Views<'_> {
         Ok(match rule {
             ViewRule::Whole => vec![self.layouts[t.index()].view()],
             ViewRule::Tokens => vec![self.tokens(t)?],
+            ViewRule::Transposed => vec![self.transposed(t)?],
             ViewRule::Heads { heads } => vec![self.heads(t, heads)?],
             ViewRule::Qkv {
                 heads, kv_heads, ..
@@ -165,6 +166,22 @@ impl Views<'_> {
             .merge(&lead, "tokens")
             .map_err(|e| self.failed(t, "tokens", e))?;
         Ok(view)
+    }
+
+    /// The matrix `t` with its two axes swapped.
+    fn transposed(&self, t: TensorId) -> Result<View, ExecError> {
+        let tensor = self.graph.tensor(t);
+        let [a, b] = tensor.axes.as_slice() else {
+            return Err(ExecError::View {
+                tensor: tensor.name.clone(),
+                view: "transposed".into(),
+                detail: format!("a transpose needs two axes; it has {}", tensor.axes.len()),
+            });
+        };
+        self.layouts[t.index()]
+            .view()
+            .transpose(&a.name, &b.name)
+            .map_err(|e| self.failed(t, "transposed", e))
     }
 
     /// `t` `[batch, seq, heads · head_dim]` as `[batch, seq, heads, head_dim]`.

@@ -39,6 +39,9 @@ pub enum Op {
     Embedding,
     /// `x, w → y`: `y = x·w` over the last axis of `x` (tokens × d_in by d_in × d_out).
     Linear,
+    /// `x, w → y`: `y = x·wᵀ` with `w` stored `[d_out, d_in]` and read through its transposed
+    /// view, never copied (a head tied to the embedding table; a checkpoint's orientation).
+    LinearT,
     /// `x, b → y`: `y = x + b` with `b` along the last axis.
     Bias,
     /// `a, b → y`: `y = a + b`.
@@ -107,6 +110,11 @@ pub enum Op {
     LinearGradInput,
     /// `x, dy → dw`: `dw = xᵀ·dy`.
     LinearGradWeight,
+    /// `dy, w → dx`: `dx = dy·w` for a [`Op::LinearT`].
+    LinearTGradInput,
+    /// `x, dy → dw`: `dwᵀ = xᵀ·dy`, written through `w`'s transposed view, for a
+    /// [`Op::LinearT`].
+    LinearTGradWeight,
     /// `dy → db`: the sum of `dy` over every axis but the last.
     BiasGrad,
     /// `x, γ, mean, rstd, dy → dx, dγ, dβ`.

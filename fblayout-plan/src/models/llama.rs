@@ -17,11 +17,10 @@
 //! checkpoint maps onto them by name; a linear layer's weight is stored `[d_in, d_out]`, the
 //! transpose of the checkpoint's `[out, in]`.
 
-use fblayout_core::layout::ElemType;
 use fblayout_kernels::ops::{RopeScaling, rope_tables};
 
-use crate::graph::optimizer::add_adamw;
-use crate::graph::{Dim, Graph, GraphError, Op, Role, TensorId, derive_backward};
+use super::blocks::Blocks;
+use crate::graph::{Graph, GraphError, Op};
 
 /// A Llama-family decoder's sizes and settings.
 ///
@@ -176,10 +175,7 @@ impl LlamaConfig {
 pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
     config.check()?;
     let c = config;
-    let mut b = Blocks {
-        g: Graph::new(),
-        eps: c.eps,
-    };
+    let mut b = Blocks::new();
     let ids = b.tokens("ids")?;
     let positions = b.tokens("positions")?;
     let labels = b.tokens("labels")?;
@@ -198,7 +194,12 @@ pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
     for l in 0..c.layers {
         let p = format!("model.layers.{l}");
         let a = |s: &str| format!("l{l}.{s}");
-        let h = b.rms_norm(&format!("{p}.input_layernorm.weight"), &a("attn_norm"), x)?;
+        let h = b.rms_norm(
+            &format!("{p}.input_layernorm.weight"),
+            &a("attn_norm"),
+            x,
+            c.eps,
+        )?;
         let q = b.linear(&format!("{p}.self_attn.q_proj.weight"), &a("q"), h, q_width)?;
         let k = b.linear(
             &format!("{p}.self_attn.k_proj.weight"),
@@ -214,24 +215,12 @@ pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
         )?;
         let q = b.rope(&a("q_rope"), q, c.heads, [positions, cos, sin])?;
         let k = b.rope(&a("k_rope"), k, c.kv_heads, [positions, cos, sin])?;
-        let ctx = b.act(&a("ctx"), q_width)?;
-        let probs = b.g.add_tensor(
-            a("probs"),
-            &[
-                ("batch", Dim::Batch),
-                ("heads", Dim::Fixed(c.heads)),
-                ("seq_q", Dim::Seq),
-                ("seq_k", Dim::Seq),
-            ],
-            ElemType::F32,
-            Role::Activation,
-        )?;
         let attention = Op::AttentionSeparate {
             heads: c.heads,
             kv_heads: c.kv_heads,
             causal: true,
         };
-        b.g.push(attention, &[q, k, v], &[ctx, probs])?;
+        let ctx = b.attention(&a("attn"), attention, &[q, k, v], c.heads, q_width)?;
         let o = b.linear(
             &format!("{p}.self_attn.o_proj.weight"),
             &a("o"),
@@ -243,6 +232,7 @@ pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
             &format!("{p}.post_attention_layernorm.weight"),
             &a("mlp_norm"),
             x,
+            c.eps,
         )?;
         let gate = b.linear(&format!("{p}.mlp.gate_proj.weight"), &a("gate"), h, c.ffn)?;
         let up = b.linear(&format!("{p}.mlp.up_proj.weight"), &a("up"), h, c.ffn)?;
@@ -256,106 +246,7 @@ pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
         )?;
         x = b.add(&a("res2"), x, down)?;
     }
-    let h = b.rms_norm("model.norm.weight", "final_norm", x)?;
+    let h = b.rms_norm("model.norm.weight", "final_norm", x, c.eps)?;
     let logits = b.linear("lm_head.weight", "logits", h, c.vocab)?;
-    let loss = b.g.add_tensor(
-        "loss",
-        &[("batch", Dim::Batch), ("seq", Dim::Seq)],
-        ElemType::F32,
-        Role::Loss,
-    )?;
-    let ce = Op::CrossEntropy {
-        ignore_index: u32::MAX,
-    };
-    b.g.push(ce, &[logits, labels], &[loss])?;
-    let mut g = b.g;
-    derive_backward(&mut g)?;
-    add_adamw(&mut g)?;
-    Ok(g)
-}
-
-/// Adds a Llama block's tensors and operations.
-struct Blocks {
-    g: Graph,
-    eps: f32,
-}
-
-impl Blocks {
-    fn tokens(&mut self, name: &str) -> Result<TensorId, GraphError> {
-        let axes = [("batch", Dim::Batch), ("seq", Dim::Seq)];
-        self.g.add_tensor(name, &axes, ElemType::U32, Role::Input)
-    }
-
-    fn param(&mut self, name: &str, axes: &[(&str, u32)]) -> Result<TensorId, GraphError> {
-        let axes: Vec<(&str, Dim)> = axes.iter().map(|&(n, e)| (n, Dim::Fixed(e))).collect();
-        self.g.add_tensor(name, &axes, ElemType::F32, Role::Param)
-    }
-
-    /// An activation `[batch, seq, width]`.
-    fn act(&mut self, name: &str, width: u32) -> Result<TensorId, GraphError> {
-        let axes = [
-            ("batch", Dim::Batch),
-            ("seq", Dim::Seq),
-            ("hidden", Dim::Fixed(width)),
-        ];
-        self.g
-            .add_tensor(name, &axes, ElemType::F32, Role::Activation)
-    }
-
-    fn width(&self, t: TensorId) -> u32 {
-        match self.g.tensor(t).axes.last().map(|a| a.dim) {
-            Some(Dim::Fixed(n)) => n,
-            _ => 0,
-        }
-    }
-
-    fn add(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, GraphError> {
-        let y = self.act(name, self.width(a))?;
-        self.g.push(Op::Add, &[a, b], &[y])?;
-        Ok(y)
-    }
-
-    /// `RMSNorm(x)` with its weight the parameter `weight`.
-    fn rms_norm(&mut self, weight: &str, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
-        let w = self.width(x);
-        let gamma = self.param(weight, &[("hidden", w)])?;
-        let y = self.act(name, w)?;
-        let rstd = self.g.add_tensor(
-            format!("{name}.rstd"),
-            &[("batch", Dim::Batch), ("seq", Dim::Seq)],
-            ElemType::F32,
-            Role::Activation,
-        )?;
-        self.g
-            .push(Op::RmsNorm { eps: self.eps }, &[x, gamma], &[y, rstd])?;
-        Ok(y)
-    }
-
-    /// `x·w` with `w` the parameter `weight`, `[width(x), out]`.
-    fn linear(
-        &mut self,
-        weight: &str,
-        name: &str,
-        x: TensorId,
-        out: u32,
-    ) -> Result<TensorId, GraphError> {
-        let w = self.param(weight, &[("d_in", self.width(x)), ("d_out", out)])?;
-        let y = self.act(name, out)?;
-        self.g.push(Op::Linear, &[x, w], &[y])?;
-        Ok(y)
-    }
-
-    /// `x` rotated by RoPE over `heads` heads, reading `[positions, cos, sin]`.
-    fn rope(
-        &mut self,
-        name: &str,
-        x: TensorId,
-        heads: u32,
-        [positions, cos, sin]: [TensorId; 3],
-    ) -> Result<TensorId, GraphError> {
-        let y = self.act(name, self.width(x))?;
-        self.g
-            .push(Op::Rope { heads }, &[x, positions, cos, sin], &[y])?;
-        Ok(y)
-    }
+    b.finish(logits, labels)
 }

@@ -15,6 +15,8 @@
 //! [`llama`] builds the Llama family's decoder (RMSNorm, RoPE, grouped-query attention over
 //! separate projections, SwiGLU) from its configuration, with Hugging Face's parameter names.
 
+mod blocks;
+pub mod gpt2;
 pub mod llama;
 
 use fblayout_core::layout::ElemType;

@@ -19,6 +19,19 @@ pub(crate) struct Add {
     pub(crate) accumulate: bool,
 }
 
+impl Add {
+    /// Token matrices in the forward (residuals); in the backward, the tensors as declared: two
+    /// contributions to a gradient of any shape (a weight read by two operations, a tied
+    /// embedding table).
+    fn view(&self) -> ViewRule {
+        if self.accumulate {
+            ViewRule::Whole
+        } else {
+            ViewRule::Tokens
+        }
+    }
+}
+
 impl Contract for Add {
     fn name(&self) -> &'static str {
         if self.accumulate { "accumulate" } else { "add" }
@@ -34,13 +47,13 @@ impl Contract for Add {
 
     fn inputs(&self) -> Vec<Slot> {
         vec![
-            Slot::new("a", ViewRule::Tokens, LIKE_OUTPUT),
-            Slot::new("b", ViewRule::Tokens, LIKE_OUTPUT),
+            Slot::new("a", self.view(), LIKE_OUTPUT),
+            Slot::new("b", self.view(), LIKE_OUTPUT),
         ]
     }
 
     fn outputs(&self) -> Vec<Slot> {
-        vec![Slot::new("y", ViewRule::Tokens, OWN)]
+        vec![Slot::new("y", self.view(), OWN)]
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {

@@ -13,7 +13,7 @@ use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
-use super::shape::then;
+use super::shape::{show, then};
 use super::{Decl, Holds, Sample};
 
 use super::{
@@ -21,21 +21,53 @@ use super::{
     ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
+use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
 use crate::select::KernelKind;
 
-/// `x, w → y`: `y = x·w` over the last axis of `x`.
-pub(crate) struct Linear;
+/// `x, w → y`: `y = x·w` over the last axis of `x`; where `transposed`, `y = x·wᵀ` with `w`
+/// stored `[d_out, d_in]` and read through its transposed view (a tied head reading the
+/// embedding table, a checkpoint's `nn.Linear` orientation).
+pub(crate) struct Linear {
+    pub(crate) transposed: bool,
+}
 
-/// `dy, w → dx`: `dx = dy·wᵀ`.
-pub(crate) struct LinearGradInput;
+/// `dy, w → dx`: `dx = dy·wᵀ` (`dy·w` where `transposed`).
+pub(crate) struct LinearGradInput {
+    pub(crate) transposed: bool,
+}
 
-/// `x, dy → dw`: `dw = xᵀ·dy`.
-pub(crate) struct LinearGradWeight;
+/// `x, dy → dw`: `dw = xᵀ·dy`, written through `w`'s view (transposed where `transposed`).
+pub(crate) struct LinearGradWeight {
+    pub(crate) transposed: bool,
+}
+
+/// The weight's view: as declared, or transposed.
+fn weight_view(transposed: bool) -> ViewRule {
+    if transposed {
+        ViewRule::Transposed
+    } else {
+        ViewRule::Whole
+    }
+}
+
+/// The weight's extents as the product reads it, `[d_in, d_out]`.
+fn weight_dims(d: &Dims, role: &str, transposed: bool) -> Result<Vec<Dim>, String> {
+    d.rank(role, 2)?;
+    let w = d.of(role)?;
+    Ok(if transposed {
+        vec![w[1], w[0]]
+    } else {
+        w.to_vec()
+    })
+}
 
 impl Contract for Linear {
     fn name(&self) -> &'static str {
-        "linear"
+        if self.transposed {
+            "linear_t"
+        } else {
+            "linear"
+        }
     }
 
     fn pass(&self) -> Phase {
@@ -45,7 +77,12 @@ impl Contract for Linear {
     fn inputs(&self) -> Vec<Slot> {
         vec![
             Slot::new("x", ViewRule::Tokens, LAST),
-            Slot::new("w", ViewRule::Whole, BEFORE_LAST),
+            // Along d_in: the axis before the last as declared, the last when transposed.
+            Slot::new(
+                "w",
+                weight_view(self.transposed),
+                if self.transposed { LAST } else { BEFORE_LAST },
+            ),
         ]
     }
 
@@ -54,9 +91,16 @@ impl Contract for Linear {
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
-        d.rank("w", 2)?;
-        d.is("w", &[d.last("x")?, d.last("y")?])?;
-        d.is("y", &then(d.leading("x")?, d.last("w")?))
+        let w = weight_dims(d, "w", self.transposed)?;
+        let want = [d.last("x")?, d.last("y")?];
+        if w != want {
+            return Err(format!(
+                "`w` reads as {} but `x` and `y` need {}",
+                show(&w),
+                show(&want)
+            ));
+        }
+        d.is("y", &then(d.leading("x")?, w[1]))
     }
 
     fn backward(&self) -> Option<BackwardRule> {
@@ -68,12 +112,20 @@ impl Contract for Linear {
         Some(BackwardRule {
             steps: vec![
                 step(
-                    Op::LinearGradInput,
+                    if self.transposed {
+                        Op::LinearTGradInput
+                    } else {
+                        Op::LinearGradInput
+                    },
                     vec![Source::OutputGrad(0), Source::Input(1)],
                     vec![0],
                 ),
                 step(
-                    Op::LinearGradWeight,
+                    if self.transposed {
+                        Op::LinearTGradWeight
+                    } else {
+                        Op::LinearGradWeight
+                    },
                     vec![Source::Input(0), Source::OutputGrad(0)],
                     vec![1],
                 ),
@@ -86,7 +138,11 @@ impl Contract for Linear {
         Some(Sample {
             inputs: vec![
                 Decl::tokens(&[("d_in", 6)], Holds::Floats),
-                Decl::fixed(&[("d_in", 6), ("d_out", 5)], Holds::Floats),
+                if self.transposed {
+                    Decl::fixed(&[("d_out", 5), ("d_in", 6)], Holds::Floats)
+                } else {
+                    Decl::fixed(&[("d_in", 6), ("d_out", 5)], Holds::Floats)
+                },
             ],
             outputs: vec![Decl::tokens(&[("d_out", 5)], Holds::Written)],
         })
@@ -97,10 +153,15 @@ impl Contract for Linear {
     }
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
+        let (walk, d_out) = if self.transposed {
+            (Walk::Last, s.extent("w", 1))
+        } else {
+            (Walk::BeforeLast, s.extent("w", 0))
+        };
         Some(Product {
             a: ("x", Walk::Last),
-            b: ("w", Walk::BeforeLast),
-            flops: 2.0 * s.elements("x") * s.extent("w", 0),
+            b: ("w", walk),
+            flops: 2.0 * s.elements("x") * d_out,
         })
     }
 
@@ -123,11 +184,11 @@ impl Contract for Linear {
         let (x, w) = (&args.read("x")?.view, &args.read("w")?.view);
         let (op, biased) = match &ctx.epilogue {
             // The bias node after it: `x, b → y`, whose `y` this product writes.
-            Some(bias) => {
+            Some(bias) if !self.transposed => {
                 let (b, y) = (&bias.read("b")?.view, &bias.write("y")?.view);
                 (LinearOp::new_biased(ctx.gpu, x, w, b, y)?, true)
             }
-            None => (LinearOp::new(ctx.gpu, x, w, &args.write("y")?.view)?, false),
+            _ => (LinearOp::new(ctx.gpu, x, w, &args.write("y")?.view)?, false),
         };
         Ok(Box::new(Products {
             op,
@@ -138,7 +199,11 @@ impl Contract for Linear {
 
 impl Contract for LinearGradInput {
     fn name(&self) -> &'static str {
-        "linear_grad_input"
+        if self.transposed {
+            "linear_t_grad_input"
+        } else {
+            "linear_grad_input"
+        }
     }
 
     fn pass(&self) -> Phase {
@@ -148,7 +213,12 @@ impl Contract for LinearGradInput {
     fn inputs(&self) -> Vec<Slot> {
         vec![
             Slot::new("dy", ViewRule::Tokens, LAST),
-            Slot::new("w", ViewRule::Whole, LAST),
+            // Along d_out: the last axis as declared, the one before when transposed.
+            Slot::new(
+                "w",
+                weight_view(self.transposed),
+                if self.transposed { BEFORE_LAST } else { LAST },
+            ),
         ]
     }
 
@@ -157,9 +227,16 @@ impl Contract for LinearGradInput {
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
-        d.rank("w", 2)?;
-        d.is("w", &[d.last("dx")?, d.last("dy")?])?;
-        d.is("dx", &then(d.leading("dy")?, d.of("w")?[0]))
+        let w = weight_dims(d, "w", self.transposed)?;
+        let want = [d.last("dx")?, d.last("dy")?];
+        if w != want {
+            return Err(format!(
+                "`w` reads as {} but `dx` and `dy` need {}",
+                show(&w),
+                show(&want)
+            ));
+        }
+        d.is("dx", &then(d.leading("dy")?, w[0]))
     }
 
     fn kind(&self) -> Option<KernelKind> {
@@ -167,10 +244,15 @@ impl Contract for LinearGradInput {
     }
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
+        let (walk, d_in) = if self.transposed {
+            (Walk::BeforeLast, s.extent("w", 0))
+        } else {
+            (Walk::Last, s.extent("w", 1))
+        };
         Some(Product {
             a: ("dy", Walk::Last),
-            b: ("w", Walk::Last),
-            flops: 2.0 * s.elements("dy") * s.extent("w", 1),
+            b: ("w", walk),
+            flops: 2.0 * s.elements("dy") * d_in,
         })
     }
 
@@ -207,7 +289,11 @@ impl Contract for LinearGradInput {
 
 impl Contract for LinearGradWeight {
     fn name(&self) -> &'static str {
-        "linear_grad_weight"
+        if self.transposed {
+            "linear_t_grad_weight"
+        } else {
+            "linear_grad_weight"
+        }
     }
 
     fn pass(&self) -> Phase {
@@ -222,7 +308,7 @@ impl Contract for LinearGradWeight {
     }
 
     fn outputs(&self) -> Vec<Slot> {
-        vec![Slot::new("dw", ViewRule::Whole, OWN)]
+        vec![Slot::new("dw", weight_view(self.transposed), OWN)]
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
@@ -233,7 +319,16 @@ impl Contract for LinearGradWeight {
                 super::shape::show(d.of("dy")?)
             ));
         }
-        d.is("dw", &[d.last("x")?, d.last("dy")?])
+        let dw = weight_dims(d, "dw", self.transposed)?;
+        let want = [d.last("x")?, d.last("dy")?];
+        if dw != want {
+            return Err(format!(
+                "`dw` writes {} but `x` and `dy` make {}",
+                show(&dw),
+                show(&want)
+            ));
+        }
+        Ok(())
     }
 
     fn kind(&self) -> Option<KernelKind> {

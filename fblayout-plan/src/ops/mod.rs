@@ -109,6 +109,8 @@ pub enum ViewRule {
     Whole,
     /// Its leading batch and sequence axes merged into `tokens`.
     Tokens,
+    /// A matrix with its two axes swapped (a weight stored `[d_out, d_in]`).
+    Transposed,
     /// `[batch, seq, heads · head_dim]` as `[batch, seq, heads, head_dim]`.
     Heads {
         /// Heads.
@@ -284,9 +286,12 @@ impl Op {
         match *self {
             Self::Embedding => Box::new(embedding::Embedding),
             Self::EmbeddingGrad => Box::new(embedding::EmbeddingGrad),
-            Self::Linear => Box::new(linear::Linear),
-            Self::LinearGradInput => Box::new(linear::LinearGradInput),
-            Self::LinearGradWeight => Box::new(linear::LinearGradWeight),
+            Self::Linear => Box::new(linear::Linear { transposed: false }),
+            Self::LinearGradInput => Box::new(linear::LinearGradInput { transposed: false }),
+            Self::LinearGradWeight => Box::new(linear::LinearGradWeight { transposed: false }),
+            Self::LinearT => Box::new(linear::Linear { transposed: true }),
+            Self::LinearTGradInput => Box::new(linear::LinearGradInput { transposed: true }),
+            Self::LinearTGradWeight => Box::new(linear::LinearGradWeight { transposed: true }),
             Self::Bias => Box::new(bias::Bias),
             Self::BiasGrad => Box::new(bias::BiasGrad),
             Self::Add => Box::new(add::Add { accumulate: false }),
@@ -390,6 +395,9 @@ pub fn registry() -> Vec<Op> {
         Op::Linear,
         Op::LinearGradInput,
         Op::LinearGradWeight,
+        Op::LinearT,
+        Op::LinearTGradInput,
+        Op::LinearTGradWeight,
         Op::Bias,
         Op::BiasGrad,
         Op::Add,
