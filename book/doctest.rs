@@ -37,5 +37,8 @@ pub mod operations {}
 #[doc = include_str!("src/planner.md")]
 pub mod planner {}
 
+#[doc = include_str!("src/models.md")]
+pub mod models {}
+
 #[doc = include_str!("src/architecture.md")]
 pub mod architecture {}
