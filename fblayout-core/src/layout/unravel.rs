@@ -11,7 +11,7 @@
 /// `shape`, and returns what is left of `linear` past the array (0 when `linear` lies inside).
 ///
 /// ```
-/// use fblayout_core::layout::unravel;
+/// use fblayout_core::__private::unravel;
 ///
 /// let mut c = [0; 3];
 /// assert_eq!(unravel(17, &[2, 3, 4], &mut c), 0);

@@ -26,7 +26,7 @@
 //!
 //! ```
 //! use fblayout_core::layout::LayoutSpec;
-//! use fblayout_core::typed::{AxisConstKind, axis_consts};
+//! use fblayout_core::__private::{AxisConstKind, axis_consts};
 //!
 //! let x = LayoutSpec::new("x").dyn_axis("tokens").axis("hidden", 768).rtile().reduce_forward(["hidden"]).build()?;
 //! let consts = axis_consts(&x);

@@ -36,7 +36,8 @@
 //!
 //! ```
 //! use fblayout_core::layout::{LayoutSpec, ViewStep};
-//! use fblayout_core::typed::{TensorDescriptor, ViewSpec};
+//! use fblayout_core::__private::ViewSpec;
+//! use fblayout_core::typed::TensorDescriptor;
 //!
 //! let spec = LayoutSpec::new("x").dyn_axis("tokens").axis("hidden", 8).rtile().reduce_forward(["hidden"]);
 //! let views = [ViewSpec { name: "xt", steps: vec![ViewStep::Transpose("tokens", "hidden")] }];
