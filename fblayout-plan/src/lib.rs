@@ -22,7 +22,7 @@
 //!
 //! let config = ModelConfig::new(100, 32, 4).with_max_positions(16).with_ffn(64).with_layers(2);
 //! let g = build(Model::Encoder, config)?;
-//! let backward = g.nodes().iter().filter(|n| n.op.pass() == Phase::Backward).count();
+//! let backward = g.nodes().iter().filter(|n| n.op.phase() == Phase::Backward).count();
 //! assert!(backward > 0);
 //! // Every parameter has a gradient, and the backward reads each block's attention probabilities.
 //! assert!(g.params().iter().all(|&p| g.grad(p).is_some()));

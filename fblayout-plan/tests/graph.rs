@@ -122,12 +122,12 @@ fn every_read_comes_after_its_write_and_every_param_has_a_gradient() {
                 );
             }
             // AdamW updates parameters and moments in place: its outputs are its inputs.
-            let in_place = node.op.pass() == Phase::Optimizer;
+            let in_place = node.op.phase() == Phase::Optimizer;
             for &t in node.outputs.iter().filter(|_| !in_place) {
                 assert!(!written[t.index()], "{} written twice", g.tensor(t).name);
                 written[t.index()] = true;
             }
-            passes.push(node.op.pass());
+            passes.push(node.op.phase());
         }
         assert!(
             passes.windows(2).all(|w| w[0] <= w[1]),
@@ -198,7 +198,7 @@ fn bad_graphs_are_typed_errors() {
         .unwrap_err();
     assert_eq!(err, GraphError::DuplicateName("x".into()));
     derive_backward(&mut g).unwrap();
-    assert!(g.nodes().iter().any(|n| n.op.pass() == Phase::Backward));
+    assert!(g.nodes().iter().any(|n| n.op.phase() == Phase::Backward));
     assert!(
         derive_backward(&mut g).is_err(),
         "a second backward is refused"

@@ -394,7 +394,7 @@ fn check_conversions(p: &Plan, g: &Graph, name: &str) {
         assert_eq!(
             node.op,
             Op::Convert {
-                pass: consumer.op.pass()
+                phase: consumer.op.phase()
             },
             "{name}: in the consumer's pass"
         );

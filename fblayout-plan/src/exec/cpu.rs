@@ -219,10 +219,10 @@ impl CpuStep {
             .graph
             .nodes()
             .iter()
-            .position(|n| n.op.pass() == Phase::Optimizer);
+            .position(|n| n.op.phase() == Phase::Optimizer);
         for i in 0..self.nodes.len() {
             let op = self.graph.nodes()[i].op;
-            if op.pass() == Phase::Optimizer && !optimize {
+            if op.phase() == Phase::Optimizer && !optimize {
                 continue;
             }
             if first_update == Some(i) {

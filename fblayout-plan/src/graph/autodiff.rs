@@ -28,7 +28,7 @@ pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
         contributions: vec![Vec::new(); graph.tensors().len()],
     };
     let forward: Vec<usize> = (0..graph.nodes().len())
-        .filter(|&i| graph.nodes()[i].op.pass() == Phase::Forward)
+        .filter(|&i| graph.nodes()[i].op.phase() == Phase::Forward)
         .collect();
     for &i in forward.iter().rev() {
         let node = graph.nodes()[i].clone();

@@ -289,7 +289,7 @@ impl Graph {
                 ),
             });
         }
-        let pass = node.op.pass();
+        let phase = node.op.phase();
         let t = self.tensor(tensor).clone();
         let axes: Vec<(&str, Dim)> = t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
         let role = match t.role {
@@ -305,7 +305,7 @@ impl Graph {
         self.nodes.insert(
             at.index(),
             Node {
-                op: Op::Convert { pass },
+                op: Op::Convert { phase },
                 inputs: vec![tensor],
                 outputs: vec![copy],
             },
@@ -343,7 +343,11 @@ impl Graph {
     /// The forward tensors that a backward operation reads: what the forward must keep.
     pub fn saved(&self) -> Vec<TensorId> {
         let mut saved: Vec<TensorId> = Vec::new();
-        for node in self.nodes.iter().filter(|n| n.op.pass() == Phase::Backward) {
+        for node in self
+            .nodes
+            .iter()
+            .filter(|n| n.op.phase() == Phase::Backward)
+        {
             for &t in &node.inputs {
                 let role = self.tensor(t).role;
                 if matches!(
@@ -394,7 +398,7 @@ impl Graph {
 
     /// Whether the backward has been derived.
     pub fn has_backward(&self) -> bool {
-        self.nodes.iter().any(|n| n.op.pass() == Phase::Backward)
+        self.nodes.iter().any(|n| n.op.phase() == Phase::Backward)
     }
 }
 
@@ -411,7 +415,7 @@ impl fmt::Display for Graph {
             writeln!(
                 f,
                 "{:<9} {}({}) -> {}",
-                format!("{:?}", node.op.pass()).to_lowercase(),
+                format!("{:?}", node.op.phase()).to_lowercase(),
                 node.op.name(),
                 names(&node.inputs),
                 names(&node.outputs)

@@ -165,8 +165,8 @@ pub enum Op {
     /// tensor's consumer pays more for reading the producer's layout than the copy costs; it
     /// runs in the pass of the consumer.
     Convert {
-        /// The pass of the operation that reads `y`.
-        pass: Phase,
+        /// The phase of the operation that reads `y`.
+        phase: Phase,
     },
 }
 
@@ -216,8 +216,8 @@ impl Op {
     }
 
     /// The pass the operation belongs to.
-    pub fn pass(&self) -> Phase {
-        self.contract().pass()
+    pub fn phase(&self) -> Phase {
+        self.contract().phase()
     }
 
     /// How the backward of a forward operation is written; `None` for operations that are not

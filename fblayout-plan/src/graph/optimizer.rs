@@ -24,7 +24,7 @@ pub fn add_adamw(graph: &mut Graph) -> Result<Vec<TensorId>, GraphError> {
     if graph
         .nodes()
         .iter()
-        .any(|n| n.op.pass() == Phase::Optimizer)
+        .any(|n| n.op.phase() == Phase::Optimizer)
     {
         return Err(GraphError::Backward(
             "the graph already has an optimizer pass".into(),

@@ -288,7 +288,7 @@ mod tests {
             .iter()
             .find(|n| matches!(n.op, Op::Convert { .. }))
             .unwrap();
-        assert_eq!(convert.op.pass(), Phase::Forward);
+        assert_eq!(convert.op.phase(), Phase::Forward);
         assert_eq!(convert.inputs, [w]);
         let copy = convert.outputs[0];
         assert_eq!(m.tensor(copy).elem, ElemType::F16);

@@ -47,14 +47,14 @@ pub fn recompute(
     let backward_reads: HashSet<TensorId> = graph
         .nodes()
         .iter()
-        .filter(|n| n.op.pass() != Phase::Forward)
+        .filter(|n| n.op.phase() != Phase::Forward)
         .flat_map(|n| n.inputs.iter().copied())
         .collect();
     let kept = |t: TensorId| backward_reads.contains(&t) || graph.tensor(t).is_persistent();
     let mut chosen: Vec<usize> = Vec::new();
     let mut recomputed: HashSet<TensorId> = HashSet::new();
     for (i, node) in graph.nodes().iter().enumerate() {
-        if node.op.pass() != Phase::Forward || !cheap(node.op) {
+        if node.op.phase() != Phase::Forward || !cheap(node.op) {
             continue;
         }
         let y = node.outputs[0];
@@ -86,7 +86,7 @@ pub fn recompute(
     let mut emitted = vec![false; copies.len()];
     for node in graph.nodes() {
         let mut node = node.clone();
-        if node.op.pass() != Phase::Forward {
+        if node.op.phase() != Phase::Forward {
             for (k, (i, outs)) in copies.iter().enumerate() {
                 let original = &graph.nodes()[*i];
                 let y = original.outputs[0];

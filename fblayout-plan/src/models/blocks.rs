@@ -5,6 +5,17 @@ use fblayout_core::layout::ElemType;
 use crate::graph::optimizer::add_adamw;
 use crate::graph::{Act, Dim, Graph, GraphError, Op, Role, TensorId, derive_backward};
 
+/// Checks that every size `(name, value)` of a model `model`'s config is at least 1.
+pub(super) fn at_least_one(model: &'static str, sizes: &[(&str, u32)]) -> Result<(), GraphError> {
+    match sizes.iter().find(|&&(_, v)| v == 0) {
+        Some((name, _)) => Err(GraphError::Shape {
+            op: model,
+            detail: format!("{name} must be at least 1"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Adds the tensors and operations of a model's blocks, named by the caller.
 pub(super) struct Blocks {
     pub(super) g: Graph,

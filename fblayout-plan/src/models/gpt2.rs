@@ -16,7 +16,7 @@
 //! GPT-2's `Conv1D` stores its weights `[in, out]`, which is the graph's orientation: a
 //! checkpoint's values are read as they are.
 
-use super::blocks::Blocks;
+use super::blocks::{Blocks, at_least_one};
 use crate::graph::{Act, Graph, GraphError, Op};
 
 /// GPT-2's sizes and settings.
@@ -100,18 +100,17 @@ impl Gpt2Config {
 
     fn check(&self) -> Result<(), GraphError> {
         let shape = |detail: String| GraphError::Shape { op: "gpt2", detail };
-        for (name, v) in [
-            ("vocab", self.vocab),
-            ("max_positions", self.max_positions),
-            ("hidden", self.hidden),
-            ("heads", self.heads),
-            ("ffn", self.ffn),
-            ("layers", self.layers),
-        ] {
-            if v == 0 {
-                return Err(shape(format!("{name} must be at least 1")));
-            }
-        }
+        at_least_one(
+            "gpt2",
+            &[
+                ("vocab", self.vocab),
+                ("max_positions", self.max_positions),
+                ("hidden", self.hidden),
+                ("heads", self.heads),
+                ("ffn", self.ffn),
+                ("layers", self.layers),
+            ],
+        )?;
         if !self.hidden.is_multiple_of(self.heads) {
             return Err(shape(format!(
                 "hidden {} is not a multiple of heads {}",

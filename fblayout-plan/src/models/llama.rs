@@ -19,7 +19,7 @@
 
 use fblayout_kernels::ops::{RopeScaling, rope_tables};
 
-use super::blocks::Blocks;
+use super::blocks::{Blocks, at_least_one};
 use crate::graph::{Graph, GraphError, Op};
 
 /// A Llama-family decoder's sizes and settings.
@@ -129,20 +129,19 @@ impl LlamaConfig {
             op: "llama",
             detail,
         };
-        for (name, v) in [
-            ("vocab", self.vocab),
-            ("hidden", self.hidden),
-            ("heads", self.heads),
-            ("kv_heads", self.kv_heads),
-            ("head_dim", self.head_dim),
-            ("ffn", self.ffn),
-            ("layers", self.layers),
-            ("max_positions", self.max_positions),
-        ] {
-            if v == 0 {
-                return Err(shape(format!("{name} must be at least 1")));
-            }
-        }
+        at_least_one(
+            "llama",
+            &[
+                ("vocab", self.vocab),
+                ("hidden", self.hidden),
+                ("heads", self.heads),
+                ("kv_heads", self.kv_heads),
+                ("head_dim", self.head_dim),
+                ("ffn", self.ffn),
+                ("layers", self.layers),
+                ("max_positions", self.max_positions),
+            ],
+        )?;
         if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(shape(format!(
                 "{} query heads can't share {} key/value heads",

@@ -123,17 +123,15 @@ impl ModelConfig {
                 self.hidden, self.heads
             )));
         }
-        for (name, v) in [
-            ("vocab", self.vocab),
-            ("max_positions", self.max_positions),
-            ("ffn", self.ffn),
-            ("layers", self.layers),
-        ] {
-            if v == 0 {
-                return Err(shape(format!("{name} must be at least 1")));
-            }
-        }
-        Ok(())
+        blocks::at_least_one(
+            "model",
+            &[
+                ("vocab", self.vocab),
+                ("max_positions", self.max_positions),
+                ("ffn", self.ffn),
+                ("layers", self.layers),
+            ],
+        )
     }
 }
 

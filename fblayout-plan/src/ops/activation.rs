@@ -75,7 +75,7 @@ impl Contract for Activation {
         }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Forward
     }
 
@@ -140,7 +140,7 @@ impl Contract for ActivationGrad {
         "activation_grad"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 
@@ -213,7 +213,7 @@ impl Contract for Swiglu {
         "swiglu"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Forward
     }
 
@@ -281,7 +281,7 @@ impl Contract for SwigluGrad {
         "swiglu_grad"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 

@@ -32,7 +32,7 @@ impl Contract for AdamW {
         "adamw"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Optimizer
     }
 

@@ -37,7 +37,7 @@ impl Contract for Add {
         if self.accumulate { "accumulate" } else { "add" }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         if self.accumulate {
             Phase::Backward
         } else {

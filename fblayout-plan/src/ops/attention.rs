@@ -104,7 +104,7 @@ impl Contract for Attention {
         }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         if self.backward {
             Phase::Backward
         } else {

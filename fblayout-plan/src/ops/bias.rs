@@ -30,7 +30,7 @@ impl Contract for Bias {
         "bias"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Forward
     }
 
@@ -121,7 +121,7 @@ impl Contract for BiasGrad {
         "bias_grad"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 

@@ -17,7 +17,7 @@ use crate::select::KernelKind;
 
 /// `x → y` in the pass `pass`.
 pub(crate) struct Convert {
-    pub(crate) pass: Phase,
+    pub(crate) phase: Phase,
 }
 
 impl Contract for Convert {
@@ -25,8 +25,8 @@ impl Contract for Convert {
         "convert"
     }
 
-    fn pass(&self) -> Phase {
-        self.pass
+    fn phase(&self) -> Phase {
+        self.phase
     }
 
     fn inputs(&self) -> Vec<Slot> {

@@ -45,7 +45,7 @@ impl Contract for CrossEntropy {
         }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         if self.backward {
             Phase::Backward
         } else {

@@ -30,7 +30,7 @@ impl Contract for Embedding {
         "embedding"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Forward
     }
 
@@ -112,7 +112,7 @@ impl Contract for EmbeddingGrad {
         "embedding_grad"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 

@@ -70,7 +70,7 @@ impl Contract for Linear {
         }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Forward
     }
 
@@ -206,7 +206,7 @@ impl Contract for LinearGradInput {
         }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 
@@ -296,7 +296,7 @@ impl Contract for LinearGradWeight {
         }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 

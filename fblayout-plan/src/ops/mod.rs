@@ -215,7 +215,7 @@ pub(crate) trait Contract {
     fn name(&self) -> &'static str;
 
     /// The pass it belongs to.
-    fn pass(&self) -> Phase;
+    fn phase(&self) -> Phase;
 
     /// Its input roles, in the graph node's order.
     fn inputs(&self) -> Vec<Slot>;
@@ -365,7 +365,7 @@ impl Op {
                 backward: true,
             }),
             Self::AdamW { copy } => Box::new(adamw::AdamW { copy }),
-            Self::Convert { pass } => Box::new(convert::Convert { pass }),
+            Self::Convert { phase } => Box::new(convert::Convert { phase }),
         }
     }
 
@@ -440,7 +440,7 @@ pub fn registry() -> Vec<Op> {
         Op::AdamW { copy: false },
         Op::AdamW { copy: true },
         Op::Convert {
-            pass: Phase::Forward,
+            phase: Phase::Forward,
         },
     ];
     for act in acts {

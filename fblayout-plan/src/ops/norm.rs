@@ -135,7 +135,7 @@ impl Contract for LayerNorm {
         "layer_norm"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Forward
     }
 
@@ -214,7 +214,7 @@ impl Contract for LayerNormGrad {
         "layer_norm_grad"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 
@@ -308,7 +308,7 @@ impl Contract for RmsNorm {
         "rms_norm"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Forward
     }
 
@@ -377,7 +377,7 @@ impl Contract for RmsNormGrad {
         "rms_norm_grad"
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         Phase::Backward
     }
 

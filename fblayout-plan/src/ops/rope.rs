@@ -46,7 +46,7 @@ impl Contract for Rope {
         if self.backward { "rope_grad" } else { "rope" }
     }
 
-    fn pass(&self) -> Phase {
+    fn phase(&self) -> Phase {
         if self.backward {
             Phase::Backward
         } else {

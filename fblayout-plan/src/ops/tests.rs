@@ -58,7 +58,7 @@ fn backward_rules_read_and_write_within_their_operations_arity() {
         let c = op.contract();
         let rule = c.backward();
         // A conversion is inserted after the backward is derived, in the pass of its reader.
-        let differentiated = c.pass() == Phase::Forward && c.kind().is_some();
+        let differentiated = c.phase() == Phase::Forward && c.kind().is_some();
         assert_eq!(
             rule.is_some(),
             differentiated,
@@ -70,7 +70,7 @@ fn backward_rules_read_and_write_within_their_operations_arity() {
             assert!(p < n_in, "{op:?}");
         }
         for step in &rule.steps {
-            assert_eq!(step.op.pass(), Phase::Backward, "{op:?} → {:?}", step.op);
+            assert_eq!(step.op.phase(), Phase::Backward, "{op:?} → {:?}", step.op);
             let (s_in, s_out) = step.op.arity();
             assert_eq!(step.inputs.len(), s_in, "{op:?} → {:?}", step.op);
             assert_eq!(step.grads_of.len(), s_out, "{op:?} → {:?}", step.op);

@@ -48,7 +48,7 @@ impl fmt::Display for Plan {
         }
         let mut by_pass = [0.0; 3];
         for (node, cost) in g.nodes().iter().zip(&self.node_costs) {
-            by_pass[match node.op.pass() {
+            by_pass[match node.op.phase() {
                 Phase::Forward => 0,
                 Phase::Backward => 1,
                 // The optimizer, and any pass after it.

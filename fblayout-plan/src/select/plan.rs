@@ -177,8 +177,8 @@ pub(crate) fn assemble(
             let name = format!("{}.as_{}.n{i}", tensor.name, to.short());
             let copy = graph.add_tensor(name, &axes, tensor.elem, role)?;
             layouts.push(to);
-            let pass = node.op.pass();
-            let convert = graph.push(Op::Convert { pass }, &[t], &[copy])?;
+            let phase = node.op.phase();
+            let convert = graph.push(Op::Convert { phase }, &[t], &[copy])?;
             node_costs.push(cost);
             let shape = objective.shape(t.index());
             let at = |l: LayoutChoice| {

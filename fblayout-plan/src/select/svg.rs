@@ -103,7 +103,7 @@ impl Plan {
         let op_x = 80 + side + 20;
         for (i, node) in g.nodes().iter().enumerate() {
             let y = TOP + i * ROW;
-            let pass = format!("{:?}", node.op.pass()).to_lowercase();
+            let pass = format!("{:?}", node.op.phase()).to_lowercase();
             let _ = writeln!(
                 s,
                 r##"<text x="8" y="{}" fill="#777">{pass}</text>"##,

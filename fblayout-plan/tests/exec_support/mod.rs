@@ -108,7 +108,7 @@ fn converts_where(
     while added < count {
         let at = rng.below(g.nodes().len());
         let node = &g.nodes()[at];
-        if !pass(node.op.pass()) {
+        if !pass(node.op.phase()) {
             continue;
         }
         let k = rng.below(node.inputs.len());
