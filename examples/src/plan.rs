@@ -16,7 +16,9 @@
 //!   it and its gradient together, which share one layout); an unknown name is an error that
 //!   lists the names close to it;
 //! - with `--svg FILE`, the plan drawn as SVG, written atomically (a temporary file in the same
-//!   directory, then renamed).
+//!   directory, then renamed): an overview (the first block's operations in full, then a strip
+//!   per block showing every tensor's layout and the conversions), or with `--svg-table` every
+//!   operation of the step as a row.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -114,9 +116,12 @@ pub(crate) struct PlanArgs {
     /// Show only why this tensor has its layout: its cost under each candidate.
     #[arg(long, value_name = "NAME")]
     tensor: Option<String>,
-    /// Write the plan drawn as SVG to this file.
+    /// Write the plan drawn as SVG to this file: the first block in full and a strip per block.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    /// With --svg, draw every operation of the step as a row instead of the overview.
+    #[arg(long, requires = "svg")]
+    svg_table: bool,
 }
 
 /// Why the plan command failed.
@@ -278,7 +283,12 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         None
     };
     if let Some(svg) = &args.svg {
-        write_atomically(svg, chosen.svg().as_bytes()).map_err(|source| PlanCommandError::Svg {
+        let drawing = if args.svg_table {
+            chosen.svg_table()
+        } else {
+            chosen.svg()
+        };
+        write_atomically(svg, drawing.as_bytes()).map_err(|source| PlanCommandError::Svg {
             path: svg.clone(),
             source,
         })?;

@@ -512,10 +512,10 @@ fn the_explanation_says_why_a_tensor_has_its_layout() {
 }
 
 #[test]
-fn the_svg_draws_every_tensor_in_its_layouts_colour() {
+fn the_svg_table_draws_every_tensor_in_its_layouts_colour() {
     let g = build(Model::Decoder, TINY).unwrap();
     let p = plan(&g, SMALL_SIZES, &CostModel::analytic(), Strategy::PerOp).unwrap();
-    let svg = p.svg();
+    let svg = p.svg_table();
     let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
     let titles: Vec<String> = doc
         .descendants()
@@ -543,6 +543,70 @@ fn the_svg_draws_every_tensor_in_its_layouts_colour() {
     }
     let ops = texts.iter().filter(|t| **t == "convert").count();
     assert_eq!(ops, p.conversions().len());
+}
+
+#[test]
+fn the_svg_overview_has_a_strip_per_block_and_marks_every_conversion() {
+    let config = TINY.with_layers(3);
+    let g = build(Model::Encoder, config).unwrap();
+    let p = plan(&g, SMALL_SIZES, &CostModel::analytic(), Strategy::PerOp).unwrap();
+    assert!(
+        !p.conversions().is_empty(),
+        "the test needs a plan with conversions"
+    );
+    let svg = p.svg();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .collect();
+    for b in 0..3 {
+        let label = format!("block {b}");
+        assert!(texts.contains(&label.as_str()), "no strip `{label}`");
+    }
+    assert!(texts.contains(&"outside the blocks"));
+    // Every tensor of the step has a cell (a chip in the block table is extra), coloured by
+    // its layout; and the cells outlined in red are exactly the conversions' outputs.
+    let cells: Vec<(String, String, String)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g"))
+        .filter_map(|g| {
+            let title = g
+                .children()
+                .find(|c| c.has_tag_name("title"))?
+                .text()?
+                .to_owned();
+            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
+            (rect.attribute("width") == Some("8")).then(|| {
+                (
+                    title,
+                    rect.attribute("fill").unwrap_or_default().to_owned(),
+                    rect.attribute("stroke").unwrap_or_default().to_owned(),
+                )
+            })
+        })
+        .collect();
+    assert_eq!(cells.len(), p.graph().tensors().len());
+    let fills: std::collections::HashMap<String, String> = cells
+        .iter()
+        .map(|(t, f, _)| (t.clone(), f.clone()))
+        .collect();
+    for t in p.graph().ids() {
+        let want = format!("{} — {}", p.graph().tensor(t).name, p.layout(t));
+        assert!(fills.contains_key(&want), "no cell `{want}`");
+    }
+    let red = cells.iter().filter(|(_, _, s)| s == "#d62728").count();
+    assert_eq!(red, p.conversions().len());
+    // The table above the strips draws block 0 only: far fewer rows than the whole step.
+    let ops = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("rx") == Some("8"))
+        .count();
+    assert!(
+        ops > 0 && ops * 3 < p.graph().nodes().len(),
+        "{ops} rows drawn"
+    );
 }
 
 #[test]

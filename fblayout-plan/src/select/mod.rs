@@ -54,6 +54,7 @@ pub mod objective;
 pub mod per_op;
 mod plan;
 pub mod svg;
+mod svg_overview;
 
 use std::fmt;
 
