@@ -5,7 +5,7 @@
 mod exec_support;
 
 use exec_support::{
-    ADAMW, Results, SIZES, SMALL, assert_close, family_layouts, forward_converts, graph,
+    ADAMW, Results, SIZES, SMALL, assert_close, family_layouts, forward_converts, gpu, graph,
     random_layouts, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
@@ -16,16 +16,6 @@ use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::Model;
 use fblayout_plan::select::{CostModel, Strategy, plan};
-
-/// The GPU, or a failure that says how to get one (never a skip).
-fn gpu() -> Gpu {
-    Gpu::new().unwrap_or_else(|err| {
-        panic!(
-            "could not open a GPU; install Mesa's Vulkan drivers (lavapipe) or set \
-             FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
-        )
-    })
-}
 
 /// What [`run_cpu`] returns, from the GPU: the same parameters and inputs, one full step.
 fn run_gpu(gpu: &Gpu, g: &Graph, layouts: &[LayoutChoice]) -> Results {

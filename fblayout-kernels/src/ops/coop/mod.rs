@@ -16,8 +16,9 @@
 //!   k-step, stages, accumulator, split of the reduction) and the ones a device can build or
 //!   a problem gets.
 //! - Split-k (a [`CoopConfig`] with `split_k > 1`, for products of few blocks of C and a long
-//!   `k`): the GEMM kernel writes each part's f32 sums into a workspace from the buffer pool,
-//!   and the f32 GEMM's reduction kernel adds the parts in order and writes C through C's view
+//!   `k`): the GEMM kernel writes each part's f32 sums into a workspace (scratch of the
+//!   batch, [`Batch::scratch`]; at most [`CoopMatmulOp::scratch`] of it), and the f32 GEMM's
+//!   reduction kernel adds the parts in order and writes C through C's view
 //!   (see [`config`]).
 //! - Bias ([`CoopMatmulOp::new_biased`]): `C = A·B + bias`, `bias[n]` in every row, the
 //!   accumulators starting as the bias (so fragments still go straight into C where they
@@ -69,10 +70,10 @@ use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::matmul::{
-    Bias, DEFAULT_COMPUTE_UNITS, Extents, Reduction, Scale, check_static_extents, check_writable,
-    split_parts,
+    Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, check_static_extents,
+    check_writable, split_parts,
 };
-use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu};
+use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch};
 use crate::tensor::GpuArg;
 
 const OP: &str = "coop matmul";
@@ -657,9 +658,9 @@ impl CoopMatmulOp {
 
     /// Records `C = A·B` with `config`. With `config.split_k > 1` the reduction is split into
     /// that many parts (fewer where `k` has fewer k-steps), each of whole k-steps: the GEMM
-    /// kernel writes their sums into a workspace from the device's buffer pool, padded to
-    /// whole blocks, and the reduction kernel adds them in order into C. An error for a
-    /// biased op (see [`record_config_biased`](Self::record_config_biased)).
+    /// kernel writes their sums into a workspace (scratch of `batch`), padded to whole
+    /// blocks, and the reduction kernel adds them in order into C. An error for a biased op
+    /// (see [`record_config_biased`](Self::record_config_biased)).
     pub fn record_config(
         &self,
         batch: &mut Batch<'_>,
@@ -711,13 +712,9 @@ impl CoopMatmulOp {
             return kernel.record(batch, shader::ENTRY, &args, &[], grid);
         }
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
-        // The workspace holds whole blocks, so that every fragment is stored straight.
-        let (rows, cols) = blocks_m
-            .checked_mul(config.block_m)
-            .zip(blocks_n.checked_mul(config.block_n))
-            .ok_or_else(too_big)?;
+        let (rows, cols) = workspace_extents(config, shape).ok_or_else(too_big)?;
         let reduction = &self.operands.reduction;
-        let (scratch, bound) = reduction.workspace(gpu, shape.batch, split, rows, cols)?;
+        let (scratch, bound) = reduction.workspace(batch, shape.batch, split, rows, cols)?;
         let partial = GpuArg::bound(&scratch, reduction.partial_view(), bound)?;
         kernel.record(
             batch,
@@ -730,6 +727,26 @@ impl CoopMatmulOp {
             grid,
         )?;
         reduction.record(&reduce, batch, &partial, c, bias, Scale::OVERWRITE, shape)
+    }
+
+    /// The most scratch the op takes for a product of `shape` on any device (the partial sums
+    /// of split-k), choosing for [`DEFAULT_COMPUTE_UNITS`] (as [`new`](Self::new) does): the
+    /// largest workspace of the configurations [`candidates_for`](Self::candidates_for) can
+    /// list for it ([`CoopConfig::split_fits`]), so also of the one its autotune keeps. A
+    /// configuration given to [`record_config`](Self::record_config) may take more.
+    pub fn scratch(shape: GemmShape) -> Result<Scratch, OpError> {
+        if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
+            return Ok(Scratch::none());
+        }
+        let each = CoopConfig::split_fits(shape, DEFAULT_COMPUTE_UNITS)
+            .into_iter()
+            .filter_map(|config| {
+                let (split, _) = split_parts(shape.k, config.split_k, config.k_step);
+                let (rows, cols) = workspace_extents(config, shape)?;
+                (split > 1).then(|| Reduction::workspace_scratch(shape.batch, split, rows, cols))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Scratch::covering(&each))
     }
 
     /// Measures every candidate of the problem ([`candidates_for`](Self::candidates_for)) on
@@ -918,4 +935,18 @@ impl CoopMatmulOp {
             .map_or(first, |(config, _)| config);
         Ok((best, times))
     }
+}
+
+/// The rows and columns of split-k's partial sums under `config` for `shape`: whole blocks of
+/// C, so that every fragment is stored straight; `None` past the `u32` space.
+fn workspace_extents(config: CoopConfig, shape: GemmShape) -> Option<(u32, u32)> {
+    let rows = shape
+        .m
+        .div_ceil(config.block_m)
+        .checked_mul(config.block_m)?;
+    let cols = shape
+        .n
+        .div_ceil(config.block_n)
+        .checked_mul(config.block_n)?;
+    Some((rows, cols))
 }
