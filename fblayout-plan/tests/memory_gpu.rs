@@ -1,15 +1,27 @@
-//! The memory plan against what the GPU step allocates: building a step of a shipped model
-//! and running two steps takes no more bytes from the device's pool than the plan's peak, at
-//! sizes where no product splits and at sizes where products split their reductions and row
-//! reductions cut their rows into many chunks, in `f32` and in mixed precision.
+//! The memory plan against what the GPU step allocates, for the shipped models' graphs (the
+//! encoder, the decoder and a Llama-family decoder, at small widths), in `f32` and in mixed
+//! precision, at sizes where no product splits and at sizes where products split their
+//! reductions and row reductions cut their rows into many chunks.
+//!
+//! The invariant: every byte the device's buffer pool creates from before the step is built to
+//! after two steps ([`PoolStats::bytes_allocated`]: every buffer it made, live or freed for
+//! reuse, at the size it made it) is counted by the plan, so it is at most
+//! [`MemoryPlan::peak_bytes`]; and the plan counts nothing twice, so it exceeds the allocation
+//! by less than its one bound, the allowance for the dispatches' parameter blocks. (The step
+//! itself checks the other half: each operation's scratch comes from the plan's workspace and
+//! fits what its contract counts, else [`ExecError::Uncounted`].) Staging buffers that wgpu
+//! makes for a read back or a write are transient and outside the pool.
 
 mod exec_support;
 
 use exec_support::{ADAMW, SIZES, SMALL, gpu, row_major};
 use fblayout_kernels::runtime::PoolStats;
+#[cfg(doc)]
+use fblayout_plan::exec::ExecError;
 use fblayout_plan::exec::{GpuStep, StepInputs};
 use fblayout_plan::graph::{Graph, Sizes, precision};
 use fblayout_plan::memory::{MemoryOptions, MemoryPlan, plan_memory};
+use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::models::{Model, ModelConfig, build};
 
 /// Two layers over long sequences: the weight gradients reduce over 2048 tokens into few
@@ -19,6 +31,17 @@ const LONG: ModelConfig = ModelConfig::new(67, 8, 2)
     .with_max_positions(256)
     .with_ffn(16)
     .with_layers(2);
+
+/// A Llama-family decoder as narrow as `config`, with grouped-query attention (two query heads
+/// a key/value head), rotary positions and a SwiGLU feed-forward.
+fn llama_like(config: ModelConfig) -> Graph {
+    let c = LlamaConfig::new(config.vocab, config.hidden, config.heads)
+        .with_kv_heads(1)
+        .with_ffn(config.ffn)
+        .with_layers(config.layers)
+        .with_max_positions(config.max_positions);
+    llama::build(&c).unwrap()
+}
 
 /// 2048 tokens.
 const LONG_SIZES: Sizes = Sizes { batch: 8, seq: 256 };
@@ -82,11 +105,15 @@ fn show(s: &PoolStats) -> String {
 #[test]
 fn the_gpu_step_allocates_nothing_its_memory_plan_does_not_count() {
     for (config, sizes) in [(SMALL, SIZES), (LONG, LONG_SIZES)] {
-        for model in [Model::Encoder, Model::Decoder] {
-            let f32 = build(model, config).unwrap();
+        let models = [
+            ("encoder", build(Model::Encoder, config).unwrap()),
+            ("decoder", build(Model::Decoder, config).unwrap()),
+            ("llama", llama_like(config)),
+        ];
+        for (model, f32) in models {
             let mixed = precision::mixed(&f32).unwrap();
             for (precision, g) in [("f32", f32), ("mixed", mixed)] {
-                let what = format!("{model:?} {precision} at {sizes:?}");
+                let what = format!("{model} {precision} at {sizes:?}");
                 let plan =
                     plan_memory(&g, &row_major(&g), sizes, MemoryOptions::default()).unwrap();
                 let got = allocate(&g, &plan, config, sizes);

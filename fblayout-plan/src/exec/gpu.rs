@@ -40,7 +40,7 @@ use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
 use crate::memory::held::{GATE_VALUES, gated};
 use crate::ops::gpu::{BuildCtx, GpuKernel, RecordCtx, Shared};
-use crate::ops::{AdamWGroup, Args, build_adamw_groups, record_adamw_group};
+use crate::ops::{AdamWGroup, Args, build_adamw_groups, record_adamw_group, uploaded_ids};
 
 /// A step's recording, with the range of items each node recorded.
 type Recorded<'g> = (Recording<'g>, Vec<Range<usize>>);

@@ -52,8 +52,8 @@ use fblayout_core::layout::LayoutError;
 use fblayout_kernels::ops::{OpError, TokenIds};
 use fblayout_kernels::runtime::{Scratch, granular};
 
-use crate::graph::{Graph, Role, Sizes, TensorId};
 use self::held::Held;
+use crate::graph::{Graph, Role, Sizes, TensorId};
 use crate::layouts::{LayoutChoice, StorageError, tensor_layouts};
 
 pub use recompute::recompute;
