@@ -10,7 +10,8 @@ use exec_support::{
 };
 use fblayout_kernels::Gpu;
 use fblayout_kernels::ops::{AdamWOp, NonFiniteOp};
-use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, OVERFLOW_SECTION, StepInputs};
+use fblayout_plan::__private::OVERFLOW_SECTION;
+use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, StepInputs};
 use fblayout_plan::graph::{Graph, Op};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
@@ -389,7 +390,7 @@ fn the_adamw_steps_run_in_groups_and_any_grouping_steps_alike() {
                 .enumerate()
                 .filter(|(_, n)| n.op.name() == "adamw")
                 .step_by(capacity)
-                .map(|(i, _)| fblayout_plan::exec::section(&g, i))
+                .map(|(i, _)| fblayout_plan::__private::section(&g, i))
                 .collect();
             let sections: Vec<&str> = timings
                 .iter()

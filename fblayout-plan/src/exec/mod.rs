@@ -22,7 +22,7 @@
 //! other tensor's buffer may have been reused.
 
 mod cpu;
-mod gpu;
+pub(crate) mod gpu;
 mod init;
 pub mod scaling;
 pub mod views;
@@ -33,7 +33,8 @@ use fblayout_kernels::ops::OpError;
 
 pub use cpu::CpuStep;
 pub use fblayout_kernels::runtime::Timing;
-pub use gpu::{GpuStep, HostTime, OVERFLOW_SECTION, section};
+pub(crate) use gpu::section;
+pub use gpu::{GpuStep, HostTime};
 pub use init::initial_values;
 pub use scaling::LossScaling;
 
