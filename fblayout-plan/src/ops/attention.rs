@@ -259,18 +259,24 @@ impl Contract for Attention {
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
         let probs = s.elements("probs");
+        // The queries and the values: views of one fused projection, or their own tensors.
+        let (q, v) = if self.separate {
+            ("q", "v")
+        } else {
+            ("qkv", "qkv")
+        };
         Some(if self.backward {
             // dV, dP, dQ and dK: four products the size of one forward product each.
             Product {
                 a: ("probs", Walk::BeforeLast),
-                b: ("qkv", Walk::BeforeLast),
+                b: (q, Walk::BeforeLast),
                 flops: 8.0 * probs * self.head_dim(s),
             }
         } else {
             // QKᵀ and P·V: 2 · 2 · batch · heads · seq² · head_dim.
             Product {
-                a: ("qkv", Walk::Last),
-                b: ("qkv", Walk::BeforeLast),
+                a: (q, Walk::Last),
+                b: (v, Walk::BeforeLast),
                 flops: 4.0 * probs * self.head_dim(s),
             }
         })
