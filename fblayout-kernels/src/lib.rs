@@ -33,3 +33,13 @@ mod wgsl;
 pub use gather::Gather;
 pub use probe::{ProbeRequest, probe_offsets};
 pub use runtime::{AdapterChoice, Binding, Gpu, GpuBuffer, GpuError};
+
+/// What the crate's own tests and snapshots need beyond its API (the cooperative GEMM's WGSL
+/// without a device): no stable interface, and no part of the public surface.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::ops::coop::sources::{
+        biased_kernel_source, biased_reduce_kernel_source, kernel_source, reduce_kernel_source,
+        staging_orders,
+    };
+}

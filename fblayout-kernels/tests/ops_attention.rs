@@ -1,8 +1,9 @@
 //! Attention: the forward against its definition, the backward against finite differences, and
 //! the GPU against the CPU, for multi-head and grouped-query attention, causal and not, with Q,
 //! K and V as separate tensors and as views of one fused projection (row-major and R-Tile),
-//! scores row-major and R-Tile, in f32 and f16; `qkv_views` against the fused layout's offsets;
-//! and typed errors for bad input.
+//! scores row-major and R-Tile, in f32 and f16; the scratch every run takes against what the op
+//! reports, also where products split; `qkv_views` against the fused layout's offsets; and
+//! typed errors for bad input.
 
 mod support;
 
@@ -10,11 +11,11 @@ use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::attention::{
-    Attention, AttentionArgs, AttentionOp, AttentionSaved, AttentionViews, attention_backward_cpu,
-    attention_forward_cpu, qkv_views,
+    Attention, AttentionArgs, AttentionExtents, AttentionOp, AttentionSaved, AttentionViews,
+    attention_backward_cpu, attention_forward_cpu, qkv_views,
 };
 use fblayout_kernels::ops::softmax::Mask;
-use fblayout_kernels::runtime::{Gpu, GpuBuffer};
+use fblayout_kernels::runtime::{Gpu, GpuBuffer, Scratch};
 use support::{
     Rng, Tensor, assert_close, coop_gpu, finite_differences, gpu, gpu_elems, gpus, tolerance,
 };
@@ -320,7 +321,14 @@ struct GpuResults {
 /// fused projection, dQ, dK and dV go to one gradient buffer of its layout.
 /// Runs the forward and backward on the GPU (after the autotune of the products' tensor-core
 /// tiles when `tune`).
+/// Runs the forward and the backward, and checks that each takes no more scratch than the op
+/// reports ([`AttentionOp::scratch`]).
 fn gpu_run(gpu: &Gpu, p: &Problem, tune: bool) -> GpuResults {
+    gpu_run_taking(gpu, p, tune).0
+}
+
+/// [`gpu_run`], with the scratch the forward and the backward took.
+fn gpu_run_taking(gpu: &Gpu, p: &Problem, tune: bool) -> (GpuResults, [Scratch; 2]) {
     let op = AttentionOp::new(gpu, &p.views(), p.attention).unwrap();
     let (inputs, grads): (Vec<GpuBuffer>, Vec<GpuBuffer>) = match &p.fused {
         Some(fused) => (vec![fused.upload(gpu)], vec![fused.poisoned(gpu)]),
@@ -348,8 +356,26 @@ fn gpu_run(gpu: &Gpu, p: &Problem, tune: bool) -> GpuResults {
     if tune {
         op.tune(gpu, &args).unwrap();
     }
+    let dims = p.probs.dims();
+    let extents = AttentionExtents {
+        batch: BATCH,
+        seq_q: dims[2] as u32,
+        seq_k: dims[3] as u32,
+        head_dim: HEAD_DIM,
+    };
+    let elems = AttentionViews {
+        q: p.q.elem(),
+        k: p.k.elem(),
+        v: p.v.elem(),
+        out: p.out.elem(),
+        scores: p.probs.elem(),
+    };
+    let probs_len = args.probs.bound_view().len();
+    let [most_forward, most_backward] =
+        AttentionOp::scratch(&p.attention, extents, probs_len, elems).unwrap();
     let mut batch = gpu.batch();
     op.forward(&mut batch, &args).unwrap();
+    let forward = batch.release_scratch();
     op.backward(
         &mut batch,
         &args,
@@ -359,12 +385,22 @@ fn gpu_run(gpu: &Gpu, p: &Problem, tune: bool) -> GpuResults {
         &p.v.gpu_arg(&grad_buffers[2]),
     )
     .unwrap();
+    let backward = batch.release_scratch();
     batch.submit().unwrap();
-    GpuResults {
+    assert!(
+        most_forward.covers(&forward),
+        "the forward took {forward}, reported {most_forward}"
+    );
+    assert!(
+        most_backward.covers(&backward),
+        "the backward took {backward}, reported {most_backward}"
+    );
+    let results = GpuResults {
         out: p.out.download(&bo),
         probs: p.probs.download(&bp),
         grads: [0, 1, 2].map(|i| tensors[i].download(&grad_buffers[i])),
-    }
+    };
+    (results, [forward, backward])
 }
 
 /// Probabilities are about 1/seq_k: compared at that scale, the tolerance is relative.
@@ -604,6 +640,26 @@ fn cross_attention_with_other_key_lengths_and_both_reduction_paths() {
             check_gpu(gpu, &format!("{path} {case:?}"), &p);
         }
     }
+}
+
+#[test]
+fn long_sequences_split_their_products_within_the_reported_scratch() {
+    // 2 × 1024 keys, heads of 8 in groups of 2: dV = Pᵀ·dO and dK = dSᵀ·Q reduce over 2048
+    // queries into few outputs, so the f32 products split their reductions, into partial sums
+    // of scratch.
+    let mut rng = Rng::new(9);
+    let case = Case {
+        heads: (2, 1),
+        mask: Mask::Causal { offset: 0 },
+        storage: Storage::Separate { rtile: false },
+        scores_rtile: false,
+        elem: ElemType::F32,
+    };
+    let p = Problem::new(&mut rng, case, (1024, 1024));
+    let (_, [_, backward]) = gpu_run_taking(gpu(), &p, false);
+    // The gradients of the probabilities and of the scores, and partial sums besides.
+    assert!(backward.buffers().len() > 2, "{backward}");
+    check_gpu(gpu(), &format!("{case:?}"), &p);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Bias add and its gradient: the forward against its definition, the backward against finite
-//! differences, and the GPU against the CPU under every 2-D layout and element type.
+//! differences, and the GPU against the CPU under every 2-D layout and element type, taking no
+//! more scratch than the op reports.
 
 mod support;
 
@@ -106,6 +107,11 @@ fn gpu_matches_cpu_under_every_layout_element_type_and_chunking() {
                         dy.upload(gpu),
                         b.poisoned(gpu),
                     );
+                    let launch = BiasLaunch {
+                        chunk_rows: chunk,
+                        ..BiasLaunch::default()
+                    };
+                    let most = BiasOp::backward_scratch(&launch, rows, cols).unwrap();
                     let mut batch = gpu.batch();
                     op.forward(
                         &mut batch,
@@ -114,10 +120,13 @@ fn gpu_matches_cpu_under_every_layout_element_type_and_chunking() {
                         &y.gpu_arg(&yb),
                     )
                     .unwrap();
-                    op.backward(&mut batch, &dy.gpu_arg(&dyb), &b.gpu_arg(&dbb), false)
-                        .unwrap();
-                    op.backward(&mut batch, &dy.gpu_arg(&dyb), &b.gpu_arg(&dbb), true)
-                        .unwrap();
+                    assert!(batch.release_scratch().is_empty(), "{what}");
+                    for accumulate in [false, true] {
+                        op.backward(&mut batch, &dy.gpu_arg(&dyb), &b.gpu_arg(&dbb), accumulate)
+                            .unwrap();
+                        let taken = batch.release_scratch();
+                        assert!(most.covers(&taken), "{what}: took {taken}, reported {most}");
+                    }
                     batch.submit().unwrap();
                     let zeros = vec![0.0; cols as usize];
                     let (want_y, want_db) = match elem {
@@ -194,10 +203,13 @@ fn one_dispatch_where_one_chunk_holds_every_row_and_two_otherwise() {
                         assert_eq!(op.backward_dispatches(rows), want, "{what}");
                     }
                     let (dyb, dbb) = (dy.upload(gpu), b.poisoned(gpu));
+                    let most = BiasOp::backward_scratch(&launch, rows, cols).unwrap();
                     let mut batch = gpu.batch();
                     for accumulate in [false, true] {
                         op.backward(&mut batch, &dy.gpu_arg(&dyb), &b.gpu_arg(&dbb), accumulate)
                             .unwrap();
+                        let taken = batch.release_scratch();
+                        assert!(most.covers(&taken), "{what}: took {taken}, reported {most}");
                     }
                     batch.submit().unwrap();
                     let zeros = vec![0.0; cols as usize];

@@ -9,8 +9,9 @@
 mod support;
 
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
+use fblayout_kernels::__private::kernel_source;
 use fblayout_kernels::ops::OpError;
-use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, kernel_source};
+use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp};
 use fblayout_kernels::ops::matmul::{Extents, Scale, matmul_cpu};
 use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
 use support::{Layout2, Rng, Tensor, assert_close, coop_gpu, gpu, static_2d, tolerance, view_2d};
@@ -863,7 +864,7 @@ fn a_bias_of_the_wrong_shape_is_a_shape_error_on_any_device() {
     for bias in [&short, &matrix] {
         let err = CoopMatmulOp::new_biased(gpu, &a, &b, bias, &c).unwrap_err();
         assert!(matches!(err, OpError::Shape { .. }), "{err}");
-        let err = fblayout_kernels::ops::coop::biased_kernel_source(
+        let err = fblayout_kernels::__private::biased_kernel_source(
             &a,
             &b,
             bias,

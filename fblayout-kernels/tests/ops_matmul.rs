@@ -621,6 +621,71 @@ fn linear_layer_on_the_gpu_matches_the_cpu_and_accumulates() {
 }
 
 #[test]
+fn linear_products_take_no_more_scratch_than_they_report() {
+    // 2048 tokens into 8 × 16 weights: the weight gradient reduces over the tokens into few
+    // outputs, so it splits its reduction, into partial sums of scratch.
+    let gpu = gpu();
+    let mut rng = Rng::new(12);
+    let (tokens, d_in, d_out) = (2048, 8, 16);
+    for layouts in [[Layout2::RowMajor; 3], [Layout2::RTile(4); 3]] {
+        let what = format!("{layouts:?}");
+        let (x, w, y) = linear_tensors(&mut rng, layouts, (tokens, d_in, d_out));
+        let op = LinearOp::new(gpu, &x.view, &w.view, &y.view).unwrap();
+        let elems = [x.elem(), w.elem(), y.elem()];
+        let [most_y, most_dx, most_dw] = LinearOp::scratch(tokens, d_in, d_out, elems).unwrap();
+        // `y`'s values are the gradient `dy`; the forward writes a buffer of its own.
+        let (bx, bw, by, bdy) = (x.upload(gpu), w.upload(gpu), y.poisoned(gpu), y.upload(gpu));
+        let (bdx, bdw) = (x.poisoned(gpu), w.poisoned(gpu));
+        let (gx, gw, gy, gdy) = (
+            x.gpu_arg(&bx),
+            w.gpu_arg(&bw),
+            y.gpu_arg(&by),
+            y.gpu_arg(&bdy),
+        );
+        let (gdx, gdw) = (x.gpu_arg(&bdx), w.gpu_arg(&bdw));
+        let mut batch = gpu.batch();
+        op.forward(&mut batch, &gx, &gw, &gy, Output::Overwrite)
+            .unwrap();
+        let taken_y = batch.release_scratch();
+        op.backward(
+            &mut batch,
+            &gx,
+            &gw,
+            &gdy,
+            Some((&gdx, Output::Overwrite)),
+            None,
+        )
+        .unwrap();
+        let taken_dx = batch.release_scratch();
+        op.backward(
+            &mut batch,
+            &gx,
+            &gw,
+            &gdy,
+            None,
+            Some((&gdw, Output::Overwrite)),
+        )
+        .unwrap();
+        let taken_dw = batch.release_scratch();
+        batch.submit().unwrap();
+        for (name, most, taken) in [
+            ("y", &most_y, &taken_y),
+            ("dx", &most_dx, &taken_dx),
+            ("dw", &most_dw, &taken_dw),
+        ] {
+            assert!(
+                most.covers(taken),
+                "{what}: {name} took {taken}, reported {most}"
+            );
+        }
+        assert!(!taken_dw.is_empty(), "{what}: dw did not split");
+        let (_, want_dw) = cpu_backward::<f32>(&x, &w, &y, &x, (&w, Output::Overwrite));
+        let tol = tolerance(ElemType::F32, tokens as usize);
+        assert_close(&format!("{what}: dw"), &w.download(&bdw), &want_dw, tol);
+    }
+}
+
+#[test]
 fn bad_input_is_a_typed_error_and_records_nothing() {
     let gpu = gpu();
     let mut rng = Rng::new(9);

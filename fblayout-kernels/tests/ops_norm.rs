@@ -1,6 +1,7 @@
 //! LayerNorm and RMSNorm: forward against their definitions, backward against finite
 //! differences, and the GPU against the CPU under every 2-D layout and element type, with the
-//! subgroup reductions and their workgroup-memory fallback.
+//! subgroup reductions and their workgroup-memory fallback, taking no more scratch than the ops
+//! report.
 
 mod support;
 
@@ -14,7 +15,7 @@ use fblayout_kernels::ops::{
     LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, OpError, RmsNormGrads, RmsNormOp,
     RmsNormTensors, RowLaunch, RowSum,
 };
-use fblayout_kernels::runtime::Gpu;
+use fblayout_kernels::runtime::{Batch, Gpu, Scratch};
 use support::{
     Layout2, Rng, Tensor, assert_close, finite_differences, gpu, gpu_elems, gpu_without_subgroups,
     tolerance, view_1d, view_1d_dyn, view_2d,
@@ -317,7 +318,16 @@ fn run_gpu(gpu: &Gpu, rms: bool, c: &Case, launch: NormLaunch) -> GpuRun {
         c.gamma.gpu_arg(&dgb),
         c.beta.gpu_arg(&dbb),
     );
+    let (rows, cols) = (c.x.dims()[0] as u32, c.x.dims()[1] as u32);
     let mut batch = gpu.batch();
+    // Each backward takes no more scratch than the op reports.
+    let check = |batch: &mut Batch<'_>, most: &Scratch| {
+        let taken = batch.release_scratch();
+        assert!(
+            most.covers(&taken),
+            "{rows}×{cols} {launch:?}: took {taken}, reported {most}"
+        );
+    };
     let shapes;
     if rms {
         let views = RmsNormTensors {
@@ -339,9 +349,13 @@ fn run_gpu(gpu: &Gpu, rms: bool, c: &Case, launch: NormLaunch) -> GpuRun {
             dx: &dx,
             dgamma: &dgamma,
         };
+        let most = RmsNormOp::backward_scratch(&launch, rows, cols).unwrap();
         op.forward(&mut batch, &t).unwrap();
+        check(&mut batch, &Scratch::none());
         op.backward(&mut batch, &t, &g, false).unwrap();
+        check(&mut batch, &most);
         op.backward(&mut batch, &t, &g, true).unwrap();
+        check(&mut batch, &most);
     } else {
         let views = LayerNormTensors {
             x: &c.x.view,
@@ -367,9 +381,13 @@ fn run_gpu(gpu: &Gpu, rms: bool, c: &Case, launch: NormLaunch) -> GpuRun {
             dgamma: &dgamma,
             dbeta: &dbeta,
         };
+        let most = LayerNormOp::backward_scratch(&launch, rows, cols).unwrap();
         op.forward(&mut batch, &t).unwrap();
+        check(&mut batch, &Scratch::none());
         op.backward(&mut batch, &t, &g, false).unwrap();
+        check(&mut batch, &most);
         op.backward(&mut batch, &t, &g, true).unwrap();
+        check(&mut batch, &most);
     }
     batch.submit().unwrap();
     GpuRun {

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use fblayout_core::shader::WgslModule;
 use fblayout_kernels::probe::{MAX_PROBE_COORDS, PROBE_ENTRY, ProbeRequest, probe_offsets};
 use fblayout_kernels::runtime::{
-    AdapterChoice, Binding, BufferKind, Gpu, GpuBuffer, GpuError, linear_grid,
+    AdapterChoice, Binding, BufferKind, Gpu, GpuBuffer, GpuError, Scratch, Workspace, linear_grid,
 };
 
 fn gpu() -> &'static Gpu {
@@ -1142,4 +1142,37 @@ mod batches_pool_and_cache {
         assert_eq!(y.read_back::<f32>().unwrap(), want);
         assert_eq!(c.read_back::<f32>().unwrap(), vec![0.0; n as usize]);
     }
+}
+
+#[test]
+fn a_workspace_lends_its_buffers_in_turn_and_refuses_more_than_it_has() {
+    let gpu = gpu();
+    let workspace = Workspace::new(gpu, &Scratch::buffer(1024).and(Scratch::buffer(256))).unwrap();
+    assert_eq!(workspace.bytes(), 1280);
+    let mut batch = gpu.batch();
+    batch.use_workspace(&workspace);
+    // Each piece of scratch gets the smallest free buffer large enough, as long as asked.
+    let a = batch.scratch::<u32>(200).unwrap();
+    let b = batch.scratch::<u32>(50).unwrap();
+    assert_eq!((a.len_bytes(), b.len_bytes()), (800, 200));
+    assert!(!a.same_memory(&b));
+    match batch.scratch::<u32>(10).unwrap_err() {
+        GpuError::WorkspaceTooSmall { bytes, free, taken } => {
+            assert_eq!((bytes, free, taken), (40, vec![], vec![1024, 256]));
+        }
+        other => panic!("{other}"),
+    }
+    let taken = batch.release_scratch();
+    assert_eq!(taken, Scratch::buffer(800).and(Scratch::buffer(200)));
+    // Released, the buffers serve the next piece of work.
+    let small = batch.scratch::<u8>(16).unwrap();
+    let large = batch.scratch::<u32>(100).unwrap();
+    // Lent, not allocated: the same memory as before.
+    assert!(small.same_memory(&b) && large.same_memory(&a));
+    // Without a workspace, scratch comes from the pool, and is counted all the same.
+    let mut alone = gpu.batch();
+    let pooled = alone.scratch::<u32>(3).unwrap();
+    assert_eq!(pooled.len_bytes(), 12);
+    assert_eq!(alone.release_scratch(), Scratch::buffer(12));
+    assert!(alone.release_scratch().is_empty());
 }

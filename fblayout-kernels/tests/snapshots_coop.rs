@@ -7,10 +7,11 @@
 mod support;
 
 use fblayout_core::layout::{ElemType, View};
-use fblayout_kernels::ops::coop::{
-    CoopConfig, Order, biased_kernel_source, biased_reduce_kernel_source, kernel_source,
-    reduce_kernel_source, staging_orders,
+use fblayout_kernels::__private::{
+    biased_kernel_source, biased_reduce_kernel_source, kernel_source, reduce_kernel_source,
+    staging_orders,
 };
+use fblayout_kernels::ops::coop::{CoopConfig, Order};
 use fblayout_kernels::runtime::CoopScalar;
 use naga::back::spv;
 use support::{Layout2, static_2d, view_2d};

@@ -39,3 +39,10 @@ pub mod memory;
 pub mod models;
 pub mod ops;
 pub mod select;
+
+/// What the crate's own tests need beyond its API (the names a GPU step times its work
+/// under): no stable interface, and no part of the public surface.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::exec::gpu::{OVERFLOW_SECTION, section};
+}

@@ -5,27 +5,18 @@
 mod exec_support;
 
 use exec_support::{
-    ADAMW, Results, SIZES, SMALL, assert_close, family_layouts, forward_converts, graph,
+    ADAMW, Results, SIZES, SMALL, assert_close, family_layouts, forward_converts, gpu, graph,
     random_layouts, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
 use fblayout_kernels::ops::{AdamWOp, NonFiniteOp};
-use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, OVERFLOW_SECTION, StepInputs};
+use fblayout_plan::__private::OVERFLOW_SECTION;
+use fblayout_plan::exec::{CpuStep, ExecError, GpuStep, LossScaling, StepInputs};
 use fblayout_plan::graph::{Graph, Op};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::Model;
 use fblayout_plan::select::{CostModel, Strategy, plan};
-
-/// The GPU, or a failure that says how to get one (never a skip).
-fn gpu() -> Gpu {
-    Gpu::new().unwrap_or_else(|err| {
-        panic!(
-            "could not open a GPU; install Mesa's Vulkan drivers (lavapipe) or set \
-             FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
-        )
-    })
-}
 
 /// What [`run_cpu`] returns, from the GPU: the same parameters and inputs, one full step.
 fn run_gpu(gpu: &Gpu, g: &Graph, layouts: &[LayoutChoice]) -> Results {
@@ -399,7 +390,7 @@ fn the_adamw_steps_run_in_groups_and_any_grouping_steps_alike() {
                 .enumerate()
                 .filter(|(_, n)| n.op.name() == "adamw")
                 .step_by(capacity)
-                .map(|(i, _)| fblayout_plan::exec::section(&g, i))
+                .map(|(i, _)| fblayout_plan::__private::section(&g, i))
                 .collect();
             let sections: Vec<&str> = timings
                 .iter()

@@ -5,6 +5,7 @@
 mod exec_support;
 
 use exec_support::{SIZES, graph, random_layouts, row_major, run_cpu, with_converts};
+use fblayout_kernels::runtime::granular;
 use fblayout_plan::graph::{Dim, Graph, Op, Role, Sizes};
 use fblayout_plan::layouts::{MIN_PITCHED, ROW_ALIGN};
 use fblayout_plan::memory::{Category, MemoryOptions, MemoryPlan, plan_memory, recompute};
@@ -116,30 +117,50 @@ fn no_two_live_tensors_share_a_buffer() {
 }
 
 #[test]
-fn the_peak_is_the_buffers_and_at_least_the_live_tensors() {
+fn the_peak_is_the_buffers_workspace_and_held_bytes_and_at_least_the_live_tensors() {
     let g = graph(Model::Decoder);
     let layouts = random_layouts(&g, 2);
     let reuse = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
     let own = plan_memory(&g, &layouts, SIZES, MemoryOptions { reuse: false }).unwrap();
-    // The attention's scratch scores: its probabilities' bytes, twice in the backward (the
-    // gradients of the probabilities and of the scores), one attention at a time.
-    let scratch = |i: usize| -> u64 {
-        let n = &g.nodes()[i];
-        match n.op {
-            Op::Attention { .. } => own.bytes(n.outputs[1]),
-            Op::AttentionGrad { .. } => 2 * own.bytes(n.inputs[1]),
-            _ => 0,
-        }
-    };
-    let workspace = (0..g.nodes().len()).map(scratch).max().unwrap();
-    assert!(workspace > 0);
-    assert_eq!(own.workspace_bytes(), workspace);
-    let all: u64 = g.ids().map(|t| own.bytes(t)).sum();
+    // Each operation's scratch, as its contract counts it from its kernels. The attention's
+    // holds its scratch scores, laid out like its probabilities: one such buffer, two in the
+    // backward (the gradients of the probabilities and of the scores).
+    let scratch = |i: usize| -> u64 { own.scratch(i).bytes() };
+    for (i, n) in g.nodes().iter().enumerate() {
+        let (probs, copies) = match n.op {
+            Op::Attention { .. } => (n.outputs[1], 1),
+            Op::AttentionGrad { .. } => (n.inputs[1], 2),
+            _ => continue,
+        };
+        let scores = granular(own.bytes(probs));
+        let found = own.scratch(i).buffers().iter().filter(|&&b| b == scores);
+        assert!(found.count() >= copies, "{:?}: {}", n.op, own.scratch(i));
+    }
+    // One workspace lends every operation its scratch in turn, and no buffer of it is larger
+    // than some operation's scratch buffer in its place.
+    let workspace = own.workspace();
+    for i in 0..g.nodes().len() {
+        assert!(
+            workspace.covers(own.scratch(i)),
+            "{workspace} for {}",
+            own.scratch(i)
+        );
+    }
+    for (k, &b) in workspace.buffers().iter().enumerate() {
+        assert!((0..g.nodes().len()).any(|i| own.scratch(i).buffers().get(k) == Some(&b)));
+    }
+    let most = (0..g.nodes().len()).map(scratch).max().unwrap();
+    assert!(most > 0);
+    assert!(own.workspace_bytes() >= most);
+    assert_eq!(own.workspace(), reuse.workspace());
+    // Every buffer as the pool allocates it.
+    let all: u64 = g.ids().map(|t| granular(own.bytes(t))).sum();
     assert_eq!(
         own.peak_bytes(),
-        all + workspace,
+        all + own.workspace_bytes() + own.held_bytes(),
         "without reuse every tensor has its buffer"
     );
+    assert!(own.held_bytes() > 0);
     assert_eq!(own.buffers().len(), g.tensors().len());
     assert!(reuse.peak_bytes() < own.peak_bytes());
     assert!(reuse.peak_bytes() >= reuse.peak_live_bytes());
@@ -216,7 +237,12 @@ fn recomputation_keeps_the_results_and_lowers_the_peak() {
             after.peak_live_bytes(),
             before.peak_live_bytes()
         );
-        assert!(after.peak_bytes() < before.peak_bytes(), "{model:?}");
+        // The buffers and workspace shrink; what the step holds throughout grows with the
+        // operations added (their parameter blocks), which at these sizes outweighs the few
+        // kilobytes saved (at a real model's it does not: see the snapshots).
+        let placed = |p: &MemoryPlan| p.peak_bytes() - p.held_bytes();
+        assert!(placed(&after) < placed(&before), "{model:?}");
+        assert!(after.held_bytes() > before.held_bytes(), "{model:?}");
         assert!(recompute(&g, &layouts[1..]).is_err());
     }
 }

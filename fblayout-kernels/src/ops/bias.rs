@@ -18,11 +18,11 @@ use fblayout_core::layout::View;
 use super::elementwise::{Elementwise, Spec, map_cpu};
 use super::error::OpError;
 use super::reduce_rows::{
-    ColumnSum, PartialsSum, check_2d, check_view, column_sums_cpu, expect_dims, matrix_dims,
-    row_cpu, static_extent,
+    ColumnSum, Partials, PartialsSum, check_2d, check_view, column_sums_cpu, expect_dims,
+    matrix_dims, row_cpu, static_extent,
 };
 use crate::cpu::{Logical, LogicalMut, Real};
-use crate::runtime::{Batch, Gpu};
+use crate::runtime::{Batch, Gpu, Scratch};
 use crate::tensor::GpuArg;
 
 const FORWARD: &str = "bias forward";
@@ -120,6 +120,14 @@ impl BiasOp {
     pub fn with_launch(mut self, launch: BiasLaunch) -> Self {
         self.launch = launch;
         self
+    }
+
+    /// The most scratch [`backward`](Self::backward) takes over `rows` rows of `cols` columns
+    /// under `launch` ([`BiasLaunch::default`] for an op made by [`new`](Self::new)): the
+    /// partial rows of the column sum, as many as its chunks can be for any layout of `dy`.
+    pub fn backward_scratch(launch: &BiasLaunch, rows: u32, cols: u32) -> Result<Scratch, OpError> {
+        let partials = Partials::new(BACKWARD, Some(cols))?;
+        partials.scratch_of(ColumnSum::most_chunks(rows, launch.chunk_rows))
     }
 
     /// The forward for `rows` rows, built on first use.

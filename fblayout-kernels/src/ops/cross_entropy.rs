@@ -37,7 +37,7 @@ use super::softmax::{
 };
 use crate::cpu::{Logical, LogicalMut, Real};
 use crate::entry_point::LinearEntry;
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu, GpuBuffer, granular};
 use crate::tensor::GpuArg;
 use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
 
@@ -278,13 +278,29 @@ impl CrossEntropyOp {
                 format!("{rows} rows: the count is summed in f32, so 1 to 2^24 rows"),
             ));
         }
+        let [lse, mean, count] = Self::state_lengths(rows);
         Ok(CrossEntropyState {
             rows,
             views: self.state.clone(),
-            lse: GpuBuffer::zeroed::<f32>(gpu, rows as usize)?,
-            mean: GpuBuffer::zeroed::<f32>(gpu, 1)?,
-            count: GpuBuffer::zeroed::<u32>(gpu, 1)?,
+            lse: GpuBuffer::zeroed::<f32>(gpu, lse)?,
+            mean: GpuBuffer::zeroed::<f32>(gpu, mean)?,
+            count: GpuBuffer::zeroed::<u32>(gpu, count)?,
         })
+    }
+
+    /// The 4-byte values of a state's buffers for `rows` rows: each row's `lse`, the mean
+    /// loss, the rows that count.
+    fn state_lengths(rows: u32) -> [usize; 3] {
+        [rows as usize, 1, 1]
+    }
+
+    /// The bytes [`state`](Self::state) takes from the device's pool for `rows` rows (held as
+    /// long as the state).
+    pub fn state_bytes(rows: u32) -> u64 {
+        Self::state_lengths(rows)
+            .iter()
+            .map(|&n| granular(n as u64 * 4))
+            .sum()
     }
 
     /// The shaders built so far: the rows', the mean's and the backward's.

@@ -32,7 +32,7 @@ use super::error::OpError;
 use super::softmax::{NAN, Quads, Role, check_float, wide_of};
 use crate::cpu::{Logical, LogicalMut, Real};
 use crate::entry_point::LinearEntry;
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu, GpuBuffer, granular};
 use crate::tensor::GpuArg;
 
 const FORWARD: &str = "embedding forward";
@@ -99,21 +99,44 @@ impl TokenIds {
     pub fn new(gpu: &Gpu, ids: &[u32], vocab: u32) -> Result<Self, OpError> {
         let index = TokenIndex::new(ids, vocab)?;
         let tokens = ids.len() as u32;
-        // As many distinct ids as there can be, so that `refill` never reallocates.
-        let most = tokens.min(vocab) as usize;
+        let [ids_len, slot, rows, starts, positions] = Self::lengths(tokens, vocab);
         let mut uploaded = Self {
             vocab,
             tokens,
             used: 0,
             views: IndexViews::new(),
-            ids: GpuBuffer::scratch::<u32>(gpu, ids.len())?,
-            slot: GpuBuffer::scratch::<u32>(gpu, index.slot.len())?,
-            rows: GpuBuffer::scratch::<u32>(gpu, most)?,
-            starts: GpuBuffer::scratch::<u32>(gpu, most + 1)?,
-            positions: GpuBuffer::scratch::<u32>(gpu, index.positions.len())?,
+            ids: GpuBuffer::scratch::<u32>(gpu, ids_len)?,
+            slot: GpuBuffer::scratch::<u32>(gpu, slot)?,
+            rows: GpuBuffer::scratch::<u32>(gpu, rows)?,
+            starts: GpuBuffer::scratch::<u32>(gpu, starts)?,
+            positions: GpuBuffer::scratch::<u32>(gpu, positions)?,
         };
         uploaded.upload(&index, ids)?;
         Ok(uploaded)
+    }
+
+    /// The `u32`s of the buffers of `tokens` ids of a vocabulary of `vocab`: the ids, each
+    /// row's slot, the rows in use, where their tokens start, and the tokens grouped by row.
+    /// The index has room for as many distinct ids as there can be, so that
+    /// [`refill`](Self::refill) never reallocates.
+    fn lengths(tokens: u32, vocab: u32) -> [usize; 5] {
+        let most = tokens.min(vocab) as usize;
+        [
+            tokens as usize,
+            vocab as usize,
+            most,
+            most + 1,
+            tokens as usize,
+        ]
+    }
+
+    /// The bytes [`new`](Self::new) takes from the device's pool for `tokens` ids of a
+    /// vocabulary of `vocab` (held until the ids are dropped).
+    pub fn bytes(tokens: u32, vocab: u32) -> u64 {
+        Self::lengths(tokens, vocab)
+            .iter()
+            .map(|&n| granular(n as u64 * 4))
+            .sum()
     }
 
     /// Replaces the ids with `ids` (as many as before, each below the same vocabulary) in the

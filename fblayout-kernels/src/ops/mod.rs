@@ -49,7 +49,9 @@ pub mod softmax;
 pub use activation::{Activation, ActivationOp, SwigluOp};
 pub use adamw::{AdamW, AdamWMember, AdamWOp, AdamWTensors, StepValues, SumSquaresOp};
 pub use add::AddOp;
-pub use attention::{Attention, AttentionArgs, AttentionOp, AttentionViews, qkv_views};
+pub use attention::{
+    Attention, AttentionArgs, AttentionExtents, AttentionOp, AttentionViews, qkv_views,
+};
 pub use bias::{BiasLaunch, BiasOp};
 pub use coop::{CoopConfig, CoopMatmulOp};
 pub use copy::CopyOp;

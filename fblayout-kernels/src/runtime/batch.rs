@@ -35,10 +35,11 @@ use std::time::Instant;
 
 use fblayout_core::kernel::{Access, KernelModule, ParamValue};
 
-use super::buffer::{BufferKind, GpuBuffer, map_read};
+use super::buffer::{BufferKind, GpuBuffer, checked_bytes, map_read};
 use super::dispatch::{check_compute_entry, linear_grid};
 use super::error::GpuError;
 use super::gpu::{Gpu, scoped};
+use super::scratch::{Lending, Scratch, Workspace};
 
 /// How long one dispatch of a timed batch took.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +78,10 @@ pub struct Batch<'g> {
     gpu: &'g Gpu,
     items: Vec<Item>,
     section: Option<String>,
+    /// The workspace scratch comes from, if any, and what of it is taken.
+    lending: Option<Lending>,
+    /// The scratch taken since the last release.
+    taken: Scratch,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -94,6 +99,8 @@ impl Gpu {
             gpu: self,
             items: Vec::new(),
             section: None,
+            lending: None,
+            taken: Scratch::none(),
         }
     }
 }
@@ -118,6 +125,41 @@ impl<'g> Batch<'g> {
     /// Whether nothing is recorded.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// Takes the scratch of the work recorded from now on from `workspace` rather than from
+    /// the device's pool (see [`Scratch`]): each piece of work, up to
+    /// [`release_scratch`](Self::release_scratch), borrows some of its buffers.
+    pub fn use_workspace(&mut self, workspace: &Workspace) {
+        self.lending = Some(Lending::new(workspace));
+    }
+
+    /// A scratch buffer of `len` elements of `T`, its contents unspecified, for the work being
+    /// recorded (a kernel's room beyond its operands, see [`Scratch`]): the smallest free
+    /// buffer of the batch's workspace that is large enough (an error where none is), or,
+    /// without a workspace, a buffer from the device's pool.
+    pub fn scratch<T: bytemuck::Pod>(&mut self, len: usize) -> Result<GpuBuffer, GpuError> {
+        let buffer = match &mut self.lending {
+            Some(lending) => {
+                let bytes = checked_bytes::<T>(len).ok_or_else(|| {
+                    GpuError::bad_input("Batch::scratch", format!("{len} elements overflow"))
+                })?;
+                lending.take(bytes)?
+            }
+            None => GpuBuffer::scratch::<T>(self.gpu, len)?,
+        };
+        self.taken = std::mem::take(&mut self.taken).and(Scratch::buffer(buffer.len_bytes()));
+        Ok(buffer)
+    }
+
+    /// Ends a piece of work: the work recorded after it (which runs after it on the GPU) may
+    /// take the workspace's buffers it took. Returns the scratch it took since the last
+    /// release, with or without a workspace.
+    pub fn release_scratch(&mut self) -> Scratch {
+        if let Some(lending) = &mut self.lending {
+            lending.release();
+        }
+        std::mem::take(&mut self.taken)
     }
 
     /// Records `entry` of `kernel` over `grid` workgroups, with each operand's buffer given by
@@ -377,6 +419,15 @@ impl<'g> Recording<'g> {
     /// The number of recorded items.
     pub fn len(&self) -> usize {
         self.items.len()
+    }
+
+    /// The bytes of the one uniform buffer that holds every dispatch's parameter block, as the
+    /// pool allocated it (0 where no dispatch has one).
+    pub fn params_bytes(&self) -> u64 {
+        self.arena
+            .buffer
+            .as_ref()
+            .map_or(0, GpuBuffer::capacity_bytes)
     }
 
     /// Whether nothing is recorded.

@@ -181,6 +181,17 @@ impl GpuBuffer {
         Ok(())
     }
 
+    /// The first `len_bytes` bytes of the buffer (at most its [`len_bytes`](Self::len_bytes)),
+    /// as a handle of the same memory: a workspace's buffer lent as a smaller one. Bindings
+    /// still bind the whole wgpu buffer.
+    pub(crate) fn prefix(&self, len_bytes: u64) -> GpuBuffer {
+        debug_assert!(len_bytes <= self.len_bytes);
+        Self {
+            len_bytes: len_bytes.min(self.len_bytes),
+            ..self.clone()
+        }
+    }
+
     /// The wgpu buffer (possibly padded past [`GpuBuffer::len_bytes`], to a multiple of 16
     /// bytes).
     pub fn buffer(&self) -> &wgpu::Buffer {
@@ -323,7 +334,7 @@ fn storage_limit(gpu: &Gpu) -> u64 {
         .min(gpu.limits().max_buffer_size)
 }
 
-fn checked_bytes<T>(len: usize) -> Option<u64> {
+pub(crate) fn checked_bytes<T>(len: usize) -> Option<u64> {
     len.checked_mul(std::mem::size_of::<T>())
         .and_then(|b| u64::try_from(b).ok())
 }

@@ -95,6 +95,22 @@ pub enum GpuError {
     /// A kernel's shader could not be assembled from its operands.
     #[error(transparent)]
     Kernel(#[from] fblayout_core::kernel::KernelError),
+    /// A piece of work asked a batch's workspace for a scratch buffer larger than any it has
+    /// free (see [`Batch::use_workspace`](super::Batch::use_workspace)): the workspace was
+    /// sized for less scratch than the work takes.
+    #[error(
+        "a kernel asks for {bytes} bytes of scratch, but the workspace has no free buffer that \
+         large (free: {free:?} bytes; taken by this work already: {taken:?} bytes): it was sized \
+         for less scratch than the work takes"
+    )]
+    WorkspaceTooSmall {
+        /// The bytes asked for.
+        bytes: u64,
+        /// The bytes of each free buffer of the workspace.
+        free: Vec<u64>,
+        /// The bytes of each buffer the same piece of work took before.
+        taken: Vec<u64>,
+    },
     /// The caller's arguments do not fit together (lengths, names, limits).
     #[error("bad input to {what}: {reason}")]
     BadInput {

@@ -9,6 +9,9 @@
 //! - [`Batch`]: many dispatches of [`KernelModule`](fblayout_core::kernel::KernelModule)s,
 //!   copies and clears, one submission; [`Batch::submit_timed`] times each dispatch.
 //!   [`Batch::finish`] makes it a [`Recording`], submitted again without recording again.
+//! - [`Scratch`]: the buffers a kernel takes while it runs ([`Batch::scratch`]), which each
+//!   kernel reports for its operands; a [`Workspace`] lends them to every piece of work of a
+//!   batch in turn.
 //! - [`Gpu::dispatch`] / [`Gpu::dispatch_linear`]: run one entry point of a validated
 //!   [`WgslModule`](fblayout_core::shader::WgslModule) with [`Binding`]s, submitted at once.
 //! - [`GpuError`]: everything that can go wrong, including wgpu validation errors caught in
@@ -46,6 +49,7 @@ pub mod features;
 mod gated;
 mod gpu;
 mod pool;
+mod scratch;
 
 pub use batch::{Batch, Encoded, Recording, Timing};
 pub use buffer::{BufferKind, GpuBuffer};
@@ -55,4 +59,5 @@ pub use dispatch::{Binding, linear_grid};
 pub use error::GpuError;
 pub use features::{CoopFragment, CoopFragments, CoopScalar, Disabled, GpuFeatures};
 pub use gpu::{Gpu, GpuInfo, GpuOptions, MAX_WORKGROUPS_PER_DIMENSION};
-pub use pool::{GRANULE, PoolStats};
+pub use pool::{GRANULE, PoolStats, granular};
+pub use scratch::{Scratch, Workspace};

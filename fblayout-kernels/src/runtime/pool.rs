@@ -74,8 +74,9 @@ impl Drop for Lease {
     }
 }
 
-/// `bytes` rounded up to whole granules, and at least one.
-pub(crate) fn granular(bytes: u64) -> u64 {
+/// The bytes the pool allocates for a buffer of `bytes` bytes: `bytes` rounded up to whole
+/// [`GRANULE`]s, and at least one.
+pub fn granular(bytes: u64) -> u64 {
     bytes.div_ceil(GRANULE).max(1) * GRANULE
 }
 

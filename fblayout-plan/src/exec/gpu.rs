@@ -5,6 +5,13 @@
 //! number from the device) recorded anew and put in place, and its commands encoded while the
 //! GPU runs the step before, so the host's part of a step is small.
 //!
+//! The recording keeps everything its dispatches bind, so the kernels' scratch comes from one
+//! [`Workspace`] the memory plan sized ([`MemoryPlan::workspace`]): each node borrows its
+//! buffers while it is recorded and gives them back for the next, and a node whose kernels
+//! take more than its contract counts ([`MemoryPlan::scratch`]), or parameter blocks past the
+//! plan's bound, is an error ([`ExecError::Uncounted`]): nothing is allocated that the plan
+//! does not count.
+//!
 //! The AdamW steps of consecutive AdamW nodes run as groups ([`AdamWOp::many`]): as many
 //! parameters per dispatch as the device's storage bindings allow
 //! ([`AdamWOp::capacity`](fblayout_kernels::ops::AdamWOp::capacity), or fewer: [`GpuStep::group_adamw`]), each group recorded in the
@@ -18,20 +25,22 @@ use std::time::{Duration, Instant};
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
 use fblayout_kernels::ops::{NonFiniteOp, OpError, TokenIds};
-use fblayout_kernels::runtime::{Batch, Encoded, Gpu, GpuBuffer, Recording, Timing};
+use fblayout_kernels::runtime::{
+    Batch, Encoded, Gpu, GpuBuffer, Recording, Scratch, Timing, Workspace,
+};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::scaling::{LossScaler, LossScaling};
 use super::views::{BoundGraph, BoundOperand, bind_graph};
 use super::{
-    AdamWConfig, ExecError, StepInputs, check_indices, check_values, index_limits, initial_values,
-    input_values,
+    AdamWConfig, ExecError, StepInputs, check_indices, check_values, initial_values, input_values,
 };
 use crate::graph::{Graph, Op, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
+use crate::memory::held::{GATE_VALUES, gated};
 use crate::ops::gpu::{BuildCtx, GpuKernel, RecordCtx, Shared};
-use crate::ops::{AdamWGroup, Args, build_adamw_groups, record_adamw_group};
+use crate::ops::{AdamWGroup, Args, build_adamw_groups, record_adamw_group, uploaded_ids};
 
 /// A step's recording, with the range of items each node recorded.
 type Recorded<'g> = (Recording<'g>, Vec<Range<usize>>);
@@ -175,7 +184,8 @@ impl HostTime {
 /// A training step of a graph on the GPU (see the [module docs](super)).
 ///
 /// [`new`](Self::new) builds every node's kernel from its operation's contract (each validated
-/// by naga) and allocates every buffer of the memory plan from the device's pool;
+/// by naga) and allocates every buffer and the workspace of the memory plan from the device's
+/// pool;
 /// [`step`](Self::step) records the whole step — forward, backward and AdamW — into one batch,
 /// one named section per operation, and submits it once (the first step records it; later
 /// ones submit that recording again, with only the work that changes per step recorded anew).
@@ -220,6 +230,13 @@ pub struct GpuStep<'g> {
     step_scalars: (GpuBuffer, View),
     /// The AdamW steps, in groups of one dispatch each.
     adamw_groups: Vec<AdamWGroup>,
+    /// The buffers every node's kernels take their scratch from in turn, as the memory plan
+    /// sized them.
+    workspace: Workspace,
+    /// Each node's scratch as the memory plan counts it (what its kernels may take).
+    planned: Vec<Scratch>,
+    /// The bytes of parameter blocks the memory plan counts for the recording.
+    planned_params: u64,
     /// The first AdamW node, before which the overflow checks are recorded.
     first_adamw: Option<usize>,
     /// The next step's commands, encoded while the GPU ran this one.
@@ -320,8 +337,8 @@ impl<'g> GpuStep<'g> {
                 section: section(graph, i),
             });
         }
-        let gate = if kernels.iter().any(|k| k.kernel.grouped()) {
-            let (gate, view) = device_vector(gpu, "grad_overflowed", 1, ElemType::U32)?;
+        let gate = if gated(graph) {
+            let (gate, view) = device_vector(gpu, "grad_overflowed", GATE_VALUES, ElemType::U32)?;
             let checks = build_checks(gpu, graph, &kernels, &view)?;
             Some(Gate { gate, view, checks })
         } else {
@@ -349,6 +366,8 @@ impl<'g> GpuStep<'g> {
                     .map_err(|e| ExecError::gpu("allocating the plan's buffers", e))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let workspace = Workspace::new(gpu, memory.workspace())
+            .map_err(|e| ExecError::gpu("allocating the plan's workspace", e))?;
         let mut step = Self {
             gpu,
             graph: graph.clone(),
@@ -372,6 +391,11 @@ impl<'g> GpuStep<'g> {
             gate,
             step_scalars,
             adamw_groups,
+            workspace,
+            planned: (0..graph.nodes().len())
+                .map(|i| memory.scratch(i).clone())
+                .collect(),
+            planned_params: memory.params_bytes(),
             first_adamw: graph
                 .nodes()
                 .iter()
@@ -686,6 +710,7 @@ impl<'g> GpuStep<'g> {
     /// AdamW node.
     fn record_all(&self, ids: &[Option<TokenIds>]) -> Result<Recorded<'g>, ExecError> {
         let mut batch = self.gpu.batch();
+        batch.use_workspace(&self.workspace);
         let mut spans = Vec::with_capacity(self.kernels.len());
         for i in 0..self.kernels.len() {
             let failed = |source| ExecError::op(i, self.graph.nodes()[i].op.name(), source);
@@ -695,13 +720,44 @@ impl<'g> GpuStep<'g> {
                 self.record_checks(&mut batch, gate).map_err(failed)?;
             }
             let start = batch.len();
-            self.record(&mut batch, i, ids).map_err(failed)?;
+            self.record_counted(&mut batch, i, ids)?;
             spans.push(start..batch.len());
         }
         let recording = batch
             .finish()
             .map_err(|e| ExecError::gpu("recording the step", e))?;
+        let params = recording.params_bytes();
+        if params > self.planned_params {
+            return Err(ExecError::Uncounted(format!(
+                "the parameter blocks of the step's dispatches take {params} bytes, more than \
+                 the {} bytes it counts for {} operations",
+                self.planned_params,
+                self.kernels.len()
+            )));
+        }
         Ok((recording, spans))
+    }
+
+    /// Records node `i` (see [`record`](Self::record)) into `batch`, whose workspace lends it
+    /// its scratch, and frees that scratch for the next node; an error where its kernels took
+    /// more scratch than the memory plan counts for it.
+    fn record_counted(
+        &self,
+        batch: &mut Batch<'_>,
+        i: usize,
+        ids: &[Option<TokenIds>],
+    ) -> Result<(), ExecError> {
+        let op = self.graph.nodes()[i].op.name();
+        self.record(batch, i, ids)
+            .map_err(|source| ExecError::op(i, op, source))?;
+        let taken = batch.release_scratch();
+        if !self.planned[i].covers(&taken) {
+            return Err(ExecError::Uncounted(format!(
+                "operation {i} (`{op}`) took {taken} of scratch; its contract counts {}",
+                self.planned[i]
+            )));
+        }
+        Ok(())
     }
 
     /// Whether node `i` records something that changes from step to step (its kernel says:
@@ -725,8 +781,8 @@ impl<'g> GpuStep<'g> {
                 continue;
             }
             let mut batch = self.gpu.batch();
-            self.record(&mut batch, i, ids)
-                .map_err(|source| ExecError::op(i, self.graph.nodes()[i].op.name(), source))?;
+            batch.use_workspace(&self.workspace);
+            self.record_counted(&mut batch, i, ids)?;
             if batch.len() != span.len() || recording.replace(span.start, batch).is_err() {
                 return Ok(None);
             }
@@ -765,10 +821,7 @@ impl<'g> GpuStep<'g> {
                     .write(&self.scratch)
                     .map_err(|e| ExecError::gpu("writing an input", e))?;
             }
-            let uploaded = index_limits(&self.graph, &self.whole, t)
-                .into_iter()
-                .find(|(_, bound, _)| bound.uploaded);
-            if let Some((node, _, rows)) = uploaded {
+            if let Some((node, rows)) = uploaded_ids(&self.graph, &self.whole, t) {
                 let ids = match self.token_ids[t.index()].take() {
                     Some(mut ids) => ids.refill(values).map(|()| ids),
                     None => TokenIds::new(self.gpu, values, rows),

@@ -22,7 +22,7 @@
 //! other tensor's buffer may have been reused.
 
 mod cpu;
-mod gpu;
+pub(crate) mod gpu;
 mod init;
 pub mod scaling;
 pub mod views;
@@ -33,14 +33,15 @@ use fblayout_kernels::ops::OpError;
 
 pub use cpu::CpuStep;
 pub use fblayout_kernels::runtime::Timing;
-pub use gpu::{GpuStep, HostTime, OVERFLOW_SECTION, section};
+pub(crate) use gpu::section;
+pub use gpu::{GpuStep, HostTime};
 pub use init::initial_values;
 pub use scaling::LossScaling;
 
 use crate::graph::{Graph, Role, Sizes, Tensor, TensorId};
 use crate::layouts::{LayoutChoice, StorageError};
 use crate::memory::MemoryError;
-use crate::ops::{Along, IndexBound};
+use crate::ops::index_limits;
 
 /// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
 /// number, at run time.
@@ -187,6 +188,11 @@ pub enum ExecError {
         /// `loss` or the first gradient found so.
         what: String,
     },
+    /// The step would take device memory its memory plan does not count: an operation's
+    /// kernels took more scratch than its contract reports, or the recording's parameter
+    /// blocks outgrew their allowance (a bug of a contract or of the allowance).
+    #[error("the memory plan does not count everything the step allocates: {0}")]
+    Uncounted(String),
     /// No tensor of that name, or one whose values a step does not keep.
     #[error("no tensor `{0}` can be read or written here")]
     Unknown(String),
@@ -216,6 +222,7 @@ impl From<MemoryError> for ExecError {
         match e {
             MemoryError::Storage(e) => e.into(),
             MemoryError::Bind { tensor, source } => Self::Bind { tensor, source },
+            MemoryError::Scratch { node, op, source } => Self::Op { node, op, source },
         }
     }
 }
@@ -286,48 +293,6 @@ pub(crate) fn input_values<'a>(
     })?;
     check_values(&tensor.name, values.len(), bound)?;
     Ok(values)
-}
-
-/// Where an index bound of the operations of `graph` reads input `t`: for each, the node, the
-/// bound, and the extent its values must stay below (from the tensors as bound, `whole`).
-pub(crate) fn index_limits(
-    graph: &Graph,
-    whole: &[BoundView],
-    t: TensorId,
-) -> Vec<(usize, IndexBound, u32)> {
-    let mut out = Vec::new();
-    for (i, node) in graph.nodes().iter().enumerate() {
-        let contract = node.op.contract();
-        let roles: Vec<(&str, TensorId)> = contract
-            .inputs()
-            .iter()
-            .map(|s| s.name)
-            .zip(node.inputs.iter().copied())
-            .chain(
-                contract
-                    .outputs()
-                    .iter()
-                    .map(|s| s.name)
-                    .zip(node.outputs.iter().copied()),
-            )
-            .collect();
-        let find = |role: &str| roles.iter().find(|(n, _)| *n == role).map(|&(_, t)| t);
-        for bound in contract.index_bounds() {
-            if find(bound.ids) != Some(t) {
-                continue;
-            }
-            let Some(into) = find(bound.into) else {
-                continue;
-            };
-            let shape = whole[into.index()].shape();
-            let extent = match bound.along {
-                Along::First => shape.first(),
-                Along::Last => shape.last(),
-            };
-            out.push((i, bound, extent.copied().unwrap_or(0) as u32));
-        }
-    }
-    out
 }
 
 /// Checks the values of input `t` against every index bound that reads it: an id past its

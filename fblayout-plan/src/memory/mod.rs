@@ -12,26 +12,47 @@
 //! **Buffers.** Each tensor's size is its layout's buffer at the run's sizes, padding included
 //! ([`BoundView::len`](fblayout_core::layout::BoundView::len) elements). Tensors are placed
 //! largest first (greedy by size): each takes the smallest buffer that already holds only
-//! tensors whose lives don't overlap its own, or a new buffer of its size. Lives include the
-//! operations at their ends, so an operation's outputs never share a buffer with its inputs. A
-//! bias a product adds itself ([`Graph::folded_biases`]) has its output live from that product
-//! on. [`MemoryOptions::reuse`] off gives every tensor its own buffer.
+//! tensors whose lives don't overlap its own, or a new buffer of its size, rounded up as the
+//! device's pool allocates it ([`granular`]). Lives include the operations at their ends, so
+//! an operation's outputs never share a buffer with its inputs. A bias a product adds itself
+//! ([`Graph::folded_biases`]) has its output live from that product on.
+//! [`MemoryOptions::reuse`] off gives every tensor its own buffer.
 //!
-//! **Peak.** [`MemoryPlan::peak_bytes`] is the sum of the buffers and of the largest workspace
-//! (the attention's scratch scores, which its kernels take from the device's pool while they
-//! run): what the step allocates. The live peak — the most bytes of tensors and scratch live at
-//! once, at one operation — is what any placement needs at least; its breakdown by
-//! [`Category`] says what the memory holds there.
+//! **Workspace.** An operation's kernels take scratch while they run — the attention's scores,
+//! the partial sums of row reductions and of products that split their reduction — as each
+//! operation's contract reports it from its kernels ([`MemoryPlan::scratch`]; where the kernels
+//! choose by device, a bound that holds on any). The step lends every operation its scratch
+//! from one workspace, in turn: as many buffers as the most any operation takes, the `k`-th
+//! largest as large as the largest `k`-th largest scratch buffer of any operation
+//! ([`Scratch::covering`]), so its bytes are at least, and often exactly, the largest scratch
+//! of one operation. (The step records every operation once and submits that recording every
+//! step, so scratch each operation took apart would all stay allocated.)
+//!
+//! **Held throughout.** The GPU step also holds, for all of it, its kernels' state (a
+//! cross-entropy's per-row log-sum-exp, which its backward reads), the inputs its kernels read
+//! uploaded with their index ([`TokenIds`]), its own small vectors (AdamW's step scalars, the
+//! gradients' overflow flag) and its dispatches' parameter blocks, counted as a bound of a
+//! kilobyte an operation ([`MemoryPlan::params_bytes`], which the step checks):
+//! [`MemoryPlan::held_bytes`].
+//!
+//! **Peak.** [`MemoryPlan::peak_bytes`] is the sum of the buffers, the workspace and the bytes
+//! held throughout: what the step allocates from the device's pool. The live peak — the most
+//! bytes of tensors and scratch live at once, at one operation — is what any placement needs
+//! at least; its breakdown by [`Category`] says what the memory holds there.
 //!
 //! [`recompute`] rewrites a graph so that cheap activations are computed again in the backward
 //! instead of kept.
 
+pub(crate) mod held;
 mod recompute;
 
 use std::fmt;
 
 use fblayout_core::layout::LayoutError;
+use fblayout_kernels::ops::{OpError, TokenIds};
+use fblayout_kernels::runtime::{Scratch, granular};
 
+use self::held::Held;
 use crate::graph::{Graph, Role, Sizes, TensorId};
 use crate::layouts::{LayoutChoice, StorageError, tensor_layouts};
 
@@ -66,10 +87,11 @@ pub enum Category {
     Gradients,
     /// The step's inputs (ids, positions, labels) and constant tables.
     Inputs,
-    /// Kernels' scratch: the attention's scores (in its backward, the gradients of the
-    /// probabilities and of the scores), laid out like its probabilities, taken from the
-    /// device's buffer pool while the attention runs. The smaller partial sums of reductions
-    /// and split products are not counted.
+    /// Kernels' scratch, taken from the step's workspace while an operation runs: the
+    /// attention's scores (in its backward, the gradients of the probabilities and of the
+    /// scores), laid out like its probabilities, the partial sums of row reductions (a bias's
+    /// or a norm's weight gradients) and of products that split their reduction (see
+    /// [`MemoryPlan::scratch`]).
     Workspace,
 }
 
@@ -151,6 +173,16 @@ pub enum MemoryError {
         /// Why.
         source: Box<LayoutError>,
     },
+    /// An operation's kernels can't say how much scratch they take for its operands.
+    #[error("the scratch of operation {node} (`{op}`): {source}")]
+    Scratch {
+        /// The node's position.
+        node: usize,
+        /// The operation.
+        op: &'static str,
+        /// The kernel's error.
+        source: Box<OpError>,
+    },
 }
 
 /// Every tensor's buffer and the step's peak memory (see the module docs).
@@ -165,8 +197,12 @@ pub struct MemoryPlan {
     buffer_of: Vec<Option<BufferId>>,
     buffers: Vec<u64>,
     freed: Vec<Vec<BufferId>>,
-    /// The largest scratch of one operation (the pool hands the same buffer to the next).
-    workspace: u64,
+    /// Each operation's scratch, as its contract counts it.
+    scratch: Vec<Scratch>,
+    /// The buffers that lend every operation its scratch in turn.
+    workspace: Scratch,
+    /// What the step holds beside its buffers and workspace.
+    held: Held,
     peak_live: u64,
     peak_at: usize,
     peak_op: String,
@@ -181,19 +217,22 @@ pub fn plan_memory(
     options: MemoryOptions,
 ) -> Result<MemoryPlan, MemoryError> {
     let layouts = tensor_layouts(graph, layouts)?;
-    let bytes = graph
+    let whole = graph
         .ids()
         .map(|t| {
             let tensor = graph.tensor(t);
-            let bound = layouts[t.index()]
+            layouts[t.index()]
                 .bind(&tensor.run_extents(sizes))
                 .map_err(|source| MemoryError::Bind {
                     tensor: tensor.name.clone(),
                     source: Box::new(source),
-                })?;
-            Ok(bound.len() * u64::from(tensor.elem.size_bytes()))
+                })
         })
-        .collect::<Result<Vec<u64>, MemoryError>>()?;
+        .collect::<Result<Vec<_>, MemoryError>>()?;
+    let bytes: Vec<u64> = graph
+        .ids()
+        .map(|t| whole[t.index()].len() * u64::from(graph.tensor(t).elem.size_bytes()))
+        .collect();
     let (live, kept) = liveness(graph);
     let n = graph.nodes().len();
     let category: Vec<Category> = graph
@@ -211,22 +250,42 @@ pub fn plan_memory(
         }
     }
 
-    // The scratch of each operation, as its contract counts it.
+    // The scratch and state of each operation, as its contract counts them.
     let tensor_bytes = |t: TensorId| bytes[t.index()];
-    let workspace: Vec<u64> = graph
-        .nodes()
-        .iter()
-        .map(|node| {
-            let shapes = crate::ops::shapes(graph, node, sizes, &tensor_bytes);
-            node.op.contract().scratch_bytes(&shapes)
+    let mut scratch = Vec::with_capacity(n);
+    let mut state = 0;
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let shapes = crate::ops::shapes(graph, node, sizes, &tensor_bytes);
+        let contract = node.op.contract();
+        let s = contract
+            .scratch(&shapes)
+            .map_err(|source| MemoryError::Scratch {
+                node: i,
+                op: node.op.name(),
+                source: Box::new(source),
+            })?;
+        scratch.push(s);
+        state += contract.state_bytes(&shapes);
+    }
+    let uploads = graph
+        .ids()
+        .filter_map(|t| {
+            let (_, rows) = crate::ops::uploaded_ids(graph, &whole, t)?;
+            Some(TokenIds::bytes(whole[t.index()].logical_len() as u32, rows))
         })
-        .collect();
+        .sum();
+    let held = Held {
+        state,
+        uploads,
+        vectors: held::step_vectors_bytes(graph),
+        params: n as u64 * held::PARAMS_PER_NODE,
+    };
 
     // The live peak, from the ranges.
     let mut delta = vec![0i128; n + 1];
-    for (i, &w) in workspace.iter().enumerate() {
-        delta[i] += i128::from(w);
-        delta[i + 1] -= i128::from(w);
+    for (i, s) in scratch.iter().enumerate() {
+        delta[i] += i128::from(s.bytes());
+        delta[i + 1] -= i128::from(s.bytes());
     }
     for t in graph.ids() {
         if let Some(l) = live[t.index()] {
@@ -246,7 +305,7 @@ pub fn plan_memory(
         .iter()
         .map(|&c| {
             if c == Category::Workspace {
-                return (c, workspace.get(peak_at).copied().unwrap_or(0));
+                return (c, scratch.get(peak_at).map_or(0, Scratch::bytes));
             }
             let sum = graph
                 .ids()
@@ -269,7 +328,9 @@ pub fn plan_memory(
         buffer_of,
         buffers,
         freed,
-        workspace: workspace.iter().copied().max().unwrap_or(0),
+        workspace: Scratch::covering(&scratch),
+        scratch,
+        held,
         peak_live,
         peak_at,
         peak_op: graph
@@ -307,7 +368,7 @@ fn assign(
     let mut buffer_of: Vec<Option<BufferId>> = vec![None; bytes.len()];
     for t in order {
         let l = life(t);
-        let need = bytes[t.index()].max(4);
+        let need = granular(bytes[t.index()]);
         let chosen = (0..buffers.len())
             .filter(|&b| options.reuse && buffers[b] >= need)
             .filter(|&b| holds[b].iter().all(|h| !h.overlaps(&l)))
@@ -372,15 +433,41 @@ fn liveness(graph: &Graph) -> (Vec<Option<Live>>, Vec<bool>) {
 }
 
 impl MemoryPlan {
-    /// The bytes of every buffer together and the largest workspace: the memory the step
-    /// allocates.
+    /// The bytes of every buffer, of the workspace and of what the step holds besides
+    /// ([`held_bytes`](Self::held_bytes)) together: the memory the step allocates.
     pub fn peak_bytes(&self) -> u64 {
-        self.buffers.iter().sum::<u64>() + self.workspace
+        self.buffers.iter().sum::<u64>() + self.workspace_bytes() + self.held.bytes()
     }
 
-    /// The largest scratch one operation takes from the pool (see [`Category::Workspace`]).
+    /// The bytes of the workspace that lends every operation its scratch (see the module
+    /// docs and [`Category::Workspace`]).
     pub fn workspace_bytes(&self) -> u64 {
-        self.workspace
+        self.workspace.bytes()
+    }
+
+    /// The workspace's buffers (see the module docs).
+    pub fn workspace(&self) -> &Scratch {
+        &self.workspace
+    }
+
+    /// The scratch operation `node`'s kernels take while it runs, as its contract counts it
+    /// (none for a position past the graph's operations).
+    pub fn scratch(&self, node: usize) -> &Scratch {
+        const NONE: &Scratch = &Scratch::none();
+        self.scratch.get(node).unwrap_or(NONE)
+    }
+
+    /// The bytes the GPU step holds from when it is built to its end beside its buffers and
+    /// workspace: its kernels' state, its uploaded inputs' indices, its own vectors and a bound
+    /// on its parameter blocks (see the module docs).
+    pub fn held_bytes(&self) -> u64 {
+        self.held.bytes()
+    }
+
+    /// The bytes of parameter blocks it counts for the step's dispatches: a bound, the part of
+    /// [`held_bytes`](Self::held_bytes) the GPU step checks its recording against.
+    pub fn params_bytes(&self) -> u64 {
+        self.held.params
     }
 
     /// The most bytes of tensors and scratch live at one operation: what any placement needs
@@ -476,18 +563,32 @@ fn mib(bytes: u64) -> String {
 impl fmt::Display for MemoryPlan {
     /// The peak, the buffers, and the live peak by category, in bytes and MiB.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let alone = self
+            .live
+            .iter()
+            .zip(&self.bytes)
+            .filter(|(l, _)| l.is_some())
+            .map(|(_, &b)| granular(b))
+            .sum::<u64>()
+            + self.workspace_bytes()
+            + self.held.bytes();
         writeln!(
             f,
-            "memory at batch {} × seq {}: {} bytes ({}) in {} buffers and {} bytes of workspace; \
-             without reuse {} bytes ({})",
+            "memory at batch {} × seq {}: {} bytes ({}) in {} buffers, {} bytes of workspace in \
+             {} and {} bytes held throughout; without reuse {} bytes ({})",
             self.sizes.batch,
             self.sizes.seq,
             self.peak_bytes(),
             mib(self.peak_bytes()),
             self.buffers.len(),
-            self.workspace,
-            self.bytes.iter().sum::<u64>() + self.workspace,
-            mib(self.bytes.iter().sum::<u64>() + self.workspace),
+            self.workspace_bytes(),
+            match self.workspace.buffers().len() {
+                1 => "1 buffer".to_owned(),
+                k => format!("{k} buffers"),
+            },
+            self.held.bytes(),
+            alone,
+            mib(alone),
         )?;
         writeln!(
             f,

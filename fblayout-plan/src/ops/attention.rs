@@ -6,14 +6,16 @@
 //! `[batch, heads, seq, seq]` are saved for the backward, `qkv, probs, dout → dqkv`, which
 //! writes the three gradients through the same views of `dqkv`. Scores are scaled by
 //! `1/√head_dim` and masked causally where asked. The kernels take the scores (and in the
-//! backward the gradients of the probabilities and of the scores) from the device's pool, laid
-//! out like the probabilities.
+//! backward the gradients of the probabilities and of the scores) as scratch, laid out like the
+//! probabilities, with the partial sums of any product that splits its reduction.
 
 use fblayout_kernels::ops::attention::{
     AttentionSaved, attention_backward_cpu, attention_forward_cpu,
 };
-use fblayout_kernels::ops::{Attention as Shape, AttentionArgs, AttentionOp, AttentionViews, Mask};
-use fblayout_kernels::runtime::{Batch, Gpu};
+use fblayout_kernels::ops::{
+    Attention as Shape, AttentionArgs, AttentionExtents, AttentionOp, AttentionViews, Mask,
+};
+use fblayout_kernels::runtime::{Batch, Gpu, Scratch};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
@@ -257,28 +259,55 @@ impl Contract for Attention {
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
         let probs = s.elements("probs");
+        // The queries and the values: views of one fused projection, or their own tensors.
+        let (q, v) = if self.separate {
+            ("q", "v")
+        } else {
+            ("qkv", "qkv")
+        };
         Some(if self.backward {
             // dV, dP, dQ and dK: four products the size of one forward product each.
             Product {
                 a: ("probs", Walk::BeforeLast),
-                b: ("qkv", Walk::BeforeLast),
+                b: (q, Walk::BeforeLast),
                 flops: 8.0 * probs * self.head_dim(s),
             }
         } else {
             // QKᵀ and P·V: 2 · 2 · batch · heads · seq² · head_dim.
             Product {
-                a: ("qkv", Walk::Last),
-                b: ("qkv", Walk::BeforeLast),
+                a: (q, Walk::Last),
+                b: (v, Walk::BeforeLast),
                 flops: 4.0 * probs * self.head_dim(s),
             }
         })
     }
 
-    fn scratch_bytes(&self, s: &Shapes<'_>) -> u64 {
-        // The scores, laid out like the probabilities; in the backward, the gradients of the
-        // probabilities and of the scores.
-        let copies = if self.backward { 2 } else { 1 };
-        copies * s.bytes("probs")
+    fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        // The context `[batch, seq, heads · head_dim]` (the backward's `dout`, which stands in
+        // for it as the kernel is built) gives the extents.
+        let ctx = if self.backward { "dout" } else { "out" };
+        let seq = s.extent_u32(ctx, 1);
+        let extents = AttentionExtents {
+            batch: s.extent_u32(ctx, 2),
+            seq_q: seq,
+            seq_k: seq,
+            head_dim: s.extent_u32(ctx, 0) / self.heads.max(1),
+        };
+        let [q, k, v] = if self.separate {
+            ["q", "k", "v"]
+        } else {
+            ["qkv"; 3]
+        };
+        let elems = AttentionViews {
+            q: s.elem(q),
+            k: s.elem(k),
+            v: s.elem(v),
+            out: s.elem(ctx),
+            scores: s.elem("probs"),
+        };
+        let shape = self.shape(extents.head_dim);
+        let [forward, backward] = AttentionOp::scratch(&shape, extents, s.stored("probs"), elems)?;
+        Ok(if self.backward { backward } else { forward })
     }
 
     fn reads_stored(&self) -> bool {

@@ -4,16 +4,16 @@
 //! ([`Graph::folded_biases`](crate::graph::Graph::folded_biases)): its node then records
 //! nothing of its own.
 
-use fblayout_kernels::ops::BiasOp;
 use fblayout_kernels::ops::bias::{bias_backward_cpu, bias_forward_cpu};
-use fblayout_kernels::runtime::Batch;
+use fblayout_kernels::ops::{BiasLaunch, BiasOp};
+use fblayout_kernels::runtime::{Batch, Scratch};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, Nothing, RecordCtx};
 use super::{
-    Args, Contract, Decl, Dims, Holds, LAST, LIKE_OUTPUT, OWN, OpErr, REDUCE_TOKENS, Sample, Slot,
-    ViewRule,
+    Args, Contract, Decl, Dims, Holds, LAST, LIKE_OUTPUT, OWN, OpErr, REDUCE_TOKENS, Sample,
+    Shapes, Slot, ViewRule,
 };
 use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
@@ -139,6 +139,13 @@ impl Contract for BiasGrad {
 
     fn kind(&self) -> Option<KernelKind> {
         Some(KernelKind::BiasGrad)
+    }
+
+    fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        // The op of `gpu`: `BiasOp::new`, with the default launch.
+        let cols = s.extent_u32("dy", 0);
+        let rows = s.elements_u32("dy") / cols.max(1);
+        BiasOp::backward_scratch(&BiasLaunch::default(), rows, cols)
     }
 
     fn cpu(

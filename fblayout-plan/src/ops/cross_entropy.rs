@@ -17,8 +17,8 @@ use fblayout_kernels::tensor::GpuArg;
 use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
 use super::{
-    Along, Args, Contract, Decl, Dims, Holds, IndexBound, LAST, OpErr, REDUCE_LAST, Sample, Slot,
-    ViewRule,
+    Along, Args, Contract, Decl, Dims, Holds, IndexBound, LAST, OpErr, REDUCE_LAST, Sample, Shapes,
+    Slot, ViewRule,
 };
 use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
@@ -107,6 +107,15 @@ impl Contract for CrossEntropy {
 
     fn reads_stored(&self) -> bool {
         self.backward
+    }
+
+    fn state_bytes(&self, s: &Shapes<'_>) -> u64 {
+        // The forward's state, one row a label, which the backward reads.
+        if self.backward {
+            0
+        } else {
+            CrossEntropyOp::state_bytes(s.elements_u32("labels"))
+        }
     }
 
     fn index_bounds(&self) -> Vec<IndexBound> {

@@ -8,7 +8,7 @@
 
 use fblayout_kernels::ops::LinearOp;
 use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_forward_cpu};
-use fblayout_kernels::runtime::{Batch, Gpu};
+use fblayout_kernels::runtime::{Batch, Gpu, Scratch};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
@@ -165,6 +165,10 @@ impl Contract for Linear {
         })
     }
 
+    fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        scratch(s, ["x", "w", "y"], 0)
+    }
+
     fn cpu(
         &self,
         ins: &Ins<'_>,
@@ -256,6 +260,11 @@ impl Contract for LinearGradInput {
         })
     }
 
+    fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        // Built with dx's view for x.
+        scratch(s, ["dx", "w", "dy"], 1)
+    }
+
     fn cpu(
         &self,
         ins: &Ins<'_>,
@@ -343,6 +352,11 @@ impl Contract for LinearGradWeight {
         })
     }
 
+    fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        // Built with dw's view for w.
+        scratch(s, ["x", "dw", "dy"], 2)
+    }
+
     fn cpu(
         &self,
         ins: &Ins<'_>,
@@ -372,6 +386,16 @@ impl Contract for LinearGradWeight {
             which: Which::GradWeight,
         }))
     }
+}
+
+/// The scratch of product `which` (0: forward, 1: `dx`, 2: `dw`) of the linear layer whose
+/// `x`, `w` and `y` are the node's roles `roles` (see [`LinearOp::scratch`]).
+fn scratch(s: &Shapes<'_>, roles: [&str; 3], which: usize) -> Result<Scratch, OpErr> {
+    let [x, _, y] = roles;
+    let (d_in, d_out) = (s.extent_u32(x, 0), s.extent_u32(y, 0));
+    let tokens = s.elements_u32(x) / d_in.max(1);
+    let mut products = LinearOp::scratch(tokens, d_in, d_out, roles.map(|r| s.elem(r)))?;
+    Ok(std::mem::take(&mut products[which]))
 }
 
 /// Which of the three products a node runs.

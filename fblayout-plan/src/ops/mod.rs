@@ -8,8 +8,9 @@
 //! - its **pass** (forward, backward, optimizer) and its **backward rule** (the operations
 //!   reverse-mode differentiation emits for it);
 //! - its **matrix product**, if it computes one (which roles it multiplies and its flops), its
-//!   **scratch** (the bytes its kernels take from the device's pool while they run) and the
-//!   cost model's **kernel kind**;
+//!   **scratch** (the buffers its kernels take while they run, as they report them for its
+//!   operands), the **state** its kernel keeps for the whole step, and the cost model's
+//!   **kernel kind**;
 //! - its **CPU twin**, run by the CPU executor, and its **GPU kernel**, built once for the
 //!   operands' views and recorded each step, with its tunable launch parameters.
 //!
@@ -35,6 +36,7 @@ pub(crate) mod cpu;
 mod cross_entropy;
 mod embedding;
 pub(crate) mod gpu;
+mod index;
 mod linear;
 mod norm;
 mod rope;
@@ -44,8 +46,12 @@ mod tests;
 
 use std::fmt;
 
+use fblayout_core::layout::ElemType;
+use fblayout_kernels::runtime::Scratch;
+
 pub(crate) use adamw::{AdamWGroup, build_adamw_groups, record_adamw_group};
 pub use args::Args;
+pub(crate) use index::{index_limits, uploaded_ids};
 pub use shape::Dims;
 
 use crate::graph::{Act, BackwardRule, Dim, Op, Phase, Sizes, TensorId};
@@ -173,6 +179,7 @@ pub struct Shapes<'a> {
     outputs: Vec<(&'static str, Vec<u32>)>,
     bytes: &'a dyn Fn(TensorId) -> u64,
     ids: Vec<(&'static str, TensorId)>,
+    elems: Vec<(&'static str, ElemType)>,
 }
 
 impl Shapes<'_> {
@@ -206,6 +213,34 @@ impl Shapes<'_> {
             .iter()
             .find(|(n, _)| *n == role)
             .map_or(0, |&(_, t)| (self.bytes)(t))
+    }
+
+    /// The element type of role `role`'s tensor (`f32` for a role the node lacks).
+    pub fn elem(&self, role: &str) -> ElemType {
+        self.elems
+            .iter()
+            .find(|(n, _)| *n == role)
+            .map_or(ElemType::F32, |&(_, e)| e)
+    }
+
+    /// The elements of role `role`'s tensor in its layout at the run's sizes (padding
+    /// included): its [`bytes`](Self::bytes) over its element's.
+    pub fn stored(&self, role: &str) -> u64 {
+        self.bytes(role) / u64::from(self.elem(role).size_bytes())
+    }
+
+    /// The extent of role `role`'s axis `from_end` places before the last (0: the last), as
+    /// an integer; 1 where it has none.
+    pub fn extent_u32(&self, role: &str, from_end: usize) -> u32 {
+        let dims = self.dims(role);
+        dims.len().checked_sub(from_end + 1).map_or(1, |i| dims[i])
+    }
+
+    /// The elements of role `role`, as an integer (saturated at `u32::MAX`).
+    pub fn elements_u32(&self, role: &str) -> u32 {
+        self.dims(role)
+            .iter()
+            .fold(1u32, |n, &d| n.saturating_mul(d))
     }
 }
 
@@ -245,8 +280,16 @@ pub(crate) trait Contract {
         None
     }
 
-    /// The bytes its kernels take from the device's pool while they run.
-    fn scratch_bytes(&self, _shapes: &Shapes<'_>) -> u64 {
+    /// The buffers its kernels take while they run (from the step's workspace), as the kernels
+    /// report them for these operands: what the memory planner's workspace lends it.
+    fn scratch(&self, _shapes: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        Ok(Scratch::none())
+    }
+
+    /// The bytes its GPU kernel keeps from the device's pool from when it is built to the end
+    /// of the step (a cross-entropy's per-row state, which its backward reads), as the kernel
+    /// reports them.
+    fn state_bytes(&self, _shapes: &Shapes<'_>) -> u64 {
         0
     }
 
@@ -563,11 +606,16 @@ pub(crate) fn shapes<'a>(
             })
             .collect()
     };
+    let ids: Vec<(&'static str, TensorId)> = inputs.iter().chain(&outputs).copied().collect();
     Shapes {
         inputs: dims(&inputs),
         outputs: dims(&outputs),
         bytes,
-        ids: inputs.into_iter().chain(outputs).collect(),
+        elems: ids
+            .iter()
+            .map(|&(n, t)| (n, graph.tensor(t).elem))
+            .collect(),
+        ids,
     }
 }
 

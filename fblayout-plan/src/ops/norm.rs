@@ -14,16 +14,17 @@ use fblayout_kernels::ops::norm::{
     layer_norm_backward_cpu, layer_norm_forward_cpu, rms_norm_backward_cpu, rms_norm_forward_cpu,
 };
 use fblayout_kernels::ops::{
-    LayerNormGrads, LayerNormOp, LayerNormTensors, RmsNormGrads, RmsNormOp, RmsNormTensors,
+    LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, RmsNormGrads, RmsNormOp,
+    RmsNormTensors,
 };
-use fblayout_kernels::runtime::Batch;
+use fblayout_kernels::runtime::{Batch, Scratch};
 use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
 use super::{
-    Access, Args, Contract, Decl, Dims, Holds, LAST, OpErr, REDUCE_LAST, Sample, Slot, ViewRule,
-    Walk,
+    Access, Args, Contract, Decl, Dims, Holds, LAST, OpErr, REDUCE_LAST, Sample, Shapes, Slot,
+    ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
@@ -249,6 +250,11 @@ impl Contract for LayerNormGrad {
         Some(KernelKind::NormGrad)
     }
 
+    fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        let (rows, cols) = norm_rows(s);
+        LayerNormOp::backward_scratch(&NormLaunch::default(), rows, cols)
+    }
+
     fn reads_stored(&self) -> bool {
         true
     }
@@ -408,6 +414,11 @@ impl Contract for RmsNormGrad {
         Some(KernelKind::NormGrad)
     }
 
+    fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        let (rows, cols) = norm_rows(s);
+        RmsNormOp::backward_scratch(&NormLaunch::default(), rows, cols)
+    }
+
     fn reads_stored(&self) -> bool {
         true
     }
@@ -431,6 +442,13 @@ impl Contract for RmsNormGrad {
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
         rms_norm_kernel(args, ctx, self.eps, false)
     }
+}
+
+/// The rows and columns of a norm's backward over `x` (its kernels are built by `new`, with
+/// the default launch).
+fn norm_rows(s: &Shapes<'_>) -> (u32, u32) {
+    let cols = s.extent_u32("x", 0);
+    (s.elements_u32("x") / cols.max(1), cols)
 }
 
 fn rms_norm_kernel(

@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 
 use super::{Slot, ViewRule, registry};
-use crate::graph::{Phase, Source};
+use fblayout_kernels::runtime::granular;
+
+use crate::graph::{Op, Phase, Source};
 use crate::models::{Model, ModelConfig, build};
 
 fn operand_names(slots: &[Slot]) -> Vec<&'static str> {
@@ -88,18 +90,28 @@ fn backward_rules_read_and_write_within_their_operations_arity() {
 }
 
 #[test]
-fn products_multiply_input_roles_and_scratch_is_counted_for_the_attention() {
+fn products_multiply_input_roles_and_scratch_is_counted_where_kernels_take_it() {
     let config = ModelConfig::new(50, 32, 4)
         .with_max_positions(16)
         .with_ffn(64)
         .with_layers(1);
     let sizes = crate::graph::Sizes { batch: 2, seq: 8 };
-    for model in [Model::Encoder, Model::Decoder] {
-        let g = build(model, config).unwrap();
-        let one = |_| 1u64;
+    let llama = crate::models::llama::LlamaConfig::new(50, 32, 4)
+        .with_kv_heads(2)
+        .with_ffn(64)
+        .with_layers(1)
+        .with_max_positions(16);
+    let graphs = [
+        build(Model::Encoder, config).unwrap(),
+        build(Model::Decoder, config).unwrap(),
+        crate::models::llama::build(&llama).unwrap(),
+    ];
+    for g in graphs {
+        // Every tensor dense, as a row-major layout stores it.
+        let elements = |t: crate::graph::TensorId| g.tensor(t).bytes(sizes);
         for node in g.nodes() {
             let c = node.op.contract();
-            let shapes = super::shapes(&g, node, sizes, &one);
+            let shapes = super::shapes(&g, node, sizes, &elements);
             if let Some(p) = c.product(&shapes) {
                 let ins: Vec<&str> = c.inputs().iter().map(|s| s.name).collect();
                 assert!(
@@ -109,12 +121,30 @@ fn products_multiply_input_roles_and_scratch_is_counted_for_the_attention() {
                 );
                 assert!(p.flops > 0.0, "{:?}", node.op);
             }
-            let scratch = c.scratch_bytes(&shapes);
-            let attention = matches!(
-                node.op,
-                crate::graph::Op::Attention { .. } | crate::graph::Op::AttentionGrad { .. }
+            // At these sizes no product splits its reduction: the attention's scores and the
+            // partial sums of the weight gradients' row reductions are all the scratch there is.
+            let scratch = c.scratch(&shapes).unwrap();
+            let (scores, partials) = match node.op {
+                Op::Attention { .. } | Op::AttentionSeparate { .. } => (1, 0),
+                Op::AttentionGrad { .. } | Op::AttentionSeparateGrad { .. } => (2, 0),
+                Op::BiasGrad | Op::RmsNormGrad { .. } => (0, 1),
+                Op::LayerNormGrad { .. } => (0, 2),
+                _ => (0, 0),
+            };
+            assert_eq!(
+                scratch.buffers().len(),
+                scores + partials,
+                "{:?}: {scratch}",
+                node.op
             );
-            assert_eq!(scratch > 0, attention, "{:?}", node.op);
+            if scores > 0 {
+                let probs = shapes.bytes("probs");
+                assert!(
+                    scratch.buffers().iter().all(|&b| b == granular(probs)),
+                    "{:?}: {scratch}, probabilities of {probs} bytes",
+                    node.op
+                );
+            }
         }
     }
 }

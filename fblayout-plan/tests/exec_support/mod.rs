@@ -1,13 +1,24 @@
-//! What the executor and memory tests share: small models, random layouts, random conversions,
-//! and the results of a step to compare.
+//! What the executor and memory tests share: the GPU, small models, random layouts, random
+//! conversions, and the results of a step to compare.
 
 #![allow(dead_code)] // each test file uses part of it
 
+use fblayout_kernels::Gpu;
 use fblayout_plan::exec::{AdamWConfig, CpuStep, StepInputs};
 use fblayout_plan::graph::{Graph, NodeId, Phase, Role, Sizes};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
+
+/// The GPU, or a failure that says how to get one (never a skip).
+pub(crate) fn gpu() -> Gpu {
+    Gpu::new().unwrap_or_else(|err| {
+        panic!(
+            "could not open a GPU; install Mesa's Vulkan drivers (lavapipe) or set \
+             FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
+        )
+    })
+}
 
 /// A small model: heads of 4, a vocabulary the head's tiles don't divide and long enough that
 /// row-major pads its rows (67 in a pitch of 72) and R-Tiles pad it to whole tiles.

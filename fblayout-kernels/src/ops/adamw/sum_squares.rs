@@ -19,7 +19,7 @@ use crate::entry_point::LinearEntry;
 use crate::ops::compiled::Compiled;
 use crate::ops::error::OpError;
 use crate::ops::reduce_rows::{FILL_WORKGROUPS, Partials, components_sum, getter};
-use crate::runtime::{Batch, Gpu};
+use crate::runtime::{Batch, Gpu, Scratch};
 use crate::tensor::GpuArg;
 use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
 
@@ -112,6 +112,13 @@ impl SumSquaresOp {
         [self.chunks.module(), self.total.module()]
     }
 
+    /// The scratch [`record`](Self::record) takes for a gradient of extents `dims`: one
+    /// partial sum per chunk.
+    pub fn scratch(&self, dims: &[usize]) -> Result<Scratch, OpError> {
+        let (_, groups) = chunking(SUM_SQUARES, dims, self.width)?;
+        self.partials.scratch_of(groups)
+    }
+
     /// Records `out = Σ g²` (or `out += Σ g²`, with `accumulate`).
     pub fn record(
         &self,
@@ -121,7 +128,7 @@ impl SumSquaresOp {
         accumulate: bool,
     ) -> Result<(), OpError> {
         let (per_group, groups) = chunking(SUM_SQUARES, &grad.dims(), self.width)?;
-        let buffer = self.partials.scratch(batch.gpu(), groups)?;
+        let buffer = self.partials.scratch(batch, groups)?;
         let part = self.partials.arg(&buffer, groups)?;
         self.chunks.record_linear(
             batch,

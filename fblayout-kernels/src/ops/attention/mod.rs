@@ -32,8 +32,9 @@
 //!
 //! The probabilities `P` are stored in the layout of the `scores` view (row-major or R-Tile:
 //! the caller chooses; `[batch, heads, seq_q, seq_k]`), and so are the scratch tensors `S`, `dP`
-//! and `dS` (taken from the buffer pool, [`GpuBuffer::scratch`]), in its element type. The
-//! softmax is [`SoftmaxOp`] over that layout, its rows the keys.
+//! and `dS` (scratch of the batch, [`Batch::scratch`]: at most [`AttentionOp::scratch`] with
+//! the partial sums of split products), in its element type. The softmax is [`SoftmaxOp`] over
+//! that layout, its rows the keys.
 //!
 //! # On the CPU
 //! [`attention_forward_cpu`] and [`attention_backward_cpu`] compute the same in `f64`, one
@@ -88,7 +89,7 @@
 
 mod cpu;
 
-use fblayout_core::layout::{TensorLayout, View};
+use fblayout_core::layout::{ElemType, TensorLayout, View};
 
 use super::compiled::same_view;
 #[cfg(doc)]
@@ -96,9 +97,9 @@ use super::coop::CoopMatmulOp;
 use super::elementwise::{check_same_dims, check_same_shape};
 use super::error::OpError;
 use super::matmul::linear::through;
-use super::matmul::{MatmulOp, Output, Product};
+use super::matmul::{GemmShape, MatmulOp, Output, Product};
 use super::softmax::{Mask, Softmax, SoftmaxOp};
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
 pub use cpu::{AttentionSaved, attention_backward_cpu, attention_forward_cpu};
@@ -594,16 +595,75 @@ impl AttentionOp {
         Ok(())
     }
 
-    /// A scratch tensor in the layout of the scores, bound like `probs`.
-    fn scratch<'a>(&'a self, gpu: &Gpu, probs: &GpuArg<'_>) -> Result<ScratchScores<'a>, OpError> {
-        let bound = probs.bound_view().clone();
-        let bytes = bound.len() * u64::from(self.scores.layout().elem().size_bytes());
-        let buffer = GpuBuffer::scratch::<u8>(gpu, bytes as usize)?;
-        Ok(ScratchScores {
+    /// The bytes of a scratch tensor in the layout of the scores bound like `probs`.
+    fn scores_bytes(&self, probs: &GpuArg<'_>) -> u64 {
+        scores_bytes(probs.bound_view().len(), self.scores.layout().elem())
+    }
+
+    /// `buffer` as a scratch tensor in the layout of the scores, bound like `probs`.
+    fn scores<'a>(&'a self, buffer: GpuBuffer, probs: &GpuArg<'_>) -> ScratchScores<'a> {
+        ScratchScores {
             buffer,
             view: &self.scores,
-            bound,
-        })
+            bound: probs.bound_view().clone(),
+        }
+    }
+
+    /// A scratch tensor of `batch` in the layout of the scores, bound like `probs`.
+    fn scratch_scores<'a>(
+        &'a self,
+        batch: &mut Batch<'_>,
+        probs: &GpuArg<'_>,
+    ) -> Result<ScratchScores<'a>, OpError> {
+        let buffer = batch.scratch::<u8>(self.scores_bytes(probs) as usize)?;
+        Ok(self.scores(buffer, probs))
+    }
+
+    /// The most scratch the [`forward`](Self::forward) and the [`backward`](Self::backward) of
+    /// `attention` take on any device for `extents`, the probabilities' buffer holding
+    /// `probs_len` elements in its layout and the five tensors being of the element types
+    /// `elems`: the scores (in the backward, the gradients of the probabilities and of the
+    /// scores), laid out like the probabilities, and the partial sums of each product that
+    /// may split its reduction (see [`MatmulOp::scratch`]).
+    pub fn scratch(
+        attention: &Attention,
+        extents: AttentionExtents,
+        probs_len: u64,
+        elems: AttentionViews<ElemType>,
+    ) -> Result<[Scratch; 2], OpError> {
+        let group = attention.group()?;
+        let AttentionExtents {
+            batch,
+            seq_q,
+            seq_k,
+            head_dim: d,
+        } = extents;
+        let product = |heads: u32, m, n, k, factors| {
+            let shape = GemmShape {
+                batch: batch.saturating_mul(heads),
+                m,
+                n,
+                k,
+            };
+            Product::scratch(shape, factors)
+        };
+        let (h, kv) = (attention.heads, attention.kv_heads);
+        let (p, grouped) = (elems.scores, group.saturating_mul(seq_q));
+        let scores = Scratch::buffer(scores_bytes(probs_len, p));
+        // The products in the order of `gemms`: S = Q·Kᵀ, O = P·V, dV = Pᵀ·dO, dP = dO·Vᵀ,
+        // dQ = dS·K, dK = dSᵀ·Q; dV and dK merge the group into their reduction.
+        let forward = scores
+            .clone()
+            .and(product(h, seq_q, seq_k, d, [elems.q, elems.k])?)
+            .and(product(h, seq_q, d, seq_k, [p, elems.v])?);
+        let backward = scores
+            .clone()
+            .and(scores)
+            .and(product(kv, seq_k, d, grouped, [p, elems.out])?)
+            .and(product(h, seq_q, seq_k, d, [elems.out, elems.v])?)
+            .and(product(h, seq_q, d, seq_k, [p, elems.k])?)
+            .and(product(kv, seq_k, d, grouped, [p, elems.q])?);
+        Ok([forward, backward])
     }
 
     /// Records the forward: `S = Q·Kᵀ`, `probs = softmax(scale·S)`, `out = probs·V`. Every
@@ -611,7 +671,7 @@ impl AttentionOp {
     pub fn forward(&self, batch: &mut Batch<'_>, args: &AttentionArgs<'_>) -> Result<(), OpError> {
         self.check(FORWARD, args)?;
         let gpu = batch.gpu();
-        let s_buffer = self.scratch(gpu, &args.probs)?;
+        let s_buffer = self.scratch_scores(batch, &args.probs)?;
         let s = s_buffer.arg()?;
         let (q, k_t) = (
             through(&args.q, &self.q_side.heads)?,
@@ -671,8 +731,8 @@ impl AttentionOp {
             [dk.dims(), dv.dims(), args.k.dims()].into_iter(),
         )?;
         let gpu = batch.gpu();
-        let dp_buffer = self.scratch(gpu, &args.probs)?;
-        let ds_buffer = self.scratch(gpu, &args.probs)?;
+        let dp_buffer = self.scratch_scores(batch, &args.probs)?;
+        let ds_buffer = self.scratch_scores(batch, &args.probs)?;
         let (dp, ds) = (dp_buffer.arg()?, ds_buffer.arg()?);
         let (s, q, k, o, v) = (
             &self.s_side,
@@ -736,7 +796,8 @@ impl AttentionOp {
         if !self.tensor_cores().contains(&true) {
             return Ok(());
         }
-        let scores = self.scratch(gpu, &args.probs)?;
+        let buffer = GpuBuffer::scratch::<u8>(gpu, self.scores_bytes(&args.probs) as usize)?;
+        let scores = self.scores(buffer, &args.probs);
         let s = scores.arg()?;
         let (q, k, o) = (&self.q_side, &self.k_side, &self.o_side);
         let (v, sc) = (&self.v_side, &self.s_side);
@@ -787,7 +848,25 @@ impl AttentionOp {
     }
 }
 
-/// A scratch tensor of scores: a pooled buffer read through the scores' view.
+/// The bytes of a scratch tensor of `len` elements of `elem`: one of the scores' layout.
+fn scores_bytes(len: u64, elem: ElemType) -> u64 {
+    len * u64::from(elem.size_bytes())
+}
+
+/// The extents of an attention call: what its scratch depends on besides its layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionExtents {
+    /// Sequences in the batch.
+    pub batch: u32,
+    /// Queries of each.
+    pub seq_q: u32,
+    /// Keys of each.
+    pub seq_k: u32,
+    /// Elements of a head.
+    pub head_dim: u32,
+}
+
+/// A scratch tensor of scores: a scratch buffer read through the scores' view.
 struct ScratchScores<'a> {
     buffer: GpuBuffer,
     view: &'a View,

@@ -12,9 +12,9 @@
 //!
 //! **Split-k.** With `split_k = s > 1` the reduction over `k` is cut into `s` parts of whole
 //! k-steps; the workgroups of each part write their f32 sums into a workspace of partial
-//! products (`[product, part, rows, cols]`, padded to whole blocks, taken from the buffer pool
-//! per record), and a second kernel adds the parts up in part order (so the result does not
-//! depend on scheduling) and writes C through C's view. It can pay where C has too few blocks
+//! products (`[product, part, rows, cols]`, padded to whole blocks, taken as scratch of the
+//! batch per record), and a second kernel adds the parts up in part order (so the result does
+//! not depend on scheduling) and writes C through C's view. It can pay where C has too few blocks
 //! to occupy the device (the weight gradient `Xᵀ·dY` of a linear layer: 384 × 1536 outputs,
 //! 4096 tokens); it costs writing and reading back `s` partial products of C's size.
 
@@ -289,6 +289,29 @@ impl CoopConfig {
         list
     }
 
+    /// The configurations [`split_candidates`](Self::split_candidates) lists for `shape` on
+    /// `units` compute units, before the device's limits and accumulator: where C has fewer
+    /// [`DEFAULT`](Self::DEFAULT) blocks than twice the compute units, the
+    /// [`SPLIT_BASES`](Self::SPLIT_BASES) unsplit and with each split of [`SPLITS`] that keeps
+    /// [`MIN_STEPS_PER_PART`] k-steps a part and four workgroups a compute unit; else none.
+    pub fn split_fits(shape: GemmShape, units: u32) -> Vec<CoopConfig> {
+        let units = u64::from(units.max(1));
+        if Self::DEFAULT.blocks(shape) >= 2 * units {
+            return Vec::new();
+        }
+        let fits = |c: &CoopConfig| {
+            c.split_k == 1
+                || (u64::from(shape.k)
+                    >= u64::from(MIN_STEPS_PER_PART * c.k_step) * u64::from(c.split_k)
+                    && c.blocks(shape) * u64::from(c.split_k) <= 4 * units)
+        };
+        Self::SPLIT_BASES
+            .into_iter()
+            .flat_map(|base| std::iter::once(base).chain(SPLITS.map(|s| base.with_split(s))))
+            .filter(fits)
+            .collect()
+    }
+
     /// The split-k configurations the autotune measures for `shape` on a device with
     /// `limits`, subgroups of `subgroup_size` lanes and about `units` compute units, or
     /// nothing where no split can pay; the op's
@@ -312,24 +335,17 @@ impl CoopConfig {
         shape: GemmShape,
         units: u32,
     ) -> Vec<CoopConfig> {
-        let units = u64::from(units.max(1));
-        if acc != CoopScalar::F32 || Self::DEFAULT.blocks(shape) >= 2 * units {
+        if acc != CoopScalar::F32 {
             return Vec::new();
         }
-        let fits = |c: &CoopConfig| {
-            c.split_k == 1
-                || (u64::from(shape.k)
-                    >= u64::from(MIN_STEPS_PER_PART * c.k_step) * u64::from(c.split_k)
-                    && c.blocks(shape) * u64::from(c.split_k) <= 4 * units)
-        };
-        let mut list: Vec<CoopConfig> = Self::SPLIT_BASES
+        let mut list: Vec<CoopConfig> = Self::split_fits(shape, units)
             .into_iter()
-            .flat_map(|base| std::iter::once(base).chain(SPLITS.map(|s| base.with_split(s))))
-            .filter(|c| fits(c) && c.problem(limits, subgroup_size, orders).is_none())
+            .filter(|c| c.problem(limits, subgroup_size, orders).is_none())
             .collect();
         if list.iter().all(|c| c.split_k == 1) {
             return Vec::new();
         }
+        let units = u64::from(units.max(1));
         let first = list
             .iter()
             .enumerate()

@@ -16,8 +16,9 @@
 //!   k-step, stages, accumulator, split of the reduction) and the ones a device can build or
 //!   a problem gets.
 //! - Split-k (a [`CoopConfig`] with `split_k > 1`, for products of few blocks of C and a long
-//!   `k`): the GEMM kernel writes each part's f32 sums into a workspace from the buffer pool,
-//!   and the f32 GEMM's reduction kernel adds the parts in order and writes C through C's view
+//!   `k`): the GEMM kernel writes each part's f32 sums into a workspace (scratch of the
+//!   batch, [`Batch::scratch`]; at most [`CoopMatmulOp::scratch`] of it), and the f32 GEMM's
+//!   reduction kernel adds the parts in order and writes C through C's view
 //!   (see [`config`]).
 //! - Bias ([`CoopMatmulOp::new_biased`]): `C = A·B + bias`, `bias[n]` in every row, the
 //!   accumulators starting as the bias (so fragments still go straight into C where they
@@ -52,6 +53,7 @@
 
 pub mod config;
 mod shader;
+pub(crate) mod sources;
 mod tune;
 
 use std::collections::HashMap;
@@ -69,10 +71,10 @@ use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::matmul::{
-    Bias, DEFAULT_COMPUTE_UNITS, Extents, Reduction, Scale, check_static_extents, check_writable,
-    split_parts,
+    Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, check_static_extents,
+    check_writable, split_parts,
 };
-use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu};
+use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch};
 use crate::tensor::GpuArg;
 
 const OP: &str = "coop matmul";
@@ -314,57 +316,6 @@ impl Kernel {
     fn gemm(config: CoopConfig, split: u32) -> Self {
         Kernel::Gemm(config.with_split(split.min(2)))
     }
-}
-
-/// The WGSL of the cooperative-matrix GEMM for views `a`, `b`, `c`, `config` and subgroups of
-/// `subgroup_size` lanes, before validation (no device needed: for tests that pass every
-/// shader through naga's validator and SPIR-V writer, and for snapshots). With
-/// `config.split_k > 1` it is the kernel that writes split-k's partial sums
-/// ([`reduce_kernel_source`] is the kernel that adds them into C).
-pub fn kernel_source(
-    a: &View,
-    b: &View,
-    c: &View,
-    config: CoopConfig,
-    subgroup_size: u32,
-) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, None, c)?.source(config, subgroup_size))
-}
-
-/// Like [`kernel_source`], for the biased product `C = A·B + bias` (`bias` a rank-1 view
-/// `[n]`, see [`CoopMatmulOp::new_biased`]).
-pub fn biased_kernel_source(
-    a: &View,
-    b: &View,
-    bias: &View,
-    c: &View,
-    config: CoopConfig,
-    subgroup_size: u32,
-) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, Some(bias), c)?.source(config, subgroup_size))
-}
-
-/// The WGSL of split-k's reduction for views `a`, `b`, `c` (it writes C through `c`), before
-/// validation; see [`kernel_source`].
-pub fn reduce_kernel_source(a: &View, b: &View, c: &View) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, None, c)?.reduce_source())
-}
-
-/// The WGSL of a biased product's split-k reduction (it adds the bias); see
-/// [`biased_kernel_source`].
-pub fn biased_reduce_kernel_source(
-    a: &View,
-    b: &View,
-    bias: &View,
-    c: &View,
-) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, Some(bias), c)?.reduce_source())
-}
-
-/// How the operands of views `a` and `b` are staged: the order of each (for choosing
-/// [`CoopConfig::candidates`] without a device).
-pub fn staging_orders(a: &View, b: &View, c: &View) -> Result<(Order, Order), OpError> {
-    Ok(Operands::new(a, b, None, c)?.orders())
 }
 
 /// A batched GEMM on cooperative matrices built for the views of A, B and C (see the module
@@ -657,9 +608,9 @@ impl CoopMatmulOp {
 
     /// Records `C = A·B` with `config`. With `config.split_k > 1` the reduction is split into
     /// that many parts (fewer where `k` has fewer k-steps), each of whole k-steps: the GEMM
-    /// kernel writes their sums into a workspace from the device's buffer pool, padded to
-    /// whole blocks, and the reduction kernel adds them in order into C. An error for a
-    /// biased op (see [`record_config_biased`](Self::record_config_biased)).
+    /// kernel writes their sums into a workspace (scratch of `batch`), padded to whole
+    /// blocks, and the reduction kernel adds them in order into C. An error for a biased op
+    /// (see [`record_config_biased`](Self::record_config_biased)).
     pub fn record_config(
         &self,
         batch: &mut Batch<'_>,
@@ -711,13 +662,9 @@ impl CoopMatmulOp {
             return kernel.record(batch, shader::ENTRY, &args, &[], grid);
         }
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
-        // The workspace holds whole blocks, so that every fragment is stored straight.
-        let (rows, cols) = blocks_m
-            .checked_mul(config.block_m)
-            .zip(blocks_n.checked_mul(config.block_n))
-            .ok_or_else(too_big)?;
+        let (rows, cols) = workspace_extents(config, shape).ok_or_else(too_big)?;
         let reduction = &self.operands.reduction;
-        let (scratch, bound) = reduction.workspace(gpu, shape.batch, split, rows, cols)?;
+        let (scratch, bound) = reduction.workspace(batch, shape.batch, split, rows, cols)?;
         let partial = GpuArg::bound(&scratch, reduction.partial_view(), bound)?;
         kernel.record(
             batch,
@@ -730,6 +677,26 @@ impl CoopMatmulOp {
             grid,
         )?;
         reduction.record(&reduce, batch, &partial, c, bias, Scale::OVERWRITE, shape)
+    }
+
+    /// The most scratch the op takes for a product of `shape` on any device (the partial sums
+    /// of split-k), choosing for [`DEFAULT_COMPUTE_UNITS`] (as [`new`](Self::new) does): the
+    /// largest workspace of the configurations [`candidates_for`](Self::candidates_for) can
+    /// list for it ([`CoopConfig::split_fits`]), so also of the one its autotune keeps. A
+    /// configuration given to [`record_config`](Self::record_config) may take more.
+    pub fn scratch(shape: GemmShape) -> Result<Scratch, OpError> {
+        if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
+            return Ok(Scratch::none());
+        }
+        let each = CoopConfig::split_fits(shape, DEFAULT_COMPUTE_UNITS)
+            .into_iter()
+            .filter_map(|config| {
+                let (split, _) = split_parts(shape.k, config.split_k, config.k_step);
+                let (rows, cols) = workspace_extents(config, shape)?;
+                (split > 1).then(|| Reduction::workspace_scratch(shape.batch, split, rows, cols))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Scratch::covering(&each))
     }
 
     /// Measures every candidate of the problem ([`candidates_for`](Self::candidates_for)) on
@@ -918,4 +885,18 @@ impl CoopMatmulOp {
             .map_or(first, |(config, _)| config);
         Ok((best, times))
     }
+}
+
+/// The rows and columns of split-k's partial sums under `config` for `shape`: whole blocks of
+/// C, so that every fragment is stored straight; `None` past the `u32` space.
+fn workspace_extents(config: CoopConfig, shape: GemmShape) -> Option<(u32, u32)> {
+    let rows = shape
+        .m
+        .div_ceil(config.block_m)
+        .checked_mul(config.block_m)?;
+    let cols = shape
+        .n
+        .div_ceil(config.block_n)
+        .checked_mul(config.block_n)?;
+    Some((rows, cols))
 }

@@ -21,14 +21,14 @@
 //! activations and weight copies, `f32` weight gradients); an accumulating product, and every
 //! product elsewhere, runs on the `f32`-summing [`MatmulOp`]. [`LinearOp::tune`] chooses the tensor-core tiles of the three products.
 
-use fblayout_core::layout::View;
+use fblayout_core::layout::{ElemType, View};
 
 pub use super::product::Output;
 use super::product::Product;
-use super::{MatmulOp, matmul_cpu};
+use super::{GemmShape, MatmulOp, matmul_cpu};
 use crate::cpu::{Logical, LogicalMut, Real};
 use crate::ops::error::OpError;
-use crate::runtime::{Batch, Gpu};
+use crate::runtime::{Batch, Gpu, Scratch};
 use crate::tensor::GpuArg;
 
 const OP: &str = "linear";
@@ -109,6 +109,26 @@ impl LinearOp {
             x_t,
             w_t,
         })
+    }
+
+    /// The most scratch each product takes on any device for `tokens` rows of `d_in` inputs
+    /// and `d_out` outputs, the views `x`, `w` and `y` of the op being of the element types
+    /// `elems`: the forward's (`y = x·w`), `dx`'s (`dy·wᵀ`, `dy` of `y`'s type) and `dw`'s
+    /// (`xᵀ·dy`). Split-k's partial sums, where a product may split its reduction (see
+    /// [`MatmulOp::scratch`]).
+    pub fn scratch(
+        tokens: u32,
+        d_in: u32,
+        d_out: u32,
+        elems: [ElemType; 3],
+    ) -> Result<[Scratch; 3], OpError> {
+        let [x, w, y] = elems;
+        let shape = |m, n, k| GemmShape { batch: 1, m, n, k };
+        Ok([
+            Product::scratch(shape(tokens, d_out, d_in), [x, w])?,
+            Product::scratch(shape(tokens, d_in, d_out), [y, w])?,
+            Product::scratch(shape(d_in, d_out, tokens), [x, y])?,
+        ])
     }
 
     /// Whether the forward adds a bias (built by [`new_biased`](Self::new_biased)).

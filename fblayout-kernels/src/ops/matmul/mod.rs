@@ -74,7 +74,7 @@ use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use self::shader::{Epilogue, Finish, GemmSpec, Staging, Store};
 use super::compiled::{Compiled, workgroups_for};
 use super::error::OpError;
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
 pub use cpu::matmul_cpu;
@@ -476,23 +476,46 @@ impl Reduction {
             ))
     }
 
-    /// A workspace from the buffer pool for `split` parts of `products` products of `rows ×
-    /// cols` partial sums (`cols` rounded up to whole `vec4`s), and its extents.
+    /// The extents of the partial sums of `split` parts of `products` products of `rows ×
+    /// cols` sums (`cols` rounded up to whole `vec4`s), bound on their view `partial`.
+    fn workspace_bound(
+        partial: &View,
+        products: u32,
+        split: u32,
+        rows: u32,
+        cols: u32,
+    ) -> Result<BoundView, OpError> {
+        Ok(partial.bind(&[
+            ("product", products),
+            ("split", split),
+            ("rows", rows),
+            ("cols4", cols.div_ceil(4)),
+        ])?)
+    }
+
+    /// The scratch of a [`workspace`](Self::workspace) of these extents.
+    pub(crate) fn workspace_scratch(
+        products: u32,
+        split: u32,
+        rows: u32,
+        cols: u32,
+    ) -> Result<Scratch, OpError> {
+        let bound = Self::workspace_bound(&partial_view()?, products, split, rows, cols)?;
+        Ok(Scratch::buffer(bound.len() * 4))
+    }
+
+    /// A workspace, a scratch buffer of `batch`, for `split` parts of `products` products of
+    /// `rows × cols` partial sums (`cols` rounded up to whole `vec4`s), and its extents.
     pub(crate) fn workspace(
         &self,
-        gpu: &Gpu,
+        batch: &mut Batch<'_>,
         products: u32,
         split: u32,
         rows: u32,
         cols: u32,
     ) -> Result<(GpuBuffer, BoundView), OpError> {
-        let bound = self.partial_view().bind(&[
-            ("product", products),
-            ("split", split),
-            ("rows", rows),
-            ("cols4", cols.div_ceil(4)),
-        ])?;
-        let scratch = GpuBuffer::scratch::<f32>(gpu, bound.len() as usize)?;
+        let bound = Self::workspace_bound(self.partial_view(), products, split, rows, cols)?;
+        let scratch = batch.scratch::<f32>(bound.len() as usize)?;
         Ok((scratch, bound))
     }
 
@@ -734,6 +757,19 @@ impl MatmulOp {
         Plan::choose(shape, &self.candidates, self.units)
     }
 
+    /// The most scratch [`record`](Self::record) takes for a product of `shape` on any device,
+    /// planning for [`DEFAULT_COMPUTE_UNITS`] (as [`new`](Self::new) does): the partial sums
+    /// of the most parts [`Plan::choose`] splits its reduction into with the tilings any
+    /// device's limits leave ([`Plan::most_parts`]); none where it is never split. A plan
+    /// given to [`record_plan`](Self::record_plan) may take more.
+    pub fn scratch(shape: GemmShape) -> Result<Scratch, OpError> {
+        let parts = Plan::most_parts(shape, DEFAULT_COMPUTE_UNITS);
+        if parts <= 1 || shape.batch == 0 || shape.m == 0 || shape.n == 0 {
+            return Ok(Scratch::none());
+        }
+        Reduction::workspace_scratch(shape.batch, parts, shape.m, shape.n)
+    }
+
     /// Whether A, B and C are read and written four elements at a time (along which axis each
     /// is contiguous, as the kernel surface proved): for tests and the benchmark.
     pub fn vector_axes(&self) -> [Option<usize>; 3] {
@@ -940,7 +976,7 @@ impl MatmulOp {
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
         let (scratch, bound) =
             self.reduction
-                .workspace(gpu, shape.batch, split, shape.m, shape.n)?;
+                .workspace(batch, shape.batch, split, shape.m, shape.n)?;
         let partial = GpuArg::bound(&scratch, self.partial.view(), bound)?;
         partial_kernel.record(
             batch,

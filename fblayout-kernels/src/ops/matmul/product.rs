@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use fblayout_core::layout::{ElemType, View};
 
-use super::{MatmulOp, Scale};
+use super::{GemmShape, MatmulOp, Scale};
 use crate::ops::coop::{CoopConfig, CoopMatmulOp};
 use crate::ops::error::OpError;
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
 /// Whether a product overwrites its output or adds to it.
@@ -34,6 +34,12 @@ impl Output {
             Self::Accumulate => Scale::ACCUMULATE,
         }
     }
+}
+
+/// Whether a product whose factors are of the element types `factors` runs on tensor cores
+/// where the device has them: both `f16`.
+fn may_run_on_cores(factors: [ElemType; 2]) -> bool {
+    factors.iter().all(|&e| e == ElemType::F16)
 }
 
 /// The `f32`-summing GEMM of a product, and the tensor-core one where it runs (see the module
@@ -72,7 +78,7 @@ impl Product {
             Some(bias) => MatmulOp::new_biased(gpu, a, b, bias, c)?,
             None => MatmulOp::new(gpu, a, b, c)?,
         };
-        let halves = [a, b].iter().all(|v| v.layout().elem() == ElemType::F16);
+        let halves = may_run_on_cores([a, b].map(|v| v.layout().elem()));
         let coop = if halves && gpu.features().coop_fragment.is_some() {
             let built = match bias {
                 Some(bias) => CoopMatmulOp::new_biased(gpu, a, b, bias, c),
@@ -88,6 +94,17 @@ impl Product {
             None
         };
         Ok(Self { f32, coop })
+    }
+
+    /// The most scratch a product of `shape` whose factors are of the element types `factors`
+    /// takes on any device: the `f32`-summing GEMM's, or where the factors may run on tensor
+    /// cores the larger of its and the cooperative GEMM's (see their `scratch`).
+    pub(crate) fn scratch(shape: GemmShape, factors: [ElemType; 2]) -> Result<Scratch, OpError> {
+        let f32 = MatmulOp::scratch(shape)?;
+        if !may_run_on_cores(factors) {
+            return Ok(f32);
+        }
+        Ok(Scratch::covering([&f32, &CoopMatmulOp::scratch(shape)?]))
     }
 
     /// The `f32`-summing GEMM (also what checks a call's arguments).

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::split_parts;
+
 /// The shape of one workgroup's work: a `tile_m × tile_n` block of C, reduced `k_step`
 /// elements of `k` at a time through workgroup memory, each invocation computing a
 /// `thread_m × thread_n` block of outputs in registers.
@@ -248,6 +250,37 @@ impl Plan {
             |(_, p)| p,
         )
     }
+
+    /// The most parts a plan that [`choose`](Self::choose) makes for `shape` on `units` compute
+    /// units cuts the reduction into (as many as its split, fewer where `k` has fewer
+    /// k-steps), whichever of [`TileConfig::CANDIDATES`] the device's limits leave: those
+    /// within a number of invocations and bytes of workgroup memory ([`TileConfig::check`]),
+    /// so every such set is tried. 1 where no plan splits it.
+    pub fn most_parts(shape: GemmShape, units: u32) -> u32 {
+        let candidates = TileConfig::CANDIDATES;
+        let mut most = 1;
+        for (i, _) in &candidates {
+            for (w, _) in &candidates {
+                let limits = wgpu::Limits {
+                    max_compute_invocations_per_workgroup: i.invocations(),
+                    max_compute_workgroup_size_x: i.invocations(),
+                    max_compute_workgroup_storage_size: w.workgroup_bytes(),
+                    ..wgpu::Limits::default()
+                };
+                let left: Vec<(TileConfig, f64)> = candidates
+                    .into_iter()
+                    .filter(|(t, _)| t.check(&limits).is_ok())
+                    .collect();
+                if left.is_empty() {
+                    continue;
+                }
+                let plan = Self::choose(shape, &left, units);
+                let (parts, _) = split_parts(shape.k, plan.split_k, plan.config.k_step);
+                most = most.max(parts);
+            }
+        }
+        most
+    }
 }
 
 impl fmt::Display for Plan {
@@ -263,6 +296,39 @@ impl fmt::Display for Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_most_parts_bound_every_plan_and_are_one_where_nothing_splits() {
+        for (m, n, k) in [
+            (4096, 384, 1536),
+            (384, 1536, 4096),
+            (13, 20, 37),
+            (8, 16, 2048),
+        ] {
+            let shape = GemmShape { batch: 1, m, n, k };
+            let most = Plan::most_parts(shape, DEFAULT_COMPUTE_UNITS);
+            let p = Plan::choose(shape, &TileConfig::CANDIDATES, DEFAULT_COMPUTE_UNITS);
+            let (parts, _) = split_parts(k, p.split_k, p.config.k_step);
+            assert!(
+                parts <= most,
+                "{m}×{n}×{k}: {p} in {parts} parts, at most {most}"
+            );
+        }
+        let square = GemmShape {
+            batch: 1,
+            m: 4096,
+            n: 4096,
+            k: 4096,
+        };
+        assert_eq!(Plan::most_parts(square, DEFAULT_COMPUTE_UNITS), 1);
+        let thin = GemmShape {
+            batch: 1,
+            m: 384,
+            n: 1536,
+            k: 4096,
+        };
+        assert!(Plan::most_parts(thin, DEFAULT_COMPUTE_UNITS) > 1);
+    }
 
     fn plan(m: u32, n: u32, k: u32) -> Plan {
         let shape = GemmShape { batch: 1, m, n, k };

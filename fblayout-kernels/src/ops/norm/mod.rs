@@ -72,7 +72,7 @@ pub use launch::{LaunchShape, NormLaunch, RowLaunch, RowSum, SumForm};
 use rows::{Kind, NormKernels, Views};
 
 use super::error::OpError;
-use crate::runtime::{Batch, Gpu};
+use crate::runtime::{Batch, Gpu, Scratch};
 use crate::tensor::GpuArg;
 
 /// The tensors of a LayerNorm, each a `T`: views to build its kernels, GPU arguments to run
@@ -221,6 +221,13 @@ impl NormOp<LayerNorm> {
         )?))
     }
 
+    /// The most scratch [`backward`](Self::backward) takes over `rows` rows of `cols` columns
+    /// under `launch` (its `chunk_rows`; [`NormLaunch::default`] for [`new`](Self::new)),
+    /// whatever the layouts and the device: partial rows of `dγ` and `dβ`.
+    pub fn backward_scratch(launch: &NormLaunch, rows: u32, cols: u32) -> Result<Scratch, OpError> {
+        rows::backward_scratch(Kind::Layer, rows, cols, launch.chunk_rows)
+    }
+
     /// Records the forward: `y`, `mean` and `rstd` from `x`, `γ` and `β`.
     pub fn forward(
         &self,
@@ -294,6 +301,12 @@ impl NormOp<RmsNorm> {
             eps,
             launch,
         )?))
+    }
+
+    /// The most scratch [`backward`](Self::backward) takes over `rows` rows of `cols` columns
+    /// under `launch` (see [`LayerNormOp::backward_scratch`]): partial rows of `dγ`.
+    pub fn backward_scratch(launch: &NormLaunch, rows: u32, cols: u32) -> Result<Scratch, OpError> {
+        rows::backward_scratch(Kind::Rms, rows, cols, launch.chunk_rows)
     }
 
     /// Records the forward: `y` and `rstd` from `x` and `γ`.

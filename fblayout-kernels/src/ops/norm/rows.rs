@@ -27,9 +27,10 @@ use super::super::reduce_rows::{
     Partials, PartialsSum, Walk, check_2d, check_view, chunk_rows, components_sum, expect_dims,
     getter, memory_order, putter, static_extent,
 };
-use super::launch::{LaunchShape, NormLaunch, Pass, Shape, SumForm};
+use super::launch::{LaunchShape, MAX_LANES, NormLaunch, Pass, Shape, SumForm};
 use crate::runtime::Batch;
 use crate::runtime::Gpu;
+use crate::runtime::Scratch;
 use crate::tensor::GpuArg;
 use crate::wgsl::reduce::{entry_params, group_reduce, subgroup_call_args, workgroup_reduce};
 
@@ -43,6 +44,14 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// Its weight gradients: `dγ`, and `dβ` for LayerNorm.
+    fn grads(self) -> usize {
+        match self {
+            Self::Layer => 2,
+            Self::Rms => 1,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Self::Layer => "layer_norm",
@@ -79,6 +88,32 @@ pub(crate) struct Views<'a> {
 
 /// Fewest rows per chunk of the backward.
 const MIN_CHUNK_ROWS: u32 = 16;
+
+/// The chunks of the backward over `rows` rows taken `across` at a time (a block), `chunk`
+/// overriding the rows per chunk: how many, and the blocks of each.
+fn backward_chunks(rows: u32, across: u32, chunk: Option<u32>) -> (u32, u32) {
+    let per_chunk = chunk_rows(rows, 1, across, MIN_CHUNK_ROWS, chunk) / across;
+    (rows.div_ceil(across).div_ceil(per_chunk), per_chunk)
+}
+
+/// The most scratch the backward of a norm of `kind` over `rows` rows of `cols` columns takes,
+/// `chunk` overriding the rows per chunk, whatever its launch shape: one buffer of partial rows
+/// per weight gradient, of as many chunks as [`backward_chunks`] makes for any block of rows (a
+/// power of two up to [`MAX_LANES`] rows).
+pub(crate) fn backward_scratch(
+    kind: Kind,
+    rows: u32,
+    cols: u32,
+    chunk: Option<u32>,
+) -> Result<Scratch, OpError> {
+    let (_, bwd, _) = kind.ops();
+    let chunks = (0..=MAX_LANES.ilog2())
+        .map(|p| backward_chunks(rows, 1 << p, chunk).0)
+        .max()
+        .unwrap_or(1);
+    let partial = Partials::new(bwd, Some(cols))?.scratch_of(chunks)?;
+    Ok((0..kind.grads()).fold(Scratch::none(), |s, _| s.and(partial.clone())))
+}
 
 /// The built kernels of one norm.
 #[derive(Debug, Clone)]
@@ -271,12 +306,9 @@ impl NormKernels {
             check_view(bwd, role, arg, view)?;
             expect_dims(bwd, role, &arg.dims(), &[self.cols as usize])?;
         }
-        let across = self.shapes[1].rows();
-        let per_chunk = chunk_rows(rows, 1, across, MIN_CHUNK_ROWS, self.chunk) / across;
-        let chunks = rows.div_ceil(across).div_ceil(per_chunk);
-        let gpu = batch.gpu();
+        let (chunks, per_chunk) = backward_chunks(rows, self.shapes[1].rows(), self.chunk);
         let buffers = (0..grads.len())
-            .map(|_| self.partials.scratch(gpu, chunks))
+            .map(|_| self.partials.scratch(batch, chunks))
             .collect::<Result<Vec<_>, _>>()?;
         let parts = buffers
             .iter()

@@ -40,6 +40,14 @@ enum Sink<'a> {
 
 const COLUMN_SUM: &str = "column_sum";
 
+/// The chunks of a column sum over `rows` rows with `column_groups` workgroups across the
+/// columns and chunks of a multiple of `align` rows (`chunk` overriding the rows per chunk),
+/// and the rows of each.
+fn column_chunks(rows: u32, column_groups: u32, align: u32, chunk: Option<u32>) -> (u32, u32) {
+    let per_chunk = chunk_rows(rows, column_groups, align, 32, chunk);
+    (rows.div_ceil(per_chunk), per_chunk)
+}
+
 impl ColumnSum {
     /// The kernel summing operand `role` (a `[rows, cols]` view, `cols` static) over its rows;
     /// with `out` (a role and a `[cols]` view), also its single pass into that output.
@@ -146,8 +154,14 @@ impl ColumnSum {
     /// the rows of each.
     pub(crate) fn chunks(&self, rows: u32, chunk: Option<u32>) -> (u32, u32) {
         let (column_groups, align) = self.grid();
-        let per_chunk = chunk_rows(rows, column_groups, align, 32, chunk);
-        (rows.div_ceil(per_chunk), per_chunk)
+        column_chunks(rows, column_groups, align, chunk)
+    }
+
+    /// The most chunks pass 1 cuts `rows` rows into, `chunk` overriding the rows per chunk,
+    /// whatever the walk: [`chunks`](Self::chunks) with one group of columns and no rounding,
+    /// its fewest rows per chunk ([`chunk_rows`] grows with both).
+    pub(crate) fn most_chunks(rows: u32, chunk: Option<u32>) -> u32 {
+        column_chunks(rows, 1, 1, chunk).0
     }
 
     /// Records the single pass over `x` (every row in one chunk) into `out`, or adding onto
@@ -190,7 +204,7 @@ impl ColumnSum {
         let rows = x.dims()[0] as u32;
         let (column_groups, _) = self.grid();
         let (chunks, per_chunk) = self.chunks(rows, chunk);
-        let buffer = self.partials.scratch(batch.gpu(), chunks)?;
+        let buffer = self.partials.scratch(batch, chunks)?;
         let part = self.partials.arg(&buffer, chunks)?;
         self.compiled.record(
             batch,

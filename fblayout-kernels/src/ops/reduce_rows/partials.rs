@@ -8,7 +8,7 @@ use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use super::{LANES, getter, putter, value_type};
 use crate::ops::compiled::Compiled;
 use crate::ops::error::OpError;
-use crate::runtime::{Batch, Gpu, GpuBuffer};
+use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
 /// A scratch tensor of partial results, one per chunk: `[chunks, cols]` `f32`s, row-major (or
@@ -43,10 +43,19 @@ impl Partials {
         &self.view
     }
 
-    /// A pooled scratch buffer for `chunks` partial rows.
-    pub(crate) fn scratch(&self, gpu: &Gpu, chunks: u32) -> Result<GpuBuffer, OpError> {
-        let len = self.view.bind(&[(CHUNKS, chunks)])?.len();
-        Ok(GpuBuffer::scratch::<f32>(gpu, len as usize)?)
+    /// The `f32`s of `chunks` partial rows.
+    fn len(&self, chunks: u32) -> Result<u64, OpError> {
+        Ok(self.view.bind(&[(CHUNKS, chunks)])?.len())
+    }
+
+    /// The scratch of `chunks` partial rows (what [`scratch`](Self::scratch) takes).
+    pub(crate) fn scratch_of(&self, chunks: u32) -> Result<Scratch, OpError> {
+        Ok(Scratch::buffer(self.len(chunks)? * 4))
+    }
+
+    /// A scratch buffer of `batch` for `chunks` partial rows.
+    pub(crate) fn scratch(&self, batch: &mut Batch<'_>, chunks: u32) -> Result<GpuBuffer, OpError> {
+        Ok(batch.scratch::<f32>(self.len(chunks)? as usize)?)
     }
 
     /// `buffer` as `chunks` partial rows.
