@@ -7,8 +7,9 @@
 //! [`to_checkpoint`] transposes a graph value back; GPT-2's `Conv1D` already stores `[in, out]`.
 //!
 //! GPT-2 ([`fblayout_plan::models::gpt2`], its head tied to the token table) and the Llama
-//! family (Llama, and Mistral and Qwen2 without biases; [`fblayout_plan::models::llama`]) are
-//! built so far; BERT is refused with [`GraphError::Unsupported`] until its builder lands.
+//! family (Llama, and Mistral and Qwen2 without biases; [`fblayout_plan::models::llama`]) and
+//! BERT ([`fblayout_plan::models::bert`], with its sequence-classification head; a `BertModel`
+//! checkpoint, saved without the `bert.` prefix, maps onto its names) are built.
 //!
 //! ```
 //! use fblayout_hf::ModelDir;
@@ -24,6 +25,7 @@
 use std::path::{Path, PathBuf};
 
 use fblayout_plan::graph::{Act, Dim, Graph, Op, TensorId};
+use fblayout_plan::models::bert::{self, BertConfig as PlanBert};
 use fblayout_plan::models::gpt2::{self, Gpt2Config as PlanGpt2};
 use fblayout_plan::models::llama::{self, LlamaConfig as PlanLlama};
 
@@ -90,10 +92,36 @@ pub fn build(dir: &ModelDir) -> Result<Graph, GraphError> {
             let spec = gpt2_config(c, &file)?;
             gpt2::build(&spec).map_err(|source| GraphError::Graph { file, source })
         }
-        other => Err(GraphError::Unsupported {
-            file,
-            what: format!("building a graph of `{}`", other.model_type()),
-        }),
+        ModelConfig::Bert(c) => {
+            let spec = bert_config(c, &file)?;
+            bert::build(&spec).map_err(|source| GraphError::Graph { file, source })
+        }
+    }
+}
+
+/// The graph-side configuration of a BERT `config` (read from `file`).
+pub fn bert_config(c: &config::BertConfig, file: &Path) -> Result<PlanBert, GraphError> {
+    let small = |field: &'static str, value: usize| extent(file, field, value);
+    Ok(PlanBert::new(
+        small("vocab_size", c.vocab_size)?,
+        small("hidden_size", c.hidden_size)?,
+        small("num_attention_heads", c.num_attention_heads)?,
+        small("id2label", c.num_labels())?,
+    )
+    .with_max_positions(small("max_position_embeddings", c.max_position_embeddings)?)
+    .with_type_vocab(small("type_vocab_size", c.type_vocab_size)?)
+    .with_ffn(small("intermediate_size", c.intermediate_size)?)
+    .with_layers(small("num_hidden_layers", c.num_hidden_layers)?)
+    .with_eps(c.layer_norm_eps as f32)
+    .with_activation(act(c.hidden_act)))
+}
+
+/// The graph's activation of a config's `activation`.
+fn act(activation: Activation) -> Act {
+    match activation {
+        Activation::Gelu => Act::Gelu,
+        Activation::GeluTanh => Act::GeluTanh,
+        Activation::Silu => Act::Silu,
     }
 }
 
@@ -114,11 +142,7 @@ pub fn gpt2_config(c: &config::Gpt2Config, file: &Path) -> Result<PlanGpt2, Grap
             what: "a GPT-2 whose head is not tied to its embeddings".into(),
         });
     }
-    let activation = match c.activation_function {
-        Activation::Gelu => Act::Gelu,
-        Activation::GeluTanh => Act::GeluTanh,
-        Activation::Silu => Act::Silu,
-    };
+    let activation = act(c.activation_function);
     Ok(PlanGpt2::new(
         extent(file, "vocab_size", c.vocab_size)?,
         extent(file, "n_embd", c.n_embd)?,
@@ -211,46 +235,52 @@ fn transpose(values: &[f64], rows: usize, cols: usize) -> Vec<f64> {
 /// graph's orientation (a linear weight transposed). Every expected tensor must be there with
 /// the shape the config implies.
 pub fn parameters(dir: &ModelDir, graph: &Graph) -> Result<Vec<(String, Vec<f64>)>, GraphError> {
+    graph
+        .params()
+        .into_iter()
+        .map(|p| Ok((graph.tensor(p).name.clone(), parameter(dir, graph, p)?)))
+        .collect()
+}
+
+/// The values of parameter `p` of `graph` from the checkpoint of `dir`, in the graph's
+/// orientation, as [`parameters`] reads each: for a checkpoint that lacks some (a `BertModel`
+/// has no classifier), the others.
+pub fn parameter(dir: &ModelDir, graph: &Graph, p: TensorId) -> Result<Vec<f64>, GraphError> {
     let names = dir.check_names()?;
-    let mut out = Vec::with_capacity(graph.params().len());
-    for p in graph.params() {
-        let name = graph.tensor(p).name.clone();
-        let missing = || GraphError::Parameter {
-            name: name.clone(),
-            detail: "the checkpoint has no such tensor".into(),
-        };
-        let actual = names.actual(&name).ok_or_else(missing)?;
-        let info = dir.checkpoint().get(actual).ok_or_else(missing)?;
-        let shape: Vec<usize> = info.shape.clone();
-        let want = extents(graph, p);
-        let linear = is_transposed(dir.config(), graph, p);
-        let expected: Vec<usize> = if linear {
-            want.iter().rev().copied().collect()
-        } else {
-            want.clone()
-        };
-        if shape != expected {
-            return Err(GraphError::Parameter {
-                name,
-                detail: format!(
-                    "the checkpoint's `{actual}` is {shape:?}; the graph needs {expected:?}"
-                ),
-            });
-        }
-        let values: Vec<f64> = dir
-            .checkpoint()
-            .read_f32(actual)?
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        let values = if linear {
-            transpose(&values, shape[0], shape[1])
-        } else {
-            values
-        };
-        out.push((name, values));
+    let name = graph.tensor(p).name.clone();
+    let missing = || GraphError::Parameter {
+        name: name.clone(),
+        detail: "the checkpoint has no such tensor".into(),
+    };
+    let actual = names.actual(&name).ok_or_else(missing)?;
+    let info = dir.checkpoint().get(actual).ok_or_else(missing)?;
+    let shape: Vec<usize> = info.shape.clone();
+    let want = extents(graph, p);
+    let linear = is_transposed(dir.config(), graph, p);
+    let expected: Vec<usize> = if linear {
+        want.iter().rev().copied().collect()
+    } else {
+        want.clone()
+    };
+    if shape != expected {
+        return Err(GraphError::Parameter {
+            name,
+            detail: format!(
+                "the checkpoint's `{actual}` is {shape:?}; the graph needs {expected:?}"
+            ),
+        });
     }
-    Ok(out)
+    let values: Vec<f64> = dir
+        .checkpoint()
+        .read_f32(actual)?
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    Ok(if linear {
+        transpose(&values, shape[0], shape[1])
+    } else {
+        values
+    })
 }
 
 /// `values` of parameter (or gradient) `name` of `graph`, built for a model of `config`, in

@@ -1,4 +1,4 @@
-//! GELU, SiLU and SwiGLU: forward against their definitions, backward against finite
+//! GELU, SiLU, tanh and SwiGLU: forward against their definitions, backward against finite
 //! differences, and the GPU against the CPU, under every 2-D layout and element type.
 
 mod support;
@@ -30,10 +30,19 @@ fn reference(act: Activation, x: f64) -> f64 {
             0.5 * x * (1.0 + (c * (x + 0.044715 * x.powi(3))).tanh())
         }
         Activation::Silu => x / (1.0 + (-x).exp()),
+        Activation::Tanh => {
+            let (e, f) = (x.exp(), (-x).exp());
+            (e - f) / (e + f)
+        }
     }
 }
 
-const ACTIVATIONS: [Activation; 3] = [Activation::Gelu, Activation::GeluTanh, Activation::Silu];
+const ACTIVATIONS: [Activation; 4] = [
+    Activation::Gelu,
+    Activation::GeluTanh,
+    Activation::Silu,
+    Activation::Tanh,
+];
 
 /// Rows that no tile divides; columns that 4 divides but 8 does not.
 const ROWS: u32 = 13;

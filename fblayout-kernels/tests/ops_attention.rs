@@ -1,21 +1,22 @@
 //! Attention: the forward against its definition, the backward against finite differences, and
 //! the GPU against the CPU, for multi-head and grouped-query attention, causal and not, with Q,
 //! K and V as separate tensors and as views of one fused projection (row-major and R-Tile),
-//! scores row-major and R-Tile, in f32 and f16; the scratch every run takes against what the op
-//! reports, also where products split; `qkv_views` against the fused layout's offsets; and
-//! typed errors for bad input.
+//! scores row-major and R-Tile, in f32 and f16; a padding mask over the keys (`Mask::Keys`)
+//! likewise; the scratch every run takes against what the op reports, also where products
+//! split; `qkv_views` against the fused layout's offsets; and typed errors for bad input.
 
 mod support;
 
-use fblayout_core::layout::{ElemType, LayoutSpec, View};
+use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::attention::{
     Attention, AttentionArgs, AttentionExtents, AttentionOp, AttentionSaved, AttentionViews,
-    attention_backward_cpu, attention_forward_cpu, qkv_views,
+    attention_backward_cpu, attention_forward_cpu, attention_forward_keys_cpu, qkv_views,
 };
 use fblayout_kernels::ops::softmax::Mask;
 use fblayout_kernels::runtime::{Gpu, GpuBuffer, Scratch};
+use fblayout_kernels::tensor::{GpuArg, HostArg};
 use support::{
     Rng, Tensor, assert_close, coop_gpu, finite_differences, gpu, gpu_elems, gpus, tolerance,
 };
@@ -131,6 +132,51 @@ struct Problem {
     out: Tensor,
     probs: Tensor,
     dout: Tensor,
+    /// The padding mask `[batch, seq_k]` of a `Mask::Keys` attention.
+    keep: Option<Keep>,
+}
+
+/// A padding mask `[batch, seq_k]` of `u32`, row-major: 1 keeps a key, 0 masks it.
+#[derive(Debug, Clone)]
+struct Keep {
+    view: View,
+    bound: BoundView,
+    values: Vec<u32>,
+}
+
+impl Keep {
+    /// Random 0s and 1s, key 0 of every batch kept (so every row sees a key), and the last
+    /// three keys of batch 1 padding.
+    fn random(rng: &mut Rng, seq_k: u32) -> Self {
+        let view = LayoutSpec::new("keep")
+            .elem(ElemType::U32)
+            .dyn_axis("batch")
+            .dyn_axis("k")
+            .build()
+            .unwrap()
+            .view();
+        let bound = view.bind(&[("batch", BATCH), ("k", seq_k)]).unwrap();
+        let values = (0..BATCH * seq_k)
+            .map(|i| {
+                let (b, j) = (i / seq_k, i % seq_k);
+                match (b, j) {
+                    (_, 0) => 1,
+                    (1, j) if j + 3 >= seq_k => 0,
+                    _ => rng.below(2) as u32,
+                }
+            })
+            .collect();
+        Self {
+            view,
+            bound,
+            values,
+        }
+    }
+
+    fn keeps(&self, b: usize, j: usize) -> bool {
+        let seq_k = self.bound.shape()[1] as usize;
+        self.values[b * seq_k + j] != 0
+    }
 }
 
 impl Problem {
@@ -178,6 +224,7 @@ impl Problem {
             0.0,
             1.0,
         );
+        let keep = (case.mask == Mask::Keys).then(|| Keep::random(rng, seq_k));
         Self {
             attention,
             q,
@@ -187,6 +234,7 @@ impl Problem {
             out,
             probs,
             dout,
+            keep,
         }
     }
 
@@ -210,6 +258,7 @@ impl Problem {
             out: self.out.clone(),
             probs: self.probs.clone(),
             dout: self.dout.clone(),
+            keep: self.keep.clone(),
             ..*self
         }
     }
@@ -231,9 +280,10 @@ fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
     let kv_at = |t: &Tensor, b: usize, j: usize, h: usize, d: usize| {
         t.values[((b * sk + j) * kv_heads + h) * d_n + d]
     };
-    let keeps = |i: usize, j: usize| match p.attention.mask {
+    let keeps = |b: usize, i: usize, j: usize| match p.attention.mask {
         Mask::None => true,
         Mask::Causal { offset } => j as i64 <= i as i64 + i64::from(offset),
+        Mask::Keys => p.keep.as_ref().expect("a key mask's values").keeps(b, j),
     };
     let mut out = vec![0.0; b_n * sq * heads * d_n];
     let mut probs = vec![0.0; b_n * heads * sq * sk];
@@ -250,14 +300,14 @@ fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
                     })
                     .collect();
                 let max = (0..sk)
-                    .filter(|&j| keeps(i, j))
+                    .filter(|&j| keeps(b, i, j))
                     .map(|j| scores[j])
                     .fold(f64::NEG_INFINITY, f64::max);
                 let total: f64 = (0..sk)
-                    .filter(|&j| keeps(i, j))
+                    .filter(|&j| keeps(b, i, j))
                     .map(|j| (scores[j] - max).exp())
                     .sum();
-                for j in (0..sk).filter(|&j| keeps(i, j)) {
+                for j in (0..sk).filter(|&j| keeps(b, i, j)) {
                     let pj = (scores[j] - max).exp() / total;
                     probs[((b * heads + h) * sq + i) * sk + j] = pj;
                     for d in 0..d_n {
@@ -274,14 +324,15 @@ fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
 fn cpu_forward<T: Real>(p: &Problem) -> (Vec<f64>, Vec<f64>) {
     let (hq, hk, hv) = (p.q.host::<T>(), p.k.host::<T>(), p.v.host::<T>());
     let (mut ho, mut hp) = (p.out.host::<T>(), p.probs.host::<T>());
-    attention_forward_cpu(
-        p.attention,
-        &p.q.arg(&hq),
-        &p.k.arg(&hk),
-        &p.v.arg(&hv),
-        &mut p.out.arg_mut(&mut ho),
-        &mut p.probs.arg_mut(&mut hp),
-    )
+    let (q, k, v) = (&p.q.arg(&hq), &p.k.arg(&hk), &p.v.arg(&hv));
+    let (out, probs) = (&mut p.out.arg_mut(&mut ho), &mut p.probs.arg_mut(&mut hp));
+    match &p.keep {
+        Some(keep) => {
+            let mask = HostArg::bound(&keep.values[..], &keep.bound).unwrap();
+            attention_forward_keys_cpu(p.attention, q, k, v, &mask, out, probs)
+        }
+        None => attention_forward_cpu(p.attention, q, k, v, out, probs),
+    }
     .unwrap();
     (p.out.read_host(&ho), p.probs.read_host(&hp))
 }
@@ -329,7 +380,15 @@ fn gpu_run(gpu: &Gpu, p: &Problem, tune: bool) -> GpuResults {
 
 /// [`gpu_run`], with the scratch the forward and the backward took.
 fn gpu_run_taking(gpu: &Gpu, p: &Problem, tune: bool) -> (GpuResults, [Scratch; 2]) {
-    let op = AttentionOp::new(gpu, &p.views(), p.attention).unwrap();
+    let op = match &p.keep {
+        Some(keep) => AttentionOp::with_keep(gpu, &p.views(), &keep.view, p.attention),
+        None => AttentionOp::new(gpu, &p.views(), p.attention),
+    }
+    .unwrap();
+    let keep = p.keep.as_ref().map(|keep| {
+        let buffer = GpuBuffer::from_slice(gpu, &keep.values).unwrap();
+        (buffer, keep)
+    });
     let (inputs, grads): (Vec<GpuBuffer>, Vec<GpuBuffer>) = match &p.fused {
         Some(fused) => (vec![fused.upload(gpu)], vec![fused.poisoned(gpu)]),
         None => (
@@ -374,7 +433,14 @@ fn gpu_run_taking(gpu: &Gpu, p: &Problem, tune: bool) -> (GpuResults, [Scratch; 
     let [most_forward, most_backward] =
         AttentionOp::scratch(&p.attention, extents, probs_len, elems).unwrap();
     let mut batch = gpu.batch();
-    op.forward(&mut batch, &args).unwrap();
+    match &keep {
+        Some((buffer, keep)) => {
+            let mask = GpuArg::bound(buffer, &keep.view, keep.bound.clone()).unwrap();
+            op.forward_keys(&mut batch, &args, &mask)
+        }
+        None => op.forward(&mut batch, &args),
+    }
+    .unwrap();
     let forward = batch.release_scratch();
     op.backward(
         &mut batch,
@@ -639,6 +705,84 @@ fn cross_attention_with_other_key_lengths_and_both_reduction_paths() {
             );
             check_gpu(gpu, &format!("{path} {case:?}"), &p);
         }
+    }
+}
+
+/// A padding mask (`Mask::Keys`): keys masked per batch, at random and at the end, 13 keys
+/// (no tile of 4 or 8 divides them), 9 queries too for separate Q: the CPU and GPU forwards
+/// against the definition (f64 reference, 1e-12 on the CPU; the f32 tolerance over 13 terms on
+/// the GPU), the masked probabilities exactly 0, the CPU backward against finite differences
+/// (h = 1e-6, 1e-7), and the GPU's forward and backward against the CPU twin in f32 and f16.
+#[test]
+fn a_padding_mask_hides_its_keys_forward_and_backward() {
+    let mut rng = Rng::new(7);
+    let cases = [
+        ((4, 4), Storage::Fused { rtile: true }, true, SEQ),
+        ((4, 2), Storage::Separate { rtile: false }, false, SEQ),
+        ((4, 1), Storage::Separate { rtile: true }, true, 9),
+    ];
+    for (heads, storage, scores_rtile, seq_q) in cases {
+        for elem in gpu_elems() {
+            let case = Case {
+                heads,
+                mask: Mask::Keys,
+                storage,
+                scores_rtile,
+                elem,
+            };
+            let p = Problem::new(&mut rng, case, (seq_q, SEQ));
+            if elem == ElemType::F32 {
+                let (want_out, want_probs) = reference(&p);
+                let (out, probs) = cpu_forward::<f64>(&p);
+                assert_close(&format!("cpu out {case:?}"), &out, &want_out, 1e-12);
+                assert_close(&format!("cpu probs {case:?}"), &probs, &want_probs, 1e-12);
+                let keep = p.keep.as_ref().unwrap();
+                let sk = SEQ as usize;
+                for (r, row) in probs.chunks(sk).enumerate() {
+                    let b = r / (seq_q as usize * heads.0 as usize);
+                    for (j, &pj) in row.iter().enumerate() {
+                        assert!(keep.keeps(b, j) || pj == 0.0, "row {r} sees masked key {j}");
+                    }
+                }
+                let got = gpu_run(gpu(), &p, false);
+                let tol = tolerance(ElemType::F32, SEQ as usize);
+                assert_close(&format!("gpu out {case:?}"), &got.out, &want_out, tol);
+                assert_close(
+                    &format!("gpu probs {case:?}"),
+                    &per_key(&p, &got.probs),
+                    &per_key(&p, &want_probs),
+                    tol,
+                );
+            }
+            check_gpu(gpu(), &format!("{case:?}"), &p);
+        }
+    }
+    let h = 1e-6;
+    for storage in [
+        Storage::Separate { rtile: false },
+        Storage::Fused { rtile: true },
+    ] {
+        let case = Case {
+            heads: (4, 2),
+            mask: Mask::Keys,
+            storage,
+            scores_rtile: true,
+            elem: ElemType::F32,
+        };
+        let p = Problem::new(&mut rng, case, (6, 6));
+        let (_, probs) = cpu_forward::<f64>(&p);
+        let [dq, dk, dv] = cpu_backward::<f64>(&p, &p.probs.with_values(probs));
+        let loss = |q: &[f64], k: &[f64], v: &[f64]| -> f64 {
+            let (out, _) = cpu_forward::<f64>(&p.with_qkv(q, k, v));
+            out.iter().zip(&p.dout.values).map(|(a, b)| a * b).sum()
+        };
+        let (q, k, v) = (&p.q.values, &p.k.values, &p.v.values);
+        let fd_q = finite_differences(q, h, |x| loss(x, k, v));
+        let fd_k = finite_differences(k, h, |x| loss(q, x, v));
+        let fd_v = finite_differences(v, h, |x| loss(q, k, x));
+        assert_close(&format!("dq {case:?}"), &dq, &fd_q, 1e-7);
+        assert_close(&format!("dk {case:?}"), &dk, &fd_k, 1e-7);
+        assert_close(&format!("dv {case:?}"), &dv, &fd_v, 1e-7);
     }
 }
 

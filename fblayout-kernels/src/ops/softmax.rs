@@ -63,13 +63,20 @@ pub enum Mask {
         /// How far past its own index a query sees.
         offset: i32,
     },
+    /// Key `k` of a row whose first coordinate is `b` when `keep[b, k] ≠ 0`, read from a
+    /// `[rows' first axis, keys]` operand of `u32` (an attention's padding mask, `[batch,
+    /// seq_k]`, 1 for a real token and 0 for padding, as Hugging Face's `attention_mask`).
+    /// Built with [`SoftmaxOp::with_keep`] and run with [`SoftmaxOp::forward_keys`] (on the CPU,
+    /// [`softmax_forward_keys_cpu`]).
+    Keys,
 }
 
 impl Mask {
-    /// Whether query `q` keeps key `k`.
+    /// Whether query `q` keeps key `k` by their positions ([`Mask::Keys`] decides by its
+    /// operand, so every position passes here).
     pub fn keeps(self, q: usize, k: usize) -> bool {
         match self {
-            Self::None => true,
+            Self::None | Self::Keys => true,
             Self::Causal { offset } => k as i64 <= q as i64 + i64::from(offset),
         }
     }
@@ -102,8 +109,9 @@ impl Softmax {
     /// The scalar parameters of the kernels.
     fn params(&self) -> Vec<(&'static str, ParamValue)> {
         let mut p = vec![("scale", ParamValue::F32(self.scale))];
-        if let Mask::Causal { offset } = self.mask {
-            p.push(("offset", ParamValue::I32(offset)));
+        match self.mask {
+            Mask::Causal { offset } => p.push(("offset", ParamValue::I32(offset))),
+            Mask::None | Mask::Keys => {}
         }
         p
     }
@@ -121,6 +129,8 @@ pub struct SoftmaxOp {
     softmax: Softmax,
     x: View,
     y: View,
+    /// The key mask's view, for [`Mask::Keys`].
+    keep: Option<View>,
     forward: RowKernels,
     backward: RowKernels,
 }
@@ -129,7 +139,31 @@ impl SoftmaxOp {
     /// The kernels of `softmax` reading `x` and writing `y` (and back: reading `y` and `dy`
     /// through `y`'s view and writing `dx` through `x`'s). Both views have one shape of rank
     /// at least 2 and store floats.
+    /// A [`Mask::Keys`] softmax is built by [`with_keep`](Self::with_keep) instead.
     pub fn new(gpu: &Gpu, x: &View, y: &View, softmax: Softmax) -> Result<Self, OpError> {
+        Self::build(gpu, x, y, None, softmax)
+    }
+
+    /// The kernels of a [`Mask::Keys`] softmax reading its key mask through `keep`, `[x's
+    /// first axis, x's last axis]` of `u32` (the backward reads no mask: a masked key's
+    /// probability is 0, and so is its gradient).
+    pub fn with_keep(
+        gpu: &Gpu,
+        x: &View,
+        y: &View,
+        keep: &View,
+        softmax: Softmax,
+    ) -> Result<Self, OpError> {
+        Self::build(gpu, x, y, Some(keep), softmax)
+    }
+
+    fn build(
+        gpu: &Gpu,
+        x: &View,
+        y: &View,
+        keep: Option<&View>,
+        softmax: Softmax,
+    ) -> Result<Self, OpError> {
         let rank = check_same_shape(FORWARD, ("y", y), &[("x", x)])?;
         if rank < 2 {
             return Err(OpError::shape(
@@ -140,10 +174,27 @@ impl SoftmaxOp {
         check_float(FORWARD, "x", x)?;
         check_float(FORWARD, "y", y)?;
         let row_len = x.axes()[rank - 1].extent.as_static();
+        match (softmax.mask, keep) {
+            (Mask::Keys, Some(keep)) => check_keep_view(x, keep)?,
+            (Mask::Keys, None) => {
+                return Err(OpError::shape(
+                    FORWARD,
+                    "a key mask (`Mask::Keys`) needs its `keep` view: build with `with_keep`",
+                ));
+            }
+            (Mask::None | Mask::Causal { .. }, Some(_)) => {
+                return Err(OpError::shape(
+                    FORWARD,
+                    "a `keep` view was given, but the mask is not `Mask::Keys`",
+                ));
+            }
+            (Mask::None | Mask::Causal { .. }, None) => {}
+        }
         let op = Self {
             softmax,
             x: x.clone(),
             y: y.clone(),
+            keep: keep.cloned(),
             forward: RowKernels::new(row_len),
             backward: RowKernels::new(row_len),
         };
@@ -183,8 +234,8 @@ impl SoftmaxOp {
         let mut body = code.helpers(&["x"], &["y"]);
         body += &valid_keys(self.softmax.mask);
         body += &code.open(FORWARD_ENTRY);
-        let q = code.coord(code.rank - 2);
-        let valid = format!("row_valid(row_j, row_n, {q})");
+        let (b, q) = (code.coord(0), code.coord(code.rank - 2));
+        let valid = format!("row_valid(row_j, row_n, {q}, {b})");
         let load = format!(
             "select(vec4<f32>(row_lowest), {} * params.scale, {valid})",
             code.get("x", "row_j")
@@ -262,6 +313,9 @@ impl SoftmaxOp {
         let mut source = KernelSource::new(FORWARD);
         for o in operands {
             source = source.operand(o);
+        }
+        if let Some(keep) = &self.keep {
+            source = source.operand(Operand::read("keep", keep)?);
         }
         source = source.scalar("scale", Scalar::F32);
         if let Mask::Causal { .. } = self.softmax.mask {
@@ -350,22 +404,65 @@ impl SoftmaxOp {
         Compiled::new(BACKWARD, gpu, source)
     }
 
-    /// Records `y = softmax(scale · x)`.
+    /// Records `y = softmax(scale · x)` (of a softmax built without a key mask).
     pub fn forward(
         &self,
         batch: &mut Batch<'_>,
         x: &GpuArg<'_>,
         y: &GpuArg<'_>,
     ) -> Result<(), OpError> {
+        self.record_forward(batch, x, None, y)
+    }
+
+    /// Records `y = softmax(scale · x)` over the keys `keep` keeps (of a softmax built by
+    /// [`with_keep`](Self::with_keep)). `keep` is `[x's first extent, x's last extent]`; any
+    /// value but 0 keeps a key.
+    pub fn forward_keys(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        keep: &GpuArg<'_>,
+        y: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.record_forward(batch, x, Some(keep), y)
+    }
+
+    fn record_forward(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        keep: Option<&GpuArg<'_>>,
+        y: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
         let dims = check_same_dims(FORWARD, &["x", "y"], [x.dims(), y.dims()].into_iter())?;
         let (rows, n) = rows_of(FORWARD, &dims)?;
+        let mut args = vec![("x", x), ("y", y)];
+        match (&self.keep, keep) {
+            (Some(_), Some(keep)) => {
+                check_keep_dims(&dims, &keep.dims())?;
+                args.push(("keep", keep));
+            }
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(OpError::shape(
+                    FORWARD,
+                    "the softmax masks keys: record it with `forward_keys`",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(OpError::shape(
+                    FORWARD,
+                    "the softmax was built without a key mask: record it with `forward`",
+                ));
+            }
+        }
         let gpu = batch.gpu();
         let shape = RowShape::for_len(n);
         let kernel = self.forward.get(shape, |s| self.build_forward(gpu, s))?;
         kernel.record_linear(
             batch,
             FORWARD_ENTRY,
-            &[("x", x), ("y", y)],
+            &args,
             &self.softmax.params(),
             shape.workgroups(rows),
         )
@@ -398,16 +495,33 @@ impl SoftmaxOp {
     }
 }
 
-/// `row_valid(j, n, q)`: which of the four keys of the chunk at `j` row `q` keeps.
+/// `row_valid(j, n, q, b)`: which of the four keys of the chunk at `j` row `q` (of first
+/// coordinate `b`) keeps.
 fn valid_keys(mask: Mask) -> String {
     let keep = match mask {
         Mask::None => "row_in",
         Mask::Causal { .. } => {
             "row_in & (vec4<i32>(row_keys(row_j)) <= vec4<i32>(i32(row_q) + params.offset))"
         }
+        Mask::Keys => "row_kept(row_in, row_keys(row_j), row_b)",
+    };
+    let kept = match mask {
+        Mask::None | Mask::Causal { .. } => "",
+        Mask::Keys => {
+            "fn row_kept(row_in: vec4<bool>, row_ks: vec4<u32>, row_b: u32) -> vec4<bool> {
+    var row_ok = vec4<bool>(false);
+    for (var row_l = 0u; row_l < 4u; row_l = row_l + 1u) {
+        if (row_in[row_l]) {
+            row_ok[row_l] = keep_load(row_b, row_ks[row_l]) != 0u;
+        }
+    }
+    return row_ok;
+}
+"
+        }
     };
     format!(
-        "fn row_valid(row_j: u32, row_n: u32, row_q: u32) -> vec4<bool> {{
+        "{kept}fn row_valid(row_j: u32, row_n: u32, row_q: u32, row_b: u32) -> vec4<bool> {{
     let row_in = row_keys(row_j) < vec4<u32>(row_n);
     return {keep};
 }}
@@ -415,16 +529,99 @@ fn valid_keys(mask: Mask) -> String {
     )
 }
 
+/// Refuses a key mask's view that is not `[x's first axis, x's last axis]` of `u32`.
+fn check_keep_view(x: &View, keep: &View) -> Result<(), OpError> {
+    if keep.layout().elem() != ElemType::U32 {
+        return Err(OpError::Unsupported {
+            op: FORWARD,
+            role: "keep",
+            view: keep.name().to_owned(),
+            why: format!("it stores {}; a key mask is u32", keep.layout().elem()),
+        });
+    }
+    let axes = x.axes();
+    let (first, last) = (&axes[0], &axes[axes.len() - 1]);
+    let [kb, kk] = keep.axes() else {
+        return Err(OpError::shape(
+            FORWARD,
+            format!(
+                "the key mask `{}` has rank {}, not 2",
+                keep.name(),
+                keep.axes().len()
+            ),
+        ));
+    };
+    for (what, a, b) in [("first", first, kb), ("last", last, kk)] {
+        if let (Some(m), Some(n)) = (a.extent.as_static(), b.extent.as_static())
+            && m != n
+        {
+            return Err(OpError::shape(
+                FORWARD,
+                format!("`x`'s {what} axis has {m} elements but the key mask's {n}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a key mask whose extents are not `[dims' first, dims' last]`.
+fn check_keep_dims(dims: &[usize], keep: &[usize]) -> Result<(), OpError> {
+    let want = [dims[0], dims[dims.len() - 1]];
+    if keep != want {
+        return Err(OpError::shape(
+            FORWARD,
+            format!("the key mask has shape {keep:?}, not {want:?} (`x`'s first and last extents)"),
+        ));
+    }
+    Ok(())
+}
+
 /// `y = softmax(scale · x)` along the last axis, on the CPU.
+///
+/// A [`Mask::Keys`] softmax runs [`softmax_forward_keys_cpu`] instead.
 pub fn softmax_forward_cpu<T: Real>(
     softmax: Softmax,
     x: &dyn Logical<T>,
     y: &mut dyn LogicalMut<T>,
 ) -> Result<(), OpError> {
+    if softmax.mask == Mask::Keys {
+        return Err(OpError::shape(
+            FORWARD,
+            "a key mask (`Mask::Keys`) needs its values: run `softmax_forward_keys_cpu`",
+        ));
+    }
+    forward_rows(softmax, x, None, y)
+}
+
+/// `y = softmax(scale · x)` along the last axis over the keys `keep` keeps, on the CPU (a
+/// [`Mask::Keys`] softmax): key `k` of a row of first coordinate `b` when `keep[b, k] ≠ 0`.
+pub fn softmax_forward_keys_cpu<T: Real>(
+    softmax: Softmax,
+    x: &dyn Logical<T>,
+    keep: &dyn Logical<u32>,
+    y: &mut dyn LogicalMut<T>,
+) -> Result<(), OpError> {
+    if softmax.mask != Mask::Keys {
+        return Err(OpError::shape(
+            FORWARD,
+            "a key mask's values were given, but the mask is not `Mask::Keys`",
+        ));
+    }
+    check_keep_dims(x.dims(), keep.dims())?;
+    forward_rows(softmax, x, Some(keep), y)
+}
+
+fn forward_rows<T: Real>(
+    softmax: Softmax,
+    x: &dyn Logical<T>,
+    keep: Option<&dyn Logical<u32>>,
+    y: &mut dyn LogicalMut<T>,
+) -> Result<(), OpError> {
     let s = f64::from(softmax.scale);
     map_rows(FORWARD, &[x], &mut [y], |lead, input, out| {
         let q = lead.last().copied().unwrap_or(0);
-        let keeps = |k: usize| softmax.mask.keeps(q, k);
+        let b = lead.first().copied().unwrap_or(0);
+        let keeps = |k: usize| softmax.mask.keeps(q, k) && keep.is_none_or(|m| m.get(&[b, k]) != 0);
         let max = input[0]
             .iter()
             .enumerate()

@@ -19,6 +19,8 @@ pub enum Act {
     GeluTanh,
     /// SiLU.
     Silu,
+    /// The hyperbolic tangent (BERT's pooler).
+    Tanh,
 }
 
 /// Which part of a training step an operation belongs to.
@@ -72,7 +74,8 @@ pub enum Op {
     },
     /// `q, k, v → out, probs`: attention over separate projections, the queries
     /// `[batch, seq, heads · d]` and the keys and values `[batch, seq, kv_heads · d]`, writing
-    /// `[batch, seq, heads · d]` and saving the probabilities `[batch, heads, seq, seq]`.
+    /// `[batch, seq, heads · d]` and saving the probabilities `[batch, heads, seq, seq]`; where
+    /// `padded`, `q, k, v, mask → out, probs`, the keys masked by padding.
     AttentionSeparate {
         /// Query heads.
         heads: u32,
@@ -80,6 +83,10 @@ pub enum Op {
         kv_heads: u32,
         /// Whether a query sees only the keys up to its own position.
         causal: bool,
+        /// Whether a fourth input `mask` `[batch, seq]` of `u32` (Hugging Face's
+        /// `attention_mask`: 1 a token, 0 padding) hides the padding keys from every query.
+        /// Not with `causal`.
+        padded: bool,
     },
     /// `q, k, v, probs, dout → dq, dk, dv`.
     AttentionSeparateGrad {

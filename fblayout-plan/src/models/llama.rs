@@ -218,6 +218,7 @@ pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
             heads: c.heads,
             kv_heads: c.kv_heads,
             causal: true,
+            padded: false,
         };
         let ctx = b.attention(&a("attn"), attention, &[q, k, v], c.heads, q_width)?;
         let o = b.linear(

@@ -13,8 +13,11 @@
 //! Activations are `[batch, seq, width]`, weights `[d_in, d_out]`.
 //!
 //! [`llama`] builds the Llama family's decoder (RMSNorm, RoPE, grouped-query attention over
-//! separate projections, SwiGLU) from its configuration, with Hugging Face's parameter names.
+//! separate projections, SwiGLU) from its configuration, with Hugging Face's parameter names;
+//! [`gpt2`] GPT-2's, and [`bert`] BERT's encoder with token types, attention masked by padding
+//! and a sequence-classification head.
 
+pub mod bert;
 mod blocks;
 pub mod gpt2;
 pub mod llama;

@@ -63,6 +63,7 @@ pub(crate) fn kernel_activation(act: Act) -> fblayout_kernels::ops::Activation {
         Act::Gelu => K::Gelu,
         Act::GeluTanh => K::GeluTanh,
         Act::Silu => K::Silu,
+        Act::Tanh => K::Tanh,
     }
 }
 
@@ -72,6 +73,7 @@ impl Contract for Activation {
             Act::Gelu => "gelu",
             Act::GeluTanh => "gelu_tanh",
             Act::Silu => "silu",
+            Act::Tanh => "tanh",
         }
     }
 

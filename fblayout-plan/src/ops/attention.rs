@@ -5,12 +5,18 @@
 //! context `out` `[batch, seq, heads · head_dim]` is written as heads, and the probabilities
 //! `[batch, heads, seq, seq]` are saved for the backward, `qkv, probs, dout → dqkv`, which
 //! writes the three gradients through the same views of `dqkv`. Scores are scaled by
-//! `1/√head_dim` and masked causally where asked. The kernels take the scores (and in the
-//! backward the gradients of the probabilities and of the scores) as scratch, laid out like the
-//! probabilities, with the partial sums of any product that splits its reduction.
+//! `1/√head_dim` and masked causally where asked. Separate projections may also take a padding
+//! mask `mask` `[batch, seq]` of `u32` (Hugging Face's `attention_mask`: 1 a token, 0 padding),
+//! an optional fourth input: a padding key gets probability 0 from every query (Hugging Face
+//! adds the dtype's minimum to its scores; with one real key per row the two agree). Only the
+//! forward reads it: the backward differentiates through the saved probabilities, which are 0
+//! at the masked keys, so those get no gradient. The executors check every value is 0 or 1
+//! ([`Along::Fixed`]). The kernels take the scores (and in the backward the gradients of the
+//! probabilities and of the scores) as scratch, laid out like the probabilities, with the
+//! partial sums of any product that splits its reduction.
 
 use fblayout_kernels::ops::attention::{
-    AttentionSaved, attention_backward_cpu, attention_forward_cpu,
+    AttentionSaved, attention_backward_cpu, attention_forward_cpu, attention_forward_keys_cpu,
 };
 use fblayout_kernels::ops::{
     Attention as Shape, AttentionArgs, AttentionExtents, AttentionOp, AttentionViews, Mask,
@@ -21,8 +27,8 @@ use fblayout_kernels::tensor::GpuArg;
 use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
 use super::{
-    Args, BEFORE_LAST, Contract, Decl, Dims, Holds, LAST, OpErr, Product, REDUCE_TOKENS, Sample,
-    Shapes, Slot, ViewRule, Walk,
+    Along, Args, BEFORE_LAST, Contract, Decl, Dims, Holds, IndexBound, LAST, OWN, OpErr, Product,
+    REDUCE_TOKENS, Sample, Shapes, Slot, ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
@@ -36,6 +42,8 @@ pub(crate) struct Attention {
     pub(crate) causal: bool,
     pub(crate) backward: bool,
     pub(crate) separate: bool,
+    /// Whether the forward takes a padding mask `mask` (separate projections only).
+    pub(crate) padded: bool,
 }
 
 impl Attention {
@@ -81,7 +89,9 @@ impl Attention {
 
     /// The kernels' attention for head size `head_dim`.
     fn shape(&self, head_dim: u32) -> Shape {
-        let mask = if self.causal {
+        let mask = if self.padded {
+            Mask::Keys
+        } else if self.causal {
             Mask::Causal { offset: 0 }
         } else {
             Mask::None
@@ -119,6 +129,8 @@ impl Contract for Attention {
         if self.backward {
             inputs.push(Slot::new("probs", ViewRule::Whole, REDUCE_TOKENS));
             inputs.push(self.heads("dout"));
+        } else if self.padded {
+            inputs.push(Slot::new("mask", ViewRule::Whole, OWN));
         }
         inputs
     }
@@ -141,6 +153,16 @@ impl Contract for Attention {
         for &r in projections.iter().chain(&[ctx]) {
             d.rank(r, 3)?;
             d.tokens(r)?;
+        }
+        if self.padded && (self.causal || !self.separate || self.backward) {
+            return Err(
+                "a padding mask is taken by the forward of attention over separate projections, \
+                 and not with a causal mask"
+                    .into(),
+            );
+        }
+        if self.padded {
+            d.is("mask", &[Dim::Batch, Dim::Seq])?;
         }
         if self.heads == 0 || self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return Err(format!(
@@ -224,11 +246,15 @@ impl Contract for Attention {
         let fused = (self.heads + 2 * self.kv_heads) * head_dim;
         let kv = self.kv_heads * head_dim;
         let inputs = if self.separate {
-            vec![
+            let mut inputs = vec![
                 Decl::tokens(&[("q", width)], Holds::Floats),
                 Decl::tokens(&[("k", kv)], Holds::Floats),
                 Decl::tokens(&[("v", kv)], Holds::Floats),
-            ]
+            ];
+            if self.padded {
+                inputs.push(Decl::tokens(&[], Holds::Ids { below: 2 }));
+            }
+            inputs
         } else {
             vec![Decl::tokens(&[("qkv", fused)], Holds::Floats)]
         };
@@ -314,6 +340,19 @@ impl Contract for Attention {
         self.backward
     }
 
+    fn index_bounds(&self) -> Vec<IndexBound> {
+        if !self.padded {
+            return Vec::new();
+        }
+        vec![IndexBound {
+            ids: "mask",
+            into: "k",
+            along: Along::Fixed(2),
+            except: None,
+            uploaded: false,
+        }]
+    }
+
     fn cpu(
         &self,
         ins: &Ins<'_>,
@@ -333,7 +372,11 @@ impl Contract for Attention {
             attention_backward_cpu(a, &saved, ins.f("dout")?, dq, dk, dv)?;
         } else {
             let [out, probs] = outs.outs(["out", "probs"])?;
-            attention_forward_cpu(a, q, k, v, out, probs)?;
+            if self.padded {
+                attention_forward_keys_cpu(a, q, k, v, ins.int("mask")?, out, probs)?;
+            } else {
+                attention_forward_cpu(a, q, k, v, out, probs)?;
+            }
         }
         Ok(None)
     }
@@ -352,10 +395,16 @@ impl Contract for Attention {
             scores,
         };
         let head_dim = args.read("q")?.bound.shape().last().copied().unwrap_or(1) as u32;
-        let op = AttentionOp::new(ctx.gpu, &views, self.shape(head_dim))?;
+        let shape = self.shape(head_dim);
+        let op = if self.padded {
+            AttentionOp::with_keep(ctx.gpu, &views, &args.read("mask")?.view, shape)?
+        } else {
+            AttentionOp::new(ctx.gpu, &views, shape)?
+        };
         Ok(Box::new(Kernel {
             op,
             backward: self.backward,
+            padded: self.padded,
         }))
     }
 }
@@ -385,6 +434,7 @@ fn operands<T>(args: &Args<T>, backward: bool) -> Result<[&T; 5], OpErr> {
 struct Kernel {
     op: AttentionOp,
     backward: bool,
+    padded: bool,
 }
 
 impl Kernel {
@@ -411,6 +461,8 @@ impl GpuKernel for Kernel {
         if self.backward {
             let (dq, dk, dv) = (args.write("dq")?, args.write("dk")?, args.write("dv")?);
             self.op.backward(batch, &a, args.read("dout")?, dq, dk, dv)
+        } else if self.padded {
+            self.op.forward_keys(batch, &a, args.read("mask")?)
         } else {
             self.op.forward(batch, &a)
         }

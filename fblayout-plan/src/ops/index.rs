@@ -40,10 +40,11 @@ pub(crate) fn index_limits(
             };
             let shape = whole[into.index()].shape();
             let extent = match bound.along {
-                Along::First => shape.first(),
-                Along::Last => shape.last(),
+                Along::First => shape.first().copied(),
+                Along::Last => shape.last().copied(),
+                Along::Fixed(n) => Some(u64::from(n)),
             };
-            out.push((i, bound, extent.copied().unwrap_or(0) as u32));
+            out.push((i, bound, extent.unwrap_or(0) as u32));
         }
     }
     out

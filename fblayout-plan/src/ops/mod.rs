@@ -357,6 +357,7 @@ impl Op {
                 causal,
                 backward: false,
                 separate: false,
+                padded: false,
             }),
             Self::AttentionGrad {
                 heads,
@@ -368,17 +369,20 @@ impl Op {
                 causal,
                 backward: true,
                 separate: false,
+                padded: false,
             }),
             Self::AttentionSeparate {
                 heads,
                 kv_heads,
                 causal,
+                padded,
             } => Box::new(attention::Attention {
                 heads,
                 kv_heads,
                 causal,
                 backward: false,
                 separate: true,
+                padded,
             }),
             Self::AttentionSeparateGrad {
                 heads,
@@ -390,6 +394,7 @@ impl Op {
                 causal,
                 backward: true,
                 separate: true,
+                padded: false,
             }),
             Self::Rope { heads } => Box::new(rope::Rope {
                 heads,
@@ -431,7 +436,7 @@ impl Op {
 /// One operation of every kind, each with its contract: what the generic contract tests
 /// iterate over. A new operation is registered here.
 pub fn registry() -> Vec<Op> {
-    let acts = [Act::Gelu, Act::GeluTanh, Act::Silu];
+    let acts = [Act::Gelu, Act::GeluTanh, Act::Silu, Act::Tanh];
     let mut ops = vec![
         Op::Embedding,
         Op::EmbeddingGrad,
@@ -465,6 +470,7 @@ pub fn registry() -> Vec<Op> {
             heads: 4,
             kv_heads: 2,
             causal: true,
+            padded: false,
         },
         Op::AttentionSeparateGrad {
             heads: 4,
@@ -475,6 +481,13 @@ pub fn registry() -> Vec<Op> {
             heads: 2,
             kv_heads: 2,
             causal: false,
+            padded: false,
+        },
+        Op::AttentionSeparate {
+            heads: 4,
+            kv_heads: 2,
+            causal: false,
+            padded: true,
         },
         Op::Rope { heads: 2 },
         Op::RopeGrad { heads: 2 },
@@ -555,6 +568,8 @@ pub enum Along {
     First,
     /// The last axis (a vocabulary of logits).
     Last,
+    /// No axis: a fixed number of values (a padding mask's 0 and 1: `Fixed(2)`).
+    Fixed(u32),
 }
 
 /// An integer input role whose values index into an axis of another role: each value must be

@@ -12,7 +12,9 @@ use super::{ARG_ROLES, Attention, BACKWARD, FORWARD, check_extents};
 use crate::cpu::{Logical, LogicalMut, Real};
 use crate::ops::error::OpError;
 use crate::ops::matmul::cpu::pack;
-use crate::ops::softmax::{Softmax, softmax_backward_cpu, softmax_forward_cpu};
+use crate::ops::softmax::{
+    Softmax, softmax_backward_cpu, softmax_forward_cpu, softmax_forward_keys_cpu,
+};
 
 /// What the CPU backward reads: the forward's inputs and the probabilities it saved.
 pub struct AttentionSaved<'a, T> {
@@ -197,7 +199,8 @@ fn write<T: Real>(out: &mut dyn LogicalMut<T>, values: &[f64]) {
 }
 
 /// The attention's forward on the CPU: `probs = softmax(scale·S)` (masked) of the scores
-/// `S = Q·Kᵀ` (rounded to `T`), `out = probs·V`.
+/// `S = Q·Kᵀ` (rounded to `T`), `out = probs·V`. An attention masked by padding
+/// ([`Mask::Keys`](crate::ops::Mask::Keys)) runs [`attention_forward_keys_cpu`] instead.
 pub fn attention_forward_cpu<T: Real>(
     attention: Attention,
     q: &dyn Logical<T>,
@@ -206,12 +209,40 @@ pub fn attention_forward_cpu<T: Real>(
     out: &mut dyn LogicalMut<T>,
     probs: &mut dyn LogicalMut<T>,
 ) -> Result<(), OpError> {
+    forward(attention, [q, k, v], None, out, probs)
+}
+
+/// [`attention_forward_cpu`] of an attention masked by padding
+/// ([`Mask::Keys`](crate::ops::Mask::Keys)): key `k` of batch `b` is seen when
+/// `keep[b, k] ≠ 0`, `keep` `[batch, seq_k]`.
+pub fn attention_forward_keys_cpu<T: Real>(
+    attention: Attention,
+    q: &dyn Logical<T>,
+    k: &dyn Logical<T>,
+    v: &dyn Logical<T>,
+    keep: &dyn Logical<u32>,
+    out: &mut dyn LogicalMut<T>,
+    probs: &mut dyn LogicalMut<T>,
+) -> Result<(), OpError> {
+    forward(attention, [q, k, v], Some(keep), out, probs)
+}
+
+fn forward<T: Real>(
+    attention: Attention,
+    [q, k, v]: [&dyn Logical<T>; 3],
+    keep: Option<&dyn Logical<u32>>,
+    out: &mut dyn LogicalMut<T>,
+    probs: &mut dyn LogicalMut<T>,
+) -> Result<(), OpError> {
     let dims = [q.dims(), k.dims(), v.dims(), out.dims(), probs.dims()];
     let shape = Shape::of(FORWARD, &attention, ARG_ROLES, dims)?;
     let (qd, kd, vd) = (dense(q), dense(k), dense(v));
     let scores = queries_times_keys_t::<T>(&shape, &qd, &kd);
     let softmax = Softmax::new(attention.scale, attention.mask);
-    softmax_forward_cpu(softmax, &scores, probs)?;
+    match keep {
+        Some(keep) => softmax_forward_keys_cpu(softmax, &scores, keep, probs)?,
+        None => softmax_forward_cpu(softmax, &scores, probs)?,
+    }
     let p = dense(&*probs);
     write(out, &scores_times_keys(&shape, &p, &vd));
     Ok(())

@@ -102,7 +102,9 @@ use super::softmax::{Mask, Softmax, SoftmaxOp};
 use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
-pub use cpu::{AttentionSaved, attention_backward_cpu, attention_forward_cpu};
+pub use cpu::{
+    AttentionSaved, attention_backward_cpu, attention_forward_cpu, attention_forward_keys_cpu,
+};
 
 const OP: &str = "attention";
 const FORWARD: &str = "attention forward";
@@ -475,9 +477,35 @@ impl AttentionOp {
     /// that the head axes are static extents equal to the head counts and that the other
     /// static extents agree; the products check the element types (`f32`, or `f16` where the
     /// device has it).
+    ///
+    /// An attention masked by padding ([`Mask::Keys`]) is built by
+    /// [`with_keep`](Self::with_keep) instead.
     pub fn new(
         gpu: &Gpu,
         views: &AttentionViews<&View>,
+        attention: Attention,
+    ) -> Result<Self, OpError> {
+        Self::build(gpu, views, None, attention)
+    }
+
+    /// The kernels of an attention masked by padding ([`Mask::Keys`]): key `k` of batch `b`
+    /// is seen by every query when `keep[b, k] ≠ 0`, `keep` read through its view `[batch,
+    /// seq_k]` of `u32` (Hugging Face's `attention_mask`). Only the forward reads it: a
+    /// masked key's probability is 0, so the backward gives it no gradient through the saved
+    /// probabilities. Checks as [`new`](Self::new) does.
+    pub fn with_keep(
+        gpu: &Gpu,
+        views: &AttentionViews<&View>,
+        keep: &View,
+        attention: Attention,
+    ) -> Result<Self, OpError> {
+        Self::build(gpu, views, Some(keep), attention)
+    }
+
+    fn build(
+        gpu: &Gpu,
+        views: &AttentionViews<&View>,
+        keep: Option<&View>,
         attention: Attention,
     ) -> Result<Self, OpError> {
         let group = attention.group()?;
@@ -518,12 +546,21 @@ impl AttentionOp {
         let s = &s_side;
         Ok(Self {
             scores_op: Product::new(gpu, &q_side.heads, &k_side.shared_t, &s.grouped)?,
-            softmax: SoftmaxOp::new(
-                gpu,
-                scores,
-                scores,
-                Softmax::new(attention.scale, attention.mask),
-            )?,
+            softmax: match keep {
+                Some(keep) => SoftmaxOp::with_keep(
+                    gpu,
+                    scores,
+                    scores,
+                    keep,
+                    Softmax::new(attention.scale, attention.mask),
+                )?,
+                None => SoftmaxOp::new(
+                    gpu,
+                    scores,
+                    scores,
+                    Softmax::new(attention.scale, attention.mask),
+                )?,
+            },
             values_op: Product::new(gpu, &s.grouped, &v_side.shared, &o_side.heads)?,
             grad_v: Product::new(gpu, &s.merged_t, &o_side.merged, &v_side.heads)?,
             grad_p: Product::new(gpu, &o_side.heads, &v_side.shared_t, &s.grouped)?,
@@ -669,6 +706,26 @@ impl AttentionOp {
     /// Records the forward: `S = Q·Kᵀ`, `probs = softmax(scale·S)`, `out = probs·V`. Every
     /// argument is checked before anything is recorded.
     pub fn forward(&self, batch: &mut Batch<'_>, args: &AttentionArgs<'_>) -> Result<(), OpError> {
+        self.record_forward(batch, args, None)
+    }
+
+    /// Records the forward of an attention built by [`with_keep`](Self::with_keep), its keys
+    /// masked by `keep` `[batch, seq_k]`.
+    pub fn forward_keys(
+        &self,
+        batch: &mut Batch<'_>,
+        args: &AttentionArgs<'_>,
+        keep: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.record_forward(batch, args, Some(keep))
+    }
+
+    fn record_forward(
+        &self,
+        batch: &mut Batch<'_>,
+        args: &AttentionArgs<'_>,
+        keep: Option<&GpuArg<'_>>,
+    ) -> Result<(), OpError> {
         self.check(FORWARD, args)?;
         let gpu = batch.gpu();
         let s_buffer = self.scratch_scores(batch, &args.probs)?;
@@ -689,7 +746,10 @@ impl AttentionOp {
         self.values_op.f32().extents(gpu, &p_g, &v, &o)?;
         self.scores_op
             .record(batch, &q, &k_t, &s_g, Output::Overwrite)?;
-        self.softmax.forward(batch, &s, &args.probs)?;
+        match keep {
+            Some(keep) => self.softmax.forward_keys(batch, &s, keep, &args.probs)?,
+            None => self.softmax.forward(batch, &s, &args.probs)?,
+        }
         self.values_op
             .record(batch, &p_g, &v, &o, Output::Overwrite)
     }
