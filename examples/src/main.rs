@@ -2,9 +2,13 @@
 //! executors (the `train` module): under unified row-major layouts and under the planner's
 //! choice, on the GPU, checked against the CPU executor, and timed.
 //!
+//! `fblayout finetune` fine-tunes a Hugging Face model on a data file (the `finetune` module).
+//!
 //! `fblayout plan` instead shows the layout plan and the memory plan of a shipped model's
 //! training step (see the `plan` module).
 
+mod curves;
+mod finetune;
 mod plan;
 mod progress;
 mod sizes;
@@ -41,12 +45,16 @@ enum Command {
     /// Show the layout plan and memory plan of a shipped model's training step (encoder or
     /// decoder), every tensor's layout and why.
     Plan(plan::PlanArgs),
+    /// Fine-tune a Hugging Face model directory on a data file (CPU executor): progress,
+    /// held-out evaluation, checkpoints that `--resume` continues exactly, loss curves.
+    Finetune(finetune::FinetuneArgs),
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = match &args.command {
         Some(Command::Plan(plan_args)) => plan::run(plan_args).map_err(|e| error_chain(&e)),
+        Some(Command::Finetune(ft)) => finetune::run(ft).map_err(|e| error_chain(&e)),
         None => train::run(&args.train).map_err(|e| error_chain(&e)),
     };
     match result {

@@ -192,6 +192,83 @@ impl CpuStep {
         self.steps
     }
 
+    /// The learning rate the next AdamW step runs with.
+    pub fn learning_rate(&self) -> f32 {
+        self.adamw.lr
+    }
+
+    /// Sets the learning rate of the next AdamW steps (a schedule sets it before each step).
+    pub fn set_learning_rate(&mut self, lr: f32) {
+        self.adamw.lr = lr;
+    }
+
+    /// Sets the number of steps taken, so that the next AdamW step is `steps + 1` (its bias
+    /// corrections): with the moments set back ([`set`](Self::set) on `p.m` and `p.v`), a
+    /// step resumed from a checkpoint is the step an uninterrupted run takes.
+    pub fn set_steps(&mut self, steps: u32) {
+        self.steps = steps;
+    }
+
+    /// The forward alone on `inputs`: the loss, with no gradient computed and nothing updated.
+    pub fn evaluate(&mut self, inputs: &StepInputs) -> Result<f64, ExecError> {
+        self.load(inputs)?;
+        if self.poison {
+            for (buffer, &keep) in self.buffers.iter_mut().zip(&self.persistent) {
+                if !keep {
+                    buffer.fill(f64::NAN);
+                }
+            }
+        }
+        let mut loss = 0.0;
+        for i in 0..self.nodes.len() {
+            if self.graph.nodes()[i].op.phase() != Phase::Forward {
+                continue;
+            }
+            if let Some(l) = self.node(i, self.steps + 1)? {
+                loss += l;
+            }
+            if self.poison {
+                for &b in &self.freed[i] {
+                    self.buffers[b].fill(f64::NAN);
+                }
+            }
+        }
+        Ok(loss)
+    }
+
+    /// Sets the gradient of parameter `param` to `logical` (row-major over its shape), for
+    /// [`update`](Self::update): gradients summed over micro-batches, or clipped.
+    pub fn set_grad(&mut self, param: &str, logical: &[f64]) -> Result<(), ExecError> {
+        let p = self.id(param)?;
+        let g = self
+            .graph
+            .grad(p)
+            .filter(|_| self.graph.tensor(p).role == Role::Param)
+            .ok_or_else(|| ExecError::Unknown(format!("{param} (its gradient)")))?;
+        let name = &self.graph.tensor(g).name;
+        let bound = &self.whole[g.index()];
+        check_values(name, logical.len(), bound)?;
+        let b = self.buffer_of[g.index()].ok_or_else(|| ExecError::Unknown(name.clone()))?;
+        let buffer = &mut self.buffers[b];
+        bound.for_each(|i, _, off| buffer[off as usize] = logical[i]);
+        Ok(())
+    }
+
+    /// The AdamW pass alone, on the gradients as they are (from
+    /// [`forward_backward`](Self::forward_backward), or [`set_grad`](Self::set_grad)): one
+    /// step, refused where a gradient is not finite.
+    pub fn update(&mut self) -> Result<(), ExecError> {
+        let adam_step = self.steps + 1;
+        self.check_finite(0.0, adam_step)?;
+        for i in 0..self.nodes.len() {
+            if self.graph.nodes()[i].op.phase() == Phase::Optimizer {
+                self.node(i, adam_step)?;
+            }
+        }
+        self.steps = adam_step;
+        Ok(())
+    }
+
     /// One training step on `inputs`: forward, backward and AdamW. Returns the loss (the sum of
     /// the cross-entropies' means) before the update.
     pub fn step(&mut self, inputs: &StepInputs) -> Result<f64, ExecError> {

@@ -62,6 +62,16 @@ pub struct StepInputs {
 }
 
 impl StepInputs {
+    /// These token ids, position ids and labels (each `[batch, seq]` row-major).
+    pub fn new(ids: Vec<u32>, positions: Vec<u32>, labels: Vec<u32>) -> Self {
+        Self {
+            ids,
+            positions,
+            labels,
+            others: Vec::new(),
+        }
+    }
+
     /// Random ids and labels below `vocab` (from `seed`), positions `0..seq` in every sequence.
     pub fn random(vocab: u32, sizes: Sizes, seed: u64) -> Self {
         let mut rng = init::Rng::new(seed);

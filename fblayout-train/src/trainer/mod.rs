@@ -1,0 +1,477 @@
+//! The training loop and the builder that sets it up.
+//!
+//! [`Trainer::builder`] takes the model directory, the data file and the task; the rest has
+//! defaults. [`TrainerBuilder::build`] loads the model, builds its training graph, plans its
+//! layouts and memory, reads and tokenizes the data, and (with [`resume`](TrainerBuilder::resume))
+//! reads the checkpoint; [`Trainer::run`] trains, reporting each step and evaluation as an
+//! [`Event`], writing the log ([`LOG_FILE`]) and the checkpoint ([`CHECKPOINT_FILE`]) in the
+//! output directory.
+//!
+//! Steps run on the CPU executor ([`CpuStep`], `f64`), the reference: a run resumed from a
+//! checkpoint continues with exactly the losses of an uninterrupted one.
+
+mod setup;
+mod step;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use fblayout_hf::ModelDirError;
+use fblayout_hf::graph::GraphError;
+use fblayout_plan::exec::{CpuStep, ExecError};
+use fblayout_plan::memory::MemoryError;
+use fblayout_plan::select::PlanError;
+
+use crate::checkpoint::{self, CheckpointError, TrainState};
+use crate::data::{Batches, DataError, Example};
+use crate::log::{Log, Record};
+use crate::schedule::{Decay, Schedule};
+
+/// The checkpoint's file name in the output directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
+/// The log's file name in the output directory (see [`crate::log`]).
+pub const LOG_FILE: &str = "log.jsonl";
+
+/// What the model learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    /// Language modelling: each token predicts the next.
+    Lm,
+    /// Sequence classification: `text,label` records.
+    Classify,
+}
+
+/// Why a run could not be set up or went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    /// The model directory could not be loaded.
+    #[error(transparent)]
+    Model(#[from] ModelDirError),
+    /// The model's graph or parameters could not be built.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A data file could not be used.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// The layouts could not be planned.
+    #[error("planning the layouts: {0}")]
+    Plan(#[from] PlanError),
+    /// The memory could not be planned.
+    #[error("planning the memory: {0}")]
+    Memory(#[from] MemoryError),
+    /// The executor failed.
+    #[error("{what}: {source}")]
+    Exec {
+        /// What was being done.
+        what: String,
+        /// Why.
+        source: ExecError,
+    },
+    /// A step's loss or gradient was infinite or NaN: the run stops, that step not taken.
+    #[error(
+        "step {step}: the {what} is not finite; the run stops (the last checkpoint holds the steps before)"
+    )]
+    NonFinite {
+        /// The step, from 1.
+        step: u32,
+        /// The loss, or the gradient found so.
+        what: String,
+    },
+    /// The checkpoint could not be written or read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The log or output directory could not be written.
+    #[error("{}: {source}", file.display())]
+    Io {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A setting is out of its range, or asks for something this version can't do.
+    #[error("{0}")]
+    Setting(String),
+}
+
+/// The result of an evaluation over the held-out set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalResult {
+    /// The step it followed.
+    pub step: u32,
+    /// The mean cross-entropy over the held-out tokens.
+    pub loss: f64,
+    /// `exp(loss)` (language modelling).
+    pub perplexity: f64,
+}
+
+/// What a run reports as it goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Event {
+    /// The run starts (or resumes) after `done` of `total` steps.
+    Started {
+        /// Steps already done.
+        done: u32,
+        /// Steps in the run.
+        total: u32,
+    },
+    /// A step was taken.
+    Step {
+        /// The step, from 1.
+        step: u32,
+        /// Its loss (before its update).
+        loss: f64,
+        /// Its learning rate.
+        lr: f64,
+        /// Tokens it trained on (labels counted).
+        tokens: u64,
+        /// Seconds it took.
+        seconds: f64,
+    },
+    /// An evaluation ran.
+    Eval(EvalResult),
+    /// A checkpoint was written after a step.
+    Saved {
+        /// The step.
+        step: u32,
+    },
+}
+
+/// The end of a run.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// The steps done in all.
+    pub steps: u32,
+    /// The last step's loss (`None` where the run had nothing left to do).
+    pub final_loss: Option<f64>,
+    /// The last evaluation (`None` without a held-out set).
+    pub final_eval: Option<EvalResult>,
+    /// Every step's loss and every evaluation, this run's and (resumed) the checkpoint's.
+    pub records: Vec<Record>,
+    /// The memory plan's peak, in bytes.
+    pub peak_bytes: u64,
+    /// Seconds the run took (setup included).
+    pub seconds: f64,
+    /// The layout plan's one-paragraph summary.
+    pub plan_summary: String,
+    /// The checkpoint.
+    pub checkpoint: PathBuf,
+    /// The log.
+    pub log: PathBuf,
+}
+
+/// The settings of a run (see [`Trainer::builder`] for the defaults).
+#[derive(Debug, Clone)]
+pub struct TrainerBuilder {
+    model: PathBuf,
+    data: PathBuf,
+    task: Task,
+    eval_data: Option<PathBuf>,
+    eval_fraction: f64,
+    steps: u32,
+    lr: f64,
+    decay: Decay,
+    warmup: u32,
+    weight_decay: f64,
+    batch: u32,
+    seq: u32,
+    accumulate: u32,
+    clip: Option<f64>,
+    eval_every: u32,
+    save_every: u32,
+    seed: u64,
+    out: PathBuf,
+    resume: bool,
+    stop_after: Option<u32>,
+}
+
+impl TrainerBuilder {
+    /// A held-out set from `file` (else [`eval_fraction`](Self::eval_fraction) of the data).
+    pub fn eval_data(mut self, file: impl Into<PathBuf>) -> Self {
+        self.eval_data = Some(file.into());
+        self
+    }
+
+    /// Holds out this fraction of the data's examples, chosen by the seed (default 0.1; 0: no
+    /// held-out set). Ignored with [`eval_data`](Self::eval_data).
+    pub fn eval_fraction(mut self, fraction: f64) -> Self {
+        self.eval_fraction = fraction;
+        self
+    }
+
+    /// The number of optimizer steps (default 100).
+    pub fn steps(mut self, steps: u32) -> Self {
+        self.steps = steps;
+        self
+    }
+
+    /// The peak learning rate (default 5e-4).
+    pub fn lr(mut self, lr: f64) -> Self {
+        self.lr = lr;
+        self
+    }
+
+    /// The decay after the warmup (default linear).
+    pub fn decay(mut self, decay: Decay) -> Self {
+        self.decay = decay;
+        self
+    }
+
+    /// The warmup steps (default 0).
+    pub fn warmup(mut self, steps: u32) -> Self {
+        self.warmup = steps;
+        self
+    }
+
+    /// AdamW's decoupled weight decay (default 0.01).
+    pub fn weight_decay(mut self, decay: f64) -> Self {
+        self.weight_decay = decay;
+        self
+    }
+
+    /// Sequences per micro-batch (default 4).
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// Tokens per sequence (default 64).
+    pub fn seq(mut self, seq: u32) -> Self {
+        self.seq = seq;
+        self
+    }
+
+    /// Micro-batches whose gradients are averaged into each step (default 1).
+    pub fn accumulate(mut self, micro_batches: u32) -> Self {
+        self.accumulate = micro_batches;
+        self
+    }
+
+    /// Scales the gradients down to this global norm where they exceed it (default: no
+    /// clipping).
+    pub fn clip(mut self, max_norm: f64) -> Self {
+        self.clip = Some(max_norm);
+        self
+    }
+
+    /// Evaluates every this many steps, and at the end (default 50; 0: at the end only).
+    pub fn eval_every(mut self, steps: u32) -> Self {
+        self.eval_every = steps;
+        self
+    }
+
+    /// Writes the checkpoint every this many steps, and at the end (default 50; 0: at the
+    /// end only).
+    pub fn save_every(mut self, steps: u32) -> Self {
+        self.save_every = steps;
+        self
+    }
+
+    /// The seed of the data's shuffle and split (default 0).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The output directory (default `finetune-out`).
+    pub fn out(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out = dir.into();
+        self
+    }
+
+    /// Continues from the checkpoint in the output directory.
+    pub fn resume(mut self, resume: bool) -> Self {
+        self.resume = resume;
+        self
+    }
+
+    /// Ends this session after step `step` (writing the checkpoint), as if interrupted there:
+    /// the schedule is still that of [`steps`](Self::steps), and a run with
+    /// [`resume`](Self::resume) continues it.
+    pub fn stop_after(mut self, step: u32) -> Self {
+        self.stop_after = Some(step);
+        self
+    }
+
+    /// Another training data file.
+    pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
+        self.data = file.into();
+        self
+    }
+
+    /// Loads and plans everything (see the [module docs](self)).
+    pub fn build(self) -> Result<Trainer, TrainError> {
+        setup::build(self)
+    }
+}
+
+/// A run set up and ready to train (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Trainer {
+    settings: TrainerBuilder,
+    cpu: CpuStep,
+    train: Vec<Example>,
+    eval: Vec<Example>,
+    pad: u32,
+    state: TrainState,
+    /// The persistent tensors a checkpoint holds: `(name, shape)`.
+    persistent: Vec<(String, Vec<usize>)>,
+    peak_bytes: u64,
+    plan_summary: String,
+    started: Instant,
+}
+
+impl Trainer {
+    /// The settings of a run of `task` on the model in directory `model` and the data in
+    /// `data`, with the defaults given by each setter.
+    pub fn builder(
+        model: impl Into<PathBuf>,
+        data: impl Into<PathBuf>,
+        task: Task,
+    ) -> TrainerBuilder {
+        TrainerBuilder {
+            model: model.into(),
+            data: data.into(),
+            task,
+            eval_data: None,
+            eval_fraction: 0.1,
+            steps: 100,
+            lr: 5e-4,
+            decay: Decay::Linear,
+            warmup: 0,
+            weight_decay: 0.01,
+            batch: 4,
+            seq: 64,
+            accumulate: 1,
+            clip: None,
+            eval_every: 50,
+            save_every: 50,
+            seed: 0,
+            out: PathBuf::from("finetune-out"),
+            resume: false,
+            stop_after: None,
+        }
+    }
+
+    /// The steps already done (from the checkpoint where resumed).
+    pub fn done(&self) -> u32 {
+        self.state.step
+    }
+
+    /// The layout plan's one-paragraph summary.
+    pub fn plan_summary(&self) -> &str {
+        &self.plan_summary
+    }
+
+    /// Trains to the last step, telling `on_event` of each step, evaluation and checkpoint.
+    pub fn run(mut self, mut on_event: impl FnMut(Event)) -> Result<Summary, TrainError> {
+        let s = self.settings.clone();
+        let log_file = s.out.join(LOG_FILE);
+        let io = |file: &PathBuf| {
+            let file = file.clone();
+            move |source| TrainError::Io { file, source }
+        };
+        let resumed = s.resume.then_some(self.state.step);
+        let mut log = Log::open(&log_file, resumed).map_err(io(&log_file))?;
+        let schedule = Schedule {
+            peak: s.lr,
+            warmup: s.warmup,
+            total: s.steps,
+            decay: s.decay,
+        };
+        let mut batches = Batches::new(self.train.len(), s.seed, true, self.state.position);
+        on_event(Event::Started {
+            done: self.state.step,
+            total: s.steps,
+        });
+        let mut final_loss = None;
+        let mut final_eval = None;
+        while self.state.step < s.steps {
+            let step = self.state.step + 1;
+            let lr = schedule.rate(self.state.step);
+            let started = Instant::now();
+            let (loss, tokens) = self.train_step(&mut batches, step, lr)?;
+            self.state.step = step;
+            self.state.adam_steps = self.cpu.steps();
+            self.state.position = batches.position();
+            final_loss = Some(loss);
+            log.write(Record::Step { step, loss, lr })
+                .map_err(io(&log_file))?;
+            on_event(Event::Step {
+                step,
+                loss,
+                lr,
+                tokens,
+                seconds: started.elapsed().as_secs_f64(),
+            });
+            let stopping = s.stop_after == Some(step);
+            let last = step == s.steps;
+            let every = |n: u32| n > 0 && step.is_multiple_of(n);
+            if !self.eval.is_empty() && (last || every(s.eval_every)) {
+                let result = self.evaluate(step)?;
+                log.write(Record::Eval {
+                    step,
+                    loss: result.loss,
+                    perplexity: result.perplexity,
+                })
+                .map_err(io(&log_file))?;
+                final_eval = Some(result);
+                on_event(Event::Eval(result));
+            }
+            if last || stopping || every(s.save_every) {
+                self.save()?;
+                on_event(Event::Saved { step });
+            }
+            if stopping {
+                break;
+            }
+        }
+        let records = crate::log::read(&log_file).map_err(io(&log_file))?;
+        if final_eval.is_none() {
+            final_eval = records.iter().rev().find_map(|r| match *r {
+                Record::Eval {
+                    step,
+                    loss,
+                    perplexity,
+                } => Some(EvalResult {
+                    step,
+                    loss,
+                    perplexity,
+                }),
+                Record::Step { .. } => None,
+            });
+        }
+        Ok(Summary {
+            steps: self.state.step,
+            final_loss,
+            final_eval,
+            records,
+            peak_bytes: self.peak_bytes,
+            seconds: self.started.elapsed().as_secs_f64(),
+            plan_summary: self.plan_summary.clone(),
+            checkpoint: s.out.join(CHECKPOINT_FILE),
+            log: log_file,
+        })
+    }
+
+    /// Writes the checkpoint of the steps done.
+    fn save(&self) -> Result<(), TrainError> {
+        let mut tensors = Vec::with_capacity(self.persistent.len());
+        for (name, shape) in &self.persistent {
+            let values = self.cpu.read(name).map_err(|source| TrainError::Exec {
+                what: "reading the state to save".into(),
+                source,
+            })?;
+            tensors.push((name.clone(), shape.clone(), values));
+        }
+        let file = self.settings.out.join(CHECKPOINT_FILE);
+        checkpoint::save(
+            &file,
+            &checkpoint::Checkpoint {
+                state: self.state,
+                tensors,
+            },
+        )?;
+        Ok(())
+    }
+}

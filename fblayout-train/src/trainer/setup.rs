@@ -1,0 +1,195 @@
+//! Setting a run up: settings checked, the model loaded and planned, the data read, the
+//! checkpoint restored.
+
+use std::path::Path;
+use std::time::Instant;
+
+use fblayout_hf::ModelDir;
+use fblayout_hf::config::ModelConfig;
+use fblayout_plan::exec::{AdamWConfig, CpuStep, ExecError};
+use fblayout_plan::graph::{Dim, Graph, Role, Sizes};
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::select::{self, CostModel, Strategy};
+
+use super::{CHECKPOINT_FILE, Task, TrainError, Trainer, TrainerBuilder};
+use crate::checkpoint::{self, TrainState};
+use crate::data::{self, DataPosition, Example, text};
+
+/// The layout strategy of a run: the planner's activation-guided choice.
+const STRATEGY: Strategy = Strategy::Guided;
+
+/// An error of the executor while doing `what`.
+pub(super) fn exec(what: &str) -> impl FnOnce(ExecError) -> TrainError + '_ {
+    move |source| TrainError::Exec {
+        what: what.to_owned(),
+        source,
+    }
+}
+
+/// Checks the settings' ranges.
+fn check(s: &TrainerBuilder) -> Result<(), TrainError> {
+    let bad = |what: &str| Err(TrainError::Setting(what.to_owned()));
+    if s.steps == 0 {
+        return bad("--steps must be at least 1");
+    }
+    if s.batch == 0 || s.seq == 0 || s.accumulate == 0 {
+        return bad("--batch, --seq and --accumulate must be at least 1");
+    }
+    if !(s.lr.is_finite() && s.lr > 0.0) {
+        return bad("--lr must be a positive number");
+    }
+    if !(s.weight_decay.is_finite() && s.weight_decay >= 0.0) {
+        return bad("--weight-decay must be a number ≥ 0");
+    }
+    if s.clip.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+        return bad("--clip must be a positive number");
+    }
+    if s.warmup > s.steps {
+        return bad("--warmup can't be longer than --steps");
+    }
+    if s.task == Task::Classify {
+        return bad(
+            "--task classify needs a model with a classification head, and no graph builder \
+             makes one yet (GPT-2 and the Llama family are language models): the data can be \
+             checked with fblayout_train::data::read_classify",
+        );
+    }
+    Ok(())
+}
+
+/// The fixed extents of tensor `t`.
+fn shape(graph: &Graph, t: fblayout_plan::graph::TensorId) -> Vec<usize> {
+    graph
+        .tensor(t)
+        .axes
+        .iter()
+        .map(|a| match a.dim {
+            Dim::Fixed(n) => n as usize,
+            // Persistent tensors have fixed extents; a run-sized axis has none to record.
+            Dim::Batch | Dim::Seq => 0,
+        })
+        .collect()
+}
+
+/// The ids a language model's data is joined and padded with: the end-of-text token between
+/// documents (where the config names one), and the padding id (else that token, else 0).
+fn special_ids(config: &ModelConfig) -> (Option<u32>, u32) {
+    let eos = match config {
+        ModelConfig::Gpt2(c) => c.eos_token_id.first().copied(),
+        ModelConfig::Llama(c) => c.eos_token_id.first().copied(),
+        ModelConfig::Bert(_) => None,
+    };
+    (eos, config.pad_token_id().or(eos).unwrap_or(0))
+}
+
+/// The language-modelling examples of `file`, `seq` tokens each.
+fn lm_examples(file: &Path, dir: &ModelDir, seq: u32) -> Result<Vec<Example>, TrainError> {
+    let (eos, pad) = special_ids(dir.config());
+    let lines = text::read_text(file)?;
+    let stream = text::tokenize(file, &lines, dir.tokenizer(), eos, pad)?;
+    let examples = text::pack(&stream, seq as usize, pad);
+    if examples.is_empty() {
+        return Err(data::DataError::Empty {
+            file: file.to_owned(),
+            detail: format!("{} token(s): nothing to predict", stream.len()),
+        }
+        .into());
+    }
+    Ok(examples)
+}
+
+/// Sets a run up (see [`TrainerBuilder::build`]).
+pub(super) fn build(s: TrainerBuilder) -> Result<Trainer, TrainError> {
+    let started = Instant::now();
+    check(&s)?;
+    let dir = ModelDir::open(&s.model)?;
+    let graph = fblayout_hf::graph::build(&dir)?;
+    let values = fblayout_hf::graph::parameters(&dir, &graph)?;
+    let sizes = Sizes {
+        batch: s.batch,
+        seq: s.seq,
+    };
+    let plan = select::plan(&graph, sizes, &CostModel::analytic(), STRATEGY)?;
+    let memory = plan_memory(
+        plan.graph(),
+        plan.layouts(),
+        sizes,
+        MemoryOptions::default(),
+    )?;
+    let adamw = AdamWConfig {
+        lr: s.lr as f32,
+        weight_decay: s.weight_decay as f32,
+        ..AdamWConfig::default()
+    };
+    let mut cpu = CpuStep::new(plan.graph(), plan.layouts(), &memory, sizes, adamw)
+        .map_err(exec("building the CPU step"))?;
+    for (name, v) in &values {
+        cpu.set(name, v)
+            .map_err(exec("setting the model's parameters"))?;
+    }
+    let g = plan.graph();
+    let persistent: Vec<(String, Vec<usize>)> = g
+        .ids()
+        .filter(|&t| matches!(g.tensor(t).role, Role::Param | Role::State { .. }))
+        .map(|t| (g.tensor(t).name.clone(), shape(g, t)))
+        .collect();
+
+    let all = lm_examples(&s.data, &dir, s.seq)?;
+    let (train, eval) = match &s.eval_data {
+        Some(file) => (all, lm_examples(file, &dir, s.seq)?),
+        None => data::split(&s.data, all, s.eval_fraction, s.seed)?,
+    };
+
+    std::fs::create_dir_all(&s.out).map_err(|source| TrainError::Io {
+        file: s.out.clone(),
+        source,
+    })?;
+    let mut state = TrainState {
+        step: 0,
+        adam_steps: 0,
+        position: DataPosition::default(),
+        seed: s.seed,
+        skipped: 0,
+    };
+    if s.resume {
+        let file = s.out.join(CHECKPOINT_FILE);
+        let saved = checkpoint::load(&file)?;
+        let expected: Vec<(String, usize)> = persistent
+            .iter()
+            .map(|(n, shape)| (n.clone(), shape.iter().product()))
+            .collect();
+        saved.check_tensors(&file, &expected)?;
+        if saved.state.seed != s.seed {
+            return Err(TrainError::Setting(format!(
+                "{}: saved with --seed {}, resumed with --seed {}: the data would come in \
+                 another order",
+                file.display(),
+                saved.state.seed,
+                s.seed
+            )));
+        }
+        for (name, _, v) in &saved.tensors {
+            cpu.set(name, v).map_err(exec("restoring the checkpoint"))?;
+        }
+        cpu.set_steps(saved.state.adam_steps);
+        state = saved.state;
+    }
+    let plan_summary = plan
+        .to_string()
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    Ok(Trainer {
+        pad: special_ids(dir.config()).1,
+        settings: s,
+        cpu,
+        train,
+        eval,
+        state,
+        persistent,
+        peak_bytes: memory.peak_bytes(),
+        plan_summary,
+        started,
+    })
+}
