@@ -42,6 +42,7 @@
 
 pub mod config;
 pub mod graph;
+pub mod lora;
 mod model_dir;
 pub mod names;
 pub mod tokenizer;

@@ -4,6 +4,7 @@
 
 mod common;
 mod config;
+mod lora;
 mod minilm;
 mod model_dir;
 mod names;

@@ -35,6 +35,7 @@ pub use cpu::CpuStep;
 pub use fblayout_kernels::runtime::Timing;
 pub use gpu::{GpuStep, HostTime, OVERFLOW_SECTION, section};
 pub use init::initial_values;
+pub(crate) use init::initial_values_rng;
 pub use scaling::LossScaling;
 
 use crate::graph::{Graph, Role, Sizes, Tensor, TensorId};
