@@ -41,6 +41,7 @@
 //! ```
 
 pub mod config;
+pub mod export;
 pub mod graph;
 pub mod lora;
 mod model_dir;

@@ -4,6 +4,7 @@
 
 mod common;
 mod config;
+mod export;
 mod lora;
 mod minilm;
 mod model_dir;
