@@ -26,6 +26,17 @@ transformers / peft, e.g.
     python python/check_export.py --model tests/fixtures/hf/gpt2/model --inputs tests/fixtures/hf/gpt2/full.safetensors
     python python/check_export.py --adapter tests/fixtures/hf/bert/lora_adapter --base tests/fixtures/hf/bert/model \\
         --inputs tests/fixtures/hf/bert/lora.safetensors --merge
+
+fblayout's exports (fblayout_hf::export::model / ::adapter) of the fixtures are written by its tests
+under FBLAYOUT_EXPORT_DIR (<arch>/full, <arch>/merged with the fixture's adapter merged in,
+<arch>/adapter) and checked against the same files:
+
+    FBLAYOUT_EXPORT_DIR=target/export cargo test -p fblayout-hf --test load export
+    python python/check_export.py --model target/export/gpt2/full --inputs tests/fixtures/hf/gpt2/full.safetensors
+    python python/check_export.py --model target/export/gpt2/merged --inputs tests/fixtures/hf/gpt2/lora.safetensors \\
+        --key merged.logits
+    python python/check_export.py --adapter target/export/gpt2/adapter --base tests/fixtures/hf/gpt2/model \\
+        --inputs tests/fixtures/hf/gpt2/lora.safetensors --merge
 """
 
 from __future__ import annotations

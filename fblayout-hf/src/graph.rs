@@ -24,7 +24,9 @@
 
 use std::path::{Path, PathBuf};
 
-use fblayout_plan::graph::{Act, Dim, Graph, Op, TensorId};
+use fblayout_plan::graph::optimizer::add_adamw;
+use fblayout_plan::graph::{Act, Dim, Graph, Op, Role, TensorId, derive_backward};
+use fblayout_plan::lora::PEFT_PREFIX;
 use fblayout_plan::models::bert::{self, BertConfig as PlanBert};
 use fblayout_plan::models::gpt2::{self, Gpt2Config as PlanGpt2};
 use fblayout_plan::models::llama::{self, LlamaConfig as PlanLlama};
@@ -64,6 +66,14 @@ pub enum GraphError {
         /// Why.
         source: fblayout_plan::graph::GraphError,
     },
+    /// LoRA could not be applied.
+    #[error("{file}: {source}")]
+    Lora {
+        /// The config file.
+        file: PathBuf,
+        /// Why.
+        source: fblayout_plan::lora::LoraError,
+    },
     /// The checkpoint's tensors don't match the architecture.
     #[error(transparent)]
     Names(#[from] NameMismatch),
@@ -82,19 +92,32 @@ pub enum GraphError {
 
 /// The training graph of the model in `dir` (forward, loss, backward, AdamW).
 pub fn build(dir: &ModelDir) -> Result<Graph, GraphError> {
+    let mut g = forward(dir)?;
+    derive_backward(&mut g)
+        .and_then(|()| add_adamw(&mut g).map(|_| ()))
+        .map_err(|source| GraphError::Graph {
+            file: dir.dir().join(CONFIG_FILE),
+            source,
+        })?;
+    Ok(g)
+}
+
+/// The forward and loss of the model in `dir`, before its backward: what a transform of the
+/// forward ([`lora::build`](crate::lora::build)) rewrites.
+pub fn forward(dir: &ModelDir) -> Result<Graph, GraphError> {
     let file = dir.dir().join(CONFIG_FILE);
     match dir.config() {
         ModelConfig::Llama(c) => {
             let spec = llama_config(c, &file)?;
-            llama::build(&spec).map_err(|source| GraphError::Graph { file, source })
+            llama::forward(&spec).map_err(|source| GraphError::Graph { file, source })
         }
         ModelConfig::Gpt2(c) => {
             let spec = gpt2_config(c, &file)?;
-            gpt2::build(&spec).map_err(|source| GraphError::Graph { file, source })
+            gpt2::forward(&spec).map_err(|source| GraphError::Graph { file, source })
         }
         ModelConfig::Bert(c) => {
             let spec = bert_config(c, &file)?;
-            bert::build(&spec).map_err(|source| GraphError::Graph { file, source })
+            bert::forward(&spec).map_err(|source| GraphError::Graph { file, source })
         }
     }
 }
@@ -231,12 +254,25 @@ fn transpose(values: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     out
 }
 
-/// Every parameter of `graph` with its values from the checkpoint of `dir`, by name, in the
-/// graph's orientation (a linear weight transposed). Every expected tensor must be there with
-/// the shape the config implies.
-pub fn parameters(dir: &ModelDir, graph: &Graph) -> Result<Vec<(String, Vec<f64>)>, GraphError> {
+/// The weights of `graph` that come from the model's checkpoint: every parameter, trained or
+/// frozen, but LoRA's adapter matrices (trained parameters named with peft's prefix, whose
+/// values come from an adapter or their initialisation).
+pub fn base_weights(graph: &Graph) -> Vec<TensorId> {
     graph
-        .params()
+        .weights()
+        .into_iter()
+        .filter(|&t| {
+            let tensor = graph.tensor(t);
+            !(tensor.role == Role::Param && tensor.name.starts_with(PEFT_PREFIX))
+        })
+        .collect()
+}
+
+/// Every weight of `graph` from the checkpoint ([`base_weights`]) with its values from the
+/// checkpoint of `dir`, by name, in the graph's orientation (a linear weight transposed).
+/// Every expected tensor must be there with the shape the config implies.
+pub fn parameters(dir: &ModelDir, graph: &Graph) -> Result<Vec<(String, Vec<f64>)>, GraphError> {
+    base_weights(graph)
         .into_iter()
         .map(|p| Ok((graph.tensor(p).name.clone(), parameter(dir, graph, p)?)))
         .collect()
@@ -294,7 +330,7 @@ pub fn to_checkpoint(
 ) -> Option<Vec<f64>> {
     let t = graph.find(name)?;
     let p = match graph.tensor(t).role {
-        fblayout_plan::graph::Role::Grad { of } => of,
+        Role::Grad { of } => of,
         _ => t,
     };
     if !is_transposed(config, graph, p) {

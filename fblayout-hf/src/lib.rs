@@ -41,7 +41,9 @@
 //! ```
 
 pub mod config;
+pub mod export;
 pub mod graph;
+pub mod lora;
 mod model_dir;
 pub mod names;
 pub mod tokenizer;

@@ -4,6 +4,7 @@
 //! - [`graph`]: the training-graph IR — tensors with symbolic batch and sequence extents,
 //!   the kernels' operations, and the backward derived by reverse-mode differentiation.
 //! - [`models`]: the shipped graphs, a BERT-style encoder and a GPT-style decoder.
+//! - [`lora`]: LoRA's low-rank adapters on a model's linear layers, the base frozen.
 //! - [`layouts`]: the layouts a graph tensor can take (row-major, column-major, R-Tiles).
 //! - [`ops`]: every operation's contract — operand roles, views, access pattern, scratch,
 //!   backward rule, CPU twin and GPU kernel — which everything else reads.
@@ -35,6 +36,7 @@ pub mod calibrate;
 pub mod exec;
 pub mod graph;
 pub mod layouts;
+pub mod lora;
 pub mod memory;
 pub mod models;
 pub mod ops;

@@ -4,6 +4,8 @@
 
 mod common;
 mod config;
+mod export;
+mod lora;
 mod minilm;
 mod model_dir;
 mod names;

@@ -2,7 +2,10 @@
 //! graph and run on the CPU executor (f64) and the GPU executor (lavapipe in CI) against what
 //! `python/make_fixtures.py` recorded with transformers — the loss of the padded batch, every
 //! parameter's gradient at step 0, and every parameter after three AdamW steps with the
-//! fixture's hyper-parameters.
+//! fixture's hyper-parameters. With LoRA (peft's, r 4, alpha 8, on GPT-2's `c_attn` and
+//! Llama's `q_proj` and `v_proj`; the initial adapter read from the fixture's `lora_adapter/`,
+//! whose `B` is not zero), the trained parameters are the adapters' `A` and `B`, every base
+//! weight frozen: the same checks hold them to the same tolerances (`lora.safetensors`).
 //!
 //! Conventions (from the fixture's `fixture.json`): right padding, positions `0..seq` in every
 //! row, and the causal LM's loss `CE(logits[:, t], labels[:, t + 1])` over the shifted labels
@@ -72,9 +75,9 @@ fn i64s(bytes: &[u8]) -> Vec<i64> {
         .collect()
 }
 
-fn fixture(arch: &str) -> Fixture {
+fn fixture(arch: &str, file: &str) -> Fixture {
     let dir = hf(arch);
-    let all = read_all(&dir.join("full.safetensors"));
+    let all = read_all(&dir.join(file));
     let (_, shape, ids) = &all["input_ids"];
     let (batch, seq) = (shape[0], shape[1]);
     let u32s =
@@ -268,13 +271,24 @@ fn check(
     grads
 }
 
-/// Trains the fixture model of `arch` on the CPU and the GPU and checks both against
-/// transformers.
-fn parity(arch: &str) {
+/// Trains the fixture model of `arch` (with the fixture's LoRA adapter where `lora`) on the CPU
+/// and the GPU and checks both against transformers (and peft).
+fn parity(arch: &str, lora: bool) {
     let model = ModelDir::open(model_dir(arch)).unwrap();
-    let graph = build(&model).unwrap();
-    let values = parameters(&model, &graph).unwrap();
-    let f = fixture(arch);
+    let (graph, values, f) = if lora {
+        let adapter = hf(arch).join("lora_adapter");
+        let config = fblayout_hf::lora::read_config(&adapter).unwrap();
+        let (graph, adapters) = fblayout_hf::lora::build(&model, &config).unwrap();
+        let mut values = parameters(&model, &graph).unwrap();
+        values.extend(fblayout_hf::lora::read_adapter(&adapter, &graph, &adapters).unwrap());
+        (graph, values, fixture(arch, "lora.safetensors"))
+    } else {
+        let graph = build(&model).unwrap();
+        let values = parameters(&model, &graph).unwrap();
+        (graph, values, fixture(arch, "full.safetensors"))
+    };
+    assert_eq!(values.len(), graph.weights().len());
+    let arch = &format!("{arch}{}", if lora { " with LoRA" } else { "" });
     let layouts = vec![LayoutChoice::RowMajor; graph.tensors().len()];
     let memory = plan_memory(&graph, &layouts, f.sizes, MemoryOptions::default()).unwrap();
     let with = (model.config(), &graph);
@@ -314,15 +328,36 @@ fn parity(arch: &str) {
 
 #[test]
 fn the_llama_fixture_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
-    parity("llama");
+    parity("llama", false);
 }
 
 #[test]
 fn the_gpt2_fixture_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
-    parity("gpt2");
+    parity("gpt2", false);
+}
+
+#[test]
+fn the_llama_fixture_trains_its_lora_adapters_as_peft_does_on_the_cpu_and_the_gpu() {
+    parity("llama", true);
+}
+
+#[test]
+fn the_gpt2_fixture_trains_its_lora_adapters_as_peft_does_on_the_cpu_and_the_gpu() {
+    parity("gpt2", true);
 }
 
 #[test]
 fn the_bert_fixture_classifies_and_trains_as_transformers_does_on_the_cpu_and_the_gpu() {
-    parity("bert");
+    parity("bert", false);
+}
+
+#[test]
+fn a_peft_adapter_with_modules_to_save_is_refused_not_trained_differently() {
+    // peft's sequence-classification adapter also trains the classifier in full; fblayout's
+    // LoRA does not, so reading it must fail rather than freeze the classifier.
+    let err = fblayout_hf::lora::read_config(&hf("bert").join("lora_adapter")).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("modules_to_save"), "{text}");
+    assert!(text.contains("classifier"), "{text}");
+    assert!(text.contains("adapter_config.json"), "{text}");
 }

@@ -137,9 +137,10 @@ impl CpuStep {
         &self.graph
     }
 
-    /// Sets every parameter (and its copies) to [`initial_values`] from `seed`.
+    /// Sets every parameter, trained or frozen (and its copies), to [`initial_values`] from
+    /// `seed`.
     pub fn init_params(&mut self, seed: u64) -> Result<(), ExecError> {
-        for p in self.graph.params() {
+        for p in self.graph.weights() {
             let values = initial_values(&self.graph, p, seed);
             let name = self.graph.tensor(p).name.clone();
             self.set(&name, &values)?;

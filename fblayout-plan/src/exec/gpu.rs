@@ -483,10 +483,10 @@ impl<'g> GpuStep<'g> {
         self.store(t, logical)
     }
 
-    /// Sets every parameter (and its copies) to [`initial_values`] from `seed` (what
+    /// Sets every parameter, trained or frozen (and its copies), to [`initial_values`] from `seed` (what
     /// [`CpuStep::init_params`](super::CpuStep::init_params) sets).
     pub fn upload_params(&mut self, seed: u64) -> Result<(), ExecError> {
-        for p in self.graph.params() {
+        for p in self.graph.weights() {
             let values = initial_values(&self.graph, p, seed);
             self.store(p, &values)?;
         }

@@ -52,8 +52,13 @@ pub fn initial_values(graph: &Graph, param: TensorId, seed: u64) -> Vec<f64> {
         Some((Op::LayerNorm { .. } | Op::RmsNorm { .. }, 1)) => (0.8, 1.2),
         _ => (-0.1, 0.1),
     };
-    let mut rng = Rng::new(seed ^ (u64::from(param.0) << 32));
+    let mut rng = initial_values_rng(param, seed);
     (0..n).map(|_| rng.uniform(lo, hi)).collect()
+}
+
+/// The stream parameter `param` draws its initial values from, for `seed`.
+pub(crate) fn initial_values_rng(param: TensorId, seed: u64) -> Rng {
+    Rng::new(seed ^ (u64::from(param.0) << 32))
 }
 
 /// The first operation that reads `t`, or a copy of it (a parameter's copy, or through

@@ -6,9 +6,12 @@ use super::{Graph, GraphError};
 
 /// Appends the backward of `graph`'s forward (see the module docs of [`graph`](super)).
 ///
-/// The loss is the mean of the cross-entropy losses; every tensor it depends on that is an
-/// activation or a parameter gets a gradient ([`Graph::grad`]). Fails when the graph has no
-/// cross-entropy or already has a backward.
+/// The loss is the mean of the cross-entropy losses; every trained parameter it depends on
+/// gets a gradient ([`Graph::grad`]), and so does every activation it depends on that depends
+/// on a trained parameter itself (the path a parameter's gradient takes). Frozen parameters
+/// ([`Role::Frozen`](super::Role::Frozen)) get none, and an activation computed from frozen
+/// parameters and inputs alone gets none either: no operation computes what nothing uses.
+/// Fails when the graph has no cross-entropy or already has a backward.
 pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
     if graph.has_backward() {
         return Err(GraphError::Backward(
@@ -26,6 +29,7 @@ pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
     }
     let mut state = State {
         contributions: vec![Vec::new(); graph.tensors().len()],
+        trained: trained_paths(graph),
     };
     let forward: Vec<usize> = (0..graph.nodes().len())
         .filter(|&i| graph.nodes()[i].op.phase() == Phase::Forward)
@@ -48,7 +52,7 @@ pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
         }
         for &pos in &rule.passes_through {
             let input = node.inputs[pos];
-            if let (true, Some(g)) = (differentiable(graph, input), output_grads[0]) {
+            if let (true, Some(g)) = (state.differentiable(graph, input), output_grads[0]) {
                 state.contributions[input.index()].push(g);
             }
         }
@@ -62,17 +66,38 @@ pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
     Ok(())
 }
 
-/// Whether the loss's gradient with respect to `t` is wanted: activations and parameters.
-fn differentiable(graph: &Graph, t: TensorId) -> bool {
-    matches!(graph.tensor(t).role, Role::Activation | Role::Param)
+/// For each tensor, whether it is a trained parameter or is computed (through the forward)
+/// from one.
+fn trained_paths(graph: &Graph) -> Vec<bool> {
+    let mut trained: Vec<bool> = graph
+        .tensors()
+        .iter()
+        .map(|t| t.role == Role::Param)
+        .collect();
+    for node in graph.nodes() {
+        if node.op.phase() == Phase::Forward && node.inputs.iter().any(|t| trained[t.index()]) {
+            for t in &node.outputs {
+                trained[t.index()] = true;
+            }
+        }
+    }
+    trained
 }
 
 struct State {
     /// The contributions to each tensor's gradient, in the order the backward made them.
     contributions: Vec<Vec<TensorId>>,
+    /// Which tensors are trained parameters or computed from one ([`trained_paths`]).
+    trained: Vec<bool>,
 }
 
 impl State {
+    /// Whether the loss's gradient with respect to `t` is wanted: trained parameters, and
+    /// activations computed from one.
+    fn differentiable(&self, graph: &Graph, t: TensorId) -> bool {
+        self.trained[t.index()] && matches!(graph.tensor(t).role, Role::Activation | Role::Param)
+    }
+
     /// The gradient of `t`: its one contribution, or the sum of several (one `Accumulate` per
     /// extra contribution), recorded on the graph.
     fn finalize(&mut self, graph: &mut Graph, t: TensorId) -> Result<Option<TensorId>, GraphError> {
@@ -106,7 +131,7 @@ impl State {
         let wanted: Vec<bool> = step
             .grads_of
             .iter()
-            .map(|&pos| differentiable(graph, inputs[pos]))
+            .map(|&pos| self.differentiable(graph, inputs[pos]))
             .collect();
         if !wanted.iter().any(|w| *w) {
             return Ok(());
@@ -138,7 +163,7 @@ impl State {
         let out: Vec<TensorId> = writes.iter().map(|&(_, g)| g).collect();
         graph.push(step.op, &reads, &out)?;
         for (of, g) in writes {
-            if differentiable(graph, of) {
+            if self.differentiable(graph, of) {
                 self.contributions[of.index()].push(g);
             }
         }

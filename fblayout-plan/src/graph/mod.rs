@@ -354,6 +354,7 @@ impl Graph {
                     role,
                     Role::Activation
                         | Role::Param
+                        | Role::Frozen
                         | Role::ParamCopy { .. }
                         | Role::Input
                         | Role::Constant
@@ -372,6 +373,45 @@ impl Graph {
         self.ids()
             .filter(|&t| self.tensor(t).role == Role::Param)
             .collect()
+    }
+
+    /// The frozen parameters ([`Role::Frozen`]), in order.
+    pub fn frozen(&self) -> Vec<TensorId> {
+        self.ids()
+            .filter(|&t| self.tensor(t).role == Role::Frozen)
+            .collect()
+    }
+
+    /// Every tensor set from outside as a weight: the parameters, trained and frozen, in
+    /// order.
+    pub fn weights(&self) -> Vec<TensorId> {
+        self.ids()
+            .filter(|&t| matches!(self.tensor(t).role, Role::Param | Role::Frozen))
+            .collect()
+    }
+
+    /// Freezes parameter `p` ([`Role::Frozen`]): the backward derived later writes no gradient
+    /// of it and the optimizer gives it no state. Fails once the backward is derived, and for
+    /// anything but a trained parameter.
+    pub fn freeze(&mut self, p: TensorId) -> Result<(), GraphError> {
+        if self.has_backward() {
+            return Err(GraphError::Backward(format!(
+                "`{}` can't be frozen once the backward is derived",
+                self.tensor(p).name
+            )));
+        }
+        let tensor = &mut self.tensors[p.index()];
+        match tensor.role {
+            Role::Param => {
+                tensor.role = Role::Frozen;
+                Ok(())
+            }
+            Role::Frozen => Ok(()),
+            role => Err(GraphError::Shape {
+                op: "freeze",
+                detail: format!("`{}` is no parameter ({role:?})", tensor.name),
+            }),
+        }
     }
 
     /// The copies of parameter `p` in other element types ([`Role::ParamCopy`]), in order.

@@ -81,6 +81,7 @@ fn halved(graph: &Graph, role: Role) -> bool {
         Role::Grad { of } => !matches!(graph.tensor(of).role, Role::Param | Role::State { .. }),
         Role::Input
         | Role::Param
+        | Role::Frozen
         | Role::Constant
         | Role::ParamCopy { .. }
         | Role::Loss
@@ -98,13 +99,18 @@ fn kept_f32(graph: &Graph) -> Vec<TensorId> {
         .collect()
 }
 
-/// The parameters a linear layer's products read as their weight.
+/// The parameters (trained or frozen) and constants (LoRA's scaling) a linear layer's
+/// products read as their weight.
 fn linear_weights(graph: &Graph) -> Vec<TensorId> {
     let mut weights: Vec<TensorId> = Vec::new();
     for n in &graph.nodes {
         if matches!(n.op, Op::Linear | Op::LinearGradInput) {
             let w = n.inputs[1];
-            if graph.tensor(w).role == Role::Param && !weights.contains(&w) {
+            let weight = matches!(
+                graph.tensor(w).role,
+                Role::Param | Role::Frozen | Role::Constant
+            );
+            if weight && !weights.contains(&w) {
                 weights.push(w);
             }
         }

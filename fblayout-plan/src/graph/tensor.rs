@@ -72,6 +72,11 @@ pub enum Role {
     Input,
     /// A trained parameter.
     Param,
+    /// A parameter kept fixed (LoRA's base weights): set from outside and read like a
+    /// parameter, but never differentiated — the backward writes no gradient of it, though its
+    /// readers still pass gradients to their other inputs — and never stepped, so it has no
+    /// optimizer state.
+    Frozen,
     /// Written by the forward.
     Activation,
     /// The per-row losses of the forward.
@@ -135,13 +140,14 @@ impl Tensor {
             .collect()
     }
 
-    /// Whether it lives for the whole step (and across steps): inputs, parameters, their
-    /// copies, constants and optimizer state.
+    /// Whether it lives for the whole step (and across steps): inputs, parameters (frozen
+    /// ones too), their copies, constants and optimizer state.
     pub fn is_persistent(&self) -> bool {
         matches!(
             self.role,
             Role::Input
                 | Role::Param
+                | Role::Frozen
                 | Role::Constant
                 | Role::ParamCopy { .. }
                 | Role::State { .. }

@@ -109,7 +109,7 @@ impl Category {
     /// The category of a tensor of `role` (no tensor is workspace).
     pub fn of(role: Role) -> Self {
         match role {
-            Role::Param | Role::ParamCopy { .. } => Self::Parameters,
+            Role::Param | Role::Frozen | Role::ParamCopy { .. } => Self::Parameters,
             Role::State { .. } => Self::OptimizerState,
             Role::Activation | Role::Loss => Self::Activations,
             Role::Grad { .. } => Self::Gradients,

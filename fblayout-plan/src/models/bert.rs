@@ -23,7 +23,7 @@
 //! `BertModel` checkpoint, saved without the `bert.` prefix, maps onto them by its name map.
 //! Linear weights are `[d_in, d_out]` in the graph, `nn.Linear`'s transpose.
 
-use super::blocks::{Blocks, at_least_one};
+use super::blocks::{Blocks, at_least_one, train};
 use crate::graph::{Act, Graph, GraphError, Op, TensorId};
 
 /// The label of a row that counts for nothing (every row but the `[CLS]` one).
@@ -171,6 +171,12 @@ pub fn class_labels(classes: &[u32], seq: usize) -> Vec<u32> {
 /// backward and AdamW. Inputs `[batch, seq]` of `u32`: `ids`, `token_types`, `positions`,
 /// `mask` (1 a token, 0 padding) and `labels` ([`class_labels`]).
 pub fn build(config: &BertConfig) -> Result<Graph, GraphError> {
+    train(forward(config)?)
+}
+
+/// BERT's forward and loss, without the backward and AdamW: what a transform of the forward
+/// ([`lora`](crate::lora)) rewrites before [`build`]'s backward and AdamW finish it.
+pub fn forward(config: &BertConfig) -> Result<Graph, GraphError> {
     config.check()?;
     let c = config;
     let mut b = Blocks::new();
@@ -251,5 +257,5 @@ pub fn build(config: &BertConfig) -> Result<Graph, GraphError> {
     let pooled = b.activation(Act::Tanh, "pooled", pooled)?;
     let logits = b.linear("classifier.weight", "logits.lin", pooled, c.labels)?;
     let logits = b.bias("classifier.bias", "logits", logits)?;
-    b.finish(logits, labels)
+    b.forward(logits, labels)
 }

@@ -16,6 +16,14 @@ pub(super) fn at_least_one(model: &'static str, sizes: &[(&str, u32)]) -> Result
     }
 }
 
+/// The backward and AdamW of `forward` (a model's forward and loss, perhaps transformed):
+/// the finished training graph.
+pub(super) fn train(mut forward: Graph) -> Result<Graph, GraphError> {
+    derive_backward(&mut forward)?;
+    add_adamw(&mut forward)?;
+    Ok(forward)
+}
+
 /// Adds the tensors and operations of a model's blocks, named by the caller.
 pub(super) struct Blocks {
     pub(super) g: Graph,
@@ -26,9 +34,9 @@ impl Blocks {
         Self { g: Graph::new() }
     }
 
-    /// The loss of `logits` against `labels` (`u32::MAX` counts for nothing), then the
-    /// backward and AdamW: the finished training graph.
-    pub(super) fn finish(
+    /// The loss of `logits` against `labels` (`u32::MAX` counts for nothing): the forward,
+    /// ready for a transform (LoRA) before its backward.
+    pub(super) fn forward(
         mut self,
         logits: TensorId,
         labels: TensorId,
@@ -43,10 +51,7 @@ impl Blocks {
             ignore_index: u32::MAX,
         };
         self.g.push(ce, &[logits, labels], &[loss])?;
-        let mut g = self.g;
-        derive_backward(&mut g)?;
-        add_adamw(&mut g)?;
-        Ok(g)
+        Ok(self.g)
     }
 
     /// `attention` over `inputs`, writing a context `width` wide and saving the probabilities

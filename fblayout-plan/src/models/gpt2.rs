@@ -16,7 +16,7 @@
 //! GPT-2's `Conv1D` stores its weights `[in, out]`, which is the graph's orientation: a
 //! checkpoint's values are read as they are.
 
-use super::blocks::{Blocks, at_least_one};
+use super::blocks::{Blocks, at_least_one, train};
 use crate::graph::{Act, Graph, GraphError, Op};
 
 /// GPT-2's sizes and settings.
@@ -129,6 +129,14 @@ impl Gpt2Config {
 
 /// GPT-2's training graph (see the module docs): forward, loss, backward and AdamW.
 pub fn build(config: &Gpt2Config) -> Result<Graph, GraphError> {
+    train(forward(config)?)
+}
+
+/// The forward of GPT-2 and its loss, without the backward and AdamW: what a transform of
+/// the forward ([`lora`](crate::lora)) rewrites before
+/// [`derive_backward`](crate::graph::derive_backward) and
+/// [`add_adamw`](crate::graph::optimizer::add_adamw) finish it.
+pub fn forward(config: &Gpt2Config) -> Result<Graph, GraphError> {
     config.check()?;
     let c = config;
     let mut b = Blocks::new();
@@ -182,5 +190,5 @@ pub fn build(config: &Gpt2Config) -> Result<Graph, GraphError> {
     )?;
     let logits = b.act("logits", c.vocab)?;
     b.g.push(Op::LinearT, &[h, wte], &[logits])?;
-    b.finish(logits, labels)
+    b.forward(logits, labels)
 }

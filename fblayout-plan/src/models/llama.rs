@@ -19,7 +19,7 @@
 
 use fblayout_kernels::ops::{RopeScaling, rope_tables};
 
-use super::blocks::{Blocks, at_least_one};
+use super::blocks::{Blocks, at_least_one, train};
 use crate::graph::{Graph, GraphError, Op};
 
 /// A Llama-family decoder's sizes and settings.
@@ -172,6 +172,14 @@ impl LlamaConfig {
 /// The training graph of a Llama-family decoder (see the module docs): forward, loss,
 /// backward and AdamW.
 pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
+    train(forward(config)?)
+}
+
+/// The forward of a Llama-family decoder and its loss, without the backward and AdamW: what a transform of
+/// the forward ([`lora`](crate::lora)) rewrites before
+/// [`derive_backward`](crate::graph::derive_backward) and
+/// [`add_adamw`](crate::graph::optimizer::add_adamw) finish it.
+pub fn forward(config: &LlamaConfig) -> Result<Graph, GraphError> {
     config.check()?;
     let c = config;
     let mut b = Blocks::new();
@@ -248,5 +256,5 @@ pub fn build(config: &LlamaConfig) -> Result<Graph, GraphError> {
     }
     let h = b.rms_norm("model.norm.weight", "final_norm", x, c.eps)?;
     let logits = b.linear("lm_head.weight", "logits", h, c.vocab)?;
-    b.finish(logits, labels)
+    b.forward(logits, labels)
 }

@@ -127,7 +127,9 @@ impl OperandKind {
     pub fn of(graph: &Graph, t: TensorId) -> Self {
         let is_param = |t: TensorId| graph.tensor(t).role == Role::Param;
         match graph.tensor(t).role {
-            Role::Param | Role::ParamCopy { .. } | Role::State { .. } => Self::Weight,
+            Role::Param | Role::Frozen | Role::ParamCopy { .. } | Role::State { .. } => {
+                Self::Weight
+            }
             Role::Grad { of } if is_param(of) => Self::Weight,
             _ => Self::Activation,
         }

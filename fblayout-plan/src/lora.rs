@@ -1,0 +1,344 @@
+//! LoRA: low-rank adapters on a model's linear layers, the base weights frozen.
+//!
+//! [`apply`] rewrites a model's forward (before its backward is derived): every parameter is
+//! frozen ([`Role::Frozen`]), and each linear layer `y = x·W` whose module is targeted (by its
+//! name's last component, as peft matches `target_modules`: `c_attn`, `q_proj`, …) gets two
+//! trained matrices, `A` `[rank, d_in]` and `B` `[d_out, rank]`, stored as peft stores them
+//! (`nn.Linear`'s `[out, in]`) and read through their transposed views ([`Op::LinearT`]), never
+//! copied:
+//!
+//! `y' = x·W + s · (x·Aᵀ)·Bᵀ`, with `s = alpha / rank`.
+//!
+//! The scaling is a product with the constant `s·I` `[rank, rank]` between the two factors
+//! (`<module>.lora_scaling`), so the whole adapter runs on the linear layer's own kernels: the
+//! backward passes gradients through it and writes none of it. `A` and `B` carry the names
+//! peft's `save_pretrained` gives them (`base_model.model.<module>.lora_A.weight`), so an
+//! adapter file's tensors load by name. The graph's orientation of `W` is `[d_in, d_out]` for
+//! every model (GPT-2's `Conv1D` as stored, `nn.Linear`'s transposed on load), so `A` and `B`
+//! need no orientation of their own; GPT-2's `fan_in_fan_out` only matters to an export that
+//! merges them into the checkpoint's `W`.
+//!
+//! ```
+//! use fblayout_plan::graph::{Role, derive_backward, optimizer::add_adamw};
+//! use fblayout_plan::lora::{self, LoraConfig};
+//! use fblayout_plan::models::gpt2::{Gpt2Config, forward};
+//!
+//! let mut g = forward(&Gpt2Config::new(100, 32, 4).with_layers(2))?;
+//! let lora = lora::apply(&mut g, &LoraConfig::new(4, 8.0, ["c_attn"]))?;
+//! derive_backward(&mut g)?;
+//! add_adamw(&mut g)?;
+//! // Two adapters of two matrices each are all that trains.
+//! assert_eq!(lora.adapters.len(), 2);
+//! assert_eq!(g.params().len(), 4);
+//! let base = g.find("transformer.h.0.attn.c_attn.weight").unwrap();
+//! assert_eq!(g.tensor(base).role, Role::Frozen);
+//! assert!(g.grad(base).is_none());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use fblayout_core::layout::ElemType;
+
+use crate::exec::initial_values_rng;
+use crate::graph::{Dim, Graph, GraphError, Node, Op, Role, TensorId};
+
+/// The prefix peft's `save_pretrained` gives a LoRA model's tensor names.
+pub const PEFT_PREFIX: &str = "base_model.model.";
+
+/// What LoRA adapts, and how (peft's `LoraConfig`).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LoraConfig {
+    /// The adapters' rank `r`.
+    pub rank: u32,
+    /// `lora_alpha`: the update is scaled by `alpha / rank`.
+    pub alpha: f64,
+    /// `lora_dropout`: only 0 is supported.
+    pub dropout: f64,
+    /// The targeted modules, by the last component of their names (`c_attn`, `q_proj`).
+    pub target_modules: Vec<String>,
+}
+
+impl LoraConfig {
+    /// Rank `rank`, `alpha`, no dropout, adapting `target_modules`.
+    pub fn new<S: Into<String>>(
+        rank: u32,
+        alpha: f64,
+        target_modules: impl IntoIterator<Item = S>,
+    ) -> Self {
+        Self {
+            rank,
+            alpha,
+            dropout: 0.0,
+            target_modules: target_modules.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// With dropout `dropout` ([`apply`] accepts only 0).
+    pub fn with_dropout(mut self, dropout: f64) -> Self {
+        self.dropout = dropout;
+        self
+    }
+
+    /// The update's scale, `alpha / rank`.
+    pub fn scaling(&self) -> f64 {
+        self.alpha / f64::from(self.rank)
+    }
+}
+
+/// Why LoRA could not be applied.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoraError {
+    /// Dropout other than 0.
+    #[error("LoRA dropout {0} is not supported: only 0 is")]
+    Dropout(f64),
+    /// A rank of 0, or an alpha that is not finite.
+    #[error("LoRA needs a rank of at least 1 and a finite alpha; given rank {rank}, alpha {alpha}")]
+    Settings {
+        /// The rank.
+        rank: u32,
+        /// Alpha.
+        alpha: f64,
+    },
+    /// No targets given.
+    #[error("LoRA needs at least one target module; the linear modules are: {}", available.join(", "))]
+    NoTargets {
+        /// The modules that could be targeted.
+        available: Vec<String>,
+    },
+    /// A target matches no linear module.
+    #[error("no linear module is named `{target}`; the linear modules are: {}", available.join(", "))]
+    UnknownTarget {
+        /// The target.
+        target: String,
+        /// The modules that could be targeted.
+        available: Vec<String>,
+    },
+    /// The graph already has its backward.
+    #[error("LoRA rewrites the forward: apply it before the backward is derived")]
+    HasBackward,
+    /// The rewritten graph is not well-formed.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+/// One adapted linear layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adapter {
+    /// The module's name (`transformer.h.0.attn.c_attn`).
+    pub module: String,
+    /// Its frozen base weight, `[d_in, d_out]`.
+    pub base: TensorId,
+    /// `A`, `[rank, d_in]`.
+    pub a: TensorId,
+    /// `B`, `[d_out, rank]`.
+    pub b: TensorId,
+}
+
+/// What [`apply`] added.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lora {
+    /// The settings it was applied with.
+    pub config: LoraConfig,
+    /// The adapted layers, in the forward's order.
+    pub adapters: Vec<Adapter>,
+}
+
+impl Lora {
+    /// Whether tensor `t` is an adapter's `A` or `B`.
+    pub fn is_adapter(&self, t: TensorId) -> bool {
+        self.adapters.iter().any(|a| a.a == t || a.b == t)
+    }
+
+    /// Every adapter matrix with its initial values as peft's default makes them: `A`
+    /// uniform in `±1/√d_in` (Kaiming-uniform with `a = √5`), `B` zero, so the adapted model
+    /// starts as the base. `A` draws from `seed` and its id, like
+    /// [`initial_values`](crate::exec::initial_values).
+    pub fn initial_values(&self, graph: &Graph, seed: u64) -> Vec<(String, Vec<f64>)> {
+        let mut out = Vec::with_capacity(2 * self.adapters.len());
+        for adapter in &self.adapters {
+            let a = graph.tensor(adapter.a);
+            let [rank, d_in] = fixed(graph, adapter.a);
+            let bound = 1.0 / f64::from(d_in).sqrt();
+            let mut rng = initial_values_rng(adapter.a, seed);
+            let values = (0..rank * d_in)
+                .map(|_| rng.uniform(-bound, bound))
+                .collect();
+            out.push((a.name.clone(), values));
+            let b = graph.tensor(adapter.b);
+            let [d_out, rank] = fixed(graph, adapter.b);
+            out.push((b.name.clone(), vec![0.0; (d_out * rank) as usize]));
+        }
+        out
+    }
+}
+
+/// The two fixed extents of matrix `t`.
+fn fixed(graph: &Graph, t: TensorId) -> [u32; 2] {
+    let e: Vec<u32> = graph
+        .tensor(t)
+        .axes
+        .iter()
+        .map(|a| match a.dim {
+            Dim::Fixed(n) => n,
+            // Weights have fixed extents.
+            Dim::Batch | Dim::Seq => 0,
+        })
+        .collect();
+    [e[0], e[1]]
+}
+
+/// The module a linear layer's weight `name` belongs to: the name without its `.weight`.
+fn module_of(name: &str) -> &str {
+    name.strip_suffix(".weight").unwrap_or(name)
+}
+
+/// Whether module `module` is targeted by `target` (peft's rule: the whole name, or its
+/// last components after a dot).
+fn targets(module: &str, target: &str) -> bool {
+    module == target
+        || module
+            .strip_suffix(target)
+            .is_some_and(|rest| rest.ends_with('.'))
+}
+
+/// The forward's linear layers whose weight is a parameter: `(node, weight)`.
+fn linear_layers(graph: &Graph) -> Vec<(usize, TensorId)> {
+    graph
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op == Op::Linear)
+        .filter(|(_, n)| graph.tensor(n.inputs[1]).role == Role::Param)
+        .map(|(i, n)| (i, n.inputs[1]))
+        .collect()
+}
+
+/// The adapter names peft gives module `module`: `A`'s and `B`'s.
+pub fn adapter_names(module: &str) -> [String; 2] {
+    ["lora_A", "lora_B"].map(|m| format!("{PEFT_PREFIX}{module}.{m}.weight"))
+}
+
+/// Applies LoRA to `graph`, a forward with its loss (see the module docs).
+pub fn apply(graph: &mut Graph, config: &LoraConfig) -> Result<Lora, LoraError> {
+    if config.dropout != 0.0 {
+        return Err(LoraError::Dropout(config.dropout));
+    }
+    if config.rank == 0 || !config.alpha.is_finite() {
+        return Err(LoraError::Settings {
+            rank: config.rank,
+            alpha: config.alpha,
+        });
+    }
+    if graph.has_backward() {
+        return Err(LoraError::HasBackward);
+    }
+    let layers = linear_layers(graph);
+    let mut available: Vec<String> = Vec::new();
+    for &(_, w) in &layers {
+        let module = module_of(&graph.tensor(w).name);
+        let leaf = module.rsplit('.').next().unwrap_or(module).to_owned();
+        if !available.contains(&leaf) {
+            available.push(leaf);
+        }
+    }
+    if config.target_modules.is_empty() {
+        return Err(LoraError::NoTargets { available });
+    }
+    for target in &config.target_modules {
+        let any = layers
+            .iter()
+            .any(|&(_, w)| targets(module_of(&graph.tensor(w).name), target));
+        if !any {
+            return Err(LoraError::UnknownTarget {
+                target: target.clone(),
+                available,
+            });
+        }
+    }
+    for p in graph.params() {
+        graph.freeze(p)?;
+    }
+    let chosen: Vec<(usize, TensorId)> = layers
+        .into_iter()
+        .filter(|&(_, w)| {
+            let module = module_of(&graph.tensor(w).name);
+            config.target_modules.iter().any(|t| targets(module, t))
+        })
+        .collect();
+    let mut adapters = Vec::with_capacity(chosen.len());
+    // Each adapter adds four operations after its layer: later positions move by four.
+    for (k, &(at, base)) in chosen.iter().enumerate() {
+        adapters.push(adapt(graph, at + 4 * k, base, config)?);
+    }
+    Ok(Lora {
+        config: config.clone(),
+        adapters,
+    })
+}
+
+/// Adds the adapter of the linear layer at node `at` (weight `base`) right after it, and
+/// makes every later reader of its output read the adapted output.
+fn adapt(
+    graph: &mut Graph,
+    at: usize,
+    base: TensorId,
+    config: &LoraConfig,
+) -> Result<Adapter, LoraError> {
+    let node = graph.nodes()[at].clone();
+    let (x, y) = (node.inputs[0], node.outputs[0]);
+    let [d_in, d_out] = fixed(graph, base);
+    let r = config.rank;
+    let module = module_of(&graph.tensor(base).name).to_owned();
+    let [a_name, b_name] = adapter_names(&module);
+    let fixed_axes = |axes: [(&'static str, u32); 2]| axes.map(|(n, e)| (n, Dim::Fixed(e)));
+    let a = graph.add_tensor(
+        a_name,
+        &fixed_axes([("rank", r), ("d_in", d_in)]),
+        ElemType::F32,
+        Role::Param,
+    )?;
+    let b = graph.add_tensor(
+        b_name,
+        &fixed_axes([("d_out", d_out), ("rank", r)]),
+        ElemType::F32,
+        Role::Param,
+    )?;
+    let s = config.scaling();
+    let identity = (0..r * r)
+        .map(|i| if i / r == i % r { s } else { 0.0 })
+        .collect();
+    let scale = graph.add_constant(
+        format!("{module}.lora_scaling"),
+        &[("rank_in", r), ("rank", r)],
+        identity,
+    )?;
+    let y_name = graph.tensor(y).name.clone();
+    let elem = graph.tensor(y).elem;
+    let act = |g: &mut Graph, suffix: &str, width: u32| {
+        let axes = [
+            ("batch", Dim::Batch),
+            ("seq", Dim::Seq),
+            ("hidden", Dim::Fixed(width)),
+        ];
+        g.add_tensor(format!("{y_name}.{suffix}"), &axes, elem, Role::Activation)
+    };
+    let xa = act(graph, "lora_a", r)?;
+    let scaled = act(graph, "lora_scaled", r)?;
+    let delta = act(graph, "lora_delta", d_out)?;
+    let adapted = act(graph, "lora", d_out)?;
+    let tail: Vec<Node> = graph.nodes_mut().split_off(at + 1);
+    graph.push(Op::LinearT, &[x, a], &[xa])?;
+    graph.push(Op::Linear, &[xa, scale], &[scaled])?;
+    graph.push(Op::LinearT, &[scaled, b], &[delta])?;
+    graph.push(Op::Add, &[y, delta], &[adapted])?;
+    for mut n in tail {
+        for input in &mut n.inputs {
+            if *input == y {
+                *input = adapted;
+            }
+        }
+        graph.push(n.op, &n.inputs, &n.outputs)?;
+    }
+    Ok(Adapter { module, base, a, b })
+}
