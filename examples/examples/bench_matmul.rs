@@ -30,7 +30,7 @@ use support::{Res, Rng, err};
 
 use clap::Parser;
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, Order, View};
-use fblayout_kernels::ops::matmul::{GemmShape, MatmulOp, Plan, Scale, TileConfig};
+use fblayout_kernels::ops::matmul::{GemmShape, MatmulOp, Scale, TileConfig, Tiling};
 use fblayout_kernels::tensor::GpuArg;
 use fblayout_kernels::{Gather, Gpu, GpuBuffer};
 
@@ -375,7 +375,7 @@ fn time_product(
     p: &Product<'_>,
     elem: ElemType,
     rng: &mut Rng,
-) -> Res<(f64, Plan)> {
+) -> Res<(f64, Tiling)> {
     let op = p.op(gpu, args.compute_units)?;
     let (ga, gb, gc) = (p.a.0.arg(p.a.1)?, p.b.0.arg(p.b.1)?, p.c.arg(&p.c.view)?);
     let t = time_steps(gpu, args, &|batch| {
@@ -429,7 +429,7 @@ fn sweep(gpu: &Gpu, args: &Args, name: &str, p: &Product<'_>, rng: &mut Rng) -> 
             if split_k > 1 && (shape.k / split_k < 2 * config.k_step || tiles * split_k > 2048) {
                 continue;
             }
-            let plan = Plan { config, split_k };
+            let plan = Tiling { config, split_k };
             let t = time_steps(gpu, args, &|batch| {
                 op.record_plan(batch, plan, &ga, &gb, &gc, Scale::OVERWRITE)
                     .map_err(err)

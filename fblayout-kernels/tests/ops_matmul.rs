@@ -9,7 +9,7 @@ use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::matmul::linear::{linear_backward_cpu, linear_forward_cpu};
 use fblayout_kernels::ops::matmul::{
-    LinearOp, MatmulOp, Output, Plan, Scale, TileConfig, matmul_cpu,
+    LinearOp, MatmulOp, Output, Scale, TileConfig, Tiling, matmul_cpu,
 };
 use fblayout_kernels::runtime::GpuBuffer;
 use fblayout_kernels::tensor::GpuArg;
@@ -64,7 +64,7 @@ fn cpu<T: fblayout_kernels::cpu::Real>(
 /// everywhere when `poison`.
 fn gpu_run(
     op: &MatmulOp,
-    plan: Option<Plan>,
+    plan: Option<Tiling>,
     a: &Tensor,
     b: &Tensor,
     c: &Tensor,
@@ -137,7 +137,7 @@ fn gpu_matches_the_definition_under_every_layout_combination() {
         let want = reference(&a, &b, None, Scale::OVERWRITE);
         // The least tiling keeps the shaders quick to compile on lavapipe; 13 × 20 is still
         // two partial tiles, and 37 ten k-steps.
-        let plan = Plan {
+        let plan = Tiling {
             config: TileConfig::TINY,
             split_k: 1,
         };
@@ -163,12 +163,12 @@ fn through(base: &Tensor, view: View) -> Tensor {
 }
 
 /// The tilings of the op's candidates and the tiny one, each direct and split three ways.
-fn plans(op: &MatmulOp) -> Vec<Plan> {
+fn plans(op: &MatmulOp) -> Vec<Tiling> {
     op.candidates()
         .iter()
         .map(|c| c.0)
         .chain([TileConfig::TINY])
-        .flat_map(|config| [1, 3].map(|split_k| Plan { config, split_k }))
+        .flat_map(|config| [1, 3].map(|split_k| Tiling { config, split_k }))
         .collect()
 }
 
@@ -198,11 +198,11 @@ fn every_tiling_and_split_handles_products_larger_than_a_tile() {
             plans(&op)
         } else {
             vec![
-                Plan {
+                Tiling {
                     config: TileConfig::LARGE,
                     split_k: 1,
                 },
-                Plan {
+                Tiling {
                     config: TileConfig::LARGE,
                     split_k: 2,
                 },
@@ -236,11 +236,11 @@ fn alpha_and_beta_scale_accumulate_and_never_read_c_when_beta_is_zero() {
     let (a, b, c) = matrices(&mut rng, layouts, (M, N, K), ElemType::F32);
     let op = MatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
     let tol = tolerance(ElemType::F32, K as usize);
-    let direct = Plan {
+    let direct = Tiling {
         config: TileConfig::TINY,
         split_k: 1,
     };
-    let split = Plan {
+    let split = Tiling {
         config: TileConfig::TINY,
         split_k: 3,
     };
@@ -306,7 +306,7 @@ fn f16_storage_sums_in_f32() {
         let want = reference(&stored(&a), &stored(&b), None, Scale::OVERWRITE);
         for plan in [
             None,
-            Some(Plan {
+            Some(Tiling {
                 config: TileConfig::TINY,
                 split_k: 3,
             }),
@@ -358,7 +358,7 @@ fn attention_layout(name: &str, heads: u32, head_dim: u32, rtile: bool) -> View 
 
 /// Checks `C = A·B` through the views of `a`, `b` and `c`, on the GPU (the op's own plan and
 /// `plans`) and on the CPU, against the definition.
-fn check_product(what: &str, a: &Tensor, b: &Tensor, c: &Tensor, plans: &[Plan]) {
+fn check_product(what: &str, a: &Tensor, b: &Tensor, c: &Tensor, plans: &[Tiling]) {
     let op = MatmulOp::new(gpu(), &a.view, &b.view, &c.view).unwrap();
     let want = reference(a, b, None, Scale::OVERWRITE);
     let k = a.dims()[a.dims().len() - 1];
@@ -410,7 +410,7 @@ const BHSD: [&str; 4] = ["batch", "heads", "seq", "head_dim"];
 fn attention_products_read_permuted_transposed_split_and_broadcast_views() {
     let mut rng = Rng::new(6);
     let bind: Vec<(String, u32)> = vec![("batch".into(), 2), ("seq".into(), 9)];
-    let split = [Plan {
+    let split = [Tiling {
         config: TileConfig::TINY,
         split_k: 2,
     }];
@@ -796,7 +796,7 @@ fn bad_input_is_a_typed_error_and_records_nothing() {
     let (other, other_bind) = view_2d("c", Layout2::ColMajor, M, N, ElemType::F32);
     let oc = Tensor::random(&mut rng, other, other_bind, -1.0, 1.0);
     let ob = oc.upload(gpu);
-    let split = Plan {
+    let split = Tiling {
         config: TileConfig::TINY,
         split_k: 3,
     };
@@ -939,7 +939,7 @@ fn biases(rng: &mut Rng, n: u32, elem: ElemType) -> Vec<Tensor> {
 /// The biased GPU product with `plan` (the op's own choice when `None`), C poisoned first.
 fn gpu_biased(
     op: &MatmulOp,
-    plan: Option<Plan>,
+    plan: Option<Tiling>,
     a: &Tensor,
     b: &Tensor,
     bias: &Tensor,
@@ -972,7 +972,7 @@ fn gpu_biased(
 fn biased_products_add_the_bias_to_every_row_under_every_store_and_split() {
     let gpu = gpu();
     let mut rng = Rng::new(10);
-    let tiny = |split_k| Plan {
+    let tiny = |split_k| Tiling {
         config: TileConfig::TINY,
         split_k,
     };
@@ -1019,7 +1019,7 @@ fn biased_products_larger_than_a_tile_and_in_f16() {
     let op = MatmulOp::new_biased(gpu, &a.view, &b.view, &bias.view, &c.view).unwrap();
     let want = biased_reference(&a, &b, &bias);
     for split_k in [1, 2] {
-        let plan = Plan {
+        let plan = Tiling {
             config: TileConfig::LARGE,
             split_k,
         };
@@ -1045,7 +1045,7 @@ fn biased_products_larger_than_a_tile_and_in_f16() {
             let op = MatmulOp::new_biased(gpu, &a.view, &b.view, &bias.view, &c.view).unwrap();
             let want = biased_reference(&stored(&a), &stored(&b), &stored(&bias));
             for split_k in [1, 3] {
-                let plan = Plan {
+                let plan = Tiling {
                     config: TileConfig::TINY,
                     split_k,
                 };
@@ -1178,7 +1178,7 @@ fn a_bias_of_the_wrong_shape_or_a_missing_bias_is_a_typed_error() {
     );
     let (bl, br, bo) = (long.upload(gpu), right.upload(gpu), other.upload(gpu));
     let (gl, gr, go) = (long.gpu_arg(&bl), right.gpu_arg(&br), other.gpu_arg(&bo));
-    let split = Plan {
+    let split = Tiling {
         config: TileConfig::TINY,
         split_k: 3,
     };

@@ -7,7 +7,7 @@
 //! and grouped-query attention shares K between the heads of a group by a `broadcast` step
 //! (`[b, h_kv, g, d, s]`). Nothing is copied: the kernel reads each operand through its view.
 //!
-//! - [`tiling`]: [`TileConfig`] (workgroup tile, k-step, outputs per invocation) and [`Plan`]
+//! - [`tiling`]: [`TileConfig`] (workgroup tile, k-step, outputs per invocation) and [`Tiling`]
 //!   (a configuration plus a split of the reduction), chosen by shape in one place.
 //! - `shader`: the generated WGSL. Tiles are staged through workgroup memory with `vec4`
 //!   loads along whichever axis the operand is contiguous in ([`Operand::vectorized`] on the
@@ -81,7 +81,7 @@ pub use cpu::matmul_cpu;
 pub use linear::LinearOp;
 pub use product::Output;
 pub(crate) use product::Product;
-pub use tiling::{DEFAULT_COMPUTE_UNITS, GemmShape, Plan, TileConfig};
+pub use tiling::{DEFAULT_COMPUTE_UNITS, GemmShape, TileConfig, Tiling};
 
 const OP: &str = "matmul";
 const REDUCE_OP: &str = "matmul split-k reduction";
@@ -223,7 +223,7 @@ enum Kernel {
 /// A batched GEMM built for the views of A, B and C (see the module docs).
 ///
 /// Kernels are generated per tiling on first use and kept; [`record`](Self::record) picks the
-/// tiling by shape ([`Plan::choose`]), [`record_plan`](Self::record_plan) takes one.
+/// tiling by shape ([`Tiling::choose`]), [`record_plan`](Self::record_plan) takes one.
 #[derive(Debug, Clone)]
 pub struct MatmulOp {
     a: Operand,
@@ -753,17 +753,17 @@ impl MatmulOp {
     }
 
     /// The plan [`record`](Self::record) uses for `shape`.
-    pub fn plan(&self, shape: GemmShape) -> Plan {
-        Plan::choose(shape, &self.candidates, self.units)
+    pub fn plan(&self, shape: GemmShape) -> Tiling {
+        Tiling::choose(shape, &self.candidates, self.units)
     }
 
     /// The most scratch [`record`](Self::record) takes for a product of `shape` on any device,
     /// planning for [`DEFAULT_COMPUTE_UNITS`] (as [`new`](Self::new) does): the partial sums
-    /// of the most parts [`Plan::choose`] splits its reduction into with the tilings any
-    /// device's limits leave ([`Plan::most_parts`]); none where it is never split. A plan
+    /// of the most parts [`Tiling::choose`] splits its reduction into with the tilings any
+    /// device's limits leave ([`Tiling::most_parts`]); none where it is never split. A plan
     /// given to [`record_plan`](Self::record_plan) may take more.
     pub fn scratch(shape: GemmShape) -> Result<Scratch, OpError> {
-        let parts = Plan::most_parts(shape, DEFAULT_COMPUTE_UNITS);
+        let parts = Tiling::most_parts(shape, DEFAULT_COMPUTE_UNITS);
         if parts <= 1 || shape.batch == 0 || shape.m == 0 || shape.n == 0 {
             return Ok(Scratch::none());
         }
@@ -891,7 +891,7 @@ impl MatmulOp {
     pub fn record_plan_biased(
         &self,
         batch: &mut Batch<'_>,
-        plan: Plan,
+        plan: Tiling,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
         bias: &GpuArg<'_>,
@@ -904,7 +904,7 @@ impl MatmulOp {
     pub fn record_plan(
         &self,
         batch: &mut Batch<'_>,
-        plan: Plan,
+        plan: Tiling,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
@@ -933,7 +933,7 @@ impl MatmulOp {
     fn record_with(
         &self,
         batch: &mut Batch<'_>,
-        plan: Option<Plan>,
+        plan: Option<Tiling>,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
         bias: Option<&GpuArg<'_>>,

@@ -1,5 +1,5 @@
 //! How a GEMM is cut into work: the workgroup tile, the k-step, the outputs of one invocation,
-//! and the split of the reduction, chosen in one place ([`Plan::choose`]).
+//! and the split of the reduction, chosen in one place ([`Tiling::choose`]).
 
 use std::fmt;
 
@@ -44,7 +44,7 @@ impl TileConfig {
     /// tests of many layouts on a software device.
     pub const TINY: Self = Self::new(16, 16, 4, 4, 4);
 
-    /// The tilings [`Plan::choose`] picks from, each with its cost per multiply-add relative
+    /// The tilings [`Tiling::choose`] picks from, each with its cost per multiply-add relative
     /// to [`LARGE`](Self::LARGE), as measured on an H200 at 4096³ and a linear layer's
     /// products (f32, wgpu over Vulkan): 128 × 256 and 256 × 128 ran within 1% of the large
     /// tile, 64 × 128 and 128 × 64 5–8% slower, k-step 16 6% slower, 64 × 64 16–20% and 32 × 32
@@ -166,7 +166,7 @@ impl GemmShape {
 /// A configuration and a split of the reduction: `split_k` workgroups share each tile of C,
 /// each reducing `k / split_k` of the sum into a scratch buffer that a second kernel adds up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Plan {
+pub struct Tiling {
     /// The tiling.
     pub config: TileConfig,
     /// Parts of the reduction run side by side (1: none).
@@ -179,18 +179,18 @@ pub struct Plan {
 /// [`MatmulOp::compute_units`]: super::MatmulOp::compute_units
 pub const DEFAULT_COMPUTE_UNITS: u32 = 132;
 
-/// Bytes of the split-k partial sums moved in the time of one unit of [`Plan::cost`] (an
+/// Bytes of the split-k partial sums moved in the time of one unit of [`Tiling::cost`] (an
 /// H200 moves about 2.5 MB while a compute unit does one k-step of a 128 × 128 tile).
 const BYTES_PER_UNIT: f64 = 2.5e6;
 
-/// The reduction kernel's own cost in units of [`Plan::cost`] (its dispatch, and the wait for
+/// The reduction kernel's own cost in units of [`Tiling::cost`] (its dispatch, and the wait for
 /// the partial products): about 5 µs on an H200.
 const REDUCE_DISPATCH: f64 = 6.0;
 
-/// The splits of the reduction [`Plan::choose`] tries (those measured).
+/// The splits of the reduction [`Tiling::choose`] tries (those measured).
 const SPLITS: [u32; 6] = [1, 2, 3, 4, 6, 8];
 
-impl Plan {
+impl Tiling {
     /// The estimated time of this plan for `shape` on `units` compute units, in units of one
     /// k-step (8) of a 128 × 128 tile on one compute unit.
     ///
@@ -228,14 +228,14 @@ impl Plan {
     /// The plan of least [`cost`](Self::cost) for `shape` among `candidates` (tilings with
     /// their relative costs) and the splits of the reduction that leave each part at least
     /// four k-steps. Ties go to the earlier candidate and the smaller split.
-    pub fn choose(shape: GemmShape, candidates: &[(TileConfig, f64)], units: u32) -> Plan {
-        let mut best: Option<(f64, Plan)> = None;
+    pub fn choose(shape: GemmShape, candidates: &[(TileConfig, f64)], units: u32) -> Tiling {
+        let mut best: Option<(f64, Tiling)> = None;
         for &(config, relative) in candidates {
             for split_k in SPLITS {
                 if split_k > 1 && shape.k.div_ceil(split_k) < 4 * config.k_step {
                     continue;
                 }
-                let plan = Plan { config, split_k };
+                let plan = Tiling { config, split_k };
                 let cost = plan.cost(shape, relative, units);
                 if best.is_none_or(|(c, _)| cost < c) {
                     best = Some((cost, plan));
@@ -243,7 +243,7 @@ impl Plan {
             }
         }
         best.map_or(
-            Plan {
+            Tiling {
                 config: TileConfig::SMALL,
                 split_k: 1,
             },
@@ -283,7 +283,7 @@ impl Plan {
     }
 }
 
-impl fmt::Display for Plan {
+impl fmt::Display for Tiling {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.split_k > 1 {
             write!(f, "{} split-k {}", self.config, self.split_k)
@@ -306,8 +306,8 @@ mod tests {
             (8, 16, 2048),
         ] {
             let shape = GemmShape { batch: 1, m, n, k };
-            let most = Plan::most_parts(shape, DEFAULT_COMPUTE_UNITS);
-            let p = Plan::choose(shape, &TileConfig::CANDIDATES, DEFAULT_COMPUTE_UNITS);
+            let most = Tiling::most_parts(shape, DEFAULT_COMPUTE_UNITS);
+            let p = Tiling::choose(shape, &TileConfig::CANDIDATES, DEFAULT_COMPUTE_UNITS);
             let (parts, _) = split_parts(k, p.split_k, p.config.k_step);
             assert!(
                 parts <= most,
@@ -320,26 +320,26 @@ mod tests {
             n: 4096,
             k: 4096,
         };
-        assert_eq!(Plan::most_parts(square, DEFAULT_COMPUTE_UNITS), 1);
+        assert_eq!(Tiling::most_parts(square, DEFAULT_COMPUTE_UNITS), 1);
         let thin = GemmShape {
             batch: 1,
             m: 384,
             n: 1536,
             k: 4096,
         };
-        assert!(Plan::most_parts(thin, DEFAULT_COMPUTE_UNITS) > 1);
+        assert!(Tiling::most_parts(thin, DEFAULT_COMPUTE_UNITS) > 1);
     }
 
-    fn plan(m: u32, n: u32, k: u32) -> Plan {
+    fn plan(m: u32, n: u32, k: u32) -> Tiling {
         let shape = GemmShape { batch: 1, m, n, k };
-        Plan::choose(shape, &TileConfig::CANDIDATES, DEFAULT_COMPUTE_UNITS)
+        Tiling::choose(shape, &TileConfig::CANDIDATES, DEFAULT_COMPUTE_UNITS)
     }
 
     /// The plans measured best on an H200 (f32): the large tile everywhere; the thin products
     /// of a linear layer's backward split the reduction to fill the 132 multiprocessors.
     #[test]
     fn plans_match_what_was_measured_best_on_an_h200() {
-        let large = |split_k| Plan {
+        let large = |split_k| Tiling {
             config: TileConfig::LARGE,
             split_k,
         };
