@@ -207,10 +207,11 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     bar.finish_and_clear();
     let summary = summary?;
     let curves = args.out.join(CURVES_FILE);
-    std::fs::write(&curves, curves::svg(&summary.records)).map_err(|source| FinetuneError::Io {
-        file: curves.clone(),
-        source,
-    })?;
+    fblayout_hf::files::write_atomically(&curves, curves::svg(&summary.records).as_bytes())
+        .map_err(|source| FinetuneError::Io {
+            file: curves.clone(),
+            source,
+        })?;
     println!("{} steps in {:.1} s", summary.steps, summary.seconds);
     if let Some(loss) = summary.final_loss {
         println!("final training loss {loss:.4}");

@@ -20,8 +20,7 @@
 //!   per block showing every tensor's layout and the conversions), or with `--svg-table` every
 //!   operation of the step as a row.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use fblayout_core::typed::suggest::closest;
 use fblayout_kernels::runtime::{Gpu, GpuError, default_cache_dir};
@@ -288,9 +287,11 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         } else {
             chosen.svg()
         };
-        write_atomically(svg, drawing.as_bytes()).map_err(|source| PlanCommandError::Svg {
-            path: svg.clone(),
-            source,
+        fblayout_hf::files::write_atomically(svg, drawing.as_bytes()).map_err(|source| {
+            PlanCommandError::Svg {
+                path: svg.clone(),
+                source,
+            }
         })?;
     }
 
@@ -525,27 +526,4 @@ fn explain_tensor(plan: &Plan, t: TensorId, out: &mut dyn std::io::Write) -> std
         )?;
     }
     Ok(())
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, then renamed
-/// over `path`, so a reader never sees half a file.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
-    })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        // The temporary file may not exist (the directory is missing or unwritable).
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }

@@ -16,10 +16,9 @@
 //! its name: a reader never sees half a file.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use fblayout_plan::graph::{Dim, Graph, TensorId};
+use fblayout_plan::graph::{Graph, TensorId};
 use fblayout_plan::lora::Lora;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
@@ -71,17 +70,7 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), ExportError>
         source,
     };
     std::fs::create_dir_all(dir).map_err(io)?;
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let written = std::fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()
-    });
-    if let Err(source) = written.and_then(|()| std::fs::rename(&tmp, &file)) {
-        // The temporary file is ours; the error that matters is the write's.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(source));
-    }
-    Ok(())
+    crate::files::write_atomically(&file, bytes).map_err(io)
 }
 
 /// `values` as little-endian `f32` bytes.
@@ -130,7 +119,7 @@ fn values_of<'a>(
             name: name.clone(),
             detail: "no values were given for it".into(),
         })?;
-    let want = extents(graph, t).iter().product::<usize>();
+    let want = graph.tensor(t).fixed_extents().iter().product::<usize>();
     if v.len() != want {
         return Err(ExportError::Values {
             name: name.clone(),
@@ -138,20 +127,6 @@ fn values_of<'a>(
         });
     }
     Ok(v)
-}
-
-/// The fixed extents of weight `t`.
-fn extents(graph: &Graph, t: TensorId) -> Vec<usize> {
-    graph
-        .tensor(t)
-        .axes
-        .iter()
-        .map(|a| match a.dim {
-            Dim::Fixed(n) => n as usize,
-            // Weights have fixed extents.
-            Dim::Batch | Dim::Seq => 0,
-        })
-        .collect()
 }
 
 /// `w` (`[d_in, d_out]`, the graph's orientation) with the update of `A` (`[r, d_in]`) and `B`
@@ -199,7 +174,7 @@ pub fn model(
         let mut value = values_of(graph, values, t)?.to_vec();
         let adapter = merge.and_then(|l| l.adapters.iter().find(|a| a.base == t).map(|a| (l, a)));
         if let Some((lora, adapter)) = adapter {
-            let e = extents(graph, t);
+            let e = graph.tensor(t).fixed_extents();
             let a = values_of(graph, values, adapter.a)?;
             let b = values_of(graph, values, adapter.b)?;
             let r = lora.config.rank as usize;
@@ -215,7 +190,7 @@ pub fn model(
             .checkpoint()
             .get(actual)
             .map(|info| info.shape.clone())
-            .unwrap_or_else(|| extents(graph, t));
+            .unwrap_or_else(|| graph.tensor(t).fixed_extents());
         tensors.push((actual.to_owned(), shape, f32_bytes(&value)));
     }
     write_tensors(out, WEIGHTS_FILE, &tensors)?;
@@ -252,7 +227,7 @@ pub fn adapter(
         let v = values_of(graph, values, t)?;
         tensors.push((
             graph.tensor(t).name.clone(),
-            extents(graph, t),
+            graph.tensor(t).fixed_extents(),
             f32_bytes(v),
         ));
     }

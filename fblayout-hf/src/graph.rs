@@ -25,7 +25,7 @@
 use std::path::{Path, PathBuf};
 
 use fblayout_plan::graph::optimizer::add_adamw;
-use fblayout_plan::graph::{Act, Dim, Graph, Op, Role, TensorId, derive_backward};
+use fblayout_plan::graph::{Act, Graph, Op, Role, TensorId, derive_backward};
 use fblayout_plan::lora::PEFT_PREFIX;
 use fblayout_plan::models::bert::{self, BertConfig as PlanBert};
 use fblayout_plan::models::gpt2::{self, Gpt2Config as PlanGpt2};
@@ -229,20 +229,6 @@ fn is_transposed(config: &ModelConfig, graph: &Graph, p: TensorId) -> bool {
     })
 }
 
-/// The fixed extents of parameter `p`.
-fn extents(graph: &Graph, p: TensorId) -> Vec<usize> {
-    graph
-        .tensor(p)
-        .axes
-        .iter()
-        .map(|a| match a.dim {
-            Dim::Fixed(n) => n as usize,
-            // Parameters have fixed extents.
-            _ => 0,
-        })
-        .collect()
-}
-
 /// `values` of a `[rows, cols]` matrix, transposed.
 fn transpose(values: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     let mut out = vec![0.0; values.len()];
@@ -291,7 +277,7 @@ pub fn parameter(dir: &ModelDir, graph: &Graph, p: TensorId) -> Result<Vec<f64>,
     let actual = names.actual(&name).ok_or_else(missing)?;
     let info = dir.checkpoint().get(actual).ok_or_else(missing)?;
     let shape: Vec<usize> = info.shape.clone();
-    let want = extents(graph, p);
+    let want = graph.tensor(p).fixed_extents();
     let linear = is_transposed(dir.config(), graph, p);
     let expected: Vec<usize> = if linear {
         want.iter().rev().copied().collect()
@@ -336,6 +322,6 @@ pub fn to_checkpoint(
     if !is_transposed(config, graph, p) {
         return Some(values.to_vec());
     }
-    let e = extents(graph, p);
+    let e = graph.tensor(p).fixed_extents();
     Some(transpose(values, e[0], e[1]))
 }

@@ -42,6 +42,7 @@
 
 pub mod config;
 pub mod export;
+pub mod files;
 pub mod graph;
 pub mod lora;
 mod model_dir;

@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 
 use fblayout_plan::graph::optimizer::add_adamw;
-use fblayout_plan::graph::{Dim, Graph, derive_backward};
+use fblayout_plan::graph::{Graph, derive_backward};
 use fblayout_plan::lora::{self as plan_lora, Lora, LoraConfig, LoraError};
 
 use crate::graph::{GraphError, forward};
@@ -165,15 +165,7 @@ pub fn read_adapter(
     let mut out = Vec::with_capacity(2 * lora.adapters.len());
     for t in lora.adapters.iter().flat_map(|a| [a.a, a.b]) {
         let tensor = graph.tensor(t);
-        let want: Vec<usize> = tensor
-            .axes
-            .iter()
-            .map(|a| match a.dim {
-                Dim::Fixed(n) => n as usize,
-                // Adapter matrices have fixed extents.
-                Dim::Batch | Dim::Seq => 0,
-            })
-            .collect();
+        let want = tensor.fixed_extents();
         let problem = |detail: String| AdapterError::Tensor {
             file: file.clone(),
             name: tensor.name.clone(),

@@ -8,7 +8,6 @@
 //! [`Checkpoint::check_tensors`] one made for another model.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -117,16 +116,7 @@ pub fn save(file: &Path, checkpoint: &Checkpoint) -> Result<(), CheckpointError>
             file: file.to_owned(),
             detail: format!("can't serialize: {e}"),
         })?;
-    let dir = file.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    tmp.write_all(&views).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(file).map_err(|e| io(e.error))?;
-    // The rename itself is durable once the directory is synced (where the platform allows).
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    fblayout_hf::files::write_atomically(file, &views).map_err(io)
 }
 
 /// Reads the checkpoint in `file`.

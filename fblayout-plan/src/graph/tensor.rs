@@ -117,6 +117,19 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// Its fixed extents, outermost first, with a run-sized axis (batch, sequence) as 0: the
+    /// shape of a weight, a constant or an optimizer state, whose axes are all fixed, as a
+    /// checkpoint stores it.
+    pub fn fixed_extents(&self) -> Vec<usize> {
+        self.axes
+            .iter()
+            .map(|a| match a.dim {
+                Dim::Fixed(n) => n as usize,
+                Dim::Batch | Dim::Seq => 0,
+            })
+            .collect()
+    }
+
     /// The number of elements for a run of `sizes`.
     pub fn elements(&self, sizes: Sizes) -> u64 {
         self.axes

@@ -7,7 +7,7 @@ use std::time::Instant;
 use fblayout_hf::ModelDir;
 use fblayout_hf::config::ModelConfig;
 use fblayout_plan::exec::{AdamWConfig, CpuStep, ExecError};
-use fblayout_plan::graph::{Dim, Graph, Role, Sizes};
+use fblayout_plan::graph::{Role, Sizes};
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::select::{self, CostModel, Strategy};
 
@@ -55,20 +55,6 @@ fn check(s: &TrainerBuilder) -> Result<(), TrainError> {
         );
     }
     Ok(())
-}
-
-/// The fixed extents of tensor `t`.
-fn shape(graph: &Graph, t: fblayout_plan::graph::TensorId) -> Vec<usize> {
-    graph
-        .tensor(t)
-        .axes
-        .iter()
-        .map(|a| match a.dim {
-            Dim::Fixed(n) => n as usize,
-            // Persistent tensors have fixed extents; a run-sized axis has none to record.
-            Dim::Batch | Dim::Seq => 0,
-        })
-        .collect()
 }
 
 /// The ids a language model's data is joined and padded with: the end-of-text token between
@@ -131,7 +117,7 @@ pub(super) fn build(s: TrainerBuilder) -> Result<Trainer, TrainError> {
     let persistent: Vec<(String, Vec<usize>)> = g
         .ids()
         .filter(|&t| matches!(g.tensor(t).role, Role::Param | Role::State { .. }))
-        .map(|t| (g.tensor(t).name.clone(), shape(g, t)))
+        .map(|t| (g.tensor(t).name.clone(), g.tensor(t).fixed_extents()))
         .collect();
 
     let all = lm_examples(&s.data, &dir, s.seq)?;
