@@ -717,7 +717,9 @@ fn encoder(gpu: &Gpu, label: &str) -> wgpu::CommandEncoder {
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
 }
 
-/// One uniform buffer holding every parameter block of a batch, and its host copy.
+/// One uniform buffer holding every parameter block of a batch, and its host copy. Each
+/// block is bound by its own range, so only a block, not the arena, must fit the device's
+/// uniform binding limit.
 struct Arena {
     buffer: Option<GpuBuffer>,
     bytes: Vec<u8>,
@@ -734,8 +736,12 @@ impl Arena {
             match item {
                 Item::Dispatch(Dispatch {
                     params: Some((_, block)),
+                    label,
                     ..
                 }) => {
+                    GpuBuffer::check_uniform_range(gpu, block.len() as u64, || {
+                        format!("the parameter block of `{label}`")
+                    })?;
                     let at = (bytes.len() as u64).next_multiple_of(align);
                     bytes.resize(at as usize, 0);
                     bytes.extend_from_slice(block);
@@ -747,7 +753,7 @@ impl Arena {
         let buffer = if bytes.is_empty() {
             None
         } else {
-            Some(GpuBuffer::uniform_bytes(gpu, &bytes)?)
+            Some(GpuBuffer::uniform_ranges(gpu, &bytes)?)
         };
         Ok(Self {
             buffer,

@@ -108,11 +108,36 @@ impl GpuBuffer {
         })
     }
 
-    /// A uniform buffer holding `bytes` (a parameter block).
-    pub(crate) fn uniform_bytes(gpu: &Gpu, bytes: &[u8]) -> Result<Self, GpuError> {
-        Self::create(gpu, BufferKind::Uniform, bytes, || {
-            format!("a uniform block of {} bytes", bytes.len())
-        })
+    /// A uniform buffer holding `bytes`: parameter blocks, each bound by its own range, so
+    /// the buffer may be as large as any buffer; each range must fit the device's
+    /// `max_uniform_buffer_binding_size`, which the caller checks
+    /// ([`check_uniform_range`](Self::check_uniform_range)).
+    pub(crate) fn uniform_ranges(gpu: &Gpu, bytes: &[u8]) -> Result<Self, GpuError> {
+        let what = || format!("the parameter blocks of a batch ({} bytes)", bytes.len());
+        let limit = gpu.limits().max_buffer_size;
+        if granular(bytes.len() as u64) > limit {
+            return Err(GpuError::BufferTooLarge {
+                what: what(),
+                bytes: bytes.len() as u64,
+                limit,
+            });
+        }
+        let buffer = Self::allocate_unchecked(gpu, BufferKind::Uniform, bytes.len() as u64, &what)?;
+        if !bytes.is_empty() {
+            scoped(gpu.device(), &what, || {
+                write_padded(gpu.queue(), buffer.buffer(), bytes);
+            })?;
+        }
+        Ok(buffer)
+    }
+
+    /// Checks that a uniform block of `bytes` can be bound on `gpu` (what binds it is `what`).
+    pub(crate) fn check_uniform_range(
+        gpu: &Gpu,
+        bytes: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), GpuError> {
+        Self::check_size(gpu, BufferKind::Uniform, bytes, what)
     }
 
     fn create(
@@ -138,6 +163,16 @@ impl GpuBuffer {
         what: &impl Fn() -> String,
     ) -> Result<Self, GpuError> {
         Self::check_size(gpu, kind, len_bytes, what)?;
+        Self::allocate_unchecked(gpu, kind, len_bytes, what)
+    }
+
+    /// [`allocate`](Self::allocate) without the check of the size against the binding limits.
+    fn allocate_unchecked(
+        gpu: &Gpu,
+        kind: BufferKind,
+        len_bytes: u64,
+        what: &impl Fn() -> String,
+    ) -> Result<Self, GpuError> {
         let usage = usage(kind);
         let lease = gpu.pool().take(len_bytes, usage, |size| {
             scoped(gpu.device(), what, || {

@@ -203,32 +203,62 @@ impl Gpu {
     }
 
     /// The compute pipeline for `entry` of `module`, compiled on first use.
+    ///
+    /// The cache's lock is not held while the driver compiles, so that several threads can
+    /// compile at once ([`prepare_pipelines`](Self::prepare_pipelines)); two threads asking
+    /// for the same pipeline at once may both compile it, and the first one stored is kept.
     pub(crate) fn pipeline(
         &self,
         module: &WgslModule,
         entry: &str,
     ) -> Result<wgpu::ComputePipeline, GpuError> {
-        let mut cache = self
-            .pipelines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
         // Modules that differ only in their comments share a shader and its pipelines.
-        let (code, source) = (module.code(), module.source());
-        let same = cache.modules.entry(module.code_hash()).or_default();
+        let (code, source, hash) = (module.code(), module.source(), module.code_hash());
+        let shader = {
+            let cache = self.lock_pipelines();
+            let cached = cache
+                .modules
+                .get(&hash)
+                .and_then(|same| same.iter().find(|(c, _)| c == code))
+                .map(|(_, m)| m);
+            if let Some(pipeline) = cached.and_then(|m| m.pipelines.get(entry)) {
+                return Ok(pipeline.clone());
+            }
+            cached.map(|m| m.shader.clone())
+        };
+        let device = self.device();
+        let shader = match shader {
+            Some(shader) => shader,
+            None => scoped(
+                device,
+                || format!("the shader module `{}`", module.name()),
+                || {
+                    device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(module.name()),
+                        source: wgpu::ShaderSource::Wgsl(source.into()),
+                    })
+                },
+            )?,
+        };
+        let pipeline = scoped(
+            device,
+            || format!("the compute pipeline for `{entry}` in `{}`", module.name()),
+            || {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(entry),
+                    layout: None,
+                    module: &shader,
+                    entry_point: Some(entry),
+                    compilation_options: wgpu::PipelineCompilationOptions::default(),
+                    cache: self.pipeline_cache.as_ref().map(|(cache, _)| cache),
+                })
+            },
+        )?;
+        let mut cache = self.lock_pipelines();
+        let same = cache.modules.entry(hash).or_default();
         let at = match same.iter().position(|(c, _)| c == code) {
             Some(at) => at,
             None => {
-                let device = self.device();
-                let shader = scoped(
-                    device,
-                    || format!("the shader module `{}`", module.name()),
-                    || {
-                        device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                            label: Some(module.name()),
-                            source: wgpu::ShaderSource::Wgsl(source.into()),
-                        })
-                    },
-                )?;
                 same.push((
                     code.to_owned(),
                     CachedModule {
@@ -239,27 +269,29 @@ impl Gpu {
                 same.len() - 1
             }
         };
-        let cached = &mut same[at].1;
-        if let Some(pipeline) = cached.pipelines.get(entry) {
-            return Ok(pipeline.clone());
-        }
-        let device = self.device();
-        let pipeline = scoped(
-            device,
-            || format!("the compute pipeline for `{entry}` in `{}`", module.name()),
-            || {
-                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(entry),
-                    layout: None,
-                    module: &cached.shader,
-                    entry_point: Some(entry),
-                    compilation_options: wgpu::PipelineCompilationOptions::default(),
-                    cache: self.pipeline_cache.as_ref().map(|(cache, _)| cache),
-                })
-            },
-        )?;
-        cached.pipelines.insert(entry.to_string(), pipeline.clone());
-        Ok(pipeline)
+        Ok(same[at]
+            .1
+            .pipelines
+            .entry(entry.to_owned())
+            .or_insert(pipeline)
+            .clone())
+    }
+
+    /// Compiles the pipelines of `entries` (module, entry point) that are not compiled yet, on
+    /// as many threads as the host has cores (at most one per pipeline): a driver compiles
+    /// each pipeline on the calling thread, so an autotune that measures many candidates
+    /// would otherwise wait for one compilation after another. The first error is returned.
+    pub(crate) fn prepare_pipelines(
+        &self,
+        entries: &[(&WgslModule, &str)],
+    ) -> Result<(), GpuError> {
+        super::threads::try_map(entries, |(module, entry)| self.pipeline(module, entry)).map(drop)
+    }
+
+    fn lock_pipelines(&self) -> std::sync::MutexGuard<'_, PipelineCache> {
+        self.pipelines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -50,6 +50,7 @@ mod gated;
 mod gpu;
 mod pool;
 mod scratch;
+pub(crate) mod threads;
 
 pub use batch::{Batch, Encoded, Recording, Timing};
 pub use buffer::{BufferKind, GpuBuffer};

@@ -75,10 +75,15 @@ pub fn mixed(graph: &Graph) -> Result<Graph, GraphError> {
 }
 
 /// Whether a tensor of `role` becomes `f16`: activations and the gradients of activations.
+/// A weight's gradient stays `f32` also where the weight is frozen: a kernel that writes the
+/// gradients of a normalisation's scale and shift writes them (unused) all the same, in `f32`.
 fn halved(graph: &Graph, role: Role) -> bool {
     match role {
         Role::Activation => true,
-        Role::Grad { of } => !matches!(graph.tensor(of).role, Role::Param | Role::State { .. }),
+        Role::Grad { of } => !matches!(
+            graph.tensor(of).role,
+            Role::Param | Role::Frozen | Role::State { .. }
+        ),
         Role::Input
         | Role::Param
         | Role::Frozen

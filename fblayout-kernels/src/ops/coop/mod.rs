@@ -74,7 +74,7 @@ use super::matmul::{
     Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, check_static_extents,
     check_writable, split_parts,
 };
-use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch};
+use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch, threads};
 use crate::tensor::GpuArg;
 
 const OP: &str = "coop matmul";
@@ -498,9 +498,12 @@ impl CoopMatmulOp {
     }
 
     /// The kernel `which`, built on first use.
+    ///
+    /// The lock is not held while the shader is generated and validated, so that
+    /// [`prepare`](Self::prepare) can build several at once.
     fn kernel(&self, gpu: &Gpu, which: Kernel) -> Result<Arc<Compiled>, OpError> {
-        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = kernels.get(&which) {
+        let lock = || self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = lock().get(&which) {
             return Ok(Arc::clone(k));
         }
         let compiled = match which {
@@ -515,9 +518,33 @@ impl CoopMatmulOp {
                 Compiled::from_module(Reduction::OP, self.operands.reduce_source().build()?)
             }
         };
-        let compiled = Arc::new(compiled);
-        kernels.insert(which, Arc::clone(&compiled));
-        Ok(compiled)
+        Ok(Arc::clone(
+            lock().entry(which).or_insert_with(|| Arc::new(compiled)),
+        ))
+    }
+
+    /// Builds the GEMM kernels of `configs` for a product of `shape` and compiles their
+    /// pipelines, on as many threads as the host has cores: the autotune then measures
+    /// pipelines that are all ready, rather than waiting for the driver to compile one
+    /// candidate after another.
+    fn prepare(&self, gpu: &Gpu, configs: &[CoopConfig], shape: GemmShape) -> Result<(), OpError> {
+        let mut kinds: Vec<Kernel> = Vec::with_capacity(configs.len());
+        for &config in configs {
+            let kind = Kernel::gemm(
+                config,
+                split_parts(shape.k, config.split_k, config.k_step).0,
+            );
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        let built = threads::try_map(&kinds, |&kind| self.kernel(gpu, kind))?;
+        let entries: Vec<_> = built
+            .iter()
+            .map(|k| (k.module().module(), shader::ENTRY))
+            .collect();
+        gpu.prepare_pipelines(&entries)?;
+        Ok(())
     }
 
     /// The checked extents of a call (each argument read through the view the op was built
@@ -851,7 +878,13 @@ impl CoopMatmulOp {
             gpu.wait()?;
             Ok(start.elapsed())
         };
-        // The first batch of each compiles its pipeline.
+        // Every pipeline is compiled first, several at once; the first batch of each then
+        // runs it once.
+        let e = self.extents(gpu, a, b, c)?;
+        let shape = e
+            .gemm()
+            .ok_or_else(|| OpError::shape(OP, format!("{e:?} exceeds the u32 index space")))?;
+        self.prepare(gpu, &buildable, shape)?;
         for &config in &buildable {
             batch_of(config, 1)?;
         }

@@ -1,0 +1,324 @@
+//! Fine-tuning throughput and memory of Hugging Face architectures (issue 19, item 6): a
+//! MiniLM-sized BERT classifier (all-MiniLM-L6-v2's shapes: 6 blocks, hidden 384, 12 heads,
+//! FFN 1536, BERT's vocabulary, 2 classes) at batch 32 × sequence 128, and a Llama-family
+//! decoder of about 160 M parameters (SmolLM-135M's shapes with an untied head: 30 blocks,
+//! hidden 576, 9 query and 3 key/value heads, FFN 1536, vocabulary 49 152) at batch 8 × 512.
+//! Each is trained fully and with LoRA (rank 8, α 16, on the query and value projections), in
+//! f32 and in mixed precision, from random weights (timing does not depend on their values).
+//!
+//! Every step is a whole training step of the GPU executor: forward, backward and AdamW over
+//! the trainable parameters, planned with unified row-major layouts and placed by the memory
+//! planner. The first step's loss must be finite, then `--warmup-ms` of steps run, and the
+//! median of `--samples` steps (wall clock around one submission and the loss's read-back) is
+//! reported as milliseconds and tokens per second, with the plan's peak memory.
+//! `python/peer_models.py` runs the same workloads in PyTorch + transformers (+ peft).
+
+mod support;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+use fblayout_kernels::runtime::Gpu;
+use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
+use fblayout_plan::graph::optimizer::add_adamw;
+use fblayout_plan::graph::precision::Precision;
+use fblayout_plan::graph::{Graph, Sizes, derive_backward};
+use fblayout_plan::lora::{LoraConfig, apply};
+use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::models::bert::{self, BertConfig};
+use fblayout_plan::models::llama::{self, LlamaConfig};
+use fblayout_plan::select::{CostModel, Strategy, plan};
+use support::{Res, Rng, err, exit, median};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Which {
+    Minilm,
+    Llama,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Precisions {
+    F32,
+    Mixed,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Tuning {
+    /// Full fine-tuning: every weight trains.
+    Full,
+    /// LoRA: the base weights are frozen, only the adapters train.
+    Lora,
+    /// Both, in the same run.
+    Both,
+}
+
+/// Fine-tuning throughput and memory of a MiniLM classifier and a Llama-family decoder.
+#[derive(Parser, Debug)]
+#[command(about)]
+struct Args {
+    /// Which model.
+    #[arg(long, value_enum, default_value_t = Which::Both)]
+    model: Which,
+    /// The precision of the steps.
+    #[arg(long, value_enum, default_value_t = Precisions::Both)]
+    precision: Precisions,
+    /// Full fine-tuning, LoRA or both.
+    #[arg(long, value_enum, default_value_t = Tuning::Both)]
+    tuning: Tuning,
+    /// LoRA's rank (α is twice it).
+    #[arg(long, default_value_t = 8)]
+    rank: u32,
+    /// Timed steps per row (the median is reported).
+    #[arg(long, default_value_t = 9)]
+    samples: usize,
+    /// Milliseconds of steps run before timing (a discrete GPU needs about 600 to clock up).
+    #[arg(long, default_value_t = 0)]
+    warmup_ms: u64,
+    /// The models' shapes shrunk to a few blocks of hidden 64 at a few tokens, for a quick
+    /// check on a software adapter.
+    #[arg(long)]
+    small: bool,
+}
+
+fn main() -> ExitCode {
+    exit("bench_models", run(&Args::parse()))
+}
+
+/// One workload: a forward graph (the backward and AdamW are derived after LoRA), its batch and the LoRA targets of its architecture.
+struct Workload {
+    name: &'static str,
+    graph: Graph,
+    sizes: Sizes,
+    inputs: StepInputs,
+    targets: [&'static str; 2],
+}
+
+fn minilm(small: bool) -> Res<Workload> {
+    let (config, sizes) = if small {
+        (
+            BertConfig::new(500, 64, 4, 2).with_ffn(128).with_layers(2),
+            Sizes { batch: 2, seq: 16 },
+        )
+    } else {
+        (
+            BertConfig::new(30522, 384, 12, 2)
+                .with_ffn(1536)
+                .with_layers(6)
+                .with_eps(1e-12),
+            Sizes {
+                batch: 32,
+                seq: 128,
+            },
+        )
+    };
+    let config = config.with_max_positions(512);
+    let n = (sizes.batch * sizes.seq) as usize;
+    let mut rng = Rng(0x5eed);
+    let ids = (0..n)
+        .map(|_| ((rng.uniform() + 1.0) * 0.5 * f64::from(config.vocab - 1)) as u32)
+        .collect();
+    let classes: Vec<u32> = (0..sizes.batch).map(|b| b % 2).collect();
+    let inputs = StepInputs::random(1, sizes, 0)
+        .with("ids", ids)
+        .with("token_types", vec![0; n])
+        .with("mask", vec![1; n])
+        .with(
+            "positions",
+            (0..n).map(|i| (i % sizes.seq as usize) as u32).collect(),
+        )
+        .with("labels", bert::class_labels(&classes, sizes.seq as usize));
+    Ok(Workload {
+        name: "MiniLM classification",
+        graph: bert::forward(&config).map_err(err)?,
+        sizes,
+        inputs,
+        targets: ["query", "value"],
+    })
+}
+
+fn llama_workload(small: bool) -> Res<Workload> {
+    let (config, sizes) = if small {
+        (
+            LlamaConfig::new(500, 64, 4)
+                .with_kv_heads(2)
+                .with_ffn(128)
+                .with_layers(2),
+            Sizes { batch: 2, seq: 16 },
+        )
+    } else {
+        (
+            LlamaConfig::new(49152, 576, 9)
+                .with_kv_heads(3)
+                .with_ffn(1536)
+                .with_layers(30)
+                .with_eps(1e-5),
+            Sizes { batch: 8, seq: 512 },
+        )
+    };
+    let config = config.with_max_positions(sizes.seq.max(2048));
+    let vocab = config.vocab;
+    Ok(Workload {
+        name: "Llama-family LM",
+        graph: llama::forward(&config).map_err(err)?,
+        sizes,
+        inputs: StepInputs::random(vocab, sizes, 11),
+        targets: ["q_proj", "v_proj"],
+    })
+}
+
+/// One row of the table.
+struct Row {
+    what: String,
+    trainable: u64,
+    step_ms: f64,
+    tokens_per_s: f64,
+    peak: u64,
+    first_loss: f32,
+    tuned_s: f64,
+}
+
+fn run(args: &Args) -> Res<()> {
+    let gpu = Gpu::new().map_err(err)?;
+    let info = gpu.info();
+    println!(
+        "adapter: {} ({:?}, {:?}, driver {} {})",
+        info.name, info.backend, info.device_type, info.driver, info.driver_info
+    );
+    let mut workloads = Vec::new();
+    if matches!(args.model, Which::Minilm | Which::Both) {
+        workloads.push(minilm(args.small)?);
+    }
+    if matches!(args.model, Which::Llama | Which::Both) {
+        workloads.push(llama_workload(args.small)?);
+    }
+    let precisions: &[Precision] = match args.precision {
+        Precisions::F32 => &[Precision::F32],
+        Precisions::Mixed => &[Precision::Mixed],
+        Precisions::Both => &[Precision::F32, Precision::Mixed],
+    };
+    let lora: &[bool] = match args.tuning {
+        Tuning::Full => &[false],
+        Tuning::Lora => &[true],
+        Tuning::Both => &[false, true],
+    };
+    let mut rows = Vec::new();
+    for w in &workloads {
+        for &with_lora in lora {
+            let mut graph = w.graph.clone();
+            if with_lora {
+                let config = LoraConfig::new(
+                    args.rank,
+                    f64::from(2 * args.rank),
+                    w.targets.iter().copied(),
+                );
+                apply(&mut graph, &config).map_err(err)?;
+            }
+            derive_backward(&mut graph).map_err(err)?;
+            add_adamw(&mut graph).map_err(err)?;
+            for &precision in precisions {
+                let what = format!(
+                    "{}, {}, {precision:?}, batch {} × {}",
+                    w.name,
+                    if with_lora {
+                        format!("LoRA r{}", args.rank)
+                    } else {
+                        "full".to_owned()
+                    },
+                    w.sizes.batch,
+                    w.sizes.seq
+                );
+                let row = measure(&gpu, &graph, w, precision, what, args)?;
+                println!(
+                    "{}: {:.2} ms, {:.0} tokens/s, peak {:.0} MiB, first loss {:.4}",
+                    row.what,
+                    row.step_ms,
+                    row.tokens_per_s,
+                    mib(row.peak),
+                    row.first_loss
+                );
+                rows.push(row);
+            }
+        }
+    }
+    println!(
+        "\n| workload | trainable parameters | step ms (median) | tokens/s | peak MiB (plan) | first loss | tuning s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.2} | {:.0} | {:.0} | {:.4} | {:.1} |",
+            r.what,
+            r.trainable,
+            r.step_ms,
+            r.tokens_per_s,
+            mib(r.peak),
+            r.first_loss,
+            r.tuned_s
+        );
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn measure(
+    gpu: &Gpu,
+    graph: &Graph,
+    w: &Workload,
+    precision: Precision,
+    what: String,
+    args: &Args,
+) -> Res<Row> {
+    let graph = precision.apply(graph).map_err(err)?;
+    let p = plan(&graph, w.sizes, &CostModel::analytic(), Strategy::RowMajor).map_err(err)?;
+    let memory =
+        plan_memory(p.graph(), p.layouts(), w.sizes, MemoryOptions::default()).map_err(err)?;
+    let mut step = GpuStep::new(
+        gpu,
+        p.graph(),
+        p.layouts(),
+        &memory,
+        w.sizes,
+        AdamWConfig::default(),
+    )
+    .map_err(err)?;
+    step.upload_params(7).map_err(err)?;
+    let tuning = Instant::now();
+    step.tune().map_err(err)?;
+    let tuned_s = tuning.elapsed().as_secs_f64();
+    let first_loss = step.step(&w.inputs).map_err(err)?;
+    if !first_loss.is_finite() {
+        return Err(format!("{what}: the first step's loss is {first_loss}"));
+    }
+    let start = Instant::now();
+    while start.elapsed().as_millis() < u128::from(args.warmup_ms) {
+        step.step(&w.inputs).map_err(err)?;
+    }
+    let mut times = Vec::with_capacity(args.samples);
+    for _ in 0..args.samples.max(1) {
+        let t = Instant::now();
+        step.step(&w.inputs).map_err(err)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let step_ms = median(times);
+    let g = p.graph();
+    let trainable = g
+        .params()
+        .into_iter()
+        .map(|t| g.tensor(t).elements(w.sizes))
+        .sum();
+    Ok(Row {
+        what,
+        trainable,
+        step_ms,
+        tokens_per_s: f64::from(w.sizes.batch * w.sizes.seq) / (step_ms / 1e3),
+        peak: memory.peak_bytes(),
+        first_loss,
+        tuned_s,
+    })
+}
