@@ -4,6 +4,7 @@
 
 mod common;
 mod config;
+mod evaluate;
 mod export;
 mod lora;
 mod minilm;
