@@ -4,6 +4,7 @@
 
 mod common;
 mod config;
+mod embed;
 mod evaluate;
 mod export;
 mod lora;
