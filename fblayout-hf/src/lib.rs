@@ -15,6 +15,8 @@
 //! - [`ModelDir`]: the three at once, from a directory;
 //! - [`graph`]: the model's training graph (fblayout-plan) built from its config, and its
 //!   parameters' values from its checkpoint.
+//! - [`embed`]: sentence embeddings from an encoder's last hidden state — mean pooling over the
+//!   real tokens and L2 normalisation, as sentence-transformers computes them.
 //!
 //! The loading modules say what the files hold, in Hugging Face's names and orientation;
 //! [`graph`] maps them onto fblayout's training graph.
@@ -41,6 +43,7 @@
 //! ```
 
 pub mod config;
+pub mod embed;
 pub mod export;
 pub mod files;
 pub mod graph;

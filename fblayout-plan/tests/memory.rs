@@ -121,7 +121,16 @@ fn the_peak_is_the_buffers_workspace_and_held_bytes_and_at_least_the_live_tensor
     let g = graph(Model::Decoder);
     let layouts = random_layouts(&g, 2);
     let reuse = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
-    let own = plan_memory(&g, &layouts, SIZES, MemoryOptions { reuse: false }).unwrap();
+    let own = plan_memory(
+        &g,
+        &layouts,
+        SIZES,
+        MemoryOptions {
+            reuse: false,
+            ..MemoryOptions::default()
+        },
+    )
+    .unwrap();
     // Each operation's scratch, as its contract counts it from its kernels. The attention's
     // holds its scratch scores, laid out like its probabilities: one such buffer, two in the
     // backward (the gradients of the probabilities and of the scores).

@@ -4,6 +4,8 @@
 
 mod common;
 mod config;
+mod embed;
+mod evaluate;
 mod export;
 mod lora;
 mod minilm;

@@ -17,9 +17,9 @@
 //! `attention_mask` (the padding mask of its attention) with positions `0..seq`; its loss is
 //! the cross-entropy of the `[CLS]` row's logits against the sequence's label, averaged over
 //! the batch (the graph's labels: the class at position 0, ignored elsewhere). Its logits are
-//! an intermediate tensor, which the executors free within the step (only persistent tensors,
-//! the loss and the gradients can be read), so they are checked through the loss and every
-//! gradient, which they determine.
+//! an intermediate tensor, which a training step's memory plan frees within the step, so here
+//! they are checked through the loss and every gradient, which they determine; `evaluate.rs`
+//! keeps them and compares them with transformers' directly.
 //!
 //! Tolerances: the CPU computes in f64 from the same f32 weights, so it agrees with PyTorch's
 //! f32 to f32 round-off (1e-5 relative on the loss, 1e-4 on each gradient's relative L2
@@ -53,12 +53,12 @@ use safetensors::Dtype;
 use crate::common::{fixture_json, hf, model_dir, read_all};
 
 /// What the fixture recorded, by tensor name.
-struct Fixture {
-    sizes: Sizes,
-    inputs: StepInputs,
-    loss: f64,
-    tensors: std::collections::BTreeMap<String, Vec<f64>>,
-    adamw: AdamWConfig,
+pub(crate) struct Fixture {
+    pub(crate) sizes: Sizes,
+    pub(crate) inputs: StepInputs,
+    pub(crate) loss: f64,
+    pub(crate) tensors: std::collections::BTreeMap<String, Vec<f64>>,
+    pub(crate) adamw: AdamWConfig,
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f64> {
@@ -75,7 +75,8 @@ fn i64s(bytes: &[u8]) -> Vec<i64> {
         .collect()
 }
 
-fn fixture(arch: &str, file: &str) -> Fixture {
+/// The fixture `file` of `arch`: its batch as the graph's inputs, its f32 tensors.
+pub(crate) fn fixture(arch: &str, file: &str) -> Fixture {
     let dir = hf(arch);
     let all = read_all(&dir.join(file));
     let (_, shape, ids) = &all["input_ids"];

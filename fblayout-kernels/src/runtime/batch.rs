@@ -541,35 +541,63 @@ impl<'g> Recording<'g> {
     /// commands run); a replacement that changes a bind group, a grid, a copy or a clear makes
     /// the encoded commands stale, and they are encoded again at submission.
     pub fn encode(&self) -> Result<Encoded, GpuError> {
+        Ok(Encoded {
+            commands: self.encode_first(self.items.len())?,
+            generation: self.generation,
+        })
+    }
+
+    /// The commands of items `..end` (at most [`len`](Self::len)).
+    fn encode_first(&self, end: usize) -> Result<wgpu::CommandBuffer, GpuError> {
         let gpu = self.gpu;
-        let commands = scoped(
+        let items = &self.items[..end];
+        scoped(
             gpu.device(),
-            || format!("a batch of {} dispatches and copies", self.items.len()),
+            || format!("a batch of {} dispatches and copies", items.len()),
             || {
                 let mut encoder = encoder(gpu, "fblayout batch");
                 let mut at = 0;
-                while at < self.items.len() {
-                    if let Item::Dispatch(_) = &self.items[at] {
+                while at < items.len() {
+                    if let Item::Dispatch(_) = &items[at] {
                         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                             label: Some("fblayout batch"),
                             timestamp_writes: None,
                         });
-                        while let Some(Item::Dispatch(d)) = self.items.get(at) {
+                        while let Some(Item::Dispatch(d)) = items.get(at) {
                             run(&mut pass, d, self.groups[at].as_ref());
                             at += 1;
                         }
                     } else {
-                        record_transfer(&mut encoder, &self.items[at]);
+                        record_transfer(&mut encoder, &items[at]);
                         at += 1;
                     }
                 }
                 encoder.finish()
             },
-        )?;
-        Ok(Encoded {
-            commands,
-            generation: self.generation,
-        })
+        )
+    }
+
+    /// Sends items `..end` alone in one submission, without waiting for them, after uploading
+    /// the parameter blocks changed since: the first part of what was recorded (a training
+    /// step's forward, to evaluate without its backward and update). An error where `end` is
+    /// past the recording's [`len`](Self::len).
+    pub fn submit_first(&mut self, end: usize) -> Result<(), GpuError> {
+        if end > self.items.len() {
+            return Err(GpuError::bad_input(
+                format!("submitting the first {end} items of a recording"),
+                format!("it has {} items", self.items.len()),
+            ));
+        }
+        self.upload()?;
+        let commands = self.encode_first(end)?;
+        let gpu = self.gpu;
+        scoped(
+            gpu.device(),
+            || format!("submitting {end} items of a recording"),
+            || {
+                gpu.queue().submit([commands]);
+            },
+        )
     }
 
     /// Submits commands [encoded](Self::encode) from this recording, without waiting for them,

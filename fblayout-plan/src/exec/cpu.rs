@@ -174,12 +174,18 @@ impl CpuStep {
         Ok(())
     }
 
-    /// The logical values (row-major) of tensor `name`: a persistent tensor, the loss, or a
-    /// parameter's gradient (after a step).
+    /// The logical values (row-major) of tensor `name`: a persistent tensor, the loss, a
+    /// parameter's gradient (after a step), or a tensor the memory plan keeps
+    /// ([`MemoryOptions::keep`](crate::memory::MemoryOptions::keep); after a step or an
+    /// [`evaluate`](Self::evaluate)). Any other tensor of the graph is
+    /// [`ExecError::NotKept`].
     pub fn read(&self, name: &str) -> Result<Vec<f64>, ExecError> {
         let t = self.id(name)?;
-        if !self.kept[t.index()] || is_int(self.graph.tensor(t).elem) {
+        if is_int(self.graph.tensor(t).elem) {
             return Err(ExecError::Unknown(name.to_owned()));
+        }
+        if !self.kept[t.index()] {
+            return Err(ExecError::NotKept(name.to_owned()));
         }
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
         let (bound, buffer) = (&self.whole[t.index()], &self.buffers[b]);
@@ -210,7 +216,11 @@ impl CpuStep {
         self.steps = steps;
     }
 
-    /// The forward alone on `inputs`: the loss, with no gradient computed and nothing updated.
+    /// The forward alone on `inputs`: the loss, with no gradient computed and nothing updated
+    /// (the parameters, their copies and the optimizer's state stay as they are, as does the
+    /// step count). After it, [`read`](Self::read) returns the tensors the memory plan keeps
+    /// ([`MemoryOptions::keep`](crate::memory::MemoryOptions::keep)): a model's logits, its last
+    /// hidden state.
     pub fn evaluate(&mut self, inputs: &StepInputs) -> Result<f64, ExecError> {
         self.load(inputs)?;
         if self.poison {

@@ -35,7 +35,7 @@ use super::views::{BoundGraph, BoundOperand, bind_graph};
 use super::{
     AdamWConfig, ExecError, StepInputs, check_indices, check_values, initial_values, input_values,
 };
-use crate::graph::{Graph, Op, Role, Sizes, TensorId};
+use crate::graph::{Graph, Op, Phase, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
 use crate::memory::held::{GATE_VALUES, gated};
@@ -239,6 +239,8 @@ pub struct GpuStep<'g> {
     planned_params: u64,
     /// The first AdamW node, before which the overflow checks are recorded.
     first_adamw: Option<usize>,
+    /// The nodes of the forward, `..forward_end`: what [`evaluate`](Self::evaluate) submits.
+    forward_end: usize,
     /// The next step's commands, encoded while the GPU ran this one.
     next: Option<Encoded>,
 }
@@ -400,6 +402,11 @@ impl<'g> GpuStep<'g> {
                 .nodes()
                 .iter()
                 .position(|n| matches!(n.op, Op::AdamW { .. })),
+            forward_end: graph
+                .nodes()
+                .iter()
+                .position(|n| n.op.phase() != Phase::Forward)
+                .unwrap_or(graph.nodes().len()),
             next: None,
         };
         for t in graph.ids() {
@@ -494,13 +501,21 @@ impl<'g> GpuStep<'g> {
     }
 
     /// The logical values (row-major) of tensor `name`, read back: a persistent tensor (a
-    /// parameter's `f16` copy included), the loss, or a parameter's gradient (after a step; with loss scaling, divided by the scale
-    /// that step used, so it is the loss's gradient either way).
+    /// parameter's `f16` copy included), the loss, a parameter's gradient (after a step; with
+    /// loss scaling, divided by the scale that step used, so it is the loss's gradient either
+    /// way), or a tensor the memory plan keeps
+    /// ([`MemoryOptions::keep`](crate::memory::MemoryOptions::keep); after a step or an
+    /// [`evaluate`](Self::evaluate)). Any other tensor of the graph is
+    /// [`ExecError::NotKept`], as is the output of a product whose bias the product adds
+    /// itself (it is never written: keep the bias's output).
     pub fn read(&self, name: &str) -> Result<Vec<f64>, ExecError> {
         let t = self.id(name)?;
         let tensor = self.graph.tensor(t);
-        if !self.kept[t.index()] || tensor.role == Role::Input {
+        if tensor.role == Role::Input {
             return Err(ExecError::Unknown(name.to_owned()));
+        }
+        if !self.kept[t.index()] {
+            return Err(ExecError::NotKept(name.to_owned()));
         }
         let b = self.buffer_of[t.index()].ok_or_else(|| ExecError::Unknown(name.to_owned()))?;
         check_float(tensor)?;
@@ -613,20 +628,55 @@ impl<'g> GpuStep<'g> {
         self.run(inputs, true)
     }
 
-    fn run(&mut self, inputs: &StepInputs, timed: bool) -> Result<(f32, Vec<Timing>), ExecError> {
-        let start = Instant::now();
+    /// The forward alone on `inputs`, submitted once: the loss, with no gradient computed and
+    /// nothing updated (the parameters, their copies, the optimizer's state, the step count and
+    /// the loss scale stay as they are). It submits the forward's part of the step's recording
+    /// (recorded by the first step or evaluation, as [`step`](Self::step) records it), so it
+    /// allocates nothing the memory plan does not count. After it, [`read`](Self::read) returns
+    /// the tensors the memory plan keeps
+    /// ([`MemoryOptions::keep`](crate::memory::MemoryOptions::keep)): a model's logits, its last
+    /// hidden state.
+    pub fn evaluate(&mut self, inputs: &StepInputs) -> Result<f32, ExecError> {
         self.load(inputs)?;
-        let loaded = start.elapsed();
+        let mut recorded = self.recording()?;
+        // The items of the forward's nodes: everything recorded before the first other node
+        // (the overflow checks come later, before the first AdamW node).
+        let end = match self.forward_end {
+            0 => 0,
+            k => recorded.1[k - 1].end,
+        };
+        let submitted = recorded.0.submit_first(end);
+        self.recorded = Some(recorded);
+        submitted.map_err(|e| ExecError::gpu("submitting the forward", e))?;
+        let mut loss = 0.0;
+        for (i, node) in self.kernels[..self.forward_end].iter().enumerate() {
+            if let Some(mean) = node.kernel.loss() {
+                loss += mean.map_err(|source| ExecError::op(i, "cross_entropy", source))?;
+            }
+        }
+        Ok(loss)
+    }
+
+    /// The step's recording for the inputs just loaded: the one recorded before, with what
+    /// changes per step recorded again, or a new one.
+    fn recording(&mut self) -> Result<Recorded<'g>, ExecError> {
         let ids = &self.token_ids;
-        let adam_step = self.steps + 1;
         let again = match self.recorded.take() {
             Some(recorded) => self.rerecord(recorded, ids)?,
             None => None,
         };
-        let mut recorded = match again {
-            Some(recorded) => recorded,
-            None => self.record_all(ids)?,
-        };
+        match again {
+            Some(recorded) => Ok(recorded),
+            None => self.record_all(ids),
+        }
+    }
+
+    fn run(&mut self, inputs: &StepInputs, timed: bool) -> Result<(f32, Vec<Timing>), ExecError> {
+        let start = Instant::now();
+        self.load(inputs)?;
+        let loaded = start.elapsed();
+        let adam_step = self.steps + 1;
+        let mut recorded = self.recording()?;
         let unscale = self
             .scaling
             .as_ref()

@@ -18,8 +18,13 @@
 //! ([`Role::ParamCopy`], mixed precision's `f16` weights) with them; the optimizer's moments
 //! start at zero and persist across steps, as do the parameters and their copies (which each
 //! AdamW step writes with the updated parameters). After a step the parameters (and their
-//! copies), the optimizer state, the loss and every parameter's gradient can be read back; any
-//! other tensor's buffer may have been reused.
+//! copies), the optimizer state, the loss, every parameter's gradient and the tensors the memory
+//! plan keeps ([`MemoryOptions::keep`](crate::memory::MemoryOptions::keep)) can be read back;
+//! any other tensor's buffer may have been reused.
+//!
+//! `evaluate` ([`CpuStep::evaluate`], [`GpuStep::evaluate`]) runs the forward alone — no
+//! gradient, no update — and returns the loss; after it the tensors the memory plan keeps (a
+//! model's logits, its last hidden state) can be read back.
 
 mod cpu;
 pub(crate) mod gpu;
@@ -207,6 +212,13 @@ pub enum ExecError {
     /// No tensor of that name, or one whose values a step does not keep.
     #[error("no tensor `{0}` can be read or written here")]
     Unknown(String),
+    /// A tensor of the graph whose buffer the memory plan gives to later tensors within the
+    /// step, so its values are gone by its end.
+    #[error(
+        "tensor `{0}` is not kept to the end of the step (its buffer may hold another tensor by \
+         then): plan the memory keeping it (`MemoryOptions::keep`)"
+    )]
+    NotKept(String),
 }
 
 impl From<StorageError> for ExecError {
@@ -234,6 +246,7 @@ impl From<MemoryError> for ExecError {
             MemoryError::Storage(e) => e.into(),
             MemoryError::Bind { tensor, source } => Self::Bind { tensor, source },
             MemoryError::Scratch { node, op, source } => Self::Op { node, op, source },
+            e @ MemoryError::Keep { .. } => Self::Plan(e.to_string()),
         }
     }
 }

@@ -5,9 +5,12 @@
 //! their copies (mixed precision's `f16` weights, which AdamW writes for the next step) and
 //! optimizer state ([`Tensor::is_persistent`](crate::graph::Tensor::is_persistent)) are live
 //! for the whole step (and across steps), so none shares a buffer; AdamW updates a parameter
-//! and its moments in place, so they stay in their buffers. The loss and every parameter's gradient are the step's
-//! results: they are live to its end, so they can be read back. A gradient that is the gradient
-//! of several tensors (through a sum or a bias) is one tensor, placed once.
+//! and its moments in place, so they stay in their buffers. The loss and every parameter's
+//! gradient are the step's results: they are live to its end, so they can be read back, as are
+//! the tensors [`MemoryOptions::keep`] names (a model's logits, its last hidden state): each is
+//! live from the operation that writes it to the end of the step, so no later tensor takes its
+//! buffer, and the peak counts it. A gradient that is the gradient of several tensors (through
+//! a sum or a bias) is one tensor, placed once.
 //!
 //! **Buffers.** Each tensor's size is its layout's buffer at the run's sizes, padding included
 //! ([`BoundView::len`](fblayout_core::layout::BoundView::len) elements). Tensors are placed
@@ -59,17 +62,46 @@ use crate::layouts::{LayoutChoice, StorageError, tensor_layouts};
 pub use recompute::recompute;
 
 /// How to plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// ```
+/// use fblayout_plan::memory::MemoryOptions;
+///
+/// let options = MemoryOptions::default().keeping(["logits"]);
+/// assert!(options.reuse);
+/// assert_eq!(options.keep, ["logits"]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryOptions {
     /// Whether a tensor may take the buffer of a tensor that died (else every tensor has its
     /// own buffer).
     pub reuse: bool,
+    /// The tensors, by name, kept readable to the end of the step besides the persistent
+    /// tensors, the loss and the gradients (see the module docs): what a forward-only step
+    /// returns ([`CpuStep::evaluate`](crate::exec::CpuStep::evaluate)). A name that is no
+    /// tensor of the graph, or of one no operation writes or reads, is an error
+    /// ([`MemoryError::Keep`]).
+    pub keep: Vec<String>,
 }
 
 impl Default for MemoryOptions {
-    /// Buffers are reused.
+    /// Buffers are reused; nothing is kept beyond the step's results.
     fn default() -> Self {
-        Self { reuse: true }
+        Self {
+            reuse: true,
+            keep: Vec::new(),
+        }
+    }
+}
+
+impl MemoryOptions {
+    /// These options, also keeping the tensors named `names` (see [`keep`](Self::keep)).
+    pub fn keeping<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.keep.extend(names.into_iter().map(Into::into));
+        self
     }
 }
 
@@ -173,6 +205,14 @@ pub enum MemoryError {
         /// Why.
         source: Box<LayoutError>,
     },
+    /// A tensor to keep ([`MemoryOptions::keep`]) is not one the step computes.
+    #[error("can't keep `{name}` to the end of the step: {detail}")]
+    Keep {
+        /// The name given.
+        name: String,
+        /// Why.
+        detail: String,
+    },
     /// An operation's kernels can't say how much scratch they take for its operands.
     #[error("the scratch of operation {node} (`{op}`): {source}")]
     Scratch {
@@ -233,7 +273,8 @@ pub fn plan_memory(
         .ids()
         .map(|t| whole[t.index()].len() * u64::from(graph.tensor(t).elem.size_bytes()))
         .collect();
-    let (live, kept) = liveness(graph);
+    let keep = kept_tensors(graph, &options.keep)?;
+    let (live, kept) = liveness(graph, &keep);
     let n = graph.nodes().len();
     let category: Vec<Category> = graph
         .tensors()
@@ -241,7 +282,7 @@ pub fn plan_memory(
         .map(|t| Category::of(t.role))
         .collect();
 
-    let (buffers, buffer_of) = assign(graph, &live, &bytes, options);
+    let (buffers, buffer_of) = assign(graph, &live, &bytes, options.reuse);
     let mut freed: Vec<Vec<BufferId>> = vec![Vec::new(); n];
     for t in graph.ids() {
         if let (Some(l), Some(b), false) = (live[t.index()], buffer_of[t.index()], kept[t.index()])
@@ -349,11 +390,11 @@ fn assign(
     graph: &Graph,
     live: &[Option<Live>],
     bytes: &[u64],
-    options: MemoryOptions,
+    reuse: bool,
 ) -> (Vec<u64>, Vec<Option<BufferId>>) {
     let life = |t: TensorId| live[t.index()].expect("only live tensors are placed");
     let mut order: Vec<TensorId> = graph.ids().filter(|t| live[t.index()].is_some()).collect();
-    if options.reuse {
+    if reuse {
         // Largest first; ties by the order of their lives, then by id: deterministic.
         order.sort_by_key(|&t| {
             (
@@ -370,7 +411,7 @@ fn assign(
         let l = life(t);
         let need = granular(bytes[t.index()]);
         let chosen = (0..buffers.len())
-            .filter(|&b| options.reuse && buffers[b] >= need)
+            .filter(|&b| reuse && buffers[b] >= need)
             .filter(|&b| holds[b].iter().all(|h| !h.overlaps(&l)))
             .min_by_key(|&b| buffers[b]);
         let b = chosen.unwrap_or_else(|| {
@@ -384,9 +425,34 @@ fn assign(
     (buffers, buffer_of)
 }
 
+/// The tensors `names` name, each one some operation writes or reads (see
+/// [`MemoryOptions::keep`]).
+fn kept_tensors(graph: &Graph, names: &[String]) -> Result<Vec<TensorId>, MemoryError> {
+    names
+        .iter()
+        .map(|name| {
+            let refused = |detail: &str| MemoryError::Keep {
+                name: name.clone(),
+                detail: detail.to_owned(),
+            };
+            let t = graph
+                .find(name)
+                .ok_or_else(|| refused("the graph has no tensor of that name"))?;
+            let touched = graph
+                .nodes()
+                .iter()
+                .any(|n| n.inputs.contains(&t) || n.outputs.contains(&t));
+            if !touched {
+                return Err(refused("no operation of the graph writes or reads it"));
+            }
+            Ok(t)
+        })
+        .collect()
+}
+
 /// Every tensor's live range (`None` for one no operation touches) and whether it is kept to
-/// the end of the step (persistent tensors and results).
-fn liveness(graph: &Graph) -> (Vec<Option<Live>>, Vec<bool>) {
+/// the end of the step (persistent tensors, results, and the tensors of `keep`).
+fn liveness(graph: &Graph, keep: &[TensorId]) -> (Vec<Option<Live>>, Vec<bool>) {
     let n = graph.nodes().len();
     let end = n.saturating_sub(1);
     let mut first: Vec<Option<usize>> = vec![None; graph.tensors().len()];
@@ -415,8 +481,9 @@ fn liveness(graph: &Graph) -> (Vec<Option<Live>>, Vec<bool>) {
     for t in graph.ids() {
         let tensor = graph.tensor(t);
         let persistent = tensor.is_persistent();
-        let keep = persistent || tensor.role == Role::Loss || results.contains(&t);
-        kept.push(keep);
+        let stays =
+            persistent || tensor.role == Role::Loss || results.contains(&t) || keep.contains(&t);
+        kept.push(stays);
         live.push(match (first[t.index()], last[t.index()]) {
             _ if persistent => Some(Live {
                 first: 0,
@@ -424,7 +491,7 @@ fn liveness(graph: &Graph) -> (Vec<Option<Live>>, Vec<bool>) {
             }),
             (Some(f), Some(l)) => Some(Live {
                 first: f,
-                last: if keep { end } else { l },
+                last: if stays { end } else { l },
             }),
             _ => None,
         });
@@ -518,7 +585,7 @@ impl MemoryPlan {
     }
 
     /// Whether tensor `t`'s values survive the step (persistent tensors, the loss, the
-    /// parameters' gradients).
+    /// parameters' gradients, the tensors [`MemoryOptions::keep`] names).
     pub fn kept(&self, t: TensorId) -> bool {
         self.kept.get(t.index()).copied().unwrap_or(false)
     }

@@ -21,6 +21,9 @@
 //! — the explanation ([`explain`], and [`Plan::svg`]). The executor takes
 //! `(plan.graph(), plan.layouts())`.
 //!
+//! A plan is made for one run's sizes; [`PlanCache`] makes one per shape (or per bucket of
+//! sequence lengths) and reuses it for every later batch of that shape.
+//!
 //! [`CostModel::calibrated`] times the kernels of `fblayout-kernels` on the adapter to
 //! measure the model's factors ([`calibrate`](crate::calibrate)), and times a training step under each layout
 //! to fit a multiplier per kind of operation and layout that corrects the analytic terms
@@ -45,6 +48,7 @@
 //! ```
 
 pub mod access;
+mod cache;
 pub mod cost;
 pub mod exact;
 pub mod explain;
@@ -63,6 +67,7 @@ use fblayout_core::layout::{LayoutError, LayoutErrors};
 use crate::graph::{Graph, GraphError, Sizes};
 use crate::layouts::LayoutChoice;
 
+pub use cache::{Buckets, CacheError, PlanCache, Planned};
 pub use cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin};
 pub use kernels::{CALIBRATION, CalibrationShape, KernelFactors, KernelKind, OperandKind};
 pub use objective::Objective;

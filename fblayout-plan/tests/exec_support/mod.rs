@@ -154,7 +154,16 @@ pub(crate) struct Results {
 /// Runs one step (`full`: with AdamW) of `g` under `layouts` on the CPU, from parameters of
 /// seed 7 and inputs of seed 11; with `reuse`, buffers are reused and freed ones poisoned.
 pub(crate) fn run_cpu(g: &Graph, layouts: &[LayoutChoice], reuse: bool, full: bool) -> Results {
-    let plan = plan_memory(g, layouts, SIZES, MemoryOptions { reuse }).unwrap();
+    let plan = plan_memory(
+        g,
+        layouts,
+        SIZES,
+        MemoryOptions {
+            reuse,
+            ..MemoryOptions::default()
+        },
+    )
+    .unwrap();
     let mut step = CpuStep::new(g, layouts, &plan, SIZES, ADAMW)
         .unwrap()
         .poison_freed(reuse);
