@@ -1,12 +1,21 @@
 //! `fblayout finetune`: fine-tunes a Hugging Face model directory on a data file with
 //! [`fblayout_train::Trainer`], showing a progress bar, and writes beside the checkpoint the
-//! log and the loss curves (`curves.svg`), then prints a summary.
+//! log and the loss curves (`curves.svg`), then prints a summary. At the last step it exports
+//! what it trained under `export/` in the output directory.
+//!
+//! Ctrl-C (SIGINT) ends the run after the step under way, its checkpoint written, with the
+//! command that resumes it and exit status 130; a second Ctrl-C quits at once (the last
+//! checkpoint written stays whole).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::ValueEnum;
+use fblayout_plan::lora::LoraConfig;
 use fblayout_train::{Decay, Event, Task, TrainError, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -91,7 +100,8 @@ pub(crate) struct FinetuneArgs {
     /// The seed of the data's split and shuffle.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The output directory: checkpoint, log, curves.
+    /// The output directory: checkpoint, log, curves, and at the last step the export
+    /// (`export/model`: a Hugging Face model directory; `export/adapter`: LoRA's peft adapter).
     #[arg(long, default_value = "finetune-out")]
     out: PathBuf,
     /// Continue from the checkpoint in `--out` (same settings), exactly where it stopped.
@@ -100,12 +110,30 @@ pub(crate) struct FinetuneArgs {
     /// End this session after this step (checkpointed), to continue later with `--resume`.
     #[arg(long)]
     stop_after: Option<u32>,
+    /// Train LoRA adapters of this rank instead of the whole model (every base weight frozen);
+    /// the export is then a peft adapter (`export/adapter`).
+    #[arg(long, value_name = "RANK")]
+    lora: Option<u32>,
+    /// LoRA's alpha: the adapters' update is scaled by alpha / rank [default: 2 × rank].
+    #[arg(long, requires = "lora")]
+    lora_alpha: Option<f64>,
+    /// The modules LoRA adapts, by name, comma-separated [default: the attention's query and
+    /// value, peft's: `c_attn` for GPT-2, `q_proj,v_proj` for Llama, `query,value` for BERT].
+    #[arg(long, value_delimiter = ',', requires = "lora")]
+    lora_targets: Vec<String>,
+    /// With `--lora`, also export the model with the adapters merged in (`export/model`).
+    #[arg(long, requires = "lora")]
+    merge: bool,
+    /// `classify`: the number of classes [default: the config's `id2label` / `num_labels`]. A
+    /// head of another width than the checkpoint's starts afresh, its classes `LABEL_0`, …
+    #[arg(long, value_name = "N")]
+    labels: Option<u32>,
 }
 
 /// Why `fblayout finetune` failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum FinetuneError {
-    /// The run failed.
+    /// The run failed, or was interrupted.
     #[error(transparent)]
     Train(#[from] TrainError),
     /// The curves could not be written.
@@ -116,6 +144,42 @@ pub(crate) enum FinetuneError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+impl FinetuneError {
+    /// The process's exit status: 130 (128 + SIGINT) where Ctrl-C ended the run, else 1.
+    pub(crate) fn exit_code(&self) -> ExitCode {
+        match self {
+            Self::Train(TrainError::Interrupted { .. }) => ExitCode::from(130),
+            _ => ExitCode::FAILURE,
+        }
+    }
+}
+
+/// The flag Ctrl-C sets: the run stops after its step. A second Ctrl-C quits at once.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = Arc::clone(&flag);
+    let installed = ctrlc::set_handler(move || {
+        if set.swap(true, Ordering::SeqCst) {
+            eprintln!("\ninterrupted again: quitting without a checkpoint of this step");
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupted: stopping after this step (Ctrl-C again to quit at once)");
+    });
+    if let Err(e) = installed {
+        eprintln!("warning: Ctrl-C will end the run without a checkpoint: {e}");
+    }
+    flag
+}
+
+/// The command line that resumes this run: this one, with `--resume`.
+fn resume_command() -> String {
+    let mut args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--resume") {
+        args.push("--resume".into());
+    }
+    args.join(" ")
 }
 
 /// The progress bar of the steps: step, loss, tokens/s, ETA and the executor.
@@ -170,7 +234,16 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     if let Some(step) = args.stop_after {
         builder = builder.stop_after(step);
     }
-    let trainer = builder.build()?;
+    if let Some(rank) = args.lora {
+        let alpha = args.lora_alpha.unwrap_or(2.0 * f64::from(rank));
+        builder = builder
+            .lora(LoraConfig::new(rank, alpha, args.lora_targets.clone()))
+            .merge(args.merge);
+    }
+    if let Some(classes) = args.labels {
+        builder = builder.labels(classes);
+    }
+    let mut trainer = builder.interrupt(interrupt_flag()).build()?;
     if trainer.done() > 0 {
         println!("resuming after step {}", trainer.done());
     }
@@ -192,10 +265,13 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
             ));
         }
         Event::Eval(e) => {
-            let line = format!(
-                "step {}: held-out loss {:.4}, perplexity {:.2}",
-                e.step, e.loss, e.perplexity
-            );
+            let line = match task {
+                Task::Lm => format!(
+                    "step {}: held-out loss {:.4}, perplexity {:.2}",
+                    e.step, e.loss, e.perplexity
+                ),
+                Task::Classify => format!("step {}: held-out loss {:.4}", e.step, e.loss),
+            };
             if terminal {
                 bar.println(line);
             } else {
@@ -205,6 +281,12 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
         Event::Saved { .. } => {}
     });
     bar.finish_and_clear();
+    if let Err(TrainError::Interrupted { step, .. }) = &summary {
+        eprintln!(
+            "stopped after step {step}, checkpointed; to continue:\n  {}",
+            resume_command()
+        );
+    }
     let summary = summary?;
     let curves = args.out.join(CURVES_FILE);
     fblayout_hf::files::write_atomically(&curves, curves::svg(&summary.records).as_bytes())
@@ -216,12 +298,15 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     if let Some(loss) = summary.final_loss {
         println!("final training loss {loss:.4}");
     }
-    match summary.final_eval {
-        Some(e) => println!(
+    match (summary.final_eval, task) {
+        (Some(e), Task::Lm) => println!(
             "final evaluation (step {}): loss {:.4}, perplexity {:.2}",
             e.step, e.loss, e.perplexity
         ),
-        None => println!("no held-out set: no evaluation"),
+        (Some(e), Task::Classify) => {
+            println!("final evaluation (step {}): loss {:.4}", e.step, e.loss);
+        }
+        (None, _) => println!("no held-out set: no evaluation"),
     }
     println!(
         "peak memory (the memory plan's): {:.2} MiB",
@@ -234,5 +319,8 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
         summary.log.display(),
         curves.display()
     );
+    if summary.steps == args.steps {
+        println!("export {}", summary.export.display());
+    }
     Ok(())
 }

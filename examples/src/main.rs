@@ -45,23 +45,28 @@ enum Command {
     /// Show the layout plan and memory plan of a shipped model's training step (encoder or
     /// decoder), every tensor's layout and why.
     Plan(plan::PlanArgs),
-    /// Fine-tune a Hugging Face model directory on a data file (CPU executor): progress,
-    /// held-out evaluation, checkpoints that `--resume` continues exactly, loss curves.
+    /// Fine-tune a Hugging Face model directory on a data file (CPU executor), in full or
+    /// with LoRA, as a language model or a classifier: progress, held-out evaluation,
+    /// checkpoints that `--resume` continues exactly, loss curves, and the export of what was
+    /// trained (`<out>/export/`). Ctrl-C stops after the step, checkpointed (exit status 130).
     Finetune(finetune::FinetuneArgs),
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let failed = |e: &dyn std::error::Error| (error_chain(e), ExitCode::FAILURE);
     let result = match &args.command {
-        Some(Command::Plan(plan_args)) => plan::run(plan_args).map_err(|e| error_chain(&e)),
-        Some(Command::Finetune(ft)) => finetune::run(ft).map_err(|e| error_chain(&e)),
-        None => train::run(&args.train).map_err(|e| error_chain(&e)),
+        Some(Command::Plan(plan_args)) => plan::run(plan_args).map_err(|e| failed(&e)),
+        Some(Command::Finetune(ft)) => {
+            finetune::run(ft).map_err(|e| (error_chain(&e), e.exit_code()))
+        }
+        None => train::run(&args.train).map_err(|e| failed(&e)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err((message, code)) => {
             eprintln!("fblayout: error: {message}");
-            ExitCode::FAILURE
+            code
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `fblayout finetune` as a user runs it, on the tiny GPT-2 fixture (made by transformers,
-//! `python/make_fixtures.py`) and a few lines of text: a short run writes its checkpoint, log
-//! and curves; a run killed with SIGKILL mid-run and resumed gives, step for step, the losses
-//! of an uninterrupted run.
+//! `python/make_fixtures.py`) and a few lines of text: a short run writes its checkpoint, log,
+//! curves and export; a run killed with SIGKILL, or stopped with SIGINT (Ctrl-C), mid-run and
+//! resumed gives, step for step, the losses of an uninterrupted run; `--help` documents every
+//! flag.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,8 +14,14 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `fblayout finetune` on the fixture, writing to `out`, for `steps` steps.
+/// `fblayout finetune` on the fixture, writing to `out`, for `steps` steps, checkpointed
+/// every step.
 fn finetune(out: &Path, steps: u32) -> Command {
+    finetune_saving(out, steps, 1)
+}
+
+/// [`finetune`], checkpointed every `save_every` steps (0: at the end only).
+fn finetune_saving(out: &Path, steps: u32, save_every: u32) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_fblayout"));
     c.arg("finetune")
         .arg("--model")
@@ -25,14 +32,9 @@ fn finetune(out: &Path, steps: u32) -> Command {
             "--task", "lm", "--seq", "16", "--batch", "2", "--lr", "3e-3",
         ])
         .args(["--warmup", "2", "--schedule", "cosine", "--eval-every", "5"])
-        .args([
-            "--save-every",
-            "1",
-            "--eval-fraction",
-            "0.2",
-            "--seed",
-            "11",
-        ])
+        .arg("--save-every")
+        .arg(save_every.to_string())
+        .args(["--eval-fraction", "0.2", "--seed", "11"])
         .arg("--steps")
         .arg(steps.to_string())
         .arg("--out")
@@ -60,7 +62,14 @@ fn a_short_run_lowers_the_loss_and_writes_checkpoint_log_and_curves() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    for file in ["checkpoint.safetensors", "log.jsonl", "curves.svg"] {
+    for file in [
+        "checkpoint.safetensors",
+        "log.jsonl",
+        "curves.svg",
+        "export/model/model.safetensors",
+        "export/model/config.json",
+        "export/model/tokenizer.json",
+    ] {
         assert!(out.path().join(file).exists(), "{file} missing");
     }
     let records = log::read(&out.path().join("log.jsonl")).unwrap();
@@ -130,4 +139,123 @@ fn a_run_killed_mid_run_and_resumed_repeats_the_uninterrupted_losses() {
     // Exactly: the CPU executor is deterministic and the checkpoint holds every value in f64.
     assert_eq!(step_losses(&got), step_losses(&want));
     assert_eq!(got, want);
+}
+
+/// The steps logged in `log_file` so far.
+fn logged_steps(log_file: &Path) -> usize {
+    log::read(log_file).map_or(0, |r| step_losses(&r).len())
+}
+
+#[test]
+fn a_run_stopped_with_sigint_checkpoints_says_how_to_resume_and_resumes_exactly() {
+    const STEPS: u32 = 40;
+    let whole = tempfile::tempdir().unwrap();
+    let run = finetune(whole.path(), STEPS).output().unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let want = log::read(&whole.path().join("log.jsonl")).unwrap();
+
+    let stopped = tempfile::tempdir().unwrap();
+    let log_file = stopped.path().join("log.jsonl");
+    // Checkpoints only at the end: the one a resumed run finds is SIGINT's.
+    let child = finetune_saving(stopped.path(), STEPS, 0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    while logged_steps(&log_file) < 3 {
+        assert!(
+            began.elapsed() < Duration::from_secs(300),
+            "no step was logged"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("--resume"), "{stderr}");
+    let at_stop = logged_steps(&log_file);
+    assert!((3..STEPS as usize).contains(&at_stop), "{at_stop} steps");
+    assert!(stopped.path().join("checkpoint.safetensors").exists());
+    assert!(!stopped.path().join("export").exists());
+
+    let resumed = finetune_saving(stopped.path(), STEPS, 0)
+        .arg("--resume")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&resumed.stdout);
+    assert!(
+        resumed.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("resuming after step {at_stop}")),
+        "{stdout}"
+    );
+    // The checkpoint and log are of the last step done: the rest follows exactly.
+    assert_eq!(log::read(&log_file).unwrap(), want);
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fblayout"))
+        .args(["finetune", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let flags: Vec<&str> = help
+        .split_whitespace()
+        .filter(|w| w.starts_with("--"))
+        .collect();
+    for flag in [
+        "--model",
+        "--data",
+        "--task",
+        "--eval-data",
+        "--eval-fraction",
+        "--steps",
+        "--lr",
+        "--schedule",
+        "--warmup",
+        "--weight-decay",
+        "--batch",
+        "--seq",
+        "--accumulate",
+        "--clip",
+        "--eval-every",
+        "--save-every",
+        "--seed",
+        "--out",
+        "--resume",
+        "--stop-after",
+        "--lora",
+        "--lora-alpha",
+        "--lora-targets",
+        "--merge",
+        "--labels",
+    ] {
+        assert!(flags.contains(&flag), "{flag} is not in --help:\n{help}");
+    }
+    // Each option's line is followed by its description.
+    let lines: Vec<&str> = help.lines().map(str::trim).collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("--") {
+            let next = lines.get(i + 1).copied().unwrap_or_default();
+            assert!(
+                !next.is_empty() && !next.starts_with('-'),
+                "undocumented: {line}"
+            );
+        }
+    }
 }

@@ -24,7 +24,7 @@ use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
 use crate::config::ModelConfig;
-use crate::graph::{base_weights, to_checkpoint};
+use crate::graph::{base_weights, is_transposed, to_checkpoint};
 use crate::lora::{ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE};
 use crate::names::NameMismatch;
 use crate::{CONFIG_FILE, ModelDir, TOKENIZER_FILE, WEIGHTS_FILE};
@@ -153,6 +153,13 @@ fn merged(
 /// orientation: what the executors read back) of `graph`, as a Hugging Face model directory
 /// `out`; with `merge`, LoRA's adapters (whose values `values` also holds) merged into their
 /// base weights (see the module docs).
+///
+/// A weight the source checkpoint lacks (a `BertModel`'s classifier, trained from a fresh
+/// start) is written too, and then every tensor under its canonical name (`bert.…`,
+/// `classifier.…`), as transformers saves the task model: a checkpoint that mixed the base
+/// model's unprefixed names with the head's would not load. A weight of another size than the
+/// source's (a head of another width) takes the graph's shape, in the checkpoint's
+/// orientation.
 pub fn model(
     dir: &ModelDir,
     graph: &Graph,
@@ -162,8 +169,19 @@ pub fn model(
 ) -> Result<(), ExportError> {
     let names = dir.check_names()?;
     let base = base_weights(graph);
+    let absent: Vec<&str> = names
+        .absent()
+        .iter()
+        .map(String::as_str)
+        .filter(|n| graph.find(n).is_some_and(|t| base.contains(&t)))
+        .collect();
+    let canonical_names = !absent.is_empty();
+    let every = names
+        .resolved()
+        .map(|(canonical, actual)| (canonical, if canonical_names { canonical } else { actual }))
+        .chain(absent.iter().map(|&n| (n, n)));
     let mut tensors = Vec::new();
-    for (canonical, actual) in names.resolved() {
+    for (canonical, actual) in every {
         let t = graph
             .find(canonical)
             .filter(|t| base.contains(t))
@@ -186,11 +204,16 @@ pub fn model(
                 detail: "not in the graph".into(),
             }
         })?;
-        let shape = dir
-            .checkpoint()
-            .get(actual)
-            .map(|info| info.shape.clone())
-            .unwrap_or_else(|| graph.tensor(t).fixed_extents());
+        let mut shape = graph.tensor(t).fixed_extents();
+        if is_transposed(dir.config(), graph, t) {
+            shape.reverse();
+        }
+        let source = names
+            .actual(canonical)
+            .and_then(|a| dir.checkpoint().get(a));
+        if let Some(info) = source.filter(|i| i.shape.iter().product::<usize>() == value.len()) {
+            shape = info.shape.clone();
+        }
         tensors.push((actual.to_owned(), shape, f32_bytes(&value)));
     }
     write_tensors(out, WEIGHTS_FILE, &tensors)?;

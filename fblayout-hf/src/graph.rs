@@ -215,7 +215,7 @@ pub fn llama_config(c: &config::LlamaConfig, file: &Path) -> Result<PlanLlama, G
 /// `config`: a linear layer's weight (`[d_in, d_out]` in the graph) where the checkpoint holds
 /// `nn.Linear`'s `[out, in]` (BERT, the Llama family), not GPT-2's `Conv1D`, whose `[in, out]`
 /// is the graph's.
-fn is_transposed(config: &ModelConfig, graph: &Graph, p: TensorId) -> bool {
+pub(crate) fn is_transposed(config: &ModelConfig, graph: &Graph, p: TensorId) -> bool {
     if matches!(config, ModelConfig::Gpt2(_)) {
         return false;
     }

@@ -103,7 +103,7 @@ fn a_resumed_run_repeats_the_uninterrupted_losses_exactly() {
         .run(|_| {})
         .unwrap();
     assert_eq!(first.steps, 3);
-    let resumed = builder(split.path())
+    let mut resumed = builder(split.path())
         .steps(8)
         .accumulate(2)
         .clip(0.5)

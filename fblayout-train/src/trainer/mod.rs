@@ -9,16 +9,29 @@
 //!
 //! Steps run on the CPU executor ([`CpuStep`], `f64`), the reference: a run resumed from a
 //! checkpoint continues with exactly the losses of an uninterrupted one.
+//!
+//! The whole model is trained, or with [`lora`](TrainerBuilder::lora) only LoRA's adapters
+//! (the base weights frozen: no gradient, no optimizer state, not in the checkpoint). A run
+//! that reaches its last step exports what it trained under [`EXPORT_DIR`] (see
+//! [`Summary::export`]). A run told to stop ([`interrupt`](TrainerBuilder::interrupt))
+//! finishes its step, writes the checkpoint and returns [`TrainError::Interrupted`].
 
+mod export;
+mod model;
 mod setup;
 mod step;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use fblayout_hf::ModelDirError;
+use fblayout_hf::export::ExportError;
 use fblayout_hf::graph::GraphError;
+use fblayout_hf::{ModelDir, ModelDirError};
 use fblayout_plan::exec::{CpuStep, ExecError};
+use fblayout_plan::graph::Graph;
+use fblayout_plan::lora::{Lora, LoraConfig};
 use fblayout_plan::memory::MemoryError;
 use fblayout_plan::select::PlanError;
 
@@ -31,6 +44,14 @@ use crate::schedule::{Decay, Schedule};
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
 /// The log's file name in the output directory (see [`crate::log`]).
 pub const LOG_FILE: &str = "log.jsonl";
+/// The export's directory in the output directory: `model/`, a Hugging Face model directory
+/// (the full fine-tuning's weights, or with [`merge`](TrainerBuilder::merge) LoRA's merged
+/// in), and `adapter/`, LoRA's adapters as a peft adapter directory.
+pub const EXPORT_DIR: &str = "export";
+/// The exported Hugging Face model directory, under [`EXPORT_DIR`].
+pub const EXPORT_MODEL: &str = "model";
+/// The exported peft adapter directory, under [`EXPORT_DIR`].
+pub const EXPORT_ADAPTER: &str = "adapter";
 
 /// What the model learns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +113,18 @@ pub enum TrainError {
     /// A setting is out of its range, or asks for something this version can't do.
     #[error("{0}")]
     Setting(String),
+    /// What was trained could not be exported.
+    #[error("exporting: {0}")]
+    Export(#[from] ExportError),
+    /// The run was told to stop ([`TrainerBuilder::interrupt`]): it finished step `step` and
+    /// wrote the checkpoint, which a run with [`TrainerBuilder::resume`] continues.
+    #[error("interrupted after step {step}; the checkpoint {} holds it", checkpoint.display())]
+    Interrupted {
+        /// The last step done.
+        step: u32,
+        /// The checkpoint written.
+        checkpoint: PathBuf,
+    },
 }
 
 /// The result of an evaluation over the held-out set.
@@ -158,6 +191,8 @@ pub struct Summary {
     pub checkpoint: PathBuf,
     /// The log.
     pub log: PathBuf,
+    /// Where what was trained was exported ([`EXPORT_DIR`] in the output directory).
+    pub export: PathBuf,
 }
 
 /// The settings of a run (see [`Trainer::builder`] for the defaults).
@@ -183,6 +218,10 @@ pub struct TrainerBuilder {
     out: PathBuf,
     resume: bool,
     stop_after: Option<u32>,
+    lora: Option<LoraConfig>,
+    merge: bool,
+    labels: Option<u32>,
+    interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl TrainerBuilder {
@@ -293,6 +332,39 @@ impl TrainerBuilder {
         self
     }
 
+    /// Trains LoRA's adapters ([`fblayout_plan::lora`]) instead of the whole model: every
+    /// base weight frozen. Without target modules in `config`, peft's defaults for the
+    /// architecture (the attention's query and value: GPT-2's `c_attn`, Llama's `q_proj` and
+    /// `v_proj`, BERT's `query` and `value`). The adapters start as peft's do, `A` from the
+    /// seed and `B` zero.
+    pub fn lora(mut self, config: LoraConfig) -> Self {
+        self.lora = Some(config);
+        self
+    }
+
+    /// With [`lora`](Self::lora), also exports the model with the adapters merged into its
+    /// weights (`model/` under [`EXPORT_DIR`]).
+    pub fn merge(mut self, merge: bool) -> Self {
+        self.merge = merge;
+        self
+    }
+
+    /// The classification head's number of classes (default: the config's `id2label`, or
+    /// `num_labels`). A head of another width than the checkpoint's starts afresh, its classes
+    /// named `LABEL_0`, `LABEL_1`, …
+    pub fn labels(mut self, classes: u32) -> Self {
+        self.labels = Some(classes);
+        self
+    }
+
+    /// Stops the run once `flag` is set: the step under way is finished, the checkpoint
+    /// written, and [`Trainer::run`] returns [`TrainError::Interrupted`] (a Ctrl-C handler
+    /// sets it).
+    pub fn interrupt(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.interrupt = Some(flag);
+        self
+    }
+
     /// Another training data file.
     pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
         self.data = file.into();
@@ -309,6 +381,15 @@ impl TrainerBuilder {
 #[derive(Debug)]
 pub struct Trainer {
     settings: TrainerBuilder,
+    dir: ModelDir,
+    /// The training graph as built, before planning: what the export names and orients
+    /// weights by.
+    graph: Graph,
+    lora: Option<Lora>,
+    /// The classes' names (classification).
+    classes: Vec<String>,
+    /// Whether the classes differ from the config's.
+    relabelled: bool,
     cpu: CpuStep,
     train: Vec<Example>,
     eval: Vec<Example>,
@@ -350,6 +431,10 @@ impl Trainer {
             out: PathBuf::from("finetune-out"),
             resume: false,
             stop_after: None,
+            lora: None,
+            merge: false,
+            labels: None,
+            interrupt: None,
         }
     }
 
@@ -363,8 +448,53 @@ impl Trainer {
         &self.plan_summary
     }
 
-    /// Trains to the last step, telling `on_event` of each step, evaluation and checkpoint.
-    pub fn run(mut self, mut on_event: impl FnMut(Event)) -> Result<Summary, TrainError> {
+    /// The classification head's classes, by name (empty for language modelling).
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// LoRA's adapters, where the run trains them.
+    pub fn adapters(&self) -> Option<&Lora> {
+        self.lora.as_ref()
+    }
+
+    /// Every weight's values now, by name, in the graph's orientation: the trained ones and
+    /// (with LoRA) the frozen ones.
+    pub fn weights(&self) -> Result<Vec<(String, Vec<f64>)>, TrainError> {
+        let g = self.cpu.graph();
+        g.weights()
+            .into_iter()
+            .map(|t| {
+                let name = &g.tensor(t).name;
+                let values = self
+                    .cpu
+                    .read(name)
+                    .map_err(setup::exec("reading a weight"))?;
+                Ok((name.clone(), values))
+            })
+            .collect()
+    }
+
+    /// Evaluates the held-out set with the weights now (`None` without a held-out set),
+    /// reported as after the steps done.
+    pub fn evaluate(&mut self) -> Result<Option<EvalResult>, TrainError> {
+        if self.eval.is_empty() {
+            return Ok(None);
+        }
+        self.eval_at(self.state.step).map(Some)
+    }
+
+    /// Whether the run was told to stop.
+    fn interrupted(&self) -> bool {
+        self.settings
+            .interrupt
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::SeqCst))
+    }
+
+    /// Trains to the last step, telling `on_event` of each step, evaluation and checkpoint,
+    /// then exports what it trained (see the [module docs](self)).
+    pub fn run(&mut self, mut on_event: impl FnMut(Event)) -> Result<Summary, TrainError> {
         let s = self.settings.clone();
         let log_file = s.out.join(LOG_FILE);
         let io = |file: &PathBuf| {
@@ -404,11 +534,11 @@ impl Trainer {
                 tokens,
                 seconds: started.elapsed().as_secs_f64(),
             });
-            let stopping = s.stop_after == Some(step);
             let last = step == s.steps;
+            let stopping = !last && (s.stop_after == Some(step) || self.interrupted());
             let every = |n: u32| n > 0 && step.is_multiple_of(n);
             if !self.eval.is_empty() && (last || every(s.eval_every)) {
-                let result = self.evaluate(step)?;
+                let result = self.eval_at(step)?;
                 log.write(Record::Eval {
                     step,
                     loss: result.loss,
@@ -425,6 +555,17 @@ impl Trainer {
             if stopping {
                 break;
             }
+        }
+        let checkpoint = s.out.join(CHECKPOINT_FILE);
+        if self.state.step < s.steps && s.stop_after != Some(self.state.step) {
+            return Err(TrainError::Interrupted {
+                step: self.state.step,
+                checkpoint,
+            });
+        }
+        let export = s.out.join(EXPORT_DIR);
+        if self.state.step == s.steps {
+            self.export(&export)?;
         }
         let records = crate::log::read(&log_file).map_err(io(&log_file))?;
         if final_eval.is_none() {
@@ -449,8 +590,9 @@ impl Trainer {
             peak_bytes: self.peak_bytes,
             seconds: self.started.elapsed().as_secs_f64(),
             plan_summary: self.plan_summary.clone(),
-            checkpoint: s.out.join(CHECKPOINT_FILE),
+            checkpoint,
             log: log_file,
+            export,
         })
     }
 

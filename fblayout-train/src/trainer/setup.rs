@@ -11,9 +11,9 @@ use fblayout_plan::graph::{Role, Sizes};
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::select::{self, CostModel, Strategy};
 
-use super::{CHECKPOINT_FILE, Task, TrainError, Trainer, TrainerBuilder};
+use super::{CHECKPOINT_FILE, Task, TrainError, Trainer, TrainerBuilder, model};
 use crate::checkpoint::{self, TrainState};
-use crate::data::{self, DataPosition, Example, text};
+use crate::data::{self, DataPosition, Example, classify, text};
 
 /// The layout strategy of a run: the planner's activation-guided choice.
 const STRATEGY: Strategy = Strategy::Guided;
@@ -47,12 +47,8 @@ fn check(s: &TrainerBuilder) -> Result<(), TrainError> {
     if s.warmup > s.steps {
         return bad("--warmup can't be longer than --steps");
     }
-    if s.task == Task::Classify {
-        return bad(
-            "--task classify needs a model with a classification head, and no graph builder \
-             makes one yet (GPT-2 and the Llama family are language models): the data can be \
-             checked with fblayout_train::data::read_classify",
-        );
+    if s.merge && s.lora.is_none() {
+        return bad("--merge merges LoRA's adapters: it needs --lora");
     }
     Ok(())
 }
@@ -84,18 +80,36 @@ fn lm_examples(file: &Path, dir: &ModelDir, seq: u32) -> Result<Vec<Example>, Tr
     Ok(examples)
 }
 
+/// The classification examples of `file` for a head over `classes`, `seq` tokens each.
+fn classify_examples(
+    file: &Path,
+    dir: &ModelDir,
+    classes: &[String],
+    seq: u32,
+) -> Result<Vec<Example>, TrainError> {
+    let records = data::read_classify(file, classes)?;
+    let pad = special_ids(dir.config()).1;
+    Ok(classify::encode(
+        file,
+        &records,
+        dir.tokenizer(),
+        seq as usize,
+        pad,
+    )?)
+}
+
 /// Sets a run up (see [`TrainerBuilder::build`]).
 pub(super) fn build(s: TrainerBuilder) -> Result<Trainer, TrainError> {
     let started = Instant::now();
     check(&s)?;
     let dir = ModelDir::open(&s.model)?;
-    let graph = fblayout_hf::graph::build(&dir)?;
-    let values = fblayout_hf::graph::parameters(&dir, &graph)?;
+    let model = model::build(&dir, s.task, s.labels, s.lora.as_ref(), s.seed)?;
+    let graph = &model.graph;
     let sizes = Sizes {
         batch: s.batch,
         seq: s.seq,
     };
-    let plan = select::plan(&graph, sizes, &CostModel::analytic(), STRATEGY)?;
+    let plan = select::plan(graph, sizes, &CostModel::analytic(), STRATEGY)?;
     let memory = plan_memory(
         plan.graph(),
         plan.layouts(),
@@ -109,7 +123,7 @@ pub(super) fn build(s: TrainerBuilder) -> Result<Trainer, TrainError> {
     };
     let mut cpu = CpuStep::new(plan.graph(), plan.layouts(), &memory, sizes, adamw)
         .map_err(exec("building the CPU step"))?;
-    for (name, v) in &values {
+    for (name, v) in &model.values {
         cpu.set(name, v)
             .map_err(exec("setting the model's parameters"))?;
     }
@@ -120,9 +134,13 @@ pub(super) fn build(s: TrainerBuilder) -> Result<Trainer, TrainError> {
         .map(|t| (g.tensor(t).name.clone(), g.tensor(t).fixed_extents()))
         .collect();
 
-    let all = lm_examples(&s.data, &dir, s.seq)?;
+    let examples = |file: &Path| match s.task {
+        Task::Lm => lm_examples(file, &dir, s.seq),
+        Task::Classify => classify_examples(file, &dir, &model.classes, s.seq),
+    };
+    let all = examples(&s.data)?;
     let (train, eval) = match &s.eval_data {
-        Some(file) => (all, lm_examples(file, &dir, s.seq)?),
+        Some(file) => (all, examples(file)?),
         None => data::split(&s.data, all, s.eval_fraction, s.seed)?,
     };
 
@@ -169,6 +187,11 @@ pub(super) fn build(s: TrainerBuilder) -> Result<Trainer, TrainError> {
     Ok(Trainer {
         pad: special_ids(dir.config()).1,
         settings: s,
+        dir,
+        graph: model.graph,
+        lora: model.lora,
+        classes: model.classes,
+        relabelled: model.relabelled,
         cpu,
         train,
         eval,

@@ -1,9 +1,10 @@
 //! One training step (with gradient accumulation and clipping) and one evaluation.
 
 use fblayout_plan::exec::{ExecError, StepInputs};
+use fblayout_plan::models::bert::class_labels;
 
 use super::setup::exec;
-use super::{EvalResult, TrainError, Trainer};
+use super::{EvalResult, Task, TrainError, Trainer};
 use crate::data::{Batches, Example, IGNORED};
 
 /// The error of step `step` where the executor found a loss or gradient not finite.
@@ -19,16 +20,26 @@ fn non_finite(step: u32, what: &str) -> impl FnOnce(ExecError) -> TrainError + '
 
 impl Trainer {
     /// The inputs of a batch of `rows` (fewer rows than the batch are filled with padding
-    /// that counts for nothing), and the tokens it counts.
+    /// that counts for nothing), and the labels it counts (tokens, or sequences).
+    ///
+    /// A classifier (BERT) also reads `token_types` (0: one segment) and `mask`, 1 at each
+    /// token and 0 at the padding (the tokenizer pads with the padding id, which no text
+    /// encodes to); a row of padding alone keeps its first position, so that its attention
+    /// has a key.
     fn inputs(&self, rows: &[&Example]) -> (StepInputs, u64) {
         let (batch, seq) = (self.settings.batch as usize, self.settings.seq as usize);
+        let classify = self.settings.task == Task::Classify;
         let mut ids = Vec::with_capacity(batch * seq);
         let mut labels = Vec::with_capacity(batch * seq);
         for r in 0..batch {
             match rows.get(r) {
                 Some(e) => {
                     ids.extend_from_slice(&e.ids);
-                    labels.extend_from_slice(&e.labels);
+                    if classify {
+                        labels.extend(class_labels(&e.labels[..1], seq));
+                    } else {
+                        labels.extend_from_slice(&e.labels);
+                    }
                 }
                 None => {
                     ids.extend(std::iter::repeat_n(self.pad, seq));
@@ -38,7 +49,18 @@ impl Trainer {
         }
         let counted = labels.iter().filter(|&&l| l != IGNORED).count() as u64;
         let positions = (0..batch * seq).map(|i| (i % seq) as u32).collect();
-        (StepInputs::new(ids, positions, labels), counted)
+        let mask: Vec<u32> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| u32::from(id != self.pad || i % seq == 0))
+            .collect();
+        let mut inputs = StepInputs::new(ids, positions, labels);
+        if classify {
+            inputs = inputs
+                .with("token_types", vec![0; batch * seq])
+                .with("mask", mask);
+        }
+        (inputs, counted)
     }
 
     /// The inputs of the next batch drawn from `batches`.
@@ -133,7 +155,7 @@ impl Trainer {
     }
 
     /// Evaluates the held-out set after step `step`: the mean loss over its tokens.
-    pub(super) fn evaluate(&mut self, step: u32) -> Result<EvalResult, TrainError> {
+    pub(super) fn eval_at(&mut self, step: u32) -> Result<EvalResult, TrainError> {
         let (mut total, mut counted) = (0.0, 0u64);
         let batch = self.settings.batch as usize;
         for chunk in 0..self.eval.len().div_ceil(batch) {
