@@ -72,6 +72,8 @@ pub struct Gpu {
     /// The driver's pipeline cache and the file it is saved to, where the backend has one.
     pub(super) pipeline_cache: Option<(wgpu::PipelineCache, DiskCache)>,
     cache_load: CacheLoad,
+    /// When the last timed measurement on the device ended ([`Gpu::measured`]).
+    measured_at: Mutex<Option<std::time::Instant>>,
 }
 
 /// A description of the adapter a [`Gpu`] runs on.
@@ -259,7 +261,25 @@ impl Gpu {
             pool: BufferPool::default(),
             pipeline_cache,
             cache_load,
+            measured_at: Mutex::new(None),
         })
+    }
+
+    /// Notes that a timed measurement (an autotune's) kept the device busy until now.
+    pub(crate) fn measured(&self) {
+        *self
+            .measured_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::time::Instant::now());
+    }
+
+    /// Whether a timed measurement ended less than `within` ago: the device is still at its
+    /// working clock, and another measurement needs no long warm-up.
+    pub(crate) fn measured_within(&self, within: std::time::Duration) -> bool {
+        self.measured_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < within)
     }
 
     /// The optional features the device has (see [`features`](super::features)).

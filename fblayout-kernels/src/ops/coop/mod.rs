@@ -83,6 +83,15 @@ const OP: &str = "coop matmul";
 /// configurations.
 pub const TUNE_WARMUP: Duration = Duration::from_millis(300);
 
+/// The warm-up of [`CoopMatmulOp::measure_configs`] when another measurement ended less than
+/// [`STILL_WARM`] before (the autotune of a step's products, one after another, whose
+/// pipelines were compiled in parallel beforehand).
+pub const TUNE_WARMUP_AGAIN: Duration = Duration::from_millis(30);
+
+/// How recently a measurement must have ended for [`TUNE_WARMUP_AGAIN`] to do: a discrete GPU
+/// takes some hundreds of milliseconds idle to clock down.
+pub const STILL_WARM: Duration = Duration::from_millis(100);
+
 /// About how long one configuration's screening batch takes in
 /// [`CoopMatmulOp::measure_configs`] (one product where a product takes longer).
 pub const SCREEN_TIME: Duration = Duration::from_millis(10);
@@ -821,7 +830,8 @@ impl CoopMatmulOp {
     ///
     /// A GPU left idle runs at a low clock for a while, which would favour the configurations
     /// measured last, and compiling a pipeline leaves it idle: so every configuration is
-    /// compiled (run once) first, then the first one runs for at least [`TUNE_WARMUP`], and only
+    /// compiled (run once) first, then the first one runs for at least [`TUNE_WARMUP`] (or
+    /// [`TUNE_WARMUP_AGAIN`] right after another measurement), and only
     /// then is each screened, back to back, by one batch of products (as many as take about
     /// [`SCREEN_TIME`] on the first configuration, at most `reps`: long enough that the
     /// submission's own latency is a small part); the
@@ -888,8 +898,14 @@ impl CoopMatmulOp {
         for &config in &buildable {
             batch_of(config, 1)?;
         }
+        // A GPU measured a moment ago is still clocked up: a short warm-up does.
+        let warmup = if gpu.measured_within(STILL_WARM) {
+            TUNE_WARMUP_AGAIN
+        } else {
+            TUNE_WARMUP
+        };
         let start = Instant::now();
-        while start.elapsed() < TUNE_WARMUP {
+        while start.elapsed() < warmup {
             batch_of(first, reps)?;
         }
         let one = batch_of(first, 1)?;
@@ -910,6 +926,7 @@ impl CoopMatmulOp {
             let t = batch_of(config, reps)?.min(batch_of(config, reps)?);
             times[i].1 = t / reps;
         }
+        gpu.measured();
         let best = order
             .iter()
             .take(FINALISTS)
