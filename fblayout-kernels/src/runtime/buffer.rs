@@ -123,11 +123,7 @@ impl GpuBuffer {
             });
         }
         let buffer = Self::allocate_unchecked(gpu, BufferKind::Uniform, bytes.len() as u64, &what)?;
-        if !bytes.is_empty() {
-            scoped(gpu.device(), &what, || {
-                write_padded(gpu.queue(), buffer.buffer(), bytes);
-            })?;
-        }
+        buffer.fill(gpu, bytes, what)?;
         Ok(buffer)
     }
 
@@ -147,12 +143,18 @@ impl GpuBuffer {
         what: impl Fn() -> String,
     ) -> Result<Self, GpuError> {
         let buffer = Self::allocate(gpu, kind, bytes.len() as u64, &what)?;
+        buffer.fill(gpu, bytes, what)?;
+        Ok(buffer)
+    }
+
+    /// Writes `bytes` at the start of a buffer just made for them.
+    fn fill(&self, gpu: &Gpu, bytes: &[u8], what: impl Fn() -> String) -> Result<(), GpuError> {
         if !bytes.is_empty() {
-            scoped(gpu.device(), &what, || {
-                write_padded(gpu.queue(), buffer.buffer(), bytes);
+            scoped(gpu.device(), what, || {
+                write_padded(gpu.queue(), self.buffer(), bytes);
             })?;
         }
-        Ok(buffer)
+        Ok(())
     }
 
     /// A buffer of `len_bytes` logical bytes from the pool, contents unspecified.
