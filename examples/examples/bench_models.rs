@@ -29,19 +29,12 @@ use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::select::{CostModel, Strategy, plan};
-use support::{Res, Rng, err, exit, median};
+use support::{Precisions, Res, Rng, err, exit, median, print_adapter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Which {
     Minilm,
     Llama,
-    Both,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Precisions {
-    F32,
-    Mixed,
     Both,
 }
 
@@ -182,11 +175,7 @@ struct Row {
 
 fn run(args: &Args) -> Res<()> {
     let gpu = Gpu::new().map_err(err)?;
-    let info = gpu.info();
-    println!(
-        "adapter: {} ({:?}, {:?}, driver {} {})",
-        info.name, info.backend, info.device_type, info.driver, info.driver_info
-    );
+    print_adapter(&gpu);
     let mut workloads = Vec::new();
     if matches!(args.model, Which::Minilm | Which::Both) {
         workloads.push(minilm(args.small)?);
@@ -194,11 +183,7 @@ fn run(args: &Args) -> Res<()> {
     if matches!(args.model, Which::Llama | Which::Both) {
         workloads.push(llama_workload(args.small)?);
     }
-    let precisions: &[Precision] = match args.precision {
-        Precisions::F32 => &[Precision::F32],
-        Precisions::Mixed => &[Precision::Mixed],
-        Precisions::Both => &[Precision::F32, Precision::Mixed],
-    };
+    let precisions = args.precision.list();
     let lora: &[bool] = match args.tuning {
         Tuning::Full => &[false],
         Tuning::Lora => &[true],

@@ -28,24 +28,12 @@ use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
-use support::{Res, err, exit, median};
+use support::{Precisions, Res, err, exit, median, print_adapter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Which {
     Encoder,
     Decoder,
-    Both,
-}
-
-/// The element types the steps run in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Precisions {
-    /// Everything f32.
-    F32,
-    /// f16 activations and gradients, f32 master weights, dynamic loss scaling, tensor cores
-    /// where the adapter has them.
-    Mixed,
-    /// Both, in the same run.
     Both,
 }
 
@@ -126,11 +114,7 @@ struct Row {
 
 fn run(args: &Args) -> Res<()> {
     let gpu = Gpu::new().map_err(err)?;
-    let info = gpu.info();
-    println!(
-        "adapter: {} ({:?}, {:?}, driver {} {})",
-        info.name, info.backend, info.device_type, info.driver, info.driver_info
-    );
+    print_adapter(&gpu);
     let sizes = Sizes {
         batch: args.batch,
         seq: args.seq,
@@ -144,11 +128,7 @@ fn run(args: &Args) -> Res<()> {
         Which::Decoder => &[Model::Decoder],
         Which::Both => &[Model::Encoder, Model::Decoder],
     };
-    let precisions: &[Precision] = match args.precision {
-        Precisions::F32 => &[Precision::F32],
-        Precisions::Mixed => &[Precision::Mixed],
-        Precisions::Both => &[Precision::F32, Precision::Mixed],
-    };
+    let precisions = args.precision.list();
     // Calibrated once per precision, at the shape being planned.
     let mut cost_models = Vec::new();
     for &precision in precisions {

@@ -44,3 +44,36 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// The element types a training benchmark's steps run in (`--precision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Precisions {
+    /// Everything f32.
+    F32,
+    /// f16 activations and gradients, f32 master weights, dynamic loss scaling, tensor cores
+    /// where the adapter has them.
+    Mixed,
+    /// Both, in the same run.
+    Both,
+}
+
+impl Precisions {
+    /// The precisions to run, in the order of the tables.
+    pub(crate) fn list(self) -> &'static [fblayout_plan::graph::precision::Precision] {
+        use fblayout_plan::graph::precision::Precision;
+        match self {
+            Self::F32 => &[Precision::F32],
+            Self::Mixed => &[Precision::Mixed],
+            Self::Both => &[Precision::F32, Precision::Mixed],
+        }
+    }
+}
+
+/// Prints the adapter a training benchmark runs on: name, backend, type and driver.
+pub(crate) fn print_adapter(gpu: &fblayout_kernels::runtime::Gpu) {
+    let info = gpu.info();
+    println!(
+        "adapter: {} ({:?}, {:?}, driver {} {})",
+        info.name, info.backend, info.device_type, info.driver, info.driver_info
+    );
+}
