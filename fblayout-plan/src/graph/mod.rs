@@ -197,6 +197,12 @@ impl Graph {
         Ok(t)
     }
 
+    /// Takes the values of every constant of `source`, whose tensors this graph has under the
+    /// same ids (a graph rebuilt tensor by tensor, as the layout planner does).
+    pub(crate) fn copy_constants(&mut self, source: &Graph) {
+        self.constants.clone_from(&source.constants);
+    }
+
     /// The values of constant `t` ([`add_constant`](Self::add_constant)); `None` for any other
     /// tensor.
     pub fn constant(&self, t: TensorId) -> Option<&[f64]> {
