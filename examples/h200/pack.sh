@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything examples/h200/run.sh runs (release) and packs it, compressed, into .dev/:
-# the main job, the benchmark programs, the kernel test binaries and the executor's GPU tests. Run it on the development
+# `fblayout` (the main job and `fblayout step`), the benchmark programs, the kernel test binaries and the executor's GPU tests. Run it on the development
 # machine, then call the device tool with carry [".gl", ".dev"] and the command
 # `bash examples/h200/run.sh`. `.gl` comes from ../shared/gpu/fetch-vulkan-loader.sh.
 set -euo pipefail

@@ -1,5 +1,10 @@
-//! `fblayout`: runs one training step of the shipped encoder through the planner and the
-//! executors (the `train` module): under unified row-major layouts and under the planner's
+//! `fblayout`: the main job (the `job` module) fine-tunes the shipped pretrained model — a tiny
+//! Llama that fblayout pretrained on the King James Bible — on the embedded task, the Book of
+//! Proverbs, and prints the held-out evaluation before and after; `--model` and `--data` run
+//! the user's own.
+//!
+//! `fblayout step` runs one training step of the shipped encoder through the planner and the
+//! executors (the `step` module): under unified row-major layouts and under the planner's
 //! choice, on the GPU, checked against the CPU executor, and timed.
 //!
 //! `fblayout finetune` fine-tunes a Hugging Face model on a data file (the `finetune` module).
@@ -9,26 +14,27 @@
 
 mod curves;
 mod finetune;
+mod job;
 mod plan;
 mod progress;
 mod sizes;
+mod step;
 mod summary;
-mod train;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-/// Runs one training step of the shipped encoder, planned under row-major layouts and under
-/// the planner's choice, on the GPU, checked against the CPU and timed.
+/// Fine-tunes the shipped pretrained model on the embedded task and prints the held-out
+/// evaluation before and after.
 ///
-/// With no arguments: builds the encoder's training graph (forward, backward, AdamW), plans
-/// every tensor's layout twice (unified row-major, and the planner's activation-guided choice)
-/// and each plan's memory, prints the plans' summary, runs one step of each on the GPU from the
-/// same parameters and batch, checks the loss and every parameter's gradient against the CPU
-/// executor in f64, then times a few steps of each and prints the ratio. The size follows the
-/// adapter: the MiniLM-sized encoder at batch 32 × sequence 128 on a GPU, a small one on a
-/// software adapter (lavapipe, llvmpipe) or the CPU; the size flags override it.
+/// With no arguments: writes the model compiled into the program (a tiny Llama that fblayout
+/// pretrained on the narrative books of the King James Bible, examples/kjv/model) and the task
+/// (language modelling on the Book of Proverbs) to a temporary directory, evaluates the model
+/// on a held-out tenth of the task, fine-tunes it with the Trainer on the rest (CPU executor,
+/// f64), evaluates it again and prints the change. `--model DIR` and `--data FILE` fine-tune
+/// your own model or data instead (`fblayout finetune` has every setting). `fblayout step` runs
+/// the planner's training step of the shipped encoder on the GPU, checked and timed.
 #[derive(Parser, Debug)]
 #[command(version, args_conflicts_with_subcommands = true)]
 struct Args {
@@ -36,12 +42,23 @@ struct Args {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
-    train: train::TrainArgs,
+    job: job::JobArgs,
 }
 
 /// The jobs besides the default run.
 #[derive(clap::Subcommand, Debug)]
 enum Command {
+    /// Run one training step of the shipped encoder, planned under row-major layouts and under
+    /// the planner's choice, on the GPU, checked against the CPU executor in f64 and timed.
+    ///
+    /// Builds the encoder's training graph (forward, backward, AdamW), plans every tensor's
+    /// layout twice (unified row-major, and the planner's activation-guided choice) and each
+    /// plan's memory, prints the plans' summary, runs one step of each on the GPU from the same
+    /// parameters and batch, checks the loss and every parameter's gradient against the CPU
+    /// executor in f64, then times a few steps of each and prints the ratio. The size follows
+    /// the adapter: the MiniLM-sized encoder at batch 32 × sequence 128 on a GPU, a small one
+    /// on a software adapter (lavapipe, llvmpipe) or the CPU; the size flags override it.
+    Step(step::StepArgs),
     /// Show the layout plan and memory plan of a shipped model's training step (encoder or
     /// decoder), every tensor's layout and why.
     Plan(plan::PlanArgs),
@@ -60,7 +77,8 @@ fn main() -> ExitCode {
         Some(Command::Finetune(ft)) => {
             finetune::run(ft).map_err(|e| (error_chain(&e), e.exit_code()))
         }
-        None => train::run(&args.train).map_err(|e| failed(&e)),
+        Some(Command::Step(step_args)) => step::run(step_args).map_err(|e| failed(&e)),
+        None => job::run(&args.job).map_err(|e| failed(&e)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

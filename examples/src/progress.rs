@@ -1,4 +1,4 @@
-//! The main job's progress on stderr.
+//! The progress of the main job and of `fblayout step` on stderr.
 //!
 //! One bar over the run's stages, drawn only once the run has taken [`QUIET`] (a run that ends
 //! sooner draws nothing) and only where stderr is a terminal. Where it is not (a pipe, a file,

@@ -1,4 +1,4 @@
-//! The sizes the main job and `fblayout plan` take on the command line, checked before
+//! The sizes `fblayout step` and `fblayout plan` take on the command line, checked before
 //! anything is built.
 
 use fblayout_plan::graph::Sizes;

@@ -1,4 +1,4 @@
-//! How the main job and `fblayout plan` print a plan: one strategy's line of the summary, and
+//! How `fblayout step` and `fblayout plan` print a plan: one strategy's line of the summary, and
 //! its times and bytes.
 
 use fblayout_plan::select::Plan;

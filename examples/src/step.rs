@@ -1,4 +1,4 @@
-//! The main job: one training step (forward, backward, AdamW) of the shipped encoder
+//! `fblayout step`: one training step (forward, backward, AdamW) of the shipped encoder
 //! ([`models::build`]), planned and run by `fblayout-plan`.
 //!
 //! It plans every tensor's layout twice — unified row-major and the planner's choice
@@ -39,9 +39,9 @@ pub(crate) enum Device {
     Cpu,
 }
 
-/// The main job's options. Each size overrides the one chosen for the adapter.
+/// `fblayout step`'s options. Each size overrides the one chosen for the adapter.
 #[derive(clap::Args, Debug)]
-pub(crate) struct TrainArgs {
+pub(crate) struct StepArgs {
     /// Where to run the step.
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
@@ -119,7 +119,7 @@ const CPU_GFLOPS: f64 = 0.2;
 /// How long a hardware GPU runs steps before they are timed (it idles at a low clock).
 const WARM_UP: Duration = Duration::from_millis(800);
 
-/// Why the main job failed.
+/// Why `fblayout step` failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TrainError {
     /// A size is out of range.
@@ -180,7 +180,7 @@ struct Choice {
 }
 
 /// The size for `gpu` (or the CPU alone), with the flags given applied over it.
-fn choose(args: &TrainArgs, gpu: Option<&Gpu>) -> Choice {
+fn choose(args: &StepArgs, gpu: Option<&Gpu>) -> Choice {
     let ((mut config, mut sizes), mut why) = match gpu {
         Some(gpu) if gpu.info().is_software() => (
             SMALL,
@@ -278,8 +278,8 @@ fn plan_both(graph: &Graph, sizes: Sizes) -> Result<[Planned; 2], TrainError> {
     Ok([planned(STRATEGIES[0])?, planned(STRATEGIES[1])?])
 }
 
-/// Runs the main job.
-pub(crate) fn run(args: &TrainArgs) -> Result<(), TrainError> {
+/// Runs `fblayout step`.
+pub(crate) fn run(args: &StepArgs) -> Result<(), TrainError> {
     let gpu = match args.device {
         Device::Cpu => None,
         Device::Gpu => Some(Gpu::new().map_err(TrainError::NoGpu)?),
