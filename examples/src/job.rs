@@ -212,7 +212,8 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
     );
 
     let steps = args.steps;
-    let mut progress = Progress::new(u64::from(steps) + 1);
+    // Stages: the first session, the resumption, steps 2 to the last, two evaluations.
+    let mut progress = Progress::new(u64::from(steps) + 3);
     progress.stage("loading and planning the model, evaluating it");
     // The warmup's step at learning rate 0, then the held-out loss: the pretrained model's.
     let first = settings(&model, &data, (steps, seq), &out)
