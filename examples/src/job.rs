@@ -18,6 +18,7 @@
 use std::path::{Path, PathBuf};
 
 use fblayout_hf::ModelDir;
+use fblayout_hf::config::ModelConfig;
 use fblayout_train::{Decay, EvalResult, Event, Task, TrainError, Trainer};
 
 use crate::progress::Progress;
@@ -48,7 +49,7 @@ const TASK_FILE: &str = "proverbs.txt";
 const STEPS: u32 = 40;
 /// Sequences per step.
 const BATCH: u32 = 4;
-/// Tokens per sequence.
+/// Tokens per sequence (fewer where the model's position table is shorter).
 const SEQ: u32 = 64;
 /// The peak learning rate.
 const LR: f64 = 2e-3;
@@ -120,12 +121,26 @@ fn eval_line(e: &EvalResult) -> String {
     )
 }
 
+/// The positions a model of `config` has: the longest sequence it can run.
+fn positions(config: &ModelConfig) -> usize {
+    match config {
+        ModelConfig::Llama(c) => c.max_position_embeddings,
+        ModelConfig::Gpt2(c) => c.n_positions,
+        ModelConfig::Bert(c) => c.max_position_embeddings,
+    }
+}
+
 /// The run's settings: those of both sessions (see the module docs).
-fn settings(model: &Path, data: &Path, steps: u32, out: &Path) -> fblayout_train::TrainerBuilder {
+fn settings(
+    model: &Path,
+    data: &Path,
+    (steps, seq): (u32, u32),
+    out: &Path,
+) -> fblayout_train::TrainerBuilder {
     Trainer::builder(model, data, Task::Lm)
         .steps(steps)
         .batch(BATCH)
-        .seq(SEQ)
+        .seq(seq)
         .lr(LR)
         .warmup(1)
         .decay(Decay::Linear)
@@ -168,6 +183,7 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
 
     let dir = ModelDir::open(&model).map_err(JobError::Model)?;
     let parameters: usize = dir.checkpoint().tensors().map(|t| t.numel()).sum();
+    let seq = SEQ.min(u32::try_from(positions(dir.config())).unwrap_or(u32::MAX));
     match &args.model {
         Some(given) => println!(
             "model: {} ({}, {parameters} parameters)",
@@ -189,17 +205,18 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
         ),
     }
     println!(
-        "fine-tuning: {} steps of {BATCH} × {SEQ} tokens, peak learning rate {LR:e}, {:.0} % of \
+        "fine-tuning: {} steps of {BATCH} × {seq} tokens, peak learning rate {LR:e}, {:.0} % of \
          the sequences held out; CPU executor, f64",
         args.steps,
         HELD_OUT * 100.0
     );
 
     let steps = args.steps;
-    let mut progress = Progress::new(u64::from(steps) + 1);
+    // Stages: the first session, the resumption, steps 2 to the last, two evaluations.
+    let mut progress = Progress::new(u64::from(steps) + 3);
     progress.stage("loading and planning the model, evaluating it");
     // The warmup's step at learning rate 0, then the held-out loss: the pretrained model's.
-    let first = settings(&model, &data, steps, &out)
+    let first = settings(&model, &data, (steps, seq), &out)
         .stop_after(1)
         .eval_every(1)
         .build()?
@@ -216,7 +233,7 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
 
     progress.stage("resuming from the first step's checkpoint");
     let every = (steps / 2).max(1);
-    let summary = settings(&model, &data, steps, &out)
+    let summary = settings(&model, &data, (steps, seq), &out)
         .eval_every(every)
         .resume(true)
         .build()?

@@ -182,9 +182,18 @@ fn held_out_loss(text: &str, prefix: &str) -> f64 {
         .unwrap_or_else(|e| panic!("{value:?} in {line:?}: {e}"))
 }
 
+/// The default run's arguments: none in an optimised build (its 40 steps take about 26 s of
+/// CPU); 12 steps where the executor is unoptimised (the tests' debug build, many times
+/// slower), which lower the held-out loss by 0.16.
+const DEFAULT_RUN: &[&str] = if cfg!(debug_assertions) {
+    &["--steps", "12"]
+} else {
+    &[]
+};
+
 #[test]
 fn the_default_run_fine_tunes_the_shipped_model_and_its_held_out_loss_falls() {
-    let (ok, text) = run(&[]);
+    let (ok, text) = run(DEFAULT_RUN);
     assert!(ok, "{text}");
     assert!(
         text.contains("model: the shipped LlamaForCausalLM"),
