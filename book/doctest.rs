@@ -40,5 +40,8 @@ pub mod planner {}
 #[doc = include_str!("src/models.md")]
 pub mod models {}
 
+#[doc = include_str!("src/finetuning.md")]
+pub mod finetuning {}
+
 #[doc = include_str!("src/architecture.md")]
 pub mod architecture {}

@@ -1,6 +1,7 @@
 //! The loss curves of a fine-tuning run as a standalone SVG: the training loss of every step
 //! (grey) and the held-out loss of every evaluation (blue dots joined), over the steps, on one
-//! linear axis of loss with its range marked.
+//! linear axis of loss with its range marked; for a classifier, also the held-out accuracy of
+//! every evaluation (green dots joined) on an axis of its own at the right, 0 to 100 %.
 
 use std::fmt::Write;
 
@@ -25,6 +26,17 @@ pub(crate) fn svg(records: &[Record]) -> String {
         .filter_map(|r| match *r {
             Record::Eval { step, loss, .. } => Some((f64::from(step), loss)),
             Record::Step { .. } => None,
+        })
+        .collect();
+    let accuracy: Vec<(f64, f64)> = records
+        .iter()
+        .filter_map(|r| match *r {
+            Record::Eval {
+                step,
+                accuracy: Some(a),
+                ..
+            } => Some((f64::from(step), a)),
+            _ => None,
         })
         .collect();
     let all = || train.iter().chain(&eval).filter(|p| p.1.is_finite());
@@ -91,6 +103,39 @@ pub(crate) fn svg(records: &[Record]) -> String {
             r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#1f6fd1"/>"##,
             x(st),
             y(l)
+        );
+    }
+    if !accuracy.is_empty() {
+        // The accuracy's axis: 0 at the bottom, 1 at the top.
+        let ya = |a: f64| y1 - a.clamp(0.0, 1.0) * (y1 - y0);
+        let line: Vec<String> = accuracy
+            .iter()
+            .map(|&(st, a)| format!("{:.1},{:.1}", x(st), ya(a)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r##"<path d="M{x1},{y0} V{y1}" fill="none" stroke="#2a9d4b"/><text x="{}" y="{y0}" fill="#2a9d4b">100 %</text><text x="{}" y="{y1}" fill="#2a9d4b">0 %</text>"##,
+            x1 + 4.0,
+            x1 + 4.0
+        );
+        let _ = writeln!(
+            s,
+            r##"<polyline points="{}" fill="none" stroke="#2a9d4b" stroke-width="2"/>"##,
+            line.join(" ")
+        );
+        for &(st, a) in &accuracy {
+            let _ = writeln!(
+                s,
+                r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#2a9d4b"/>"##,
+                x(st),
+                ya(a)
+            );
+        }
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" fill="#2a9d4b">held-out accuracy</text>"##,
+            x1 - 300.0,
+            y0 - 16.0
         );
     }
     let _ = writeln!(

@@ -199,6 +199,11 @@ fn bar(total: u32) -> ProgressBar {
     bar
 }
 
+/// An accuracy as a percentage (`-` where there is none).
+fn percent(accuracy: Option<f64>) -> String {
+    accuracy.map_or_else(|| "-".to_owned(), |a| format!("{:.1} %", 100.0 * a))
+}
+
 /// Runs `fblayout finetune`.
 pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     let task = match args.task {
@@ -270,7 +275,12 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
                     "step {}: held-out loss {:.4}, perplexity {:.2}",
                     e.step, e.loss, e.perplexity
                 ),
-                Task::Classify => format!("step {}: held-out loss {:.4}", e.step, e.loss),
+                Task::Classify => format!(
+                    "step {}: held-out loss {:.4}, accuracy {}",
+                    e.step,
+                    e.loss,
+                    percent(e.accuracy)
+                ),
             };
             if terminal {
                 bar.println(line);
@@ -303,9 +313,12 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
             "final evaluation (step {}): loss {:.4}, perplexity {:.2}",
             e.step, e.loss, e.perplexity
         ),
-        (Some(e), Task::Classify) => {
-            println!("final evaluation (step {}): loss {:.4}", e.step, e.loss);
-        }
+        (Some(e), Task::Classify) => println!(
+            "final evaluation (step {}): loss {:.4}, accuracy {}",
+            e.step,
+            e.loss,
+            percent(e.accuracy)
+        ),
         (None, _) => println!("no held-out set: no evaluation"),
     }
     println!(

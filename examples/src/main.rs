@@ -62,10 +62,12 @@ enum Command {
     /// Show the layout plan and memory plan of a shipped model's training step (encoder or
     /// decoder), every tensor's layout and why.
     Plan(plan::PlanArgs),
-    /// Fine-tune a Hugging Face model directory on a data file (CPU executor), in full or
-    /// with LoRA, as a language model or a classifier: progress, held-out evaluation,
-    /// checkpoints that `--resume` continues exactly, loss curves, and the export of what was
-    /// trained (`<out>/export/`). Ctrl-C stops after the step, checkpointed (exit status 130).
+    /// Fine-tune a Hugging Face model directory on a data file (on the CPU executor, f64), in
+    /// full or with LoRA, as a language model or a classifier: progress, held-out evaluation
+    /// (loss and perplexity, or loss and accuracy), checkpoints that `--resume` continues
+    /// exactly, loss curves, and the export of what was trained (`<out>/export/`). Ctrl-C stops
+    /// after the step, checkpointed (exit status 130). The book's chapter "Fine-tuning" has
+    /// the details.
     Finetune(finetune::FinetuneArgs),
 }
 

@@ -6,7 +6,7 @@ mod exec_support;
 
 use exec_support::{
     ADAMW, Results, SIZES, SMALL, assert_close, family_layouts, forward_converts, gpu, graph,
-    random_layouts, row_major, run_cpu,
+    random_layouts, relative_error, row_major, run_cpu,
 };
 use fblayout_kernels::Gpu;
 use fblayout_kernels::ops::{AdamWOp, NonFiniteOp};
@@ -631,4 +631,75 @@ fn a_non_finite_f32_step_is_an_error_and_never_reaches_the_weights() {
         bits(&cpu_before),
         "the CPU step moved a parameter"
     );
+}
+
+/// The persistent tensors of `g` (parameters and AdamW's moments) read from `step`.
+fn persistent_state(g: &Graph, step: &GpuStep<'_>) -> Vec<(String, Vec<f64>)> {
+    g.tensors()
+        .iter()
+        .filter(|t| t.is_persistent() && t.role != fblayout_plan::graph::Role::Input)
+        .filter(|t| g.constant(g.find(&t.name).unwrap()).is_none())
+        .map(|t| (t.name.clone(), step.read(&t.name).unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_learning_rate_schedule_and_a_restored_step_count_match_the_cpu() {
+    let gpu = exec_support::gpu();
+    let g = graph(Model::Decoder);
+    let layouts = exec_support::row_major(&g);
+    let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &layouts);
+    let rates = [1e-2, 4e-3, 0.0];
+    let inputs: Vec<StepInputs> = (0..rates.len() as u64)
+        .map(|i| StepInputs::random(SMALL.vocab, SIZES, 20 + i))
+        .collect();
+    let mut saved = Vec::new();
+    let mut last_params = Vec::new();
+    for (k, (&lr, x)) in rates.iter().zip(&inputs).enumerate() {
+        if k == 1 {
+            saved = persistent_state(&g, &on_gpu);
+        }
+        on_gpu.set_learning_rate(lr);
+        on_cpu.set_learning_rate(lr);
+        assert_eq!(on_gpu.learning_rate(), lr);
+        let before = persistent_state(&g, &on_gpu);
+        let got = f64::from(on_gpu.step(x).unwrap());
+        let want = on_cpu.step(x).unwrap();
+        assert!(
+            (got - want).abs() <= TOLERANCE * want.abs(),
+            "step {k} at rate {lr}: GPU loss {got}, CPU {want}"
+        );
+        for p in g.params() {
+            let name = &g.tensor(p).name;
+            let err = relative_error(&on_gpu.read(name).unwrap(), &on_cpu.read(name).unwrap());
+            assert!(err <= TOLERANCE, "step {k}: `{name}` differs by {err}");
+        }
+        if lr == 0.0 {
+            // A zero rate changes no parameter: the recorded AdamW steps took the new rate.
+            let after = persistent_state(&g, &on_gpu);
+            for ((name, b), (_, a)) in before.iter().zip(&after) {
+                if g.find(name)
+                    .is_some_and(|t| g.tensor(t).role == fblayout_plan::graph::Role::Param)
+                {
+                    assert_eq!(a, b, "`{name}` moved at rate 0");
+                }
+            }
+        }
+        last_params = persistent_state(&g, &on_gpu);
+    }
+    // A fresh step given the state after step 1 and its count repeats steps 2 and 3.
+    let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+    let mut resumed = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap();
+    for (name, values) in &saved {
+        resumed.set(name, values).unwrap();
+    }
+    resumed.set_steps(1);
+    for (&lr, x) in rates.iter().zip(&inputs).skip(1) {
+        resumed.set_learning_rate(lr);
+        resumed.step(x).unwrap();
+    }
+    assert_eq!(resumed.steps(), on_gpu.steps());
+    for ((name, want), (_, got)) in last_params.iter().zip(&persistent_state(&g, &resumed)) {
+        assert_eq!(got, want, "`{name}` after resuming");
+    }
 }

@@ -1,5 +1,6 @@
 //! The run's log: one JSON object a line, `{"step", "loss", "lr"}` for a training step and
-//! `{"step", "eval_loss", "perplexity"}` for an evaluation, appended and flushed as they
+//! `{"step", "eval_loss", "perplexity"}` for an evaluation (with `"accuracy"` for a
+//! classifier), appended and flushed as they
 //! happen. A resumed run first drops the lines of steps past its checkpoint (a killed run
 //! may have logged steps it never saved), so the log of an interrupted and resumed run is the
 //! log of an uninterrupted one.
@@ -27,6 +28,8 @@ pub enum Record {
         loss: f64,
         /// `exp(loss)`.
         perplexity: f64,
+        /// The fraction of held-out sequences classified right (classification).
+        accuracy: Option<f64>,
     },
 }
 
@@ -47,7 +50,15 @@ impl Record {
                 step,
                 loss,
                 perplexity,
-            } => serde_json::json!({"step": step, "eval_loss": loss, "perplexity": perplexity}),
+                accuracy,
+            } => {
+                let mut v =
+                    serde_json::json!({"step": step, "eval_loss": loss, "perplexity": perplexity});
+                if let Some(a) = accuracy {
+                    v["accuracy"] = a.into();
+                }
+                v
+            }
         }
     }
 
@@ -64,6 +75,7 @@ impl Record {
                 step,
                 loss,
                 perplexity: num("perplexity")?,
+                accuracy: num("accuracy"),
             }),
             _ => None,
         }
@@ -154,6 +166,13 @@ mod tests {
                 step: 1,
                 loss: 2.0,
                 perplexity: 2f64.exp(),
+                accuracy: Some(0.75),
+            },
+            Record::Eval {
+                step: 1,
+                loss: 2.0,
+                perplexity: 2f64.exp(),
+                accuracy: None,
             },
             Record::Step {
                 step: 2,
@@ -173,6 +192,6 @@ mod tests {
         )
         .unwrap();
         drop(Log::open(&file, Some(1)).unwrap());
-        assert_eq!(read(&file).unwrap(), records[..2]);
+        assert_eq!(read(&file).unwrap(), records[..3]);
     }
 }

@@ -210,7 +210,29 @@ fn classification_learns_a_separable_set_and_exports_its_head() {
         .build()
         .unwrap();
     assert_eq!(trainer.classes(), ["LABEL_0", "LABEL_1"]);
+    let before = trainer.evaluate().unwrap().unwrap().accuracy.unwrap();
     let summary = trainer.run(|_| {}).unwrap();
+    // A quarter of the 32 records is held out: the accuracy counts eighths.
+    let accuracies: Vec<f64> = summary
+        .records
+        .iter()
+        .filter_map(|r| match *r {
+            Record::Eval { accuracy, .. } => accuracy,
+            Record::Step { .. } => None,
+        })
+        .collect();
+    assert_eq!(accuracies.len(), 3, "{:?}", summary.records);
+    for a in &accuracies {
+        assert!((a * 8.0 - (a * 8.0).round()).abs() < 1e-12, "accuracy {a}");
+    }
+    let after = summary.final_eval.unwrap().accuracy.unwrap();
+    assert_eq!(after, accuracies[2]);
+    assert!(
+        after > before,
+        "accuracy {before} before training, {after} after"
+    );
+    // The texts are separable by their words: a head that learned them gets most right.
+    assert!(after >= 0.75, "accuracies {accuracies:?}");
     let l = losses(&summary.records);
     assert!(falls(&l), "classification losses {l:?} did not fall");
     let evals: Vec<f64> = summary

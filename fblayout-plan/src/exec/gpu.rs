@@ -209,6 +209,9 @@ pub struct GpuStep<'g> {
     persistent: Vec<bool>,
     kept: Vec<bool>,
     adamw: AdamWConfig,
+    /// Whether the learning rate changed since the AdamW steps were recorded: the next
+    /// recording records them again ([`set_learning_rate`](GpuStep::set_learning_rate)).
+    lr_changed: bool,
     steps: u32,
     /// Scratch for the physical values of one tensor (inputs written each step).
     scratch: Vec<u32>,
@@ -383,6 +386,7 @@ impl<'g> GpuStep<'g> {
             persistent,
             kept,
             adamw,
+            lr_changed: false,
             steps: 0,
             scratch: Vec::new(),
             recorded: None,
@@ -543,6 +547,28 @@ impl<'g> GpuStep<'g> {
         self.steps
     }
 
+    /// The learning rate the next AdamW step runs with.
+    pub fn learning_rate(&self) -> f32 {
+        self.adamw.lr
+    }
+
+    /// Sets the learning rate of the next AdamW steps (a schedule's). The rate is in the AdamW
+    /// dispatches' parameter blocks, so the next step records those dispatches again (and
+    /// nothing else) where it changed.
+    pub fn set_learning_rate(&mut self, lr: f32) {
+        if lr.to_bits() != self.adamw.lr.to_bits() {
+            self.adamw.lr = lr;
+            self.lr_changed = true;
+        }
+    }
+
+    /// Sets the number of steps taken, so that the next AdamW step is `steps + 1` (its bias
+    /// corrections): with the moments set back ([`set`](Self::set) on `p.m` and `p.v`), a
+    /// step resumed from a checkpoint is the step an uninterrupted run takes.
+    pub fn set_steps(&mut self, steps: u32) {
+        self.steps = steps;
+    }
+
     /// The loss scale the next step starts its backward with, where the graph's gradients are
     /// `f16` (`None` where they are `f32` and nothing is scaled).
     pub fn loss_scale(&self) -> Option<f32> {
@@ -660,15 +686,17 @@ impl<'g> GpuStep<'g> {
     /// The step's recording for the inputs just loaded: the one recorded before, with what
     /// changes per step recorded again, or a new one.
     fn recording(&mut self) -> Result<Recorded<'g>, ExecError> {
-        let ids = &self.token_ids;
         let again = match self.recorded.take() {
-            Some(recorded) => self.rerecord(recorded, ids)?,
+            Some(recorded) => self.rerecord(recorded, &self.token_ids)?,
             None => None,
         };
-        match again {
-            Some(recorded) => Ok(recorded),
-            None => self.record_all(ids),
-        }
+        let recorded = match again {
+            Some(recorded) => recorded,
+            None => self.record_all(&self.token_ids)?,
+        };
+        // Either way the AdamW steps are recorded with the rate now.
+        self.lr_changed = false;
+        Ok(recorded)
     }
 
     fn run(&mut self, inputs: &StepInputs, timed: bool) -> Result<(f32, Vec<Timing>), ExecError> {
@@ -827,7 +855,9 @@ impl<'g> GpuStep<'g> {
         ids: &[Option<TokenIds>],
     ) -> Result<Option<Recorded<'g>>, ExecError> {
         for (i, span) in spans.iter().enumerate() {
-            if !self.changes_per_step(i) {
+            // An AdamW node that is not its group's first records nothing of its own.
+            let new_rate = self.lr_changed && self.kernels[i].kernel.grouped() && !span.is_empty();
+            if !self.changes_per_step(i) && !new_rate {
                 continue;
             }
             let mut batch = self.gpu.batch();

@@ -17,6 +17,7 @@
 //! finishes its step, writes the checkpoint and returns [`TrainError::Interrupted`].
 
 mod export;
+mod metrics;
 mod model;
 mod setup;
 mod step;
@@ -136,6 +137,9 @@ pub struct EvalResult {
     pub loss: f64,
     /// `exp(loss)` (language modelling).
     pub perplexity: f64,
+    /// Classification: the fraction of held-out sequences whose largest logit at the `[CLS]`
+    /// row is their label (`None` for language modelling).
+    pub accuracy: Option<f64>,
 }
 
 /// What a run reports as it goes.
@@ -543,6 +547,7 @@ impl Trainer {
                     step,
                     loss: result.loss,
                     perplexity: result.perplexity,
+                    accuracy: result.accuracy,
                 })
                 .map_err(io(&log_file))?;
                 final_eval = Some(result);
@@ -574,10 +579,12 @@ impl Trainer {
                     step,
                     loss,
                     perplexity,
+                    accuracy,
                 } => Some(EvalResult {
                     step,
                     loss,
                     perplexity,
+                    accuracy,
                 }),
                 Record::Step { .. } => None,
             });

@@ -11,6 +11,7 @@ use fblayout_plan::graph::{Role, Sizes};
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::select::{self, CostModel, Strategy};
 
+use super::metrics::LOGITS;
 use super::{CHECKPOINT_FILE, Task, TrainError, Trainer, TrainerBuilder, model};
 use crate::checkpoint::{self, TrainState};
 use crate::data::{self, DataPosition, Example, classify, text};
@@ -110,11 +111,13 @@ pub(super) fn build(s: TrainerBuilder) -> Result<Trainer, TrainError> {
         seq: s.seq,
     };
     let plan = select::plan(graph, sizes, &CostModel::analytic(), STRATEGY)?;
+    // A classifier's evaluation reads the logits back for its accuracy.
+    let kept = (s.task == Task::Classify).then_some(LOGITS);
     let memory = plan_memory(
         plan.graph(),
         plan.layouts(),
         sizes,
-        MemoryOptions::default(),
+        MemoryOptions::default().keeping(kept),
     )?;
     let adamw = AdamWConfig {
         lr: s.lr as f32,

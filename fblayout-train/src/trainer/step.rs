@@ -3,6 +3,7 @@
 use fblayout_plan::exec::{ExecError, StepInputs};
 use fblayout_plan::models::bert::class_labels;
 
+use super::metrics::{LOGITS, correct};
 use super::setup::exec;
 use super::{EvalResult, Task, TrainError, Trainer};
 use crate::data::{Batches, Example, IGNORED};
@@ -154,22 +155,32 @@ impl Trainer {
         Ok((loss * mean, tokens))
     }
 
-    /// Evaluates the held-out set after step `step`: the mean loss over its tokens.
+    /// Evaluates the held-out set after step `step`: the mean loss over its labels and, for a
+    /// classifier, the accuracy (from the logits the memory plan keeps).
     pub(super) fn eval_at(&mut self, step: u32) -> Result<EvalResult, TrainError> {
-        let (mut total, mut counted) = (0.0, 0u64);
+        let (mut total, mut counted, mut right) = (0.0, 0u64, 0u64);
         let batch = self.settings.batch as usize;
+        let classify = self.settings.task == Task::Classify;
         for chunk in 0..self.eval.len().div_ceil(batch) {
             let rows: Vec<&Example> = self.eval[chunk * batch..].iter().take(batch).collect();
             let (inputs, n) = self.inputs(&rows);
             let loss = self.cpu.evaluate(&inputs).map_err(exec("evaluating"))?;
             total += loss * n as f64;
             counted += n;
+            if classify {
+                let logits = self.cpu.read(LOGITS).map_err(exec("reading the logits"))?;
+                let labels: Vec<u32> = rows.iter().map(|e| e.labels[0]).collect();
+                let seq = self.settings.seq as usize;
+                let classes = logits.len() / (batch * seq);
+                right += correct(&logits, seq, classes, &labels);
+            }
         }
         let loss = total / counted.max(1) as f64;
         Ok(EvalResult {
             step,
             loss,
             perplexity: loss.exp(),
+            accuracy: classify.then(|| right as f64 / self.eval.len() as f64),
         })
     }
 }
