@@ -10,10 +10,9 @@
 //! user's model directory and data file — which `--model` and `--data` give instead.
 //!
 //! The run is the Trainer's: the CPU executor (`f64`), a held-out tenth of the data's sequences
-//! (chosen by the seed), a linear warmup of one step and a linear decay. Its first step, the
-//! warmup's, has learning rate 0 (transformers' schedule), so the evaluation after it is the
-//! held-out loss of the pretrained weights: the run takes that step as a session of its own,
-//! evaluated, then resumes from its checkpoint to the last step, evaluated again.
+//! (chosen by the seed), a linear warmup of one step and a linear decay. The held-out set is
+//! evaluated with the pretrained weights before the first step ([`Trainer::evaluate`]), halfway
+//! and after the last step.
 
 use std::path::{Path, PathBuf};
 
@@ -130,7 +129,7 @@ fn positions(config: &ModelConfig) -> usize {
     }
 }
 
-/// The run's settings: those of both sessions (see the module docs).
+/// The run's settings (see the module docs).
 fn settings(
     model: &Path,
     data: &Path,
@@ -212,46 +211,34 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
     );
 
     let steps = args.steps;
-    // Stages: the first session, the resumption, steps 2 to the last, two evaluations.
+    let started = std::time::Instant::now();
+    // Stages: loading, the evaluation before, the steps, the evaluation after.
     let mut progress = Progress::new(u64::from(steps) + 3);
-    progress.stage("loading and planning the model, evaluating it");
-    // The warmup's step at learning rate 0, then the held-out loss: the pretrained model's.
-    let first = settings(&model, &data, (steps, seq), &out)
-        .stop_after(1)
-        .eval_every(1)
-        .build()?
-        .run(|_| {})?;
-    let before = first
-        .final_eval
+    progress.stage("loading and planning the model");
+    let every = (steps / 2).max(1);
+    let mut trainer = settings(&model, &data, (steps, seq), &out)
+        .eval_every(every)
+        .build()?;
+    progress.stage("evaluating the pretrained model");
+    let before = trainer
+        .evaluate()?
         .ok_or_else(|| JobError::NoEval { file: data.clone() })?;
     progress.println(format!("before fine-tuning: {}", eval_line(&before)));
-    if steps == 1 {
-        progress.finish();
-        println!("one step is the warmup's, at learning rate 0: nothing was learned");
-        return Ok(());
-    }
-
-    progress.stage("resuming from the first step's checkpoint");
-    let every = (steps / 2).max(1);
-    let summary = settings(&model, &data, (steps, seq), &out)
-        .eval_every(every)
-        .resume(true)
-        .build()?
-        .run(|event| match event {
-            Event::Started { .. } => progress.stage(format!("step 2/{steps}")),
-            // The evaluations follow their step's event.
-            Event::Step { step, .. } if step == steps || step.is_multiple_of(every) => {
-                progress.stage(format!("evaluating after step {step}"));
-            }
-            Event::Step { step, loss, .. } => {
-                progress.stage(format!("step {}/{steps} (loss {loss:.3})", step + 1));
-            }
-            Event::Eval(e) if e.step < steps => {
-                progress.println(format!("step {}: {}", e.step, eval_line(&e)));
-                progress.stage(format!("step {}/{steps}", e.step + 1));
-            }
-            _ => {}
-        })?;
+    let summary = trainer.run(|event| match event {
+        Event::Started { .. } => progress.stage(format!("step 1/{steps}")),
+        // The evaluations follow their step's event.
+        Event::Step { step, .. } if step == steps || step.is_multiple_of(every) => {
+            progress.stage(format!("evaluating after step {step}"));
+        }
+        Event::Step { step, loss, .. } => {
+            progress.stage(format!("step {}/{steps} (loss {loss:.3})", step + 1));
+        }
+        Event::Eval(e) if e.step < steps => {
+            progress.println(format!("step {}: {}", e.step, eval_line(&e)));
+            progress.stage(format!("step {}/{steps}", e.step + 1));
+        }
+        _ => {}
+    })?;
     progress.finish();
     let after = summary
         .final_eval
@@ -267,7 +254,7 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
     println!(
         "{steps} steps in {:.1} s (setup and evaluations included); peak memory of the plan \
          {:.2} MiB",
-        first.seconds + summary.seconds,
+        started.elapsed().as_secs_f64(),
         mib(summary.peak_bytes)
     );
     if args.out.is_some() {
