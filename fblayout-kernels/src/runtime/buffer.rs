@@ -124,7 +124,7 @@ impl GpuBuffer {
         }
         let buffer = Self::allocate_unchecked(gpu, BufferKind::Uniform, bytes.len() as u64, &what)?;
         if !bytes.is_empty() {
-            scoped(gpu.device(), &what, || {
+            scoped(gpu.device(), what, || {
                 write_padded(gpu.queue(), buffer.buffer(), bytes);
             })?;
         }
