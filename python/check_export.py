@@ -37,6 +37,14 @@ under FBLAYOUT_EXPORT_DIR (<arch>/full, <arch>/merged with the fixture's adapter
         --key merged.logits
     python python/check_export.py --adapter target/export/gpt2/adapter --base tests/fixtures/hf/gpt2/model \\
         --inputs tests/fixtures/hf/gpt2/lora.safetensors --merge
+
+A SEQ_CLS adapter with `modules_to_save` (the classifier trained in full; the trained one of
+python/make_seq_cls_fixture.py, read and exported by the test
+`a_seq_cls_adapter_with_modules_to_save_round_trips_exactly_in_peft_s_layout`; cargo runs it
+in the crate's directory, so a relative FBLAYOUT_EXPORT_DIR lands under fblayout-hf/):
+
+    python python/check_export.py --adapter fblayout-hf/target/export/bert/seq_cls_adapter \\
+        --base tests/fixtures/hf/bert/model --inputs tests/fixtures/hf/bert/seq_cls/logits.safetensors --merge
 """
 
 from __future__ import annotations

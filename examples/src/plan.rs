@@ -24,7 +24,7 @@ use std::path::PathBuf;
 
 use fblayout_core::typed::suggest::closest;
 use fblayout_kernels::runtime::{Gpu, GpuError, default_cache_dir};
-use fblayout_plan::calibrate::CalibrationError;
+use fblayout_plan::calibrate::{self, CalibrationError};
 use fblayout_plan::graph::{GraphError, Sizes, TensorId};
 use fblayout_plan::memory::{MemoryError, MemoryOptions, MemoryPlan, plan_memory, recompute};
 use fblayout_plan::models::{self, Model, ModelConfig};
@@ -230,8 +230,23 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         })?;
     let model = if args.calibrate {
         let gpu = Gpu::new().map_err(PlanCommandError::Gpu)?;
-        CostModel::calibrated(&gpu, default_cache_dir().as_deref())
-            .map_err(PlanCommandError::Calibrate)?
+        let cache = default_cache_dir();
+        // Measuring takes seconds (tens of them on a software adapter): say so before it
+        // starts, where no cache file can spare it.
+        let file = cache
+            .as_deref()
+            .map(|dir| calibrate::cache_path(dir, gpu.info(), &select::CALIBRATION));
+        if !file.as_deref().is_some_and(std::path::Path::is_file) {
+            let kept = match &file {
+                Some(file) => format!(
+                    "the factors are cached in {} for later runs",
+                    file.display()
+                ),
+                None => "no cache directory: every run measures".to_owned(),
+            };
+            eprintln!("calibrating the cost model on {} ({kept})", gpu.info().name);
+        }
+        CostModel::calibrated(&gpu, cache.as_deref()).map_err(PlanCommandError::Calibrate)?
     } else {
         CostModel::analytic()
     };

@@ -10,7 +10,9 @@
 //!   `Conv1D`, peft's `fan_in_fan_out`).
 //! - [`adapter`]: LoRA's adapters as peft's `save_pretrained` writes them —
 //!   `adapter_config.json` and `adapter_model.safetensors` (`base_model.model.<module>.lora_A.weight`,
-//!   `[r, in]`; `…lora_B.weight`, `[out, r]`).
+//!   `[r, in]`; `…lora_B.weight`, `[out, r]`), and the parameters of `modules_to_save` trained
+//!   in full (`base_model.model.classifier.weight`, in the checkpoint's orientation), which
+//!   `adapter_config.json` lists as peft does.
 //!
 //! Every file is written to a temporary file in the destination directory, then renamed over
 //! its name: a reader never sees half a file.
@@ -19,7 +21,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use fblayout_plan::graph::{Graph, TensorId};
-use fblayout_plan::lora::Lora;
+use fblayout_plan::lora::{Lora, PEFT_PREFIX};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
@@ -225,11 +227,13 @@ pub fn model(
     Ok(())
 }
 
-/// peft's `task_type` of a model of `config`: `CAUSAL_LM` for the decoders; none (peft's
-/// plain `PeftModel`) for BERT.
-fn task_type(config: &ModelConfig) -> Option<&'static str> {
+/// peft's `task_type` of a model of `config` with LoRA `lora`: `CAUSAL_LM` for the decoders;
+/// for BERT (a sequence classifier), `SEQ_CLS` where modules are trained in full (the
+/// classifier: what peft's `SEQ_CLS` saves), else none (peft's plain `PeftModel`).
+fn task_type(config: &ModelConfig, lora: &Lora) -> Option<&'static str> {
     match config {
         ModelConfig::Gpt2(_) | ModelConfig::Llama(_) => Some("CAUSAL_LM"),
+        ModelConfig::Bert(_) if !lora.saved.is_empty() => Some("SEQ_CLS"),
         ModelConfig::Bert(_) => None,
     }
 }
@@ -245,7 +249,7 @@ pub fn adapter(
     base_model: Option<&str>,
     out: &Path,
 ) -> Result<(), ExportError> {
-    let mut tensors = Vec::with_capacity(2 * lora.adapters.len());
+    let mut tensors = Vec::with_capacity(2 * lora.adapters.len() + lora.saved.len());
     for t in lora.adapters.iter().flat_map(|a| [a.a, a.b]) {
         let v = values_of(graph, values, t)?;
         tensors.push((
@@ -253,6 +257,21 @@ pub fn adapter(
             graph.tensor(t).fixed_extents(),
             f32_bytes(v),
         ));
+    }
+    // What peft's `save_pretrained` writes of a `modules_to_save` module: its parameters as
+    // the module holds them, named without peft's `modules_to_save.default`.
+    for &t in &lora.saved {
+        let name = &graph.tensor(t).name;
+        let v = values_of(graph, values, t)?;
+        let v = to_checkpoint(dir.config(), graph, name, v).ok_or_else(|| ExportError::Values {
+            name: name.clone(),
+            detail: "not in the graph".into(),
+        })?;
+        let mut shape = graph.tensor(t).fixed_extents();
+        if is_transposed(dir.config(), graph, t) {
+            shape.reverse();
+        }
+        tensors.push((format!("{PEFT_PREFIX}{name}"), shape, f32_bytes(&v)));
     }
     write_tensors(out, ADAPTER_WEIGHTS_FILE, &tensors)?;
     let c = &lora.config;
@@ -268,13 +287,13 @@ pub fn adapter(
         "layers_to_transform": null,
         "lora_alpha": c.alpha,
         "lora_dropout": c.dropout,
-        "modules_to_save": null,
+        "modules_to_save": (!c.modules_to_save.is_empty()).then_some(&c.modules_to_save),
         "peft_type": "LORA",
         "r": c.rank,
         "rank_pattern": {},
         "revision": null,
         "target_modules": c.target_modules,
-        "task_type": task_type(dir.config()),
+        "task_type": task_type(dir.config(), lora),
         "use_dora": false,
         "use_rslora": false,
     });

@@ -230,7 +230,7 @@ pub(crate) fn is_transposed(config: &ModelConfig, graph: &Graph, p: TensorId) ->
 }
 
 /// `values` of a `[rows, cols]` matrix, transposed.
-fn transpose(values: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+pub(crate) fn transpose(values: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     let mut out = vec![0.0; values.len()];
     for r in 0..rows {
         for c in 0..cols {

@@ -18,6 +18,14 @@
 //! need no orientation of their own; GPT-2's `fan_in_fan_out` only matters to an export that
 //! merges them into the checkpoint's `W`.
 //!
+//! peft's `modules_to_save` ([`LoraConfig::with_modules_to_save`]) names modules trained in
+//! full beside the adapters (a sequence classifier's head, for peft's `SEQ_CLS` task): their
+//! parameters stay [`Role::Param`] ([`Lora::saved`]), under their own names. A module matches
+//! as in peft: a module on the parameter's path whose name ends with the entry (`classifier`
+//! matches `classifier.weight` and `classifier.bias`); an entry that matches nothing is left
+//! alone, as peft leaves it (peft's `SEQ_CLS` lists `classifier` and `score`, whichever the
+//! model has).
+//!
 //! ```
 //! use fblayout_plan::graph::{Role, derive_backward, optimizer::add_adamw};
 //! use fblayout_plan::lora::{self, LoraConfig};
@@ -56,6 +64,9 @@ pub struct LoraConfig {
     pub dropout: f64,
     /// The targeted modules, by the last component of their names (`c_attn`, `q_proj`).
     pub target_modules: Vec<String>,
+    /// peft's `modules_to_save`: modules trained in full beside the adapters (see the module
+    /// docs).
+    pub modules_to_save: Vec<String>,
 }
 
 impl LoraConfig {
@@ -70,7 +81,18 @@ impl LoraConfig {
             alpha,
             dropout: 0.0,
             target_modules: target_modules.into_iter().map(Into::into).collect(),
+            modules_to_save: Vec::new(),
         }
+    }
+
+    /// Also training the modules `modules` in full (peft's `modules_to_save`; see the module
+    /// docs).
+    pub fn with_modules_to_save<S: Into<String>>(
+        mut self,
+        modules: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.modules_to_save = modules.into_iter().map(Into::into).collect();
+        self
     }
 
     /// With dropout `dropout` ([`apply`] accepts only 0).
@@ -114,6 +136,32 @@ pub enum LoraError {
         /// The modules that could be targeted.
         available: Vec<String>,
     },
+    /// A module of `modules_to_save` is also adapted: it would train in full and through its
+    /// adapter at once.
+    #[error(
+        "`{module}` is both in modules_to_save (trained in full) and adapted by LoRA's target \
+         `{target}`: train it one way"
+    )]
+    SavedAndAdapted {
+        /// The module.
+        module: String,
+        /// The target that adapts it.
+        target: String,
+    },
+    /// A parameter of `modules_to_save` is shared by several layers (a tied embedding and
+    /// head): peft trains a copy of the module, untying them, which one graph parameter can't.
+    #[error(
+        "modules_to_save `{entry}` covers `{name}`, which {uses} layers share (tied weights): \
+         peft would train a copy for one of them, which fblayout does not support"
+    )]
+    SavedTied {
+        /// The modules_to_save entry.
+        entry: String,
+        /// The shared parameter.
+        name: String,
+        /// How many layers read it.
+        uses: usize,
+    },
     /// The graph already has its backward.
     #[error("LoRA rewrites the forward: apply it before the backward is derived")]
     HasBackward,
@@ -142,6 +190,8 @@ pub struct Lora {
     pub config: LoraConfig,
     /// The adapted layers, in the forward's order.
     pub adapters: Vec<Adapter>,
+    /// The parameters of `modules_to_save`, trained in full, in the graph's order.
+    pub saved: Vec<TensorId>,
 }
 
 impl Lora {
@@ -171,6 +221,19 @@ impl Lora {
         }
         out
     }
+}
+
+/// The entry of `modules_to_save` that covers parameter `name`, if any: peft's rule, a module
+/// on its path (`a`, `a.b`, … of `a.b.weight`) whose name ends with the entry.
+pub fn saved_by<'a>(modules_to_save: &'a [String], name: &str) -> Option<&'a str> {
+    let modules = name
+        .match_indices('.')
+        .map(|(i, _)| &name[..i])
+        .collect::<Vec<_>>();
+    modules_to_save
+        .iter()
+        .find(|entry| modules.iter().any(|m| m.ends_with(entry.as_str())))
+        .map(String::as_str)
 }
 
 /// The two fixed extents of matrix `t`.
@@ -256,8 +319,37 @@ pub fn apply(graph: &mut Graph, config: &LoraConfig) -> Result<Lora, LoraError> 
             });
         }
     }
+    let mut saved = Vec::new();
     for p in graph.params() {
-        graph.freeze(p)?;
+        let name = graph.tensor(p).name.clone();
+        let Some(entry) = saved_by(&config.modules_to_save, &name) else {
+            graph.freeze(p)?;
+            continue;
+        };
+        let module = module_of(&name);
+        if let Some(target) = config
+            .target_modules
+            .iter()
+            .find(|t| layers.iter().any(|&(_, w)| w == p && targets(module, t)))
+        {
+            return Err(LoraError::SavedAndAdapted {
+                module: module.to_owned(),
+                target: target.clone(),
+            });
+        }
+        let uses = graph
+            .nodes()
+            .iter()
+            .filter(|n| n.inputs.contains(&p))
+            .count();
+        if uses > 1 {
+            return Err(LoraError::SavedTied {
+                entry: entry.to_owned(),
+                name,
+                uses,
+            });
+        }
+        saved.push(p);
     }
     let chosen: Vec<(usize, TensorId)> = layers
         .into_iter()
@@ -274,6 +366,7 @@ pub fn apply(graph: &mut Graph, config: &LoraConfig) -> Result<Lora, LoraError> 
     Ok(Lora {
         config: config.clone(),
         adapters,
+        saved,
     })
 }
 

@@ -18,8 +18,8 @@
 //! GPT-2), 1e-5 on the GPU (f32, other summation orders; measured up to 6.1e-7 on lavapipe);
 //! the loss to 1e-6 relative on the CPU and 1e-5 on the GPU (measured up to 1.2e-7).
 
-use fblayout_hf::ModelDir;
 use fblayout_hf::graph::{build, parameters};
+use fblayout_hf::{ModelDir, lora};
 use fblayout_kernels::Gpu;
 use fblayout_plan::exec::{CpuStep, GpuStep, StepInputs};
 use fblayout_plan::graph::{Graph, Role};
@@ -70,7 +70,7 @@ fn compared(arch: &str, f: &Fixture, ours: &[f64]) -> Vec<(f64, f64)> {
         batch * seq * width,
         "{arch}: logits [batch, seq, width]"
     );
-    if arch == "bert" {
+    if arch.starts_with("bert") {
         assert_eq!(
             theirs.len(),
             batch * width,
@@ -143,17 +143,23 @@ fn logits_match(arch: &str) {
     let graph = build(&model).unwrap();
     let values = parameters(&model, &graph).unwrap();
     let f = fixture(arch, "full.safetensors");
+    evaluates_to(arch, &graph, &values, &f);
+}
+
+/// `graph` with the weights `values`, evaluated on the CPU and the GPU against `f`.
+fn evaluates_to(arch: &str, graph: &Graph, values: &[(String, Vec<f64>)], f: &Fixture) {
+    let (graph, f) = (graph, f);
     let layouts = vec![LayoutChoice::RowMajor; graph.tensors().len()];
     let options = MemoryOptions::default().keeping(["logits"]);
-    let memory = plan_memory(&graph, &layouts, f.sizes, options).unwrap();
+    let memory = plan_memory(graph, &layouts, f.sizes, options).unwrap();
 
-    let mut cpu = CpuStep::new(&graph, &layouts, &memory, f.sizes, f.adamw)
+    let mut cpu = CpuStep::new(graph, &layouts, &memory, f.sizes, f.adamw)
         .unwrap()
         .poison_freed(true);
-    for (name, v) in &values {
+    for (name, v) in values {
         Eval::set(&mut cpu, name, v);
     }
-    check((arch, "CPU"), &graph, &mut cpu, &f, (1e-6, 2e-6));
+    check((arch, "CPU"), graph, &mut cpu, f, (1e-6, 2e-6));
 
     let gpu = Gpu::new().unwrap_or_else(|err| {
         panic!(
@@ -161,11 +167,35 @@ fn logits_match(arch: &str) {
              FBLAYOUT_ADAPTER/FBLAYOUT_BACKEND.\n{err}"
         )
     });
-    let mut on_gpu = GpuStep::new(&gpu, &graph, &layouts, &memory, f.sizes, f.adamw).unwrap();
-    for (name, v) in &values {
+    let mut on_gpu = GpuStep::new(&gpu, graph, &layouts, &memory, f.sizes, f.adamw).unwrap();
+    for (name, v) in values {
         Eval::set(&mut on_gpu, name, v);
     }
-    check((arch, "GPU"), &graph, &mut on_gpu, &f, (1e-5, 1e-5));
+    check((arch, "GPU"), graph, &mut on_gpu, f, (1e-5, 1e-5));
+}
+
+#[test]
+fn a_trained_seq_cls_adapter_evaluates_to_peft_s_logits_on_the_cpu_and_the_gpu() {
+    // peft's SEQ_CLS adapter after three steps (python/make_seq_cls_fixture.py): LoRA on
+    // `query` and `value`, and the classifier trained in full (modules_to_save), which no
+    // longer equals the base model's: the logits depend on reading it from the adapter.
+    let model = ModelDir::open(model_dir("bert")).unwrap();
+    let adapter = hf("bert").join("seq_cls/adapter");
+    let config = lora::read_config(&adapter).unwrap();
+    let (graph, adapters) = lora::build(&model, &config).unwrap();
+    let values = lora::weights(&model, &adapter, &graph, &adapters).unwrap();
+    let base = parameters(&model, &graph).unwrap();
+    let classifier = |v: &[(String, Vec<f64>)]| {
+        v.iter()
+            .find(|(n, _)| n == "classifier.weight")
+            .unwrap()
+            .1
+            .clone()
+    };
+    assert_ne!(classifier(&values), classifier(&base));
+    assert_eq!(values.len(), graph.weights().len());
+    let f = fixture("bert", "seq_cls/logits.safetensors");
+    evaluates_to("bert with its SEQ_CLS adapter", &graph, &values, &f);
 }
 
 #[test]

@@ -157,3 +157,42 @@ fn a_lora_adapter_export_is_what_peft_saves() {
         assert_eq!(lora::read_config(&out).unwrap(), adapters.config, "{arch}");
     }
 }
+
+#[test]
+fn a_seq_cls_adapter_with_modules_to_save_round_trips_exactly_in_peft_s_layout() {
+    // peft's trained SEQ_CLS adapter (python/make_seq_cls_fixture.py): LoRA's matrices and the
+    // classifier trained in full, read and written back as peft's `save_pretrained` wrote it.
+    let tmp = tempfile::tempdir().unwrap();
+    let model = ModelDir::open(model_dir("bert")).unwrap();
+    let peft = hf("bert").join("seq_cls/adapter");
+    let config = lora::read_config(&peft).unwrap();
+    let (graph, adapters) = lora::build(&model, &config).unwrap();
+    let values = lora::weights(&model, &peft, &graph, &adapters).unwrap();
+    let out = out_dir(tmp.path(), "bert", "seq_cls_adapter");
+    export::adapter(&model, &graph, &values, &adapters, None, &out).unwrap();
+    let open = |d: &Path| Checkpoint::open(d.join("adapter_model.safetensors")).unwrap();
+    let written = tensors(&open(&out));
+    assert!(written.contains_key("base_model.model.classifier.weight"));
+    assert_eq!(written, tensors(&open(&peft)));
+    let json = |d: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(d.join("adapter_config.json")).unwrap()).unwrap()
+    };
+    let (ours, theirs) = (json(&out), json(&peft));
+    for (key, want) in theirs.as_object().unwrap() {
+        let got = &ours[key];
+        match (got.as_f64(), want.as_f64()) {
+            (Some(a), Some(b)) => assert_eq!(a, b, "`{key}`"),
+            _ => assert_eq!(got, want, "`{key}`"),
+        }
+    }
+    assert_eq!(ours["task_type"], "SEQ_CLS");
+    // Read back: the same settings and every trained value, bit for bit.
+    let again = lora::read_config(&out).unwrap();
+    assert_eq!(again, config);
+    let (graph2, adapters2) = lora::build(&model, &again).unwrap();
+    assert_eq!(adapters2, adapters);
+    let read = lora::read_trained(&model, &out, &graph2, &adapters2).unwrap();
+    let first = lora::read_trained(&model, &peft, &graph, &adapters).unwrap();
+    assert_eq!(read, first);
+    assert_eq!(read.len(), graph.params().len());
+}

@@ -52,7 +52,8 @@ const ROUNDS: usize = 3;
 const WARM_UP: Duration = Duration::from_millis(500);
 
 /// Seconds of each node of `graph`'s step on `gpu` with its tensors stored as each of
-/// `layouts`: every step built and run once untimed, all of them run in turn for [`WARM_UP`],
+/// `layouts`: every step built and run once untimed, all of them run in turn for [`WARM_UP`]
+/// (not on a software adapter, which has no clocks to raise),
 /// then [`ROUNDS`] rounds of one timed step
 /// of each in turn (so that other work on the machine disturbs them alike), the quickest of
 /// each node's samples kept (other work only ever adds time).
@@ -88,8 +89,14 @@ fn node_seconds(
     let sections: Vec<String> = (0..graph.nodes().len())
         .map(|i| section(graph, i))
         .collect();
+    // A software adapter has no clocks to raise: its warm-up would only add time.
+    let warm_up = if gpu.info().is_software() {
+        Duration::ZERO
+    } else {
+        WARM_UP
+    };
     let warming = Instant::now();
-    while warming.elapsed() < WARM_UP {
+    while warming.elapsed() < warm_up {
         for (step, (what, _)) in steps.iter_mut().zip(layouts) {
             step.step(&inputs).map_err(step_err(what))?;
         }

@@ -1,7 +1,8 @@
 //! Calibration: the cost model's factors measured by timing the real kernels on an adapter.
 //!
-//! [`measure`] times, on small `f32` tensors (under half a minute on a software adapter,
-//! with a progress bar once it passes two seconds):
+//! [`measure`] times, on small `f32` tensors (with a progress bar once it passes two seconds;
+//! on a software adapter it takes most of a minute, mostly the training steps of the kernel
+//! factors: see the book's planner chapter):
 //!
 //! - **launch and bandwidth**: a [`Gather`] of a tiny view (the launch) and of a whole
 //!   row-major matrix as stored (a copy: read and write);
