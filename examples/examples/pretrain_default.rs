@@ -161,7 +161,7 @@ fn run(args: &Args) -> Result<(), Error> {
     if !args.resume {
         write_initial(&init, &args.tokenizer)?;
     }
-    let trainer = Trainer::builder(&init, &args.corpus, Task::Lm)
+    let mut trainer = Trainer::builder(&init, &args.corpus, Task::Lm)
         .steps(args.steps)
         .batch(BATCH)
         .seq(SEQ)
