@@ -20,7 +20,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')"
 rm -rf .dev && mkdir -p .dev
-for f in target/release/fblayout target/release/examples/bench_{matmul,norm,softmax,attention,cold_start,coop,train} $tests; do
+for f in target/release/fblayout target/release/examples/bench_{matmul,norm,softmax,attention,cold_start,coop,train,models} $tests; do
     name=$(basename "$f")
     name=${name%-*}   # test binaries carry a hash suffix
     [ -x "$f" ] || continue

@@ -14,6 +14,9 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export FBLAYOUT_CACHE_DIR=/tmp/fblayout-cache XDG_RUNTIME_DIR=/tmp/xdg
+# The steps run in the folder of the binaries; the PyTorch peers read the checkout through
+# $REPO and write their JSON under $OUT.
+export REPO=${REPO:-$PWD} OUT=$out
 mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
 # Calibrations and autotune results of an earlier lease (carried in .h200-cache/, which the
 # previous run returned under $OUT/cache): each is checked against this adapter and driver
