@@ -14,20 +14,12 @@ const MARGIN: f64 = 48.0;
 
 /// The SVG document of `records` (see the module docs).
 pub(crate) fn svg(records: &[Record]) -> String {
-    let train: Vec<(f64, f64)> = records
-        .iter()
-        .filter_map(|r| match *r {
-            Record::Step { step, loss, .. } => Some((f64::from(step), loss)),
-            Record::Eval { .. } => None,
-        })
-        .collect();
-    let eval: Vec<(f64, f64)> = records
-        .iter()
-        .filter_map(|r| match *r {
-            Record::Eval { step, loss, .. } => Some((f64::from(step), loss)),
-            Record::Step { .. } => None,
-        })
-        .collect();
+    let points = |of: fn(&Record) -> Option<(u32, f64)>| -> Vec<(f64, f64)> {
+        (records.iter().filter_map(of))
+            .map(|(step, loss)| (f64::from(step), loss))
+            .collect()
+    };
+    let (train, eval) = (points(Record::training_loss), points(Record::eval_loss));
     let accuracy: Vec<(f64, f64)> = records
         .iter()
         .filter_map(|r| match *r {

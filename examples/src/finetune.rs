@@ -15,11 +15,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::ValueEnum;
+use fblayout_kernels::GpuError;
+use fblayout_plan::exec::LossScaling;
 use fblayout_plan::lora::LoraConfig;
 use fblayout_train::{Decay, Event, Task, TrainError, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::curves;
+use crate::device::{self, DeviceArg, PrecisionArg};
 use crate::summary::mib;
 
 /// The curves' file name in the output directory.
@@ -128,6 +131,16 @@ pub(crate) struct FinetuneArgs {
     /// head of another width than the checkpoint's starts afresh, its classes `LABEL_0`, …
     #[arg(long, value_name = "N")]
     labels: Option<u32>,
+    /// What runs the steps.
+    #[arg(long, value_enum, default_value = "auto")]
+    device: DeviceArg,
+    /// The step's precision (`mixed` needs the GPU).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
+    /// With `--precision mixed`, the first step's loss scale (halved on each overflow, doubled
+    /// after 2000 steps without one).
+    #[arg(long, value_name = "SCALE", default_value_t = LossScaling::default().initial)]
+    loss_scale: f32,
 }
 
 /// Why `fblayout finetune` failed.
@@ -136,6 +149,9 @@ pub(crate) enum FinetuneError {
     /// The run failed, or was interrupted.
     #[error(transparent)]
     Train(#[from] TrainError),
+    /// `--device gpu` and no GPU opened.
+    #[error("--device gpu: {0}")]
+    Gpu(#[from] GpuError),
     /// The curves could not be written.
     #[error("{}: {source}", file.display())]
     Io {
@@ -248,10 +264,23 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     if let Some(classes) = args.labels {
         builder = builder.labels(classes);
     }
-    let mut trainer = builder.interrupt(interrupt_flag()).build()?;
+    let gpu = device::open(args.device, args.precision)?;
+    if let Some(gpu) = &gpu {
+        builder = builder.gpu(gpu);
+    }
+    let mut trainer = builder
+        .precision(args.precision.into())
+        .loss_scaling(LossScaling {
+            initial: args.loss_scale,
+            ..LossScaling::default()
+        })
+        .interrupt(interrupt_flag())
+        .build()?;
     if trainer.done() > 0 {
         println!("resuming after step {}", trainer.done());
     }
+    let device = trainer.device().to_owned();
+    let mut skipped = 0u32;
     let bar = bar(args.steps);
     let terminal = std::io::stderr().is_terminal();
     let summary = trainer.run(|event| match event {
@@ -262,10 +291,16 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
             lr,
             tokens,
             seconds,
+            skipped: this,
         } => {
+            skipped += u32::from(this);
+            let skips = match skipped {
+                0 => String::new(),
+                n => format!(" ({n} skipped)"),
+            };
             bar.set_position(u64::from(step));
             bar.set_message(format!(
-                "loss {loss:.4} lr {lr:.2e} {:.0} tokens/s [CPU executor, f64]",
+                "loss {loss:.4} lr {lr:.2e}{skips} {:.0} tokens/s [{device}]",
                 tokens as f64 / seconds.max(1e-9)
             ));
         }
@@ -304,7 +339,17 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
             file: curves.clone(),
             source,
         })?;
-    println!("{} steps in {:.1} s", summary.steps, summary.seconds);
+    println!(
+        "{} steps in {:.1} s on {}",
+        summary.steps, summary.seconds, summary.device
+    );
+    if summary.skipped > 0 {
+        println!(
+            "{} step(s) skipped: their scaled gradients overflowed f16, and the loss scale was \
+             lowered",
+            summary.skipped
+        );
+    }
     if let Some(loss) = summary.final_loss {
         println!("final training loss {loss:.4}");
     }

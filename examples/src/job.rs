@@ -9,7 +9,8 @@
 //! directory, from which [`Trainer`] loads them through fblayout-hf exactly as it loads a
 //! user's model directory and data file — which `--model` and `--data` give instead.
 //!
-//! The run is the Trainer's: the CPU executor (`f64`), a held-out tenth of the data's sequences
+//! The run is the Trainer's: on the GPU where one with hardware of its own opens, else the CPU
+//! executor (`f64`; `--device` chooses), a held-out tenth of the data's sequences
 //! (chosen by the seed), a linear warmup of one step and a linear decay. The held-out set is
 //! evaluated with the pretrained weights before the first step ([`Trainer::evaluate`]), halfway
 //! and after the last step.
@@ -20,6 +21,7 @@ use fblayout_hf::ModelDir;
 use fblayout_hf::config::ModelConfig;
 use fblayout_train::{Decay, EvalResult, Event, Task, TrainError, Trainer};
 
+use crate::device::{self, DeviceArg, PrecisionArg};
 use crate::progress::Progress;
 use crate::summary::mib;
 
@@ -74,6 +76,12 @@ pub(crate) struct JobArgs {
     /// removed at the end].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// What runs the steps.
+    #[arg(long, value_enum, default_value = "auto")]
+    device: DeviceArg,
+    /// The step's precision (`mixed` needs the GPU).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: PrecisionArg,
 }
 
 /// Why the main job failed.
@@ -96,6 +104,9 @@ pub(crate) enum JobError {
     /// The run could not be set up, or failed.
     #[error(transparent)]
     Train(#[from] TrainError),
+    /// `--device gpu` and no GPU opened.
+    #[error("--device gpu: {0}")]
+    Gpu(#[from] fblayout_kernels::GpuError),
     /// The run ended without a held-out evaluation (a data file too short to hold any out).
     #[error("{}: too short to hold out a sequence for the evaluation", file.display())]
     NoEval {
@@ -135,7 +146,7 @@ fn settings(
     data: &Path,
     (steps, seq): (u32, u32),
     out: &Path,
-) -> fblayout_train::TrainerBuilder {
+) -> fblayout_train::TrainerBuilder<'static> {
     Trainer::builder(model, data, Task::Lm)
         .steps(steps)
         .batch(BATCH)
@@ -203,12 +214,7 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
             TASK.lines().count()
         ),
     }
-    println!(
-        "fine-tuning: {} steps of {BATCH} × {seq} tokens, peak learning rate {LR:e}, {:.0} % of \
-         the sequences held out; CPU executor, f64",
-        args.steps,
-        HELD_OUT * 100.0
-    );
+    let gpu = device::open(args.device, args.precision)?;
 
     let steps = args.steps;
     let started = std::time::Instant::now();
@@ -216,9 +222,20 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
     let mut progress = Progress::new(u64::from(steps) + 3);
     progress.stage("loading and planning the model");
     let every = (steps / 2).max(1);
-    let mut trainer = settings(&model, &data, (steps, seq), &out)
+    let mut builder = settings(&model, &data, (steps, seq), &out)
         .eval_every(every)
-        .build()?;
+        .precision(args.precision.into());
+    if let Some(gpu) = &gpu {
+        builder = builder.gpu(gpu);
+    }
+    let mut trainer = builder.build()?;
+    progress.println(format!(
+        "fine-tuning: {} steps of {BATCH} × {seq} tokens, peak learning rate {LR:e}, {:.0} % of \
+         the sequences held out; on {}",
+        args.steps,
+        HELD_OUT * 100.0,
+        trainer.device()
+    ));
     progress.stage("evaluating the pretrained model");
     let before = trainer
         .evaluate()?
@@ -244,6 +261,12 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
         .final_eval
         .ok_or_else(|| JobError::NoEval { file: data.clone() })?;
     println!("after {steps} steps: {}", eval_line(&after));
+    if summary.skipped > 0 {
+        println!(
+            "{} step(s) skipped: their scaled gradients overflowed f16",
+            summary.skipped
+        );
+    }
     println!(
         "held-out loss {:+.4} ({:.1} %), perplexity {:.2} → {:.2}",
         after.loss - before.loss,

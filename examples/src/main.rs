@@ -13,6 +13,7 @@
 //! training step (see the `plan` module).
 
 mod curves;
+mod device;
 mod finetune;
 mod job;
 mod plan;

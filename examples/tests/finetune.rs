@@ -1,7 +1,8 @@
 //! `fblayout finetune` as a user runs it, on the tiny GPT-2 fixture (made by transformers,
 //! `python/make_fixtures.py`) and a few lines of text: a short run writes its checkpoint, log,
 //! curves and export; a run killed with SIGKILL, or stopped with SIGINT (Ctrl-C), mid-run and
-//! resumed gives, step for step, the losses of an uninterrupted run; `--help` documents every
+//! resumed gives, step for step, the losses of an uninterrupted run; on the GPU in mixed
+//! precision the run names its adapter and counts its skipped steps; `--help` documents every
 //! flag.
 
 use std::path::{Path, PathBuf};
@@ -14,14 +15,20 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `fblayout finetune` on the fixture, writing to `out`, for `steps` steps, checkpointed
-/// every step.
+/// `fblayout finetune` on the fixture on the CPU executor, writing to `out`, for `steps` steps,
+/// checkpointed every step.
 fn finetune(out: &Path, steps: u32) -> Command {
     finetune_saving(out, steps, 1)
 }
 
 /// [`finetune`], checkpointed every `save_every` steps (0: at the end only).
 fn finetune_saving(out: &Path, steps: u32, save_every: u32) -> Command {
+    finetune_on("cpu", out, steps, save_every)
+}
+
+/// `fblayout finetune` on the fixture with `--device device`, writing to `out`, for `steps`
+/// steps, checkpointed every `save_every` steps.
+fn finetune_on(device: &str, out: &Path, steps: u32, save_every: u32) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_fblayout"));
     c.arg("finetune")
         .arg("--model")
@@ -34,7 +41,7 @@ fn finetune_saving(out: &Path, steps: u32, save_every: u32) -> Command {
         .args(["--warmup", "2", "--schedule", "cosine", "--eval-every", "5"])
         .arg("--save-every")
         .arg(save_every.to_string())
-        .args(["--eval-fraction", "0.2", "--seed", "11"])
+        .args(["--eval-fraction", "0.2", "--seed", "11", "--device", device])
         .arg("--steps")
         .arg(steps.to_string())
         .arg("--out")
@@ -45,10 +52,8 @@ fn finetune_saving(out: &Path, steps: u32, save_every: u32) -> Command {
 fn step_losses(records: &[Record]) -> Vec<f64> {
     records
         .iter()
-        .filter_map(|r| match *r {
-            Record::Step { loss, .. } => Some(loss),
-            Record::Eval { .. } => None,
-        })
+        .filter_map(Record::training_loss)
+        .map(|(_, l)| l)
         .collect()
 }
 
@@ -206,6 +211,39 @@ fn a_run_stopped_with_sigint_checkpoints_says_how_to_resume_and_resumes_exactly(
     assert_eq!(log::read(&log_file).unwrap(), want);
 }
 
+/// Mixed precision from a loss scale of 2²⁴, which `f16`'s largest value (65504) can't hold:
+/// the first steps are skipped, and the run says how many and on what it ran.
+#[test]
+fn a_mixed_precision_run_on_the_gpu_names_its_adapter_and_counts_skipped_steps() {
+    let out = tempfile::tempdir().unwrap();
+    let run = finetune_on("gpu", out.path(), 6, 0)
+        .args(["--precision", "mixed", "--loss-scale", "16777216"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("mixed precision"), "{stdout}");
+    assert!(stdout.contains("step(s) skipped"), "{stdout}");
+    let losses = step_losses(&log::read(&out.path().join("log.jsonl")).unwrap());
+    assert_eq!(losses.len(), 6);
+    assert!(losses.iter().all(|l| l.is_finite()), "{losses:?}");
+
+    let refused = finetune(out.path(), 6)
+        .args(["--precision", "mixed"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--precision mixed runs on the GPU"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn help_documents_every_flag() {
     let out = Command::new(env!("CARGO_BIN_EXE_fblayout"))
@@ -244,6 +282,9 @@ fn help_documents_every_flag() {
         "--lora-targets",
         "--merge",
         "--labels",
+        "--device",
+        "--precision",
+        "--loss-scale",
     ] {
         assert!(flags.contains(&flag), "{flag} is not in --help:\n{help}");
     }

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
+use fblayout_plan::exec::LossScaleState;
+
 use crate::data::DataPosition;
 
 /// The metadata key under which the JSON state is stored.
@@ -32,6 +34,8 @@ pub struct TrainState {
     pub seed: u64,
     /// Steps skipped for overflowing gradients (mixed precision).
     pub skipped: u32,
+    /// Where dynamic loss scaling stands (mixed precision; `None` without it).
+    pub loss_scale: Option<LossScaleState>,
 }
 
 /// A checkpoint: the state and the tensors, `(name, shape, values)`.
@@ -88,6 +92,8 @@ pub fn save(file: &Path, checkpoint: &Checkpoint) -> Result<(), CheckpointError>
         "next": s.position.next,
         "seed": s.seed,
         "skipped": s.skipped,
+        "loss_scale": s.loss_scale.map(|l| l.scale),
+        "loss_scale_good": s.loss_scale.map(|l| l.good),
     });
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = checkpoint
         .tensors
@@ -164,6 +170,7 @@ pub fn load(file: &Path) -> Result<Checkpoint, CheckpointError> {
         },
         seed: field("seed")?,
         skipped: small("skipped")?,
+        loss_scale: loss_scale(&value).map_err(corrupt)?,
     };
     let mut tensors = Vec::new();
     for (name, view) in st.tensors() {
@@ -182,6 +189,32 @@ pub fn load(file: &Path) -> Result<Checkpoint, CheckpointError> {
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Checkpoint { state, tensors })
+}
+
+/// The loss scale's state in the checkpoint's JSON `state`: none where its fields are absent
+/// or null (a run without loss scaling).
+fn loss_scale(state: &serde_json::Value) -> Result<Option<LossScaleState>, String> {
+    let (scale, good) = (state.get("loss_scale"), state.get("loss_scale_good"));
+    let present = |v: Option<&serde_json::Value>| v.is_some_and(|v| !v.is_null());
+    match (present(scale), present(good)) {
+        (false, false) => Ok(None),
+        (true, true) => {
+            let scale = scale
+                .and_then(serde_json::Value::as_f64)
+                .ok_or("its state's `loss_scale` is not a number")?;
+            let good = good
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|g| u32::try_from(g).ok())
+                .ok_or("its state's `loss_scale_good` is not a step count")?;
+            Ok(Some(LossScaleState {
+                scale: scale as f32,
+                good,
+            }))
+        }
+        _ => {
+            Err("its state has one of `loss_scale` and `loss_scale_good` without the other".into())
+        }
+    }
 }
 
 impl Checkpoint {
@@ -231,6 +264,10 @@ mod tests {
                 position: DataPosition { epoch: 2, next: 3 },
                 seed: u64::MAX - 1,
                 skipped: 1,
+                loss_scale: Some(LossScaleState {
+                    scale: 1024.0,
+                    good: 17,
+                }),
             },
             tensors: vec![
                 (
@@ -250,6 +287,15 @@ mod tests {
         save(&file, &sample()).unwrap();
         save(&file, &sample()).unwrap();
         assert_eq!(load(&file).unwrap(), sample());
+        let unscaled = Checkpoint {
+            state: TrainState {
+                loss_scale: None,
+                ..sample().state
+            },
+            ..sample()
+        };
+        save(&file, &unscaled).unwrap();
+        assert_eq!(load(&file).unwrap(), unscaled);
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())

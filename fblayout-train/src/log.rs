@@ -41,6 +41,22 @@ impl Record {
         }
     }
 
+    /// A training step's `(step, loss)`; `None` for an evaluation.
+    pub fn training_loss(&self) -> Option<(u32, f64)> {
+        match *self {
+            Self::Step { step, loss, .. } => Some((step, loss)),
+            Self::Eval { .. } => None,
+        }
+    }
+
+    /// An evaluation's `(step, held-out loss)`; `None` for a training step.
+    pub fn eval_loss(&self) -> Option<(u32, f64)> {
+        match *self {
+            Self::Eval { step, loss, .. } => Some((step, loss)),
+            Self::Step { .. } => None,
+        }
+    }
+
     fn to_json(self) -> serde_json::Value {
         match self {
             Self::Step { step, loss, lr } => {

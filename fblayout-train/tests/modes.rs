@@ -2,7 +2,9 @@
 //! BERT fixtures (made by transformers, `python/make_fixtures.py`): each checked against what
 //! fblayout-hf's loader reads back from the model directory or from the export.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 
 use fblayout_hf::ModelDir;
 use fblayout_plan::lora::{LoraConfig, PEFT_PREFIX};
@@ -10,26 +12,9 @@ use fblayout_train::log::Record;
 use fblayout_train::{
     EXPORT_ADAPTER, EXPORT_MODEL, Task, TrainError, Trainer, TrainerBuilder, checkpoint,
 };
+use support::{bert, data, evals, gpt2, losses, rabbits};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn gpt2() -> PathBuf {
-    root().join("tests/fixtures/hf/gpt2/model")
-}
-
-fn bert() -> PathBuf {
-    root().join("tests/fixtures/hf/bert/model")
-}
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-}
-
-fn lm(model: &Path, out: &Path) -> TrainerBuilder {
+fn lm(model: &Path, out: &Path) -> TrainerBuilder<'static> {
     Trainer::builder(model, data("alice.txt"), Task::Lm)
         .seq(16)
         .batch(2)
@@ -38,28 +23,6 @@ fn lm(model: &Path, out: &Path) -> TrainerBuilder {
         .save_every(0)
         .seed(5)
         .out(out)
-}
-
-fn rabbits(model: &Path, out: &Path) -> TrainerBuilder {
-    Trainer::builder(model, data("rabbits.jsonl"), Task::Classify)
-        .seq(12)
-        .batch(4)
-        .lr(1e-3)
-        .eval_fraction(0.25)
-        .eval_every(0)
-        .save_every(0)
-        .seed(1)
-        .out(out)
-}
-
-fn losses(records: &[Record]) -> Vec<f64> {
-    records
-        .iter()
-        .filter_map(|r| match *r {
-            Record::Step { loss, .. } => Some(loss),
-            Record::Eval { .. } => None,
-        })
-        .collect()
 }
 
 /// The mean of the last quarter of `l` is below that of its first quarter.
@@ -77,7 +40,7 @@ fn loaded(dir: &Path) -> Vec<(String, Vec<f64>)> {
 }
 
 /// The held-out loss of the model in `export`, loaded afresh, on the data and split of `b`.
-fn reloaded_eval(b: TrainerBuilder) -> f64 {
+fn reloaded_eval(b: TrainerBuilder<'_>) -> f64 {
     b.build().unwrap().evaluate().unwrap().unwrap().loss
 }
 
@@ -235,14 +198,7 @@ fn classification_learns_a_separable_set_and_exports_its_head() {
     assert!(after >= 0.75, "accuracies {accuracies:?}");
     let l = losses(&summary.records);
     assert!(falls(&l), "classification losses {l:?} did not fall");
-    let evals: Vec<f64> = summary
-        .records
-        .iter()
-        .filter_map(|r| match *r {
-            Record::Eval { loss, .. } => Some(loss),
-            Record::Step { .. } => None,
-        })
-        .collect();
+    let evals = evals(&summary.records);
     assert_eq!(evals.len(), 3);
     assert!(evals[2] < evals[0], "held-out losses {evals:?}");
     // Below ln 2, where a head that knows nothing of the texts stays.

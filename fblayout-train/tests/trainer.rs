@@ -1,24 +1,18 @@
 //! The training loop on the tiny GPT-2 fixture (made by transformers, `python/make_fixtures.py`)
 //! with a few lines of text, on the CPU executor.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
-use fblayout_train::log::Record;
 use fblayout_train::{Event, Task, TrainError, Trainer, TrainerBuilder};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn gpt2() -> PathBuf {
-    root().join("tests/fixtures/hf/gpt2/model")
-}
+use support::{evals, gpt2, losses};
 
 fn text() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/alice.txt")
+    support::data("alice.txt")
 }
 
-fn builder(out: &Path) -> TrainerBuilder {
+fn builder(out: &Path) -> TrainerBuilder<'static> {
     Trainer::builder(gpt2(), text(), Task::Lm)
         .seq(16)
         .batch(2)
@@ -28,16 +22,6 @@ fn builder(out: &Path) -> TrainerBuilder {
         .save_every(4)
         .seed(5)
         .out(out)
-}
-
-fn losses(records: &[Record]) -> Vec<f64> {
-    records
-        .iter()
-        .filter_map(|r| match *r {
-            Record::Step { loss, .. } => Some(loss),
-            Record::Eval { .. } => None,
-        })
-        .collect()
 }
 
 #[test]
@@ -51,14 +35,7 @@ fn training_lowers_the_held_out_loss_and_writes_the_checkpoint_and_log() {
         .unwrap()
         .run(|e| events.push(e))
         .unwrap();
-    let evals: Vec<f64> = summary
-        .records
-        .iter()
-        .filter_map(|r| match *r {
-            Record::Eval { loss, .. } => Some(loss),
-            Record::Step { .. } => None,
-        })
-        .collect();
+    let evals = evals(&summary.records);
     // Evaluations after steps 4, 8 and 12.
     assert_eq!(evals.len(), 3, "{:?}", summary.records);
     assert!(evals[2] < evals[0], "held-out loss {evals:?} did not fall");

@@ -31,6 +31,7 @@
 //! ```
 
 use std::num::NonZeroU64;
+use std::ops::Range;
 use std::time::Instant;
 
 use fblayout_core::kernel::{Access, KernelModule, ParamValue};
@@ -542,28 +543,28 @@ impl<'g> Recording<'g> {
     /// the encoded commands stale, and they are encoded again at submission.
     pub fn encode(&self) -> Result<Encoded, GpuError> {
         Ok(Encoded {
-            commands: self.encode_first(self.items.len())?,
+            commands: self.encode_range(0..self.items.len())?,
             generation: self.generation,
         })
     }
 
-    /// The commands of items `..end` (at most [`len`](Self::len)).
-    fn encode_first(&self, end: usize) -> Result<wgpu::CommandBuffer, GpuError> {
+    /// The commands of items `range` (within [`len`](Self::len)).
+    fn encode_range(&self, range: Range<usize>) -> Result<wgpu::CommandBuffer, GpuError> {
         let gpu = self.gpu;
-        let items = &self.items[..end];
+        let (items, end) = (&self.items, range.end);
         scoped(
             gpu.device(),
-            || format!("a batch of {} dispatches and copies", items.len()),
+            || format!("a batch of {} dispatches and copies", range.len()),
             || {
                 let mut encoder = encoder(gpu, "fblayout batch");
-                let mut at = 0;
-                while at < items.len() {
+                let mut at = range.start;
+                while at < end {
                     if let Item::Dispatch(_) = &items[at] {
                         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                             label: Some("fblayout batch"),
                             timestamp_writes: None,
                         });
-                        while let Some(Item::Dispatch(d)) = items.get(at) {
+                        while let Some(Item::Dispatch(d)) = items.get(at).filter(|_| at < end) {
                             run(&mut pass, d, self.groups[at].as_ref());
                             at += 1;
                         }
@@ -577,23 +578,24 @@ impl<'g> Recording<'g> {
         )
     }
 
-    /// Sends items `..end` alone in one submission, without waiting for them, after uploading
-    /// the parameter blocks changed since: the first part of what was recorded (a training
-    /// step's forward, to evaluate without its backward and update). An error where `end` is
-    /// past the recording's [`len`](Self::len).
-    pub fn submit_first(&mut self, end: usize) -> Result<(), GpuError> {
-        if end > self.items.len() {
+    /// Sends items `range` alone in one submission, without waiting for them, after uploading
+    /// the parameter blocks changed since: a part of what was recorded (a training step's
+    /// forward, to evaluate without its backward and update; its forward and backward, then
+    /// its update, to accumulate gradients between). An error where `range` is not within the
+    /// recording's [`len`](Self::len).
+    pub fn submit_range(&mut self, range: Range<usize>) -> Result<(), GpuError> {
+        if range.start > range.end || range.end > self.items.len() {
             return Err(GpuError::bad_input(
-                format!("submitting the first {end} items of a recording"),
+                format!("submitting items {range:?} of a recording"),
                 format!("it has {} items", self.items.len()),
             ));
         }
         self.upload()?;
-        let commands = self.encode_first(end)?;
+        let commands = self.encode_range(range.clone())?;
         let gpu = self.gpu;
         scoped(
             gpu.device(),
-            || format!("submitting {end} items of a recording"),
+            || format!("submitting items {range:?} of a recording"),
             || {
                 gpu.queue().submit([commands]);
             },

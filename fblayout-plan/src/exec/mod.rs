@@ -42,7 +42,7 @@ pub(crate) use gpu::section;
 pub use gpu::{GpuStep, HostTime};
 pub use init::initial_values;
 pub(crate) use init::initial_values_rng;
-pub use scaling::LossScaling;
+pub use scaling::{LossScaleState, LossScaling};
 
 use crate::graph::{Graph, Role, Sizes, Tensor, TensorId};
 use crate::layouts::{LayoutChoice, StorageError};

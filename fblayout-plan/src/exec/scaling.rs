@@ -66,6 +66,16 @@ impl LossScaling {
     }
 }
 
+/// Where dynamic loss scaling stands between steps: what a checkpoint keeps so that a resumed
+/// run scales its next step as an uninterrupted run would.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossScaleState {
+    /// The scale the next step multiplies the loss's gradient by.
+    pub scale: f32,
+    /// Steps without an overflow since the scale last moved.
+    pub good: u32,
+}
+
 /// The scale of the next step and the steps since the last overflow.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct LossScaler {
@@ -87,6 +97,34 @@ impl LossScaler {
     /// The scale the next step multiplies the loss's gradient by.
     pub(crate) fn scale(&self) -> f32 {
         self.scale
+    }
+
+    /// Where it stands.
+    pub(crate) fn state(&self) -> LossScaleState {
+        LossScaleState {
+            scale: self.scale,
+            good: self.good,
+        }
+    }
+
+    /// Sets where it stands (a checkpoint's [`state`](Self::state)); an error where the scale
+    /// is not finite and positive or the count reaches the growth interval.
+    pub(crate) fn restore(&mut self, state: LossScaleState) -> Result<(), String> {
+        if !(state.scale.is_finite() && state.scale > 0.0) {
+            return Err(format!(
+                "the loss scale is {}; it must be finite and positive",
+                state.scale
+            ));
+        }
+        if state.good >= self.config.interval {
+            return Err(format!(
+                "{} steps without an overflow: the scale grows after {}",
+                state.good, self.config.interval
+            ));
+        }
+        self.scale = state.scale;
+        self.good = state.good;
+        Ok(())
     }
 
     /// Moves the scale after a step whose gradients `overflowed` (an infinity or a NaN) or
@@ -159,6 +197,46 @@ mod tests {
             s.update(true);
         }
         assert_eq!(s.scale(), f32::MIN_POSITIVE);
+    }
+
+    #[test]
+    fn a_restored_state_continues_as_the_saved_one_would() {
+        let config = LossScaling {
+            interval: 3,
+            ..LossScaling::default()
+        };
+        let mut run = LossScaler::new(config).unwrap();
+        run.update(true);
+        run.update(false);
+        let mut resumed = LossScaler::new(config).unwrap();
+        resumed.restore(run.state()).unwrap();
+        assert_eq!(
+            resumed.state(),
+            LossScaleState {
+                scale: 32768.0,
+                good: 1
+            }
+        );
+        for overflowed in [false, false, true, false] {
+            assert_eq!(run.update(overflowed), resumed.update(overflowed));
+            assert_eq!(run.state(), resumed.state());
+        }
+        for bad in [
+            LossScaleState {
+                scale: 0.0,
+                good: 0,
+            },
+            LossScaleState {
+                scale: f32::NAN,
+                good: 0,
+            },
+            LossScaleState {
+                scale: 1.0,
+                good: 3,
+            },
+        ] {
+            assert!(resumed.restore(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

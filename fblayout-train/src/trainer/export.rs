@@ -8,7 +8,7 @@ use fblayout_hf::export::{self, ExportError};
 
 use super::{EXPORT_ADAPTER, EXPORT_MODEL, TrainError, Trainer};
 
-impl Trainer {
+impl Trainer<'_> {
     /// Exports what was trained into `out`: the full model (`model/`), or LoRA's adapters
     /// (`adapter/`) and, with `merge`, the model with them merged (`model/`).
     pub(super) fn export(&self, out: &Path) -> Result<(), TrainError> {

@@ -7,8 +7,13 @@
 //! [`Event`], writing the log ([`LOG_FILE`]) and the checkpoint ([`CHECKPOINT_FILE`]) in the
 //! output directory.
 //!
-//! Steps run on the CPU executor ([`CpuStep`], `f64`), the reference: a run resumed from a
-//! checkpoint continues with exactly the losses of an uninterrupted one.
+//! Steps run on the CPU executor ([`CpuStep`](fblayout_plan::exec::CpuStep), `f64`), the
+//! reference, or with [`gpu`](TrainerBuilder::gpu) on the GPU
+//! ([`GpuStep`](fblayout_plan::exec::GpuStep)): in `f32`, or with
+//! [`precision`](TrainerBuilder::precision) in mixed precision, where dynamic loss scaling
+//! skips a step whose scaled gradients overflowed (counted in [`Summary::skipped`]). Either
+//! way a run resumed from a checkpoint continues with exactly the losses of an uninterrupted
+//! one on the same executor.
 //!
 //! The whole model is trained, or with [`lora`](TrainerBuilder::lora) only LoRA's adapters
 //! (the base weights frozen: no gradient, no optimizer state, not in the checkpoint). A run
@@ -16,6 +21,7 @@
 //! [`Summary::export`]). A run told to stop ([`interrupt`](TrainerBuilder::interrupt))
 //! finishes its step, writes the checkpoint and returns [`TrainError::Interrupted`].
 
+mod executor;
 mod export;
 mod metrics;
 mod model;
@@ -30,16 +36,19 @@ use std::time::Instant;
 use fblayout_hf::export::ExportError;
 use fblayout_hf::graph::GraphError;
 use fblayout_hf::{ModelDir, ModelDirError};
-use fblayout_plan::exec::{CpuStep, ExecError};
+use fblayout_kernels::Gpu;
+use fblayout_plan::exec::{ExecError, LossScaling};
 use fblayout_plan::graph::Graph;
+use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::lora::{Lora, LoraConfig};
 use fblayout_plan::memory::MemoryError;
-use fblayout_plan::select::PlanError;
+use fblayout_plan::select::{PlanError, Strategy};
 
 use crate::checkpoint::{self, CheckpointError, TrainState};
 use crate::data::{Batches, DataError, Example};
 use crate::log::{Log, Record};
 use crate::schedule::{Decay, Schedule};
+use executor::Executor;
 
 /// The checkpoint's file name in the output directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
@@ -164,6 +173,9 @@ pub enum Event {
         tokens: u64,
         /// Seconds it took.
         seconds: f64,
+        /// Whether its update was skipped: mixed precision's scaled gradients overflowed, the
+        /// loss scale was lowered, and no parameter changed.
+        skipped: bool,
     },
     /// An evaluation ran.
     Eval(EvalResult),
@@ -185,6 +197,11 @@ pub struct Summary {
     pub final_eval: Option<EvalResult>,
     /// Every step's loss and every evaluation, this run's and (resumed) the checkpoint's.
     pub records: Vec<Record>,
+    /// Steps whose update was skipped for overflowing gradients (mixed precision), this run's
+    /// and (resumed) the checkpoint's.
+    pub skipped: u32,
+    /// What ran the steps: the CPU executor, or the GPU adapter and the precision.
+    pub device: String,
     /// The memory plan's peak, in bytes.
     pub peak_bytes: u64,
     /// Seconds the run took (setup included).
@@ -201,7 +218,7 @@ pub struct Summary {
 
 /// The settings of a run (see [`Trainer::builder`] for the defaults).
 #[derive(Debug, Clone)]
-pub struct TrainerBuilder {
+pub struct TrainerBuilder<'g> {
     model: PathBuf,
     data: PathBuf,
     task: Task,
@@ -226,9 +243,13 @@ pub struct TrainerBuilder {
     merge: bool,
     labels: Option<u32>,
     interrupt: Option<Arc<AtomicBool>>,
+    gpu: Option<&'g Gpu>,
+    precision: Precision,
+    loss_scaling: LossScaling,
+    strategy: Option<Strategy>,
 }
 
-impl TrainerBuilder {
+impl<'g> TrainerBuilder<'g> {
     /// A held-out set from `file` (else [`eval_fraction`](Self::eval_fraction) of the data).
     pub fn eval_data(mut self, file: impl Into<PathBuf>) -> Self {
         self.eval_data = Some(file.into());
@@ -369,6 +390,36 @@ impl TrainerBuilder {
         self
     }
 
+    /// Runs the steps on `gpu` (default: the CPU executor, `f64`). With gradient accumulation
+    /// or clipping, each micro-batch's gradients are read back and summed (and clipped) on the
+    /// host, then written back for the update.
+    pub fn gpu(mut self, gpu: &'g Gpu) -> Self {
+        self.gpu = Some(gpu);
+        self
+    }
+
+    /// The step's precision (default `f32`): [`Precision::Mixed`] needs the GPU
+    /// ([`gpu`](Self::gpu)).
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// How mixed precision's loss scale starts and moves (default PyTorch's `GradScaler`'s:
+    /// 2¹⁶, halved on an overflow, doubled after 2000 steps without one).
+    pub fn loss_scaling(mut self, config: LossScaling) -> Self {
+        self.loss_scaling = config;
+        self
+    }
+
+    /// The layout strategy. By default the planner's activation-guided choice on the CPU, and
+    /// row-major on the GPU: on the H200 the analytic cost model's guided plans measured
+    /// slower than row-major (BENCHMARKS.md), and they compute the same values.
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = Some(strategy);
+        self
+    }
+
     /// Another training data file.
     pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
         self.data = file.into();
@@ -376,15 +427,15 @@ impl TrainerBuilder {
     }
 
     /// Loads and plans everything (see the [module docs](self)).
-    pub fn build(self) -> Result<Trainer, TrainError> {
+    pub fn build(self) -> Result<Trainer<'g>, TrainError> {
         setup::build(self)
     }
 }
 
 /// A run set up and ready to train (see the [module docs](self)).
 #[derive(Debug)]
-pub struct Trainer {
-    settings: TrainerBuilder,
+pub struct Trainer<'g> {
+    settings: TrainerBuilder<'g>,
     dir: ModelDir,
     /// The training graph as built, before planning: what the export names and orients
     /// weights by.
@@ -394,7 +445,9 @@ pub struct Trainer {
     classes: Vec<String>,
     /// Whether the classes differ from the config's.
     relabelled: bool,
-    cpu: CpuStep,
+    exec: Executor<'g>,
+    /// What runs the steps, in words.
+    device: String,
     train: Vec<Example>,
     eval: Vec<Example>,
     pad: u32,
@@ -406,14 +459,14 @@ pub struct Trainer {
     started: Instant,
 }
 
-impl Trainer {
+impl<'g> Trainer<'g> {
     /// The settings of a run of `task` on the model in directory `model` and the data in
     /// `data`, with the defaults given by each setter.
     pub fn builder(
         model: impl Into<PathBuf>,
         data: impl Into<PathBuf>,
         task: Task,
-    ) -> TrainerBuilder {
+    ) -> TrainerBuilder<'g> {
         TrainerBuilder {
             model: model.into(),
             data: data.into(),
@@ -439,12 +492,21 @@ impl Trainer {
             merge: false,
             labels: None,
             interrupt: None,
+            gpu: None,
+            precision: Precision::F32,
+            loss_scaling: LossScaling::default(),
+            strategy: None,
         }
     }
 
     /// The steps already done (from the checkpoint where resumed).
     pub fn done(&self) -> u32 {
         self.state.step
+    }
+
+    /// What runs the steps: the CPU executor, or the GPU adapter and the precision.
+    pub fn device(&self) -> &str {
+        &self.device
     }
 
     /// The layout plan's one-paragraph summary.
@@ -465,13 +527,13 @@ impl Trainer {
     /// Every weight's values now, by name, in the graph's orientation: the trained ones and
     /// (with LoRA) the frozen ones.
     pub fn weights(&self) -> Result<Vec<(String, Vec<f64>)>, TrainError> {
-        let g = self.cpu.graph();
+        let g = self.exec.graph();
         g.weights()
             .into_iter()
             .map(|t| {
                 let name = &g.tensor(t).name;
                 let values = self
-                    .cpu
+                    .exec
                     .read(name)
                     .map_err(setup::exec("reading a weight"))?;
                 Ok((name.clone(), values))
@@ -524,9 +586,10 @@ impl Trainer {
             let step = self.state.step + 1;
             let lr = schedule.rate(self.state.step);
             let started = Instant::now();
-            let (loss, tokens) = self.train_step(&mut batches, step, lr)?;
+            let (loss, tokens, skipped) = self.train_step(&mut batches, step, lr)?;
             self.state.step = step;
-            self.state.adam_steps = self.cpu.steps();
+            self.state.adam_steps = self.exec.steps();
+            self.state.skipped += u32::from(skipped);
             self.state.position = batches.position();
             final_loss = Some(loss);
             log.write(Record::Step { step, loss, lr })
@@ -537,6 +600,7 @@ impl Trainer {
                 lr,
                 tokens,
                 seconds: started.elapsed().as_secs_f64(),
+                skipped,
             });
             let last = step == s.steps;
             let stopping = !last && (s.stop_after == Some(step) || self.interrupted());
@@ -594,6 +658,8 @@ impl Trainer {
             final_loss,
             final_eval,
             records,
+            skipped: self.state.skipped,
+            device: self.device.clone(),
             peak_bytes: self.peak_bytes,
             seconds: self.started.elapsed().as_secs_f64(),
             plan_summary: self.plan_summary.clone(),
@@ -607,7 +673,7 @@ impl Trainer {
     fn save(&self) -> Result<(), TrainError> {
         let mut tensors = Vec::with_capacity(self.persistent.len());
         for (name, shape) in &self.persistent {
-            let values = self.cpu.read(name).map_err(|source| TrainError::Exec {
+            let values = self.exec.read(name).map_err(|source| TrainError::Exec {
                 what: "reading the state to save".into(),
                 source,
             })?;
@@ -617,7 +683,10 @@ impl Trainer {
         checkpoint::save(
             &file,
             &checkpoint::Checkpoint {
-                state: self.state,
+                state: TrainState {
+                    loss_scale: self.exec.loss_scale(),
+                    ..self.state
+                },
                 tensors,
             },
         )?;

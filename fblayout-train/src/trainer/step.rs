@@ -19,7 +19,7 @@ fn non_finite(step: u32, what: &str) -> impl FnOnce(ExecError) -> TrainError + '
     }
 }
 
-impl Trainer {
+impl Trainer<'_> {
     /// The inputs of a batch of `rows` (fewer rows than the batch are filled with padding
     /// that counts for nothing), and the labels it counts (tokens, or sequences).
     ///
@@ -74,49 +74,50 @@ impl Trainer {
         self.inputs(&rows)
     }
 
-    /// Step `step` at learning rate `lr`: its loss (the mean over its micro-batches) and the
-    /// tokens it trained on.
+    /// Step `step` at learning rate `lr`: its loss (the mean over its micro-batches), the
+    /// tokens it trained on, and whether its update was skipped (mixed precision's scaled
+    /// gradients overflowed). A loss that is not finite stops the run, skipped or not: the
+    /// model has diverged, and no scale mends that.
     pub(super) fn train_step(
         &mut self,
         batches: &mut Batches,
         step: u32,
         lr: f64,
-    ) -> Result<(f64, u64), TrainError> {
-        self.cpu.set_learning_rate(lr as f32);
+    ) -> Result<(f64, u64, bool), TrainError> {
+        self.exec.set_learning_rate(lr);
         let s = &self.settings;
         if s.accumulate == 1 && s.clip.is_none() {
             let (inputs, tokens) = self.next_inputs(batches);
-            let loss = self
-                .cpu
+            let (loss, skipped) = self
+                .exec
                 .step(&inputs)
                 .map_err(non_finite(step, "the step"))?;
-            return Ok((loss, tokens));
+            if !loss.is_finite() {
+                return Err(TrainError::NonFinite {
+                    step,
+                    what: format!("loss ({loss})"),
+                });
+            }
+            return Ok((loss, tokens, skipped));
         }
         let (micro, clip) = (s.accumulate, s.clip);
-        let params: Vec<String> = {
-            let g = self.cpu.graph();
-            g.params()
-                .into_iter()
-                .map(|p| g.tensor(p).name.clone())
-                .collect()
-        };
-        let grad_names: Vec<String> = {
-            let g = self.cpu.graph();
-            g.params()
-                .into_iter()
-                .map(|p| {
-                    g.grad(p)
-                        .map_or_else(String::new, |d| g.tensor(d).name.clone())
-                })
-                .collect()
-        };
-        let mut sums: Vec<Vec<f64>> = Vec::new();
+        let next: Vec<(StepInputs, u64)> = (0..micro).map(|_| self.next_inputs(batches)).collect();
+        let g = self.exec.graph();
+        // Each trained parameter and the name of its gradient.
+        let params: Vec<(String, String)> = g
+            .params()
+            .into_iter()
+            .filter_map(|p| {
+                let grad = g.grad(p)?;
+                Some((g.tensor(p).name.clone(), g.tensor(grad).name.clone()))
+            })
+            .collect();
+        let mut sums: Vec<Vec<f64>> = Vec::with_capacity(params.len());
         let (mut loss, mut tokens) = (0.0, 0);
-        for _ in 0..micro {
-            let (inputs, counted) = self.next_inputs(batches);
+        for (inputs, counted) in &next {
             let l = self
-                .cpu
-                .forward_backward(&inputs)
+                .exec
+                .forward_backward(inputs)
                 .map_err(non_finite(step, "the step"))?;
             if !l.is_finite() {
                 return Err(TrainError::NonFinite {
@@ -125,9 +126,9 @@ impl Trainer {
                 });
             }
             loss += l;
-            tokens += counted;
-            for (k, name) in grad_names.iter().enumerate() {
-                let g = self.cpu.read(name).map_err(exec("reading a gradient"))?;
+            tokens += *counted;
+            for (k, (_, grad)) in params.iter().enumerate() {
+                let g = self.exec.read(grad).map_err(exec("reading a gradient"))?;
                 match sums.get_mut(k) {
                     Some(sum) => sum.iter_mut().zip(&g).for_each(|(s, x)| *s += x),
                     None => sums.push(g),
@@ -141,18 +142,37 @@ impl Trainer {
             .map(|g| (g * mean) * (g * mean))
             .sum::<f64>()
             .sqrt();
+        if !norm.is_finite() {
+            // An overflow of mixed precision's scaled gradients skips the step; in f32 (or
+            // f64) nothing explains it, and the run stops.
+            if self.exec.skips_overflows() {
+                self.exec.skip().map_err(exec("skipping the step"))?;
+                return Ok((loss * mean, tokens, true));
+            }
+            let name = params
+                .iter()
+                .zip(&sums)
+                .find(|(_, s)| s.iter().any(|x| !x.is_finite()))
+                .map_or("a parameter", |((p, _), _)| p.as_str());
+            return Err(TrainError::NonFinite {
+                step,
+                what: format!("gradient of `{name}`"),
+            });
+        }
         let scale = match clip {
             Some(max) if norm > max => mean * max / norm,
             _ => mean,
         };
-        for (name, sum) in params.iter().zip(&sums) {
-            let g: Vec<f64> = sum.iter().map(|x| x * scale).collect();
-            self.cpu
-                .set_grad(name, &g)
-                .map_err(exec("setting a gradient"))?;
-        }
-        self.cpu.update().map_err(non_finite(step, "the update"))?;
-        Ok((loss * mean, tokens))
+        let grads: Vec<(String, Vec<f64>)> = params
+            .into_iter()
+            .zip(sums)
+            .map(|((p, _), sum)| (p, sum.into_iter().map(|x| x * scale).collect()))
+            .collect();
+        self.exec
+            .set_grads(&grads)
+            .map_err(exec("setting the gradients"))?;
+        let skipped = self.exec.update().map_err(non_finite(step, "the update"))?;
+        Ok((loss * mean, tokens, skipped))
     }
 
     /// Evaluates the held-out set after step `step`: the mean loss over its labels and, for a
@@ -164,11 +184,11 @@ impl Trainer {
         for chunk in 0..self.eval.len().div_ceil(batch) {
             let rows: Vec<&Example> = self.eval[chunk * batch..].iter().take(batch).collect();
             let (inputs, n) = self.inputs(&rows);
-            let loss = self.cpu.evaluate(&inputs).map_err(exec("evaluating"))?;
+            let loss = self.exec.evaluate(&inputs).map_err(exec("evaluating"))?;
             total += loss * n as f64;
             counted += n;
             if classify {
-                let logits = self.cpu.read(LOGITS).map_err(exec("reading the logits"))?;
+                let logits = self.exec.read(LOGITS).map_err(exec("reading the logits"))?;
                 let labels: Vec<u32> = rows.iter().map(|e| e.labels[0]).collect();
                 let seq = self.settings.seq as usize;
                 let classes = logits.len() / (batch * seq);

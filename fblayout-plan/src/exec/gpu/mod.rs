@@ -18,6 +18,8 @@
 //! section of its first node, so a step over tiny tensors (biases, a norm's γ and β) and large
 //! ones takes a few dispatches instead of one a parameter.
 
+mod split;
+
 use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -30,7 +32,7 @@ use fblayout_kernels::runtime::{
 };
 use fblayout_kernels::tensor::GpuArg;
 
-use super::scaling::{LossScaler, LossScaling};
+use super::scaling::{LossScaleState, LossScaler, LossScaling};
 use super::views::{BoundGraph, BoundOperand, bind_graph};
 use super::{
     AdamWConfig, ExecError, StepInputs, check_indices, check_values, initial_values, input_values,
@@ -575,6 +577,27 @@ impl<'g> GpuStep<'g> {
         self.scaling.as_ref().map(|s| s.scaler.scale())
     }
 
+    /// Where dynamic loss scaling stands (`None` where the gradients are `f32`): with the
+    /// persistent tensors and [`steps`](Self::steps), what a checkpoint keeps.
+    pub fn loss_scale_state(&self) -> Option<LossScaleState> {
+        self.scaling.as_ref().map(|s| s.scaler.state())
+    }
+
+    /// Sets where dynamic loss scaling stands (a checkpoint's
+    /// [`loss_scale_state`](Self::loss_scale_state)); an error where the graph has no `f16`
+    /// gradients or `state` is out of range.
+    pub fn restore_loss_scale(&mut self, state: LossScaleState) -> Result<(), ExecError> {
+        let Some(scaling) = &mut self.scaling else {
+            return Err(ExecError::LossScaling(
+                "the graph's gradients are f32: nothing is scaled".into(),
+            ));
+        };
+        scaling
+            .scaler
+            .restore(state)
+            .map_err(ExecError::LossScaling)
+    }
+
     /// Whether the last step's scaled gradients overflowed, so that it changed no parameter
     /// (and did not count as a step); always `false` without loss scaling.
     pub fn last_step_skipped(&self) -> bool {
@@ -671,7 +694,7 @@ impl<'g> GpuStep<'g> {
             0 => 0,
             k => recorded.1[k - 1].end,
         };
-        let submitted = recorded.0.submit_first(end);
+        let submitted = recorded.0.submit_range(0..end);
         self.recorded = Some(recorded);
         submitted.map_err(|e| ExecError::gpu("submitting the forward", e))?;
         let mut loss = 0.0;
@@ -749,16 +772,7 @@ impl<'g> GpuStep<'g> {
                 loss += mean.map_err(|source| ExecError::op(i, "cross_entropy", source))?;
             }
         }
-        let overflowed = match &self.gate {
-            Some(gate) => {
-                let flag: Vec<u32> = gate
-                    .gate
-                    .read_back()
-                    .map_err(|e| ExecError::gpu("reading the gradients' overflow flag", e))?;
-                flag[0] != 0
-            }
-            None => false,
-        };
+        let overflowed = self.overflowed()?;
         if let Some(scaling) = &mut self.scaling {
             scaling.applied = scaling.scaler.scale();
             scaling.skipped = scaling.scaler.update(overflowed);
@@ -781,6 +795,21 @@ impl<'g> GpuStep<'g> {
         }
         self.steps = adam_step;
         Ok((loss, timings))
+    }
+
+    /// Whether the last submission's overflow checks found a gradient not finite (waits for
+    /// the GPU); `false` without checks.
+    fn overflowed(&self) -> Result<bool, ExecError> {
+        match &self.gate {
+            Some(gate) => {
+                let flag: Vec<u32> = gate
+                    .gate
+                    .read_back()
+                    .map_err(|e| ExecError::gpu("reading the gradients' overflow flag", e))?;
+                Ok(flag[0] != 0)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Records the whole step: every node, with the range of items each one recorded, and the
