@@ -35,13 +35,43 @@ impl From<PrecisionArg> for Precision {
     }
 }
 
-/// The GPU that `device` asks for (`None`: the CPU executor). With [`DeviceArg::Auto`], a
-/// GPU that does not open, or a software one, means the CPU, and stderr says why where it
-/// asked for mixed precision (which needs the GPU).
+/// Whether the machine may have a GPU with hardware of its own: on Linux, a DRM render node
+/// (`/dev/dri/renderD*`, Mesa's and most drivers') or an NVIDIA device node (`/dev/nvidia0`,
+/// …); elsewhere, always. Where it has neither, [`DeviceArg::Auto`] does not open a Vulkan
+/// instance to find only a software adapter (whose drivers may complain on stderr meanwhile).
+fn may_have_gpu() -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    let has = |dir: &str, prefix: &str| {
+        std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries.filter_map(Result::ok).any(|e| {
+                e.file_name().to_str().is_some_and(|name| {
+                    name.strip_prefix(prefix)
+                        .is_some_and(|n| n.chars().next().is_some_and(|c| c.is_ascii_digit()))
+                })
+            })
+        })
+    };
+    has("/dev/dri", "renderD") || has("/dev", "nvidia")
+}
+
+/// The GPU that `device` asks for (`None`: the CPU executor). With [`DeviceArg::Auto`], no
+/// GPU device node, a GPU that does not open, or a software one, means the CPU, and stderr
+/// says why where it asked for mixed precision (which needs the GPU).
 pub(crate) fn open(device: DeviceArg, precision: PrecisionArg) -> Result<Option<Gpu>, GpuError> {
     match device {
         DeviceArg::Cpu => Ok(None),
         DeviceArg::Gpu => Gpu::new().map(Some),
+        DeviceArg::Auto if !may_have_gpu() => {
+            if precision == PrecisionArg::Mixed {
+                eprintln!(
+                    "--device auto: no GPU device node on this machine, so the CPU executor \
+                     runs the steps; --device gpu tries a software adapter"
+                );
+            }
+            Ok(None)
+        }
         DeviceArg::Auto => match Gpu::new() {
             Ok(gpu) if !gpu.info().is_software() => Ok(Some(gpu)),
             Ok(gpu) => {

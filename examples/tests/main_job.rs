@@ -182,7 +182,7 @@ fn held_out_loss(text: &str, prefix: &str) -> f64 {
         .unwrap_or_else(|e| panic!("{value:?} in {line:?}: {e}"))
 }
 
-/// The default run's arguments: none in an optimised build (its 40 steps take about 26 s of
+/// The default run's arguments: none in an optimised build (its 40 steps take about 29 s of
 /// CPU); 12 steps where the executor is unoptimised (the tests' debug build, many times
 /// slower), which lower the held-out loss by 0.16.
 const DEFAULT_RUN: &[&str] = if cfg!(debug_assertions) {
