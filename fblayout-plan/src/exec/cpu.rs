@@ -250,12 +250,7 @@ impl CpuStep {
     /// Sets the gradient of parameter `param` to `logical` (row-major over its shape), for
     /// [`update`](Self::update): gradients summed over micro-batches, or clipped.
     pub fn set_grad(&mut self, param: &str, logical: &[f64]) -> Result<(), ExecError> {
-        let p = self.id(param)?;
-        let g = self
-            .graph
-            .grad(p)
-            .filter(|_| self.graph.tensor(p).role == Role::Param)
-            .ok_or_else(|| ExecError::Unknown(format!("{param} (its gradient)")))?;
+        let g = super::param_grad(&self.graph, param)?;
         let name = &self.graph.tensor(g).name;
         let bound = &self.whole[g.index()];
         check_values(name, logical.len(), bound)?;

@@ -294,6 +294,18 @@ pub(crate) fn check_settable(graph: &Graph, t: TensorId) -> Result<(), ExecError
     }
 }
 
+/// The gradient of `param`, a trained parameter of `graph`: what an executor's `set_grad`
+/// sets. An error naming it where `graph` has no such parameter, or it is frozen.
+pub(crate) fn param_grad(graph: &Graph, param: &str) -> Result<TensorId, ExecError> {
+    let p = graph
+        .find(param)
+        .ok_or_else(|| ExecError::Unknown(param.to_owned()))?;
+    graph
+        .grad(p)
+        .filter(|_| graph.tensor(p).role == Role::Param)
+        .ok_or_else(|| ExecError::Unknown(format!("{param} (its gradient)")))
+}
+
 /// Checks that `given` logical values fit tensor `name`, bound as `bound`.
 pub(crate) fn check_values(name: &str, given: usize, bound: &BoundView) -> Result<(), ExecError> {
     if given as u64 == bound.logical_len() {

@@ -233,20 +233,14 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
                 .map_err(exec("restoring the loss scale"))?,
             (None, false) => {}
             (saved_scale, _) => {
+                let (saved, now) = match saved_scale {
+                    Some(_) => ("with", "without"),
+                    None => ("without", "with"),
+                };
                 return Err(TrainError::Setting(format!(
-                    "{}: saved {} loss scaling, resumed {}: resume with the --device and \
-                     --precision it was saved with",
+                    "{}: saved {saved} loss scaling, resumed {now}: resume with the --device \
+                     and --precision it was saved with",
                     file.display(),
-                    if saved_scale.is_some() {
-                        "with"
-                    } else {
-                        "without"
-                    },
-                    if saved_scale.is_some() {
-                        "without"
-                    } else {
-                        "with"
-                    },
                 )));
             }
         }

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use fblayout_core::layout::ElemType;
 
 use super::GpuStep;
-use crate::exec::{ExecError, check_values};
-use crate::graph::{Phase, Role, TensorId};
+use crate::exec::{ExecError, check_values, param_grad};
+use crate::graph::{Phase, TensorId};
 
 impl GpuStep<'_> {
     /// The item the update starts at in a recording of `spans`: the overflow checks, recorded
@@ -79,12 +79,7 @@ impl GpuStep<'_> {
         let scale = self.scaling.as_ref().map_or(1.0, |s| f64::from(s.applied));
         let mut by_buffer: BTreeMap<usize, Vec<(TensorId, &[f64])>> = BTreeMap::new();
         for (param, values) in grads {
-            let p = self.id(param)?;
-            let g = self
-                .graph
-                .grad(p)
-                .filter(|_| self.graph.tensor(p).role == Role::Param)
-                .ok_or_else(|| ExecError::Unknown(format!("{param} (its gradient)")))?;
+            let g = param_grad(&self.graph, param)?;
             let tensor = self.graph.tensor(g);
             check_values(&tensor.name, values.len(), &self.whole[g.index()])?;
             super::check_float(tensor)?;
