@@ -68,7 +68,15 @@ fn the_plan_shows_every_strategy_the_layouts_and_the_peak() {
         "{out}"
     );
     // The explanation: every tensor with its layout; the layouts named.
-    assert!(out.contains("guided plan, batch 2 × sequence 16 (analytic cost model)"));
+    assert!(out.contains(
+        "guided plan, batch 2 × sequence 16 (analytic cost model, not checked on this adapter)"
+    ));
+    // The analytic model's predictions say they were not checked on the adapter.
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("not checked on this adapter")),
+        "{out}"
+    );
     assert!(out.contains("tensors by layout:"), "{out}");
     assert!(out.contains("l0.attn.probs [batch=batch, heads=4, seq_q=seq, seq_k=seq]"));
     assert!(out.contains("R-Tile") && out.contains("row-major"), "{out}");
