@@ -141,6 +141,10 @@ pub(crate) struct FinetuneArgs {
     /// after 2000 steps without one).
     #[arg(long, value_name = "SCALE", default_value_t = LossScaling::default().initial)]
     loss_scale: f32,
+    /// On the GPU, skip choosing the tensor-core tiles of the products (tens of seconds on a
+    /// fresh machine, then cached): a short run of a small model does better without.
+    #[arg(long)]
+    no_tune: bool,
 }
 
 /// Why `fblayout finetune` failed.
@@ -270,6 +274,7 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     }
     let mut trainer = builder
         .precision(args.precision.into())
+        .tune(!args.no_tune)
         .loss_scaling(LossScaling {
             initial: args.loss_scale,
             ..LossScaling::default()

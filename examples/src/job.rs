@@ -222,9 +222,11 @@ pub(crate) fn run(args: &JobArgs) -> Result<(), JobError> {
     let mut progress = Progress::new(u64::from(steps) + 3);
     progress.stage("loading and planning the model");
     let every = (steps / 2).max(1);
+    // The shipped model's products are too small for the tiles' choice to pay for its time.
     let mut builder = settings(&model, &data, (steps, seq), &out)
         .eval_every(every)
-        .precision(args.precision.into());
+        .precision(args.precision.into())
+        .tune(args.model.is_some());
     if let Some(gpu) = &gpu {
         builder = builder.gpu(gpu);
     }

@@ -285,6 +285,7 @@ fn help_documents_every_flag() {
         "--device",
         "--precision",
         "--loss-scale",
+        "--no-tune",
     ] {
         assert!(flags.contains(&flag), "{flag} is not in --help:\n{help}");
     }

@@ -247,6 +247,7 @@ pub struct TrainerBuilder<'g> {
     precision: Precision,
     loss_scaling: LossScaling,
     strategy: Option<Strategy>,
+    tune: bool,
 }
 
 impl<'g> TrainerBuilder<'g> {
@@ -420,6 +421,15 @@ impl<'g> TrainerBuilder<'g> {
         self
     }
 
+    /// Whether a run on the GPU first chooses the tensor-core tiles of its products for their
+    /// shapes (default `true`): tens of seconds on a fresh machine for a whole model, then read
+    /// from the cache beside the pipeline cache, per adapter. Without tensor cores (a software
+    /// adapter) there is nothing to choose. A short run of a small model does better without.
+    pub fn tune(mut self, tune: bool) -> Self {
+        self.tune = tune;
+        self
+    }
+
     /// Another training data file.
     pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
         self.data = file.into();
@@ -496,6 +506,7 @@ impl<'g> Trainer<'g> {
             precision: Precision::F32,
             loss_scaling: LossScaling::default(),
             strategy: None,
+            tune: true,
         }
     }
 

@@ -162,13 +162,23 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
                 step.set_loss_scaling(s.loss_scaling)
                     .map_err(exec("setting the loss scaling"))?;
             }
+            let on_cores = if s.tune {
+                step.tune()
+                    .map_err(exec("choosing the tensor-core tiles"))?
+            } else {
+                0
+            };
             let precision = match s.precision {
                 Precision::F32 => "f32",
                 Precision::Mixed => "mixed precision",
             };
+            let cores = match on_cores {
+                0 => String::new(),
+                n => format!(", {n} products on tensor cores"),
+            };
             (
                 Executor::Gpu(Box::new(step)),
-                format!("{}, {precision}", gpu.info()),
+                format!("{}, {precision}{cores}", gpu.info()),
             )
         }
     };
