@@ -200,16 +200,7 @@ pub fn model(
             let r = lora.config.rank as usize;
             value = merged(&value, a, b, [e[0], e[1]], r, lora.config.scaling());
         }
-        let value = to_checkpoint(dir.config(), graph, canonical, &value).ok_or_else(|| {
-            ExportError::Values {
-                name: canonical.to_owned(),
-                detail: "not in the graph".into(),
-            }
-        })?;
-        let mut shape = graph.tensor(t).fixed_extents();
-        if is_transposed(dir.config(), graph, t) {
-            shape.reverse();
-        }
+        let (value, mut shape) = as_in_checkpoint(dir.config(), graph, t, canonical, &value)?;
         let source = names
             .actual(canonical)
             .and_then(|a| dir.checkpoint().get(a));
@@ -225,6 +216,27 @@ pub fn model(
         write_atomic(out, name, &text)?;
     }
     Ok(())
+}
+
+/// The values `value` of weight `t` of `graph` (named `name`, the checkpoint's canonical name)
+/// and its shape, both as a checkpoint of `config` stores it (a `Conv1D` or `nn.Linear` weight
+/// transposed back).
+fn as_in_checkpoint(
+    config: &ModelConfig,
+    graph: &Graph,
+    t: TensorId,
+    name: &str,
+    value: &[f64],
+) -> Result<(Vec<f64>, Vec<usize>), ExportError> {
+    let value = to_checkpoint(config, graph, name, value).ok_or_else(|| ExportError::Values {
+        name: name.to_owned(),
+        detail: "not in the graph".into(),
+    })?;
+    let mut shape = graph.tensor(t).fixed_extents();
+    if is_transposed(config, graph, t) {
+        shape.reverse();
+    }
+    Ok((value, shape))
 }
 
 /// peft's `task_type` of a model of `config` with LoRA `lora`: `CAUSAL_LM` for the decoders;
@@ -263,14 +275,7 @@ pub fn adapter(
     for &t in &lora.saved {
         let name = &graph.tensor(t).name;
         let v = values_of(graph, values, t)?;
-        let v = to_checkpoint(dir.config(), graph, name, v).ok_or_else(|| ExportError::Values {
-            name: name.clone(),
-            detail: "not in the graph".into(),
-        })?;
-        let mut shape = graph.tensor(t).fixed_extents();
-        if is_transposed(dir.config(), graph, t) {
-            shape.reverse();
-        }
+        let (v, shape) = as_in_checkpoint(dir.config(), graph, t, name, v)?;
         tensors.push((format!("{PEFT_PREFIX}{name}"), shape, f32_bytes(&v)));
     }
     write_tensors(out, ADAPTER_WEIGHTS_FILE, &tensors)?;
