@@ -23,7 +23,7 @@
 //! `BertModel` checkpoint, saved without the `bert.` prefix, maps onto them by its name map.
 //! Linear weights are `[d_in, d_out]` in the graph, `nn.Linear`'s transpose.
 
-use super::blocks::{Blocks, at_least_one, train};
+use super::blocks::{Blocks, at_least_one, heads_divide, positive_eps, train};
 use crate::graph::{Act, Graph, GraphError, Op, TensorId};
 
 /// The label of a row that counts for nothing (every row but the `[CLS]` one).
@@ -120,7 +120,6 @@ impl BertConfig {
     }
 
     fn check(&self) -> Result<(), GraphError> {
-        let shape = |detail: String| GraphError::Shape { op: "bert", detail };
         at_least_one(
             "bert",
             &[
@@ -134,19 +133,8 @@ impl BertConfig {
                 ("labels", self.labels),
             ],
         )?;
-        if !self.hidden.is_multiple_of(self.heads) {
-            return Err(shape(format!(
-                "hidden {} is not a multiple of heads {}",
-                self.hidden, self.heads
-            )));
-        }
-        if !(f64::from(self.eps).is_finite() && self.eps > 0.0) {
-            return Err(shape(format!(
-                "LayerNorm's ε {} must be positive",
-                self.eps
-            )));
-        }
-        Ok(())
+        heads_divide("bert", self.hidden, self.heads)?;
+        positive_eps("bert", self.eps)
     }
 }
 

@@ -16,6 +16,28 @@ pub(super) fn at_least_one(model: &'static str, sizes: &[(&str, u32)]) -> Result
     }
 }
 
+/// Checks that model `model`'s `hidden` size splits into `heads` heads.
+pub(super) fn heads_divide(model: &'static str, hidden: u32, heads: u32) -> Result<(), GraphError> {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        return Err(GraphError::Shape {
+            op: model,
+            detail: format!("hidden {hidden} is not a multiple of heads {heads}"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that model `model`'s LayerNorm ε is a positive number.
+pub(super) fn positive_eps(model: &'static str, eps: f32) -> Result<(), GraphError> {
+    if !(f64::from(eps).is_finite() && eps > 0.0) {
+        return Err(GraphError::Shape {
+            op: model,
+            detail: format!("LayerNorm's ε {eps} must be positive"),
+        });
+    }
+    Ok(())
+}
+
 /// The backward and AdamW of `forward` (a model's forward and loss, perhaps transformed):
 /// the finished training graph.
 pub(super) fn train(mut forward: Graph) -> Result<Graph, GraphError> {

@@ -16,7 +16,7 @@
 //! GPT-2's `Conv1D` stores its weights `[in, out]`, which is the graph's orientation: a
 //! checkpoint's values are read as they are.
 
-use super::blocks::{Blocks, at_least_one, train};
+use super::blocks::{Blocks, at_least_one, heads_divide, positive_eps, train};
 use crate::graph::{Act, Graph, GraphError, Op};
 
 /// GPT-2's sizes and settings.
@@ -99,7 +99,6 @@ impl Gpt2Config {
     }
 
     fn check(&self) -> Result<(), GraphError> {
-        let shape = |detail: String| GraphError::Shape { op: "gpt2", detail };
         at_least_one(
             "gpt2",
             &[
@@ -111,19 +110,8 @@ impl Gpt2Config {
                 ("layers", self.layers),
             ],
         )?;
-        if !self.hidden.is_multiple_of(self.heads) {
-            return Err(shape(format!(
-                "hidden {} is not a multiple of heads {}",
-                self.hidden, self.heads
-            )));
-        }
-        if !(f64::from(self.eps).is_finite() && self.eps > 0.0) {
-            return Err(shape(format!(
-                "LayerNorm's ε {} must be positive",
-                self.eps
-            )));
-        }
-        Ok(())
+        heads_divide("gpt2", self.hidden, self.heads)?;
+        positive_eps("gpt2", self.eps)
     }
 }
 

@@ -116,16 +116,7 @@ impl ModelConfig {
     }
 
     fn check(&self) -> Result<(), GraphError> {
-        let shape = |detail: String| GraphError::Shape {
-            op: "model",
-            detail,
-        };
-        if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
-            return Err(shape(format!(
-                "hidden {} is not a multiple of heads {}",
-                self.hidden, self.heads
-            )));
-        }
+        blocks::heads_divide("model", self.hidden, self.heads)?;
         blocks::at_least_one(
             "model",
             &[
