@@ -77,10 +77,27 @@ struct Args {
     /// The precision of the steps.
     #[arg(long, value_enum, default_value_t = Precisions::F32)]
     precision: Precisions,
+    /// Only these strategies (comma-separated: row-major, per-op, guided) [default: all
+    /// three].
+    #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
+    strategies: Vec<Strategy>,
+    /// Fuse the language-model head with its cross-entropy, making the logits this many
+    /// tokens at a time instead of storing them whole.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    head_chunk: Option<u32>,
     /// Also list the operations that took the most GPU time in one step, this many per
     /// strategy.
     #[arg(long, default_value_t = 0)]
     sections: usize,
+}
+
+/// The strategy named `name` (as plans print it).
+fn parse_strategy(name: &str) -> Result<Strategy, String> {
+    STRATEGIES
+        .iter()
+        .map(|&(s, _)| s)
+        .find(|s| s.to_string() == name)
+        .ok_or_else(|| format!("no strategy `{name}`: row-major, per-op or guided"))
 }
 
 fn main() -> ExitCode {
@@ -119,10 +136,13 @@ fn run(args: &Args) -> Res<()> {
         batch: args.batch,
         seq: args.seq,
     };
-    let config = ModelConfig::new(args.vocab, args.hidden, args.heads)
+    let mut config = ModelConfig::new(args.vocab, args.hidden, args.heads)
         .with_max_positions(args.seq.max(1))
         .with_ffn(args.ffn)
         .with_layers(args.layers);
+    if let Some(chunk) = args.head_chunk {
+        config = config.with_head_chunk(chunk);
+    }
     let models: &[Model] = match args.model {
         Which::Encoder => &[Model::Encoder],
         Which::Decoder => &[Model::Decoder],
@@ -158,7 +178,10 @@ fn run(args: &Args) -> Res<()> {
                 sizes.seq
             );
             let mut rows = Vec::new();
-            for (strategy, label) in STRATEGIES {
+            let chosen = STRATEGIES
+                .into_iter()
+                .filter(|(s, _)| args.strategies.is_empty() || args.strategies.contains(s));
+            for (strategy, label) in chosen {
                 rows.push(measure(
                     &gpu, &graph, sizes, model, strategy, label, &inputs, args,
                 )?);

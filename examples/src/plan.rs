@@ -25,11 +25,13 @@ use std::path::PathBuf;
 use fblayout_core::typed::suggest::closest;
 use fblayout_kernels::runtime::{Gpu, GpuError, default_cache_dir};
 use fblayout_plan::calibrate::{self, CalibrationError};
+use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{GraphError, Sizes, TensorId};
 use fblayout_plan::memory::{MemoryError, MemoryOptions, MemoryPlan, plan_memory, recompute};
 use fblayout_plan::models::{self, Model, ModelConfig};
 use fblayout_plan::select::{self, CostModel, Plan, PlanError, Strategy};
 
+use crate::device::PrecisionArg;
 use crate::sizes;
 use crate::summary::{seconds, summary_line};
 
@@ -102,6 +104,14 @@ pub(crate) struct PlanArgs {
     /// Tokens per sequence.
     #[arg(long, default_value_t = 128)]
     seq: u32,
+    /// The step's precision: f32, or mixed (f16 activations and gradients, f32 master
+    /// weights).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    precision: PrecisionArg,
+    /// Fuse the language-model head with its cross-entropy, making the logits this many
+    /// tokens at a time instead of storing them whole.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    head_chunk: Option<u32>,
     /// The strategy whose plan is shown: row-major, per-op, guided or optimal.
     #[arg(long, default_value = "guided", value_parser = parse_strategy)]
     strategy: Strategy,
@@ -213,18 +223,22 @@ pub(crate) fn run(args: &PlanArgs) -> Result<(), PlanCommandError> {
 }
 
 fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanCommandError> {
-    let config = ModelConfig::new(args.vocab, args.hidden, args.heads)
+    let mut config = ModelConfig::new(args.vocab, args.hidden, args.heads)
         .with_max_positions(args.max_positions)
         .with_ffn(args.ffn)
         .with_layers(args.layers);
+    if let Some(chunk) = args.head_chunk {
+        config = config.with_head_chunk(chunk);
+    }
     let sizes = Sizes {
         batch: args.batch,
         seq: args.seq,
     };
     check_sizes(config, sizes)?;
     let name = args.model.name();
-    let graph =
-        models::build(args.model.model(), config).map_err(|source| PlanCommandError::Graph {
+    let graph = models::build(args.model.model(), config)
+        .and_then(|g| Precision::from(args.precision).apply(&g))
+        .map_err(|source| PlanCommandError::Graph {
             model: name,
             source,
         })?;

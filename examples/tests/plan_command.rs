@@ -112,6 +112,45 @@ fn recomputing_prints_a_second_memory_plan() {
     );
 }
 
+/// The bytes of the first memory plan `out` prints.
+fn planned_bytes(out: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("memory at batch"))
+        .expect("a memory plan");
+    let (_, rest) = line.split_once(": ").expect("the plan's bytes");
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_fused_head_plans_less_memory_and_reads_an_f16_copy_in_mixed_precision() {
+    // SMALL with a vocabulary of 2048 and a batch of 16, where the logits outweigh the
+    // parameters and the fused head's scratch.
+    let mut args: Vec<&str> = SMALL.to_vec();
+    for (flag, value) in [("--vocab", "2048"), ("--batch", "16")] {
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        args[at + 1] = value;
+    }
+    let run = |extra: &[&str]| {
+        let all_args: Vec<&str> = args.iter().chain(extra).copied().collect();
+        let (ok, out, all) = plan(&all_args);
+        assert!(ok, "{all}");
+        out
+    };
+    let unfused = planned_bytes(&run(&[]));
+    let fused = planned_bytes(&run(&["--head-chunk", "64"]));
+    // 256 tokens × 2048 logits are 2 MiB in f32, and their gradient as much: the fused head
+    // saves more than one of the two (its scratch holds two chunks of 64 tokens and the
+    // chunks' products' scratch).
+    assert!(fused + 2_097_152 < unfused, "{fused} against {unfused}");
+    // In mixed precision the fused head multiplies the weight's f16 copy, as a linear layer
+    // does.
+    let out = run(&["--head-chunk", "64", "--precision", "mixed"]);
+    assert!(out.contains("head.w.f16"), "{out}");
+    let (ok, _, all) = small(&["--head-chunk", "0"]);
+    assert!(!ok && all.contains("--head-chunk"), "{all}");
+}
+
 /// `(layout, predicted µs, whether chosen)` of each candidate line of a `--tensor` output.
 fn candidate_lines(out: &str) -> Vec<(String, f64, bool)> {
     let start = out

@@ -1,6 +1,7 @@
 //! Cross-entropy: the loss against its definition, the gradient against finite differences,
 //! and the GPU against the CPU under every 2-D layout of the logits, both element types, both
-//! reduction paths, ignored rows and labels out of range.
+//! reduction paths, ignored rows and labels out of range; and rows taken in chunks (a fused
+//! language-model head's) against the whole.
 
 mod support;
 
@@ -10,7 +11,7 @@ use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::cross_entropy::{
     check_labels, cross_entropy_backward_cpu, cross_entropy_forward_cpu,
 };
-use fblayout_kernels::ops::{CrossEntropyMean, CrossEntropyOp, OpError};
+use fblayout_kernels::ops::{CrossEntropyMean, CrossEntropyOp, CrossEntropyTotal, OpError};
 use fblayout_kernels::runtime::Gpu;
 use fblayout_kernels::tensor::{GpuArg, HostArg};
 use support::{
@@ -245,6 +246,110 @@ fn gpu_matches_cpu_under_every_layout_element_type_and_reduction_path() {
                 let case = Case::new(&mut rng, layout, ROWS, VOCAB, elem);
                 check_gpu(gpu, &format!("{path} {elem} {layout:?}"), &case);
             }
+        }
+    }
+}
+
+/// A language-model head's chunks ([`CrossEntropyOp::forward_rows`] over slices of the rows,
+/// one [`CrossEntropyTotal`] over all of them, [`CrossEntropyOp::backward_counted`] per slice)
+/// give what one cross-entropy over every row gives on the CPU.
+#[test]
+fn rows_taken_in_chunks_with_one_total_are_the_whole() {
+    let mut rng = Rng::new(7);
+    let gpu = gpu();
+    for elem in gpu_elems() {
+        for layout in [Layout2::RowMajor, Layout2::RTile(4), Layout2::RowMajorT] {
+            let what = format!("{elem} {layout:?}");
+            let case = Case::new(&mut rng, layout, ROWS, VOCAB, elem);
+            let rows = case.rows();
+            let dloss = 1.5f32;
+            let (xb, lb, db) = (
+                case.logits.upload(gpu),
+                case.loss.poisoned(gpu),
+                case.logits.poisoned(gpu),
+            );
+            let tb = GpuBuffer::from_slice(gpu, &case.labels).unwrap();
+            let labels = GpuArg::new(&tb, &case.labels_view, &[("rows", rows)]).unwrap();
+            let (logits, loss, dlogits) = (
+                case.logits.gpu_arg(&xb),
+                case.loss.gpu_arg(&lb),
+                case.logits.gpu_arg(&db),
+            );
+            let slice = |v: &View, start: u32, len: u32| {
+                let axis = v.axes()[0].name.clone();
+                v.slice(&axis, start, len).unwrap()
+            };
+            // Chunks of 5, 5 and 3 rows.
+            let chunks: Vec<_> = [(0, 5), (5, 5), (10, 3)]
+                .into_iter()
+                .map(|(start, len)| {
+                    let views = [
+                        slice(&case.logits.view, start, len),
+                        slice(&case.labels_view, start, len),
+                        slice(&case.loss.view, start, len),
+                    ];
+                    let op =
+                        CrossEntropyOp::new(gpu, &views[0], &views[1], &views[2], IGNORE).unwrap();
+                    let state = op.state(gpu, len).unwrap();
+                    (views, op, state)
+                })
+                .collect();
+            let total =
+                CrossEntropyTotal::new(gpu, &case.labels_view, &case.loss.view, IGNORE).unwrap();
+            let all = total.state(gpu, rows).unwrap();
+            let mut batch = gpu.batch();
+            for ([x, t, l], op, state) in &chunks {
+                let (x, t, l) = (
+                    logits.through(x).unwrap(),
+                    labels.through(t).unwrap(),
+                    loss.through(l).unwrap(),
+                );
+                op.forward_rows(&mut batch, &x, &t, &l, state).unwrap();
+            }
+            total.record(&mut batch, &labels, &loss, &all).unwrap();
+            for ([x, t, _], op, state) in &chunks {
+                let (dx, x, t) = (
+                    dlogits.through(x).unwrap(),
+                    logits.through(x).unwrap(),
+                    labels.through(t).unwrap(),
+                );
+                op.backward_counted(&mut batch, &x, &t, state, &all, dloss, &dx)
+                    .unwrap();
+            }
+            batch.submit().unwrap();
+
+            let ((want_loss, want_mean), want_grad) = match elem {
+                ElemType::F16 => (
+                    case.cpu_forward::<half::f16>(&case.logits),
+                    case.cpu_backward::<half::f16>(f64::from(dloss)),
+                ),
+                _ => (
+                    case.cpu_forward::<f32>(&case.logits),
+                    case.cpu_backward::<f32>(f64::from(dloss)),
+                ),
+            };
+            let tol = tolerance(elem, VOCAB as usize);
+            assert_close(
+                &format!("{what}: loss"),
+                &case.loss.download(&lb),
+                &want_loss,
+                tol,
+            );
+            assert_close(
+                &format!("{what}: mean"),
+                &[f64::from(all.mean().unwrap())],
+                &[want_mean.mean],
+                tolerance(elem, ROWS as usize),
+            );
+            assert_eq!(all.count().unwrap(), want_mean.count, "{what}: count");
+            let scale = f64::from(VOCAB) * f64::from(want_mean.count);
+            let scaled = |v: &[f64]| -> Vec<f64> { v.iter().map(|g| g * scale).collect() };
+            assert_close(
+                &format!("{what}: dlogits"),
+                &scaled(&case.logits.download(&db)),
+                &scaled(&want_grad),
+                tol,
+            );
         }
     }
 }

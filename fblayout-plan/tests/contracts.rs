@@ -2,7 +2,7 @@
 //! with nothing written for it here.
 //!
 //! For each forward operation, its [`sample`](Op::sample) is built into a graph — the
-//! operation, a cross-entropy over its first output (unless it is the loss itself), its
+//! operation, a cross-entropy over its first output (unless that is the loss itself), its
 //! backward by the contracts' rules, and AdamW — and run:
 //!
 //! - on the CPU (`f64`), every parameter's gradient against central finite differences of
@@ -149,7 +149,7 @@ fn training_graph(op: Op) -> Built {
         },
         outputs,
     ) = forward(op, &sample).unwrap();
-    if !matches!(op, Op::CrossEntropy { .. }) {
+    if sample.outputs[0].holds != Holds::Loss {
         let y = g.tensor(outputs[0]).clone();
         let classes = match y.axes.last().map(|a| a.dim) {
             Some(Dim::Fixed(n)) => n,

@@ -13,9 +13,11 @@
 //!   the CPU result is the reference a GPU result is compared with.
 
 mod addressing;
+mod dense;
 mod logical;
 mod real;
 
 pub use addressing::{Addressing, OffsetTable, Typed};
+pub use dense::Dense;
 pub use logical::{Logical, LogicalMut};
 pub use real::Real;

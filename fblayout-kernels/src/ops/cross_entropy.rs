@@ -272,20 +272,7 @@ impl CrossEntropyOp {
 
     /// A state for batches of `rows` rows (zeros until a forward writes it).
     pub fn state(&self, gpu: &Gpu, rows: u32) -> Result<CrossEntropyState, OpError> {
-        if rows == 0 || rows >= 1 << 24 {
-            return Err(OpError::shape(
-                FORWARD,
-                format!("{rows} rows: the count is summed in f32, so 1 to 2^24 rows"),
-            ));
-        }
-        let [lse, mean, count] = Self::state_lengths(rows);
-        Ok(CrossEntropyState {
-            rows,
-            views: self.state.clone(),
-            lse: GpuBuffer::zeroed::<f32>(gpu, lse)?,
-            mean: GpuBuffer::zeroed::<f32>(gpu, mean)?,
-            count: GpuBuffer::zeroed::<u32>(gpu, count)?,
-        })
+        new_state(gpu, &self.state, rows)
     }
 
     /// The 4-byte values of a state's buffers for `rows` rows: each row's `lse`, the mean
@@ -412,12 +399,27 @@ impl CrossEntropyOp {
         loss: &GpuArg<'_>,
         state: &CrossEntropyState,
     ) -> Result<(), OpError> {
+        self.forward_rows(batch, logits, labels, loss, state)?;
+        record_mean(&self.mean, self.ignore_index, batch, labels, loss, state)
+    }
+
+    /// Records the forward's first pass alone: each row's loss into `loss` and its `lse` into
+    /// `state`, but not the mean or the count (see [`CrossEntropyTotal`], which takes them
+    /// over the rows of several such passes).
+    pub fn forward_rows(
+        &self,
+        batch: &mut Batch<'_>,
+        logits: &GpuArg<'_>,
+        labels: &GpuArg<'_>,
+        loss: &GpuArg<'_>,
+        state: &CrossEntropyState,
+    ) -> Result<(), OpError> {
         let (rows, n) = self.check_rows(
             FORWARD,
             state,
             &[("logits", logits), ("labels", labels), ("loss", loss)],
         )?;
-        let (lse, mean, count) = (state.lse_arg()?, state.mean_arg()?, state.count_arg()?);
+        let lse = state.lse_arg()?;
         let gpu = batch.gpu();
         let shape = RowShape::for_len(n);
         let kernel = self.per_row.get(shape, |s| self.build_rows(gpu, s))?;
@@ -433,18 +435,6 @@ impl CrossEntropyOp {
             ],
             &ignore,
             shape.streamed().workgroups(rows),
-        )?;
-        self.mean.record_linear(
-            batch,
-            MEAN_ENTRY,
-            &[
-                ("labels", labels),
-                ("loss", loss),
-                ("mean", &mean),
-                ("count", &count),
-            ],
-            &ignore,
-            1,
         )
     }
 
@@ -456,6 +446,23 @@ impl CrossEntropyOp {
         logits: &GpuArg<'_>,
         labels: &GpuArg<'_>,
         state: &CrossEntropyState,
+        dloss: f32,
+        dlogits: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.backward_counted(batch, logits, labels, state, state, dloss, dlogits)
+    }
+
+    /// [`backward`](Self::backward) of rows whose `lse` is in `state` (written by
+    /// [`forward_rows`](Self::forward_rows)) but whose mean is over the rows `counted` counted
+    /// (written by a [`CrossEntropyTotal`] over these rows and others).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_counted(
+        &self,
+        batch: &mut Batch<'_>,
+        logits: &GpuArg<'_>,
+        labels: &GpuArg<'_>,
+        state: &CrossEntropyState,
+        counted: &CrossEntropyState,
         dloss: f32,
         dlogits: &GpuArg<'_>,
     ) -> Result<(), OpError> {
@@ -474,7 +481,7 @@ impl CrossEntropyOp {
                 ),
             ));
         }
-        let (lse, count) = (state.lse_arg()?, state.count_arg()?);
+        let (lse, count) = (state.lse_arg()?, counted.count_arg()?);
         let units = u64::from(rows) * self.backward_walk.units(n);
         self.backward.record_linear(
             batch,
@@ -492,6 +499,110 @@ impl CrossEntropyOp {
             ],
             workgroups_for(BACKWARD, units)?,
         )
+    }
+}
+
+/// A state of `views` for batches of `rows` rows (zeros until a forward writes it).
+fn new_state(gpu: &Gpu, views: &StateViews, rows: u32) -> Result<CrossEntropyState, OpError> {
+    if rows == 0 || rows >= 1 << 24 {
+        return Err(OpError::shape(
+            FORWARD,
+            format!("{rows} rows: the count is summed in f32, so 1 to 2^24 rows"),
+        ));
+    }
+    let [lse, mean, count] = CrossEntropyOp::state_lengths(rows);
+    Ok(CrossEntropyState {
+        rows,
+        views: views.clone(),
+        lse: GpuBuffer::zeroed::<f32>(gpu, lse)?,
+        mean: GpuBuffer::zeroed::<f32>(gpu, mean)?,
+        count: GpuBuffer::zeroed::<u32>(gpu, count)?,
+    })
+}
+
+/// Records the mean pass: the mean of `loss` over the rows whose label counts, and their
+/// count, into `state`.
+fn record_mean(
+    mean: &Compiled,
+    ignore_index: u32,
+    batch: &mut Batch<'_>,
+    labels: &GpuArg<'_>,
+    loss: &GpuArg<'_>,
+    state: &CrossEntropyState,
+) -> Result<(), OpError> {
+    let rows = labels.dims().first().copied().unwrap_or(0);
+    if loss.dims().first().copied() != Some(rows) || state.rows as usize != rows {
+        return Err(OpError::shape(
+            MEAN,
+            format!(
+                "`labels` has shape {:?}, `loss` {:?} and the state is for {} rows",
+                labels.dims(),
+                loss.dims(),
+                state.rows
+            ),
+        ));
+    }
+    mean.record_linear(
+        batch,
+        MEAN_ENTRY,
+        &[
+            ("labels", labels),
+            ("loss", loss),
+            ("mean", &state.mean_arg()?),
+            ("count", &state.count_arg()?),
+        ],
+        &[("ignore_index", ParamValue::U32(ignore_index))],
+        1,
+    )
+}
+
+/// The mean of per-row losses that several [`CrossEntropyOp::forward_rows`] wrote, each over
+/// some of the rows (a language-model head's chunks of tokens): the mean over the rows whose
+/// label counts, and their count, which [`CrossEntropyOp::backward_counted`] divides by.
+#[derive(Debug, Clone)]
+pub struct CrossEntropyTotal {
+    ignore_index: u32,
+    state: StateViews,
+    mean: Compiled,
+}
+
+impl CrossEntropyTotal {
+    /// The mean pass over `labels` (`[rows]`, `u32`) and the per-row `loss` (`[rows]`,
+    /// floats); rows labelled `ignore_index` don't count.
+    pub fn new(gpu: &Gpu, labels: &View, loss: &View, ignore_index: u32) -> Result<Self, OpError> {
+        for (role, view) in [("labels", labels), ("loss", loss)] {
+            if view.axes().len() != 1 {
+                return Err(OpError::shape(
+                    MEAN,
+                    format!("`{role}` has rank {}, not 1", view.axes().len()),
+                ));
+            }
+        }
+        check_float(MEAN, "loss", loss)?;
+        let state = StateViews::new()?;
+        Ok(Self {
+            ignore_index,
+            mean: build_mean(gpu, labels, loss, &state)?,
+            state,
+        })
+    }
+
+    /// A state for batches of `rows` rows: its mean and count are what it writes (its `lse`
+    /// is unused).
+    pub fn state(&self, gpu: &Gpu, rows: u32) -> Result<CrossEntropyState, OpError> {
+        new_state(gpu, &self.state, rows)
+    }
+
+    /// Records the mean of `loss` over the rows whose label counts, and their count, into
+    /// `state`.
+    pub fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        labels: &GpuArg<'_>,
+        loss: &GpuArg<'_>,
+        state: &CrossEntropyState,
+    ) -> Result<(), OpError> {
+        record_mean(&self.mean, self.ignore_index, batch, labels, loss, state)
     }
 }
 

@@ -55,7 +55,7 @@ pub use attention::{
 pub use bias::{BiasLaunch, BiasOp};
 pub use coop::{CoopConfig, CoopMatmulOp};
 pub use copy::CopyOp;
-pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState};
+pub use cross_entropy::{CrossEntropyMean, CrossEntropyOp, CrossEntropyState, CrossEntropyTotal};
 pub use embedding::{EmbeddingOp, TokenIds};
 pub use error::OpError;
 pub use finite::NonFiniteOp;

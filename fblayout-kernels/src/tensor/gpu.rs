@@ -80,6 +80,31 @@ impl<'a> GpuArg<'a> {
         })
     }
 
+    /// The same buffer read through `view`, another view of the same tensor (its transpose,
+    /// a slice of it), bound to the same run-time extents.
+    pub fn through(&self, view: &'a View) -> Result<GpuArg<'a>, GpuError> {
+        let names: Vec<String> = view
+            .layout()
+            .dynamic_axes()
+            .map(|a| a.name.clone())
+            .collect();
+        let extents: Vec<(&str, u32)> = names
+            .iter()
+            .map(String::as_str)
+            .zip(self.bound.extent_args().iter().map(|&n| n as u32))
+            .collect();
+        GpuArg::new(self.buffer, view, &extents)
+    }
+
+    /// `buffer` read through this argument's view and extents: another tensor stored as this
+    /// one is (a scratch copy of it).
+    pub fn with_buffer<'b>(&self, buffer: &'b GpuBuffer) -> Result<GpuArg<'b>, GpuError>
+    where
+        'a: 'b,
+    {
+        GpuArg::bound(buffer, self.view, self.bound.clone())
+    }
+
     /// The buffer.
     pub fn buffer(&self) -> &'a GpuBuffer {
         self.buffer

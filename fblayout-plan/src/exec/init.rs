@@ -1,6 +1,6 @@
 //! The initial values of parameters, drawn from a seed.
 
-use crate::graph::{Graph, Op, Sizes, TensorId};
+use crate::graph::{Graph, HeadLoss, Op, Sizes, TensorId};
 
 /// A small deterministic generator (xorshift64*).
 pub(crate) struct Rng(u64);
@@ -44,7 +44,14 @@ pub fn initial_values(graph: &Graph, param: TensorId, seed: u64) -> Vec<f64> {
     let n = tensor.elements(fixed) as usize;
     let reader = first_reader(graph, param);
     let (lo, hi) = match reader {
-        Some((Op::Linear, 1)) => {
+        // A fused head reads its weight as the linear layer it replaces does.
+        Some((
+            Op::Linear
+            | Op::HeadLoss(HeadLoss {
+                transposed: false, ..
+            }),
+            1,
+        )) => {
             let fan_in = f64::from(tensor.axes[0].dim.value(fixed));
             (-1.0 / fan_in.sqrt(), 1.0 / fan_in.sqrt())
         }

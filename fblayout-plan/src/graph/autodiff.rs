@@ -6,23 +6,25 @@ use super::{Graph, GraphError};
 
 /// Appends the backward of `graph`'s forward (see the module docs of [`graph`](super)).
 ///
-/// The loss is the mean of the cross-entropy losses; every trained parameter it depends on
+/// The loss is the mean of the per-token losses an operation writes (a [`Role::Loss`]: a
+/// cross-entropy's, or a fused head's); every trained parameter it depends on
 /// gets a gradient ([`Graph::grad`]), and so does every activation it depends on that depends
 /// on a trained parameter itself (the path a parameter's gradient takes). Frozen parameters
 /// ([`Role::Frozen`](super::Role::Frozen)) get none, and an activation computed from frozen
 /// parameters and inputs alone gets none either: no operation computes what nothing uses.
-/// Fails when the graph has no cross-entropy or already has a backward.
+/// Fails when the graph has no loss or already has a backward.
 pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
     if graph.has_backward() {
         return Err(GraphError::Backward(
             "the graph already has a backward".into(),
         ));
     }
-    if !graph
-        .nodes()
-        .iter()
-        .any(|n| matches!(n.op, Op::CrossEntropy { .. }))
-    {
+    let writes_loss = |n: &super::Node| {
+        n.outputs
+            .iter()
+            .any(|&t| graph.tensor(t).role == Role::Loss)
+    };
+    if !graph.nodes().iter().any(writes_loss) {
         return Err(GraphError::Backward(
             "the graph has no loss: a backward needs a cross-entropy".into(),
         ));
@@ -45,7 +47,10 @@ pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
             .iter()
             .map(|&o| state.finalize(graph, o))
             .collect::<Result<_, _>>()?;
-        let is_loss = matches!(node.op, Op::CrossEntropy { .. });
+        let is_loss = node
+            .outputs
+            .iter()
+            .any(|&t| graph.tensor(t).role == Role::Loss);
         if !is_loss && output_grads.iter().all(Option::is_none) {
             // Nothing this operation writes reaches the loss.
             continue;

@@ -110,6 +110,10 @@ pub enum Op {
         /// The label that is skipped.
         ignore_index: u32,
     },
+    /// `x, w[, b], labels → loss`: a language-model head and its cross-entropy in one,
+    /// `loss = CE(x·w [+ b], labels)`, the logits made and reduced `chunk` tokens at a time and
+    /// never stored whole (see [`Graph::fuse_head`](super::Graph::fuse_head)).
+    HeadLoss(HeadLoss),
 
     /// `ids, dout → dtable`: the embedding's scatter-add.
     EmbeddingGrad,
@@ -157,6 +161,9 @@ pub enum Op {
         /// The label that is skipped.
         ignore_index: u32,
     },
+    /// `x, w[, b], labels → dx, dw[, db]`: the gradients of a [`Op::HeadLoss`], its logits
+    /// made again `chunk` tokens at a time.
+    HeadLossGrad(HeadLoss),
     /// `a, b → y`: two contributions to one gradient, summed.
     Accumulate,
 
@@ -175,6 +182,20 @@ pub enum Op {
         /// The phase of the operation that reads `y`.
         phase: Phase,
     },
+}
+
+/// The parameters of a fused language-model head and cross-entropy ([`Op::HeadLoss`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HeadLoss {
+    /// The label that is skipped.
+    pub ignore_index: u32,
+    /// Whether `w` is stored `[vocab, d_in]` and read through its transposed view (a head
+    /// tied to the embedding table), as [`Op::LinearT`] reads it.
+    pub transposed: bool,
+    /// Whether a bias `b [vocab]` is added to the logits.
+    pub biased: bool,
+    /// Tokens whose logits are made at once (at least 1).
+    pub chunk: u32,
 }
 
 /// How a forward operation's backward reads and writes (see [`Op::backward`]).

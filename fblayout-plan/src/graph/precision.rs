@@ -7,7 +7,8 @@
 //! - parameters, their gradients and the optimizer's moments stay `f32` (the master weights:
 //!   AdamW's small updates would round away in `f16`);
 //! - every weight a linear layer reads gets an `f16` copy, read by both products that read the
-//!   weight (the forward and the input gradient), so that both factors of each product are
+//!   weight (the forward and the input gradient; each contract names the weight it reads, its
+//!   `copied_weight`), so that both factors of each product are
 //!   `f16`; the weight gradient is still written `f32`. Where the graph has the weight's AdamW
 //!   step, the copy is kept across steps ([`Role::ParamCopy`]) and the step writes it with the
 //!   updated weight (its fourth output, [`Op::AdamW`]`{ copy: true }`): no conversion runs in
@@ -104,13 +105,20 @@ fn kept_f32(graph: &Graph) -> Vec<TensorId> {
         .collect()
 }
 
+/// The input position at which `n`'s product reads a weight that mixed precision gives an
+/// `f16` copy (its contract's `copied_weight` role).
+fn copied_weight(n: &Node) -> Option<usize> {
+    let role = n.op.contract().copied_weight()?;
+    n.op.input_roles().iter().position(|r| *r == role)
+}
+
 /// The parameters (trained or frozen) and constants (LoRA's scaling) a linear layer's
 /// products read as their weight.
 fn linear_weights(graph: &Graph) -> Vec<TensorId> {
     let mut weights: Vec<TensorId> = Vec::new();
     for n in &graph.nodes {
-        if matches!(n.op, Op::Linear | Op::LinearGradInput) {
-            let w = n.inputs[1];
+        if let Some(k) = copied_weight(n) {
+            let w = n.inputs[k];
             let weight = matches!(
                 graph.tensor(w).role,
                 Role::Param | Role::Frozen | Role::Constant
@@ -127,7 +135,7 @@ fn linear_weights(graph: &Graph) -> Vec<TensorId> {
 /// `w`'s AdamW step where the graph has one (a [`Role::ParamCopy`]), else converted before its
 /// first reader.
 fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
-    let reads = |n: &Node| matches!(n.op, Op::Linear | Op::LinearGradInput) && n.inputs[1] == w;
+    let reads = |n: &Node| copied_weight(n).is_some_and(|k| n.inputs[k] == w);
     let Some(first) = g.nodes.iter().position(reads) else {
         return Ok(());
     };
@@ -155,8 +163,8 @@ fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
         }
     };
     for n in &mut g.nodes[from..] {
-        if reads(n) {
-            n.inputs[1] = copy;
+        if let Some(k) = copied_weight(n).filter(|&k| n.inputs[k] == w) {
+            n.inputs[k] = copy;
         }
     }
     Ok(())

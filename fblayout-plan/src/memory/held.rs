@@ -36,14 +36,18 @@ pub(crate) fn step_vectors_bytes(graph: &Graph) -> u64 {
     vector_bytes(STEP_SCALARS) + gate
 }
 
-/// The bytes of parameter blocks the memory plan counts for each operation of a step: the
+/// The bytes of parameter block the memory plan counts for each dispatch of a step: the
 /// recording keeps every dispatch's block in one uniform buffer, each at an offset aligned as
 /// the device requires (at most 256 bytes; WebGPU allows no larger alignment), so a dispatch
-/// takes its block rounded up to that. An operation records one to a few dispatches of blocks
-/// under 256 bytes (an attention's backward up to nine, with its products split; most one or
-/// two), so a kilobyte an operation bounds a step's blocks several times over. The step checks
-/// its recording against it and fails where it is exceeded.
-pub(crate) const PARAMS_PER_NODE: u64 = 1024;
+/// takes its block (all under 256 bytes) rounded up to that.
+pub(crate) const PARAMS_PER_DISPATCH: u64 = 256;
+
+/// The dispatches the memory plan counts at least for each operation: most record one or two,
+/// an attention's backward up to nine with its products split, so four an operation bound a
+/// step's blocks several times over. An operation that records more says so in its contract
+/// (`dispatches`: a language-model head's chunks). The step checks its recording against the
+/// sum and fails where it is exceeded.
+pub(crate) const DISPATCHES_PER_NODE: u64 = 4;
 
 /// What the GPU step holds beside its tensors' buffers and its workspace, from when it is
 /// built to its end.

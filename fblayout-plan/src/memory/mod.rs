@@ -295,6 +295,7 @@ pub fn plan_memory(
     let tensor_bytes = |t: TensorId| bytes[t.index()];
     let mut scratch = Vec::with_capacity(n);
     let mut state = 0;
+    let mut params = 0;
     for (i, node) in graph.nodes().iter().enumerate() {
         let shapes = crate::ops::shapes(graph, node, sizes, &tensor_bytes);
         let contract = node.op.contract();
@@ -307,6 +308,8 @@ pub fn plan_memory(
             })?;
         scratch.push(s);
         state += contract.state_bytes(&shapes);
+        params +=
+            contract.dispatches(&shapes).max(held::DISPATCHES_PER_NODE) * held::PARAMS_PER_DISPATCH;
     }
     let uploads = graph
         .ids()
@@ -319,7 +322,7 @@ pub fn plan_memory(
         state,
         uploads,
         vectors: held::step_vectors_bytes(graph),
-        params: n as u64 * held::PARAMS_PER_NODE,
+        params,
     };
 
     // The live peak, from the ranges.

@@ -25,7 +25,7 @@ pub mod llama;
 use fblayout_core::layout::ElemType;
 
 use crate::graph::optimizer::add_adamw;
-use crate::graph::{Act, Dim, Graph, GraphError, Op, Role, TensorId, derive_backward};
+use crate::graph::{Act, Dim, Graph, GraphError, HeadLoss, Op, Role, TensorId, derive_backward};
 
 /// The sizes of a model.
 ///
@@ -53,6 +53,10 @@ pub struct ModelConfig {
     pub ffn: u32,
     /// Blocks.
     pub layers: u32,
+    /// Where set, the language-model head and its cross-entropy are one operation that makes
+    /// the logits this many tokens at a time and never stores them whole ([`Op::HeadLoss`]);
+    /// unset, the head writes the logits and a cross-entropy reads them.
+    pub head_chunk: Option<u32>,
 }
 
 impl ModelConfig {
@@ -64,6 +68,7 @@ impl ModelConfig {
         heads: 12,
         ffn: 1536,
         layers: 6,
+        head_chunk: None,
     };
 
     /// A model of `vocab` tokens, `hidden` wide with `heads` attention heads; the rest
@@ -76,7 +81,15 @@ impl ModelConfig {
             heads,
             ffn: 4 * hidden,
             layers: 1,
+            head_chunk: None,
         }
+    }
+
+    /// This config with the head and its loss fused, the logits made `chunk` tokens at a time
+    /// (see [`ModelConfig::head_chunk`]).
+    pub const fn with_head_chunk(mut self, chunk: u32) -> Self {
+        self.head_chunk = Some(chunk);
+        self
     }
 
     /// This config with `vocab` tokens.
@@ -192,20 +205,38 @@ pub fn build(model: Model, config: ModelConfig) -> Result<Graph, GraphError> {
     if model == Model::Decoder {
         x = b.layer_norm("final_ln", x)?;
     }
-    let logits = b.linear("head", x, config.vocab, model == Model::Encoder)?;
-    let loss = b.g.add_tensor(
-        "loss",
-        &[("batch", Dim::Batch), ("seq", Dim::Seq)],
-        ElemType::F32,
-        Role::Loss,
-    )?;
-    b.g.push(
-        Op::CrossEntropy {
-            ignore_index: u32::MAX,
-        },
-        &[logits, labels],
-        &[loss],
-    )?;
+    let biased = model == Model::Encoder;
+    match config.head_chunk {
+        None => {
+            let logits = b.linear("head", x, config.vocab, biased)?;
+            let loss = b.loss()?;
+            let ce = Op::CrossEntropy {
+                ignore_index: u32::MAX,
+            };
+            b.g.push(ce, &[logits, labels], &[loss])?;
+        }
+        Some(chunk) => {
+            let mut inputs = vec![
+                x,
+                b.param(
+                    "head.w",
+                    &[("d_in", config.hidden), ("d_out", config.vocab)],
+                )?,
+            ];
+            if biased {
+                inputs.push(b.param("head.b", &[("hidden", config.vocab)])?);
+            }
+            inputs.push(labels);
+            let loss = b.loss()?;
+            let head = HeadLoss {
+                ignore_index: u32::MAX,
+                transposed: false,
+                biased,
+                chunk,
+            };
+            b.g.push(Op::HeadLoss(head), &inputs, &[loss])?;
+        }
+    }
     let mut g = b.g;
     derive_backward(&mut g)?;
     add_adamw(&mut g)?;
@@ -225,6 +256,16 @@ impl Builder {
             &[("batch", Dim::Batch), ("seq", Dim::Seq)],
             ElemType::U32,
             Role::Input,
+        )
+    }
+
+    /// The per-token loss `[batch, seq]`.
+    fn loss(&mut self) -> Result<TensorId, GraphError> {
+        self.g.add_tensor(
+            "loss",
+            &[("batch", Dim::Batch), ("seq", Dim::Seq)],
+            ElemType::F32,
+            Role::Loss,
         )
     }
 

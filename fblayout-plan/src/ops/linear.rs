@@ -42,7 +42,7 @@ pub(crate) struct LinearGradWeight {
 }
 
 /// The weight's view: as declared, or transposed.
-fn weight_view(transposed: bool) -> ViewRule {
+pub(super) fn weight_view(transposed: bool) -> ViewRule {
     if transposed {
         ViewRule::Transposed
     } else {
@@ -51,7 +51,7 @@ fn weight_view(transposed: bool) -> ViewRule {
 }
 
 /// The weight's extents as the product reads it, `[d_in, d_out]`.
-fn weight_dims(d: &Dims, role: &str, transposed: bool) -> Result<Vec<Dim>, String> {
+pub(super) fn weight_dims(d: &Dims, role: &str, transposed: bool) -> Result<Vec<Dim>, String> {
     d.rank(role, 2)?;
     let w = d.of(role)?;
     Ok(if transposed {
@@ -152,6 +152,11 @@ impl Contract for Linear {
         Some(KernelKind::Linear)
     }
 
+    fn copied_weight(&self) -> Option<&'static str> {
+        // A transposed weight (a tied embedding table) is read as stored.
+        (!self.transposed).then_some("w")
+    }
+
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
         let (walk, d_out) = if self.transposed {
             (Walk::Last, s.extent("w", 1))
@@ -245,6 +250,10 @@ impl Contract for LinearGradInput {
 
     fn kind(&self) -> Option<KernelKind> {
         Some(KernelKind::LinearGradInput)
+    }
+
+    fn copied_weight(&self) -> Option<&'static str> {
+        (!self.transposed).then_some("w")
     }
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {

@@ -36,6 +36,7 @@ pub(crate) mod cpu;
 mod cross_entropy;
 mod embedding;
 pub(crate) mod gpu;
+mod head_loss;
 mod index;
 mod linear;
 mod norm;
@@ -54,7 +55,7 @@ pub use args::Args;
 pub(crate) use index::{index_limits, uploaded_ids};
 pub use shape::Dims;
 
-use crate::graph::{Act, BackwardRule, Dim, Op, Phase, Sizes, TensorId};
+use crate::graph::{Act, BackwardRule, Dim, HeadLoss, Op, Phase, Sizes, TensorId};
 use crate::select::KernelKind;
 
 /// Which axis of an operand neighbouring threads walk.
@@ -293,6 +294,18 @@ pub(crate) trait Contract {
         0
     }
 
+    /// The role its product reads as a weight that mixed precision gives an `f16` copy (see
+    /// [`precision`](crate::graph::precision)), so that both factors of the product are `f16`.
+    fn copied_weight(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The most dispatches its kernels record in a step (the memory plan counts a parameter
+    /// block for each, and at least four an operation).
+    fn dispatches(&self, _shapes: &Shapes<'_>) -> u64 {
+        0
+    }
+
     /// Whether it reads every input as stored, with no conversion before it: a backward that
     /// writes each gradient through the view of the tensor it reads it for, or a kernel that
     /// reads ids as the step uploads them.
@@ -412,6 +425,8 @@ impl Op {
                 ignore_index,
                 backward: true,
             }),
+            Self::HeadLoss(p) => Box::new(head_loss::Head { p, backward: false }),
+            Self::HeadLossGrad(p) => Box::new(head_loss::Head { p, backward: true }),
             Self::AdamW { copy } => Box::new(adamw::AdamW { copy }),
             Self::Convert { phase } => Box::new(convert::Convert { phase }),
         }
@@ -493,6 +508,19 @@ pub fn registry() -> Vec<Op> {
         Op::RopeGrad { heads: 2 },
         Op::CrossEntropy { ignore_index: 7 },
         Op::CrossEntropyGrad { ignore_index: 7 },
+        // Chunks of 4 and 3 tokens: the samples' 10 tokens end in a shorter one.
+        Op::HeadLoss(HeadLoss {
+            ignore_index: 7,
+            transposed: false,
+            biased: true,
+            chunk: 4,
+        }),
+        Op::HeadLoss(HeadLoss {
+            ignore_index: 7,
+            transposed: true,
+            biased: false,
+            chunk: 3,
+        }),
         Op::AdamW { copy: false },
         Op::AdamW { copy: true },
         Op::Convert {

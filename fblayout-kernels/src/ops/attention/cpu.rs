@@ -9,7 +9,7 @@
 use rayon::prelude::*;
 
 use super::{ARG_ROLES, Attention, BACKWARD, FORWARD, check_extents};
-use crate::cpu::{Logical, LogicalMut, Real};
+use crate::cpu::{Dense, Logical, LogicalMut, Real};
 use crate::ops::error::OpError;
 use crate::ops::matmul::cpu::pack;
 use crate::ops::softmax::{
@@ -91,42 +91,6 @@ fn dense<T: Real>(x: &dyn Logical<T>) -> Vec<f64> {
 /// The row-major coordinates of row `r` of `[outer, middle, inner, ..]`.
 fn split3(r: usize, middle: usize, inner: usize) -> (usize, usize, usize) {
     (r / (middle * inner), r / inner % middle, r % inner)
-}
-
-/// A dense row-major tensor of `T`s (the scratch scores).
-struct Dense<T> {
-    dims: Vec<usize>,
-    data: Vec<T>,
-}
-
-impl<T: Real> Dense<T> {
-    fn new(dims: Vec<usize>, values: impl IndexedParallelIterator<Item = f64>) -> Self {
-        let data = values.map(T::from_f64).collect();
-        Self { dims, data }
-    }
-
-    fn values(&self) -> Vec<f64> {
-        self.data.par_iter().map(|v| v.to_f64()).collect()
-    }
-}
-
-impl<T: Real> Logical<T> for Dense<T> {
-    fn dims(&self) -> &[usize] {
-        &self.dims
-    }
-    fn get(&self, index: &[usize]) -> T {
-        let at = index
-            .iter()
-            .zip(&self.dims)
-            .fold(0, |acc, (&i, &n)| acc * n + i);
-        self.data[at]
-    }
-}
-
-impl<T: Real> LogicalMut<T> for Dense<T> {
-    fn scatter(&mut self, dense: &[T]) {
-        self.data.copy_from_slice(dense);
-    }
 }
 
 /// `Σ_d a[d] · b[d]`.

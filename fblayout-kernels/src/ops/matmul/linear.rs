@@ -50,17 +50,7 @@ fn transposed(view: &View) -> Result<View, OpError> {
 
 /// `arg`'s buffer and extents read through `view` (another view of the same tensor).
 pub(crate) fn through<'a>(arg: &GpuArg<'a>, view: &'a View) -> Result<GpuArg<'a>, OpError> {
-    let names: Vec<String> = view
-        .layout()
-        .dynamic_axes()
-        .map(|a| a.name.clone())
-        .collect();
-    let extents: Vec<(&str, u32)> = names
-        .iter()
-        .map(String::as_str)
-        .zip(arg.bound_view().extent_args().iter().map(|&n| n as u32))
-        .collect();
-    Ok(GpuArg::new(arg.buffer(), view, &extents)?)
+    Ok(arg.through(view)?)
 }
 
 /// The forward and backward GEMMs of a linear layer (see the module docs).
