@@ -375,20 +375,18 @@ impl Contract for Head {
             let axis = v.axes()[0].name.clone();
             Ok(v.slice(&axis, start, len)?)
         };
-        let dx = if self.backward {
-            Some(&args.write("dx")?.view)
+        // The backward writes `dx` and `dw`, the forward the loss.
+        let written = |role| -> Result<Option<&View>, OpErr> { Ok(Some(&args.write(role)?.view)) };
+        let (dx, dw, loss) = if self.backward {
+            (written("dx")?, written("dw")?, None)
         } else {
-            None
+            (None, None, written("loss")?)
         };
-        let dw = if self.backward {
-            Some(&args.write("dw")?.view)
-        } else {
-            None
-        };
-        let loss = if self.backward {
-            None
-        } else {
-            Some(&args.write("loss")?.view)
+        // In mixed precision `dw`'s product may run on tensor cores, which overwrite: a later
+        // chunk's product is made in scratch, then added into `dw` by this.
+        let add = match (dw, elem) {
+            (Some(dw), ElemType::F16) => Some(AddOp::accumulate(ctx.gpu, dw, dw)?),
+            _ => None,
         };
         let mut built = Vec::new();
         for (start, len) in chunks(tokens, self.p.chunk) {
@@ -432,10 +430,6 @@ impl Contract for Head {
                             false => None,
                         },
                         dx: dx_c,
-                        add: match elem {
-                            ElemType::F16 => Some(AddOp::accumulate(ctx.gpu, dw, dw)?),
-                            _ => None,
-                        },
                     })
                 }
                 _ => None,
@@ -452,20 +446,8 @@ impl Contract for Head {
                 grads,
             });
         }
-        let saved = if self.backward {
-            ctx.find::<Saved>(key).ok_or_else(|| {
-                shape_error(format!(
-                    "no head loss over `{}` comes before its backward",
-                    ctx.graph.tensor(labels_id).name
-                ))
-            })?
-        } else {
-            let total = CrossEntropyTotal::new(
-                ctx.gpu,
-                &labels.view,
-                loss.expect("the forward writes the loss"),
-                self.p.ignore_index,
-            )?;
+        let saved = if let Some(loss) = loss {
+            let total = CrossEntropyTotal::new(ctx.gpu, &labels.view, loss, self.p.ignore_index)?;
             let saved = Arc::new(Saved {
                 chunks: built
                     .iter()
@@ -476,11 +458,19 @@ impl Contract for Head {
             });
             ctx.share(key, Arc::clone(&saved));
             saved
+        } else {
+            ctx.find::<Saved>(key).ok_or_else(|| {
+                shape_error(format!(
+                    "no head loss over `{}` comes before its backward",
+                    ctx.graph.tensor(labels_id).name
+                ))
+            })?
         };
         Ok(Box::new(Kernel {
             p: self.p,
             backward: self.backward,
             chunks: built,
+            add,
             saved,
         }))
     }
@@ -509,9 +499,6 @@ struct Grads {
     weight: LinearOp,
     bias: Option<BiasOp>,
     dx: View,
-    /// Where `dw`'s product runs on tensor cores, which only overwrite: the sum that adds a
-    /// later chunk's product, made in scratch, into `dw`.
-    add: Option<AddOp>,
 }
 
 /// The kernels of one chunk, built for its rows' views.
@@ -531,6 +518,9 @@ struct Kernel {
     p: HeadLoss,
     backward: bool,
     chunks: Vec<Chunk>,
+    /// Where `dw`'s product may run on tensor cores, which only overwrite: the sum that adds a
+    /// later chunk's product, made in scratch, into `dw`.
+    add: Option<AddOp>,
     saved: Arc<Saved>,
 }
 
@@ -596,7 +586,7 @@ impl GpuKernel for Kernel {
                         Some((&dx, Output::Overwrite)),
                         None,
                     )?;
-                    match (&g.add, k) {
+                    match (&self.add, k) {
                         (_, 0) => g.weight.backward(
                             batch,
                             &x,
