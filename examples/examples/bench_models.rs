@@ -25,10 +25,10 @@ use fblayout_plan::graph::optimizer::add_adamw;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Graph, Sizes, derive_backward};
 use fblayout_plan::lora::{LoraConfig, apply};
-use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::memory::{MemoryOptions, MemoryPlan, plan_memory};
 use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
-use fblayout_plan::select::{CostModel, Strategy, plan};
+use fblayout_plan::select::{CostModel, Plan, Strategy, plan};
 use support::{Precisions, Res, Rng, err, exit, median, print_adapter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -70,6 +70,13 @@ struct Args {
     /// Milliseconds of steps run before timing (a discrete GPU needs about 600 to clock up).
     #[arg(long, default_value_t = 0)]
     warmup_ms: u64,
+    /// Fuse the Llama model's head with its cross-entropy, making the logits this many tokens
+    /// at a time instead of storing them whole.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    head_chunk: Option<u32>,
+    /// Print each row's planned peak memory and stop: no GPU is opened and no step is run.
+    #[arg(long)]
+    memory_only: bool,
     /// The models' shapes shrunk to a few blocks of hidden 64 at a few tokens, for a quick
     /// check on a software adapter.
     #[arg(long)]
@@ -132,7 +139,7 @@ fn minilm(small: bool) -> Res<Workload> {
     })
 }
 
-fn llama_workload(small: bool) -> Res<Workload> {
+fn llama_workload(small: bool, head_chunk: Option<u32>) -> Res<Workload> {
     let (config, sizes) = if small {
         (
             LlamaConfig::new(500, 64, 4)
@@ -151,7 +158,10 @@ fn llama_workload(small: bool) -> Res<Workload> {
             Sizes { batch: 8, seq: 512 },
         )
     };
-    let config = config.with_max_positions(sizes.seq.max(2048));
+    let mut config = config.with_max_positions(sizes.seq.max(2048));
+    if let Some(chunk) = head_chunk {
+        config = config.with_head_chunk(chunk);
+    }
     let vocab = config.vocab;
     Ok(Workload {
         name: "Llama-family LM",
@@ -174,14 +184,19 @@ struct Row {
 }
 
 fn run(args: &Args) -> Res<()> {
-    let gpu = Gpu::new().map_err(err)?;
-    print_adapter(&gpu);
+    let gpu = if args.memory_only {
+        None
+    } else {
+        let gpu = Gpu::new().map_err(err)?;
+        print_adapter(&gpu);
+        Some(gpu)
+    };
     let mut workloads = Vec::new();
     if matches!(args.model, Which::Minilm | Which::Both) {
         workloads.push(minilm(args.small)?);
     }
     if matches!(args.model, Which::Llama | Which::Both) {
-        workloads.push(llama_workload(args.small)?);
+        workloads.push(llama_workload(args.small, args.head_chunk)?);
     }
     let precisions = args.precision.list();
     let lora: &[bool] = match args.tuning {
@@ -215,7 +230,12 @@ fn run(args: &Args) -> Res<()> {
                     w.sizes.batch,
                     w.sizes.seq
                 );
-                let row = measure(&gpu, &graph, w, precision, what, args)?;
+                let Some(gpu) = &gpu else {
+                    let (_, memory) = planned(&graph, w, precision)?;
+                    println!("{what}: peak {:.0} MiB (plan)", mib(memory.peak_bytes()));
+                    continue;
+                };
+                let row = measure(gpu, &graph, w, precision, what, args)?;
                 println!(
                     "{}: {:.2} ms, {:.0} tokens/s, peak {:.0} MiB, first loss {:.4}",
                     row.what,
@@ -227,6 +247,9 @@ fn run(args: &Args) -> Res<()> {
                 rows.push(row);
             }
         }
+    }
+    if rows.is_empty() {
+        return Ok(());
     }
     println!(
         "\n| workload | trainable parameters | step ms (median) | tokens/s | peak MiB (plan) | first loss | tuning s |"
@@ -251,6 +274,15 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// `graph` in `precision`, its layouts (unified row-major) and its memory plan.
+fn planned(graph: &Graph, w: &Workload, precision: Precision) -> Res<(Plan, MemoryPlan)> {
+    let graph = precision.apply(graph).map_err(err)?;
+    let p = plan(&graph, w.sizes, &CostModel::analytic(), Strategy::RowMajor).map_err(err)?;
+    let memory =
+        plan_memory(p.graph(), p.layouts(), w.sizes, MemoryOptions::default()).map_err(err)?;
+    Ok((p, memory))
+}
+
 fn measure(
     gpu: &Gpu,
     graph: &Graph,
@@ -259,10 +291,7 @@ fn measure(
     what: String,
     args: &Args,
 ) -> Res<Row> {
-    let graph = precision.apply(graph).map_err(err)?;
-    let p = plan(&graph, w.sizes, &CostModel::analytic(), Strategy::RowMajor).map_err(err)?;
-    let memory =
-        plan_memory(p.graph(), p.layouts(), w.sizes, MemoryOptions::default()).map_err(err)?;
+    let (p, memory) = planned(graph, w, precision)?;
     let mut step = GpuStep::new(
         gpu,
         p.graph(),

@@ -8,16 +8,20 @@
 //! fused step, in `f32` under row-major and random layouts, agrees with the unfused CPU step
 //! within `f32` tolerances, and in mixed precision within `f16`'s. The tokens (3 × 5) are not a
 //! multiple of the chunk (4), some labels are ignored, and the memory plan of the fused step
-//! at the benchmarks' shape no longer holds the logits.
+//! at the benchmarks' shape no longer holds the logits. GPT-2's head (tied to the embedding
+//! table, read transposed) and Llama's fuse the same way.
 
 mod exec_support;
 
 use exec_support::{ADAMW, family_layouts, gpu, relative_error, row_major};
 use fblayout_plan::exec::{CpuStep, GpuStep, StepInputs, initial_values};
+use fblayout_plan::graph::optimizer::add_adamw;
 use fblayout_plan::graph::precision::Precision;
-use fblayout_plan::graph::{Graph, Op, Sizes};
+use fblayout_plan::graph::{Graph, Op, Sizes, derive_backward};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::models::gpt2::{self, Gpt2Config};
+use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::models::{Model, ModelConfig, build};
 
 const SIZES: Sizes = Sizes { batch: 3, seq: 5 };
@@ -218,5 +222,82 @@ fn the_fused_steps_memory_plan_holds_no_logits() {
             "{precision:?}: fused peak {fused} bytes, unfused {unfused}: not 2 × {logits} \
              bytes of logits less (less 2 chunks and {dw} bytes of dw)"
         );
+    }
+}
+
+/// A training graph of `forward`.
+fn train(mut forward: Graph) -> Graph {
+    derive_backward(&mut forward).unwrap();
+    add_adamw(&mut forward).unwrap();
+    forward
+}
+
+#[test]
+fn gpt2s_tied_head_and_llamas_head_fuse_to_the_same_step() {
+    let gpu = gpu();
+    let gpt2 = Gpt2Config::new(CONFIG.vocab, 16, 2)
+        .with_max_positions(8)
+        .with_ffn(32)
+        .with_layers(2);
+    let llama = LlamaConfig::new(CONFIG.vocab, 16, 4)
+        .with_kv_heads(2)
+        .with_ffn(24)
+        .with_layers(2)
+        .with_max_positions(8);
+    let cases = [
+        (
+            "GPT-2 (tied, transposed)",
+            train(gpt2::forward(&gpt2).unwrap()),
+            train(gpt2::forward(&gpt2.with_head_chunk(CHUNK)).unwrap()),
+        ),
+        (
+            "Llama",
+            train(llama::forward(&llama).unwrap()),
+            train(llama::forward(&llama.with_head_chunk(CHUNK)).unwrap()),
+        ),
+    ];
+    let n = (SIZES.batch * SIZES.seq) as usize;
+    let positions: Vec<u32> = (0..n).map(|i| (i % SIZES.seq as usize) as u32).collect();
+    let inputs = inputs(3).with("positions", positions);
+    for (what, unfused, fused) in cases {
+        assert!(
+            fused
+                .nodes()
+                .iter()
+                .any(|n| matches!(n.op, Op::HeadLoss(_)))
+        );
+        let mut want = cpu(&unfused, &row_major(&unfused), &unfused);
+        let want_loss = want.step(&inputs).unwrap();
+        let want = results(&unfused, |n| want.read(n).unwrap());
+        let mut on_cpu = cpu(&fused, &row_major(&fused), &unfused);
+        let cpu_loss = on_cpu.step(&inputs).unwrap();
+        assert!(
+            (cpu_loss - want_loss).abs() <= 1e-12 * want_loss.abs(),
+            "{what}: loss {cpu_loss}, unfused {want_loss}"
+        );
+        let layouts = row_major(&fused);
+        let memory = plan_memory(&fused, &layouts, SIZES, MemoryOptions::default()).unwrap();
+        let mut on_gpu = GpuStep::new(&gpu, &fused, &layouts, &memory, SIZES, ADAMW).unwrap();
+        for (name, values) in params(&unfused) {
+            on_gpu.set(&name, &values).unwrap();
+        }
+        let gpu_loss = f64::from(on_gpu.step(&inputs).unwrap());
+        assert!(
+            (gpu_loss - want_loss).abs() <= 2e-5 * want_loss.abs(),
+            "{what}: loss {gpu_loss} on the GPU, {want_loss} unfused on the CPU"
+        );
+        let got_cpu = results(&fused, |n| on_cpu.read(n).unwrap());
+        let got_gpu = results(&fused, |n| on_gpu.read(n).unwrap());
+        for (((name, c), (_, g)), (_, w)) in got_cpu.iter().zip(&got_gpu).zip(&want) {
+            let (ec, eg) = (relative_error(c, w), relative_error(g, w));
+            assert!(
+                ec <= 1e-10,
+                "{what}: `{name}` relative error {ec:e} on the CPU"
+            );
+            assert!(
+                eg <= 2e-4,
+                "{what}: `{name}` relative error {eg:e} on the GPU"
+            );
+        }
     }
 }

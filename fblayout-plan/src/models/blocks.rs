@@ -3,7 +3,7 @@
 use fblayout_core::layout::ElemType;
 
 use crate::graph::optimizer::add_adamw;
-use crate::graph::{Act, Dim, Graph, GraphError, Op, Role, TensorId, derive_backward};
+use crate::graph::{Act, Dim, Graph, GraphError, HeadLoss, Op, Role, TensorId, derive_backward};
 
 /// Checks that every size `(name, value)` of a model `model`'s config is at least 1.
 pub(super) fn at_least_one(model: &'static str, sizes: &[(&str, u32)]) -> Result<(), GraphError> {
@@ -73,6 +73,32 @@ impl Blocks {
             ignore_index: u32::MAX,
         };
         self.g.push(ce, &[logits, labels], &[loss])?;
+        Ok(self.g)
+    }
+
+    /// The loss of the head `w` over `x` against `labels`, with the head and its cross-entropy
+    /// one operation that makes the logits `chunk` tokens at a time ([`Op::HeadLoss`]):
+    /// the forward, ready for a transform before its backward. `w` is `[d_in, vocab]`, or
+    /// `[vocab, d_in]` read transposed (a head tied to the embedding table).
+    pub(super) fn fused_forward(
+        mut self,
+        [x, w, labels]: [TensorId; 3],
+        transposed: bool,
+        chunk: u32,
+    ) -> Result<Graph, GraphError> {
+        let loss = self.g.add_tensor(
+            "loss",
+            &[("batch", Dim::Batch), ("seq", Dim::Seq)],
+            ElemType::F32,
+            Role::Loss,
+        )?;
+        let head = HeadLoss {
+            ignore_index: u32::MAX,
+            transposed,
+            biased: false,
+            chunk,
+        };
+        self.g.push(Op::HeadLoss(head), &[x, w, labels], &[loss])?;
         Ok(self.g)
     }
 

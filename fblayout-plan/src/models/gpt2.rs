@@ -49,6 +49,9 @@ pub struct Gpt2Config {
     pub eps: f32,
     /// The feed-forward's activation.
     pub activation: Act,
+    /// Where set, the (tied) head and its cross-entropy are one operation that makes the
+    /// logits this many tokens at a time ([`Op::HeadLoss`]).
+    pub head_chunk: Option<u32>,
 }
 
 impl Gpt2Config {
@@ -65,7 +68,14 @@ impl Gpt2Config {
             layers: 1,
             eps: 1e-5,
             activation: Act::GeluTanh,
+            head_chunk: None,
         }
+    }
+
+    /// With the head and its loss fused, the logits made `chunk` tokens at a time.
+    pub fn with_head_chunk(mut self, chunk: u32) -> Self {
+        self.head_chunk = Some(chunk);
+        self
     }
 
     /// With a position table of `max_positions`.
@@ -176,6 +186,9 @@ pub fn forward(config: &Gpt2Config) -> Result<Graph, GraphError> {
         x,
         c.eps,
     )?;
+    if let Some(chunk) = c.head_chunk {
+        return b.fused_forward([h, wte, labels], true, chunk);
+    }
     let logits = b.act("logits", c.vocab)?;
     b.g.push(Op::LinearT, &[h, wte], &[logits])?;
     b.forward(logits, labels)

@@ -58,6 +58,9 @@ pub struct LlamaConfig {
     pub rope_scaling: RopeScaling,
     /// The longest sequence (the rows of RoPE's tables).
     pub max_positions: u32,
+    /// Where set, the head and its cross-entropy are one operation that makes the logits this
+    /// many tokens at a time ([`Op::HeadLoss`](crate::graph::Op::HeadLoss)).
+    pub head_chunk: Option<u32>,
 }
 
 impl LlamaConfig {
@@ -78,7 +81,14 @@ impl LlamaConfig {
             rope_theta: 10_000.0,
             rope_scaling: RopeScaling::None,
             max_positions: 2048,
+            head_chunk: None,
         }
+    }
+
+    /// With the head and its loss fused, the logits made `chunk` tokens at a time.
+    pub fn with_head_chunk(mut self, chunk: u32) -> Self {
+        self.head_chunk = Some(chunk);
+        self
     }
 
     /// With `kv_heads` key/value heads.
@@ -255,6 +265,14 @@ pub fn forward(config: &LlamaConfig) -> Result<Graph, GraphError> {
         x = b.add(&a("res2"), x, down)?;
     }
     let h = b.rms_norm("model.norm.weight", "final_norm", x, c.eps)?;
-    let logits = b.linear("lm_head.weight", "logits", h, c.vocab)?;
-    b.forward(logits, labels)
+    match c.head_chunk {
+        None => {
+            let logits = b.linear("lm_head.weight", "logits", h, c.vocab)?;
+            b.forward(logits, labels)
+        }
+        Some(chunk) => {
+            let w = b.param("lm_head.weight", &[("d_in", c.hidden), ("d_out", c.vocab)])?;
+            b.fused_forward([h, w, labels], false, chunk)
+        }
+    }
 }
