@@ -12,8 +12,9 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"] and m["target"]["name"].startswith("ops_"):
         print(m["executable"])')
-# The executor's GPU tests: whole training steps, in f32 and in mixed precision.
-tests="$tests $(cargo test --release --locked -p fblayout-plan --test exec_gpu --no-run --message-format=json 2>/dev/null |
+# The executor's GPU tests: whole training steps, in f32 and in mixed precision, and the fused
+# language-model head's.
+tests="$tests $(cargo test --release --locked -p fblayout-plan --test exec_gpu --test head_loss --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
