@@ -112,7 +112,8 @@ pub enum Op {
     },
     /// `x, w[, b], labels → loss`: a language-model head and its cross-entropy in one,
     /// `loss = CE(x·w [+ b], labels)`, the logits made and reduced `chunk` tokens at a time and
-    /// never stored whole (see [`Graph::fuse_head`](super::Graph::fuse_head)).
+    /// never stored whole (see `fblayout_plan::ops`' `head_loss`; models build it with
+    /// [`ModelConfig::with_head_chunk`](crate::models::ModelConfig::with_head_chunk)).
     HeadLoss(HeadLoss),
 
     /// `ids, dout → dtable`: the embedding's scatter-add.

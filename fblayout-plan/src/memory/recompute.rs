@@ -29,7 +29,7 @@ fn cheap(op: Op) -> bool {
 /// backward, and recomputing it keeps nothing else alive. The rewrite duplicates the operation
 /// just before the first backward operation that reads the output, writing fresh tensors
 /// (`<name>.re`, in the original's layout), and the backward reads those. The duplicate is
-/// still a forward operation ([`Op::pass`]), in the backward's part of the order.
+/// still a forward operation ([`Op::phase`]), in the backward's part of the order.
 pub fn recompute(
     graph: &Graph,
     layouts: &[LayoutChoice],
