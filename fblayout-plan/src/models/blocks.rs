@@ -38,6 +38,16 @@ pub(super) fn positive_eps(model: &'static str, eps: f32) -> Result<(), GraphErr
     Ok(())
 }
 
+/// A model's per-token loss `loss [batch, seq]`, added to `g`.
+pub(super) fn loss_tensor(g: &mut Graph) -> Result<TensorId, GraphError> {
+    g.add_tensor(
+        "loss",
+        &[("batch", Dim::Batch), ("seq", Dim::Seq)],
+        ElemType::F32,
+        Role::Loss,
+    )
+}
+
 /// The backward and AdamW of `forward` (a model's forward and loss, perhaps transformed):
 /// the finished training graph.
 pub(super) fn train(mut forward: Graph) -> Result<Graph, GraphError> {
@@ -63,12 +73,7 @@ impl Blocks {
         logits: TensorId,
         labels: TensorId,
     ) -> Result<Graph, GraphError> {
-        let loss = self.g.add_tensor(
-            "loss",
-            &[("batch", Dim::Batch), ("seq", Dim::Seq)],
-            ElemType::F32,
-            Role::Loss,
-        )?;
+        let loss = loss_tensor(&mut self.g)?;
         let ce = Op::CrossEntropy {
             ignore_index: u32::MAX,
         };
@@ -86,12 +91,7 @@ impl Blocks {
         transposed: bool,
         chunk: u32,
     ) -> Result<Graph, GraphError> {
-        let loss = self.g.add_tensor(
-            "loss",
-            &[("batch", Dim::Batch), ("seq", Dim::Seq)],
-            ElemType::F32,
-            Role::Loss,
-        )?;
+        let loss = loss_tensor(&mut self.g)?;
         let head = HeadLoss {
             ignore_index: u32::MAX,
             transposed,

@@ -261,12 +261,7 @@ impl Builder {
 
     /// The per-token loss `[batch, seq]`.
     fn loss(&mut self) -> Result<TensorId, GraphError> {
-        self.g.add_tensor(
-            "loss",
-            &[("batch", Dim::Batch), ("seq", Dim::Seq)],
-            ElemType::F32,
-            Role::Loss,
-        )
+        blocks::loss_tensor(&mut self.g)
     }
 
     fn param(&mut self, name: &str, axes: &[(&str, u32)]) -> Result<TensorId, GraphError> {
