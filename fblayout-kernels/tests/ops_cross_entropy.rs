@@ -352,6 +352,15 @@ fn rows_taken_in_chunks_with_one_total_are_the_whole() {
             );
         }
     }
+    // The total refuses labels that are not u32, as the cross-entropy does, and a loss that
+    // is not one value a row.
+    let case = Case::new(&mut rng, Layout2::RowMajor, ROWS, VOCAB, ElemType::F32);
+    let float_labels = view_1d_dyn("labels", "rows", ROWS, ElemType::F32).0;
+    let err = CrossEntropyTotal::new(gpu, &float_labels, &case.loss.view, IGNORE).unwrap_err();
+    assert!(err.to_string().contains("labels are u32"), "{err}");
+    let err =
+        CrossEntropyTotal::new(gpu, &case.labels_view, &case.logits.view, IGNORE).unwrap_err();
+    assert!(err.to_string().contains("rank 2"), "{err}");
 }
 
 #[test]

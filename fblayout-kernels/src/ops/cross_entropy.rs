@@ -222,14 +222,7 @@ impl CrossEntropyOp {
         rank("loss", loss, 1)?;
         check_float(FORWARD, "logits", logits)?;
         check_float(FORWARD, "loss", loss)?;
-        if labels.layout().elem() != ElemType::U32 {
-            return Err(OpError::Unsupported {
-                op: FORWARD,
-                role: "labels",
-                view: labels.name().to_owned(),
-                why: format!("it stores {}; labels are u32", labels.layout().elem()),
-            });
-        }
+        check_u32_labels(FORWARD, labels)?;
         let rows = |v: &View| v.axes()[0].extent.as_static();
         for (role, view) in [("labels", labels), ("loss", loss)] {
             if let (Some(a), Some(b)) = (rows(view), rows(logits)) {
@@ -502,6 +495,19 @@ impl CrossEntropyOp {
     }
 }
 
+/// Checks that `labels` stores `u32`s.
+fn check_u32_labels(op: &'static str, labels: &View) -> Result<(), OpError> {
+    if labels.layout().elem() == ElemType::U32 {
+        return Ok(());
+    }
+    Err(OpError::Unsupported {
+        op,
+        role: "labels",
+        view: labels.name().to_owned(),
+        why: format!("it stores {}; labels are u32", labels.layout().elem()),
+    })
+}
+
 /// A state of `views` for batches of `rows` rows (zeros until a forward writes it).
 fn new_state(gpu: &Gpu, views: &StateViews, rows: u32) -> Result<CrossEntropyState, OpError> {
     if rows == 0 || rows >= 1 << 24 {
@@ -579,6 +585,7 @@ impl CrossEntropyTotal {
             }
         }
         check_float(MEAN, "loss", loss)?;
+        check_u32_labels(MEAN, labels)?;
         let state = StateViews::new()?;
         Ok(Self {
             ignore_index,
