@@ -25,7 +25,7 @@ use fblayout_kernels::runtime::{Gpu, default_cache_dir};
 use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
 use fblayout_plan::graph::Sizes;
 use fblayout_plan::graph::precision::Precision;
-use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::memory::{MemoryOptions, plan_memory, recompute};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
 use support::{Precisions, Res, err, exit, median, print_adapter};
@@ -85,6 +85,10 @@ struct Args {
     /// tokens at a time instead of storing them whole.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     head_chunk: Option<u32>,
+    /// Make the cheap activations (elementwise operations and normalisations) again in the
+    /// backward instead of keeping them from the forward: less memory, a little more time.
+    #[arg(long)]
+    recompute: bool,
     /// Also list the operations that took the most GPU time in one step, this many per
     /// strategy.
     #[arg(long, default_value_t = 0)]
@@ -232,17 +236,20 @@ fn measure(
     args: &Args,
 ) -> Res<Row> {
     let p = plan(graph, sizes, model, strategy).map_err(err)?;
-    let memory =
-        plan_memory(p.graph(), p.layouts(), sizes, MemoryOptions::default()).map_err(err)?;
-    let mut step = GpuStep::new(
-        gpu,
-        p.graph(),
-        p.layouts(),
-        &memory,
-        sizes,
-        AdamWConfig::default(),
-    )
-    .map_err(err)?;
+    // With `--recompute`, the planned graph with its cheap activations made again in the
+    // backward (the prediction stays the plan's, without the operations run again).
+    let recomputed = if args.recompute {
+        Some(recompute(p.graph(), p.layouts()).map_err(err)?)
+    } else {
+        None
+    };
+    let (g, layouts) = match &recomputed {
+        Some((g, l)) => (g, &l[..]),
+        None => (p.graph(), p.layouts()),
+    };
+    let memory = plan_memory(g, layouts, sizes, MemoryOptions::default()).map_err(err)?;
+    let mut step =
+        GpuStep::new(gpu, g, layouts, &memory, sizes, AdamWConfig::default()).map_err(err)?;
     step.upload_params(7).map_err(err)?;
     let tuning = Instant::now();
     let on_cores = step.tune().map_err(err)?;
@@ -354,19 +361,29 @@ fn check_losses(rows: &[Row], precision: Precision) -> Res<()> {
 }
 
 fn print_rows(rows: &[Row]) {
-    let (a, b) = (rows[0].step_ms, rows[1].step_ms);
+    // The ratios are against the first two rows measured (the strategies chosen may be fewer
+    // than three).
+    let a = rows[0].step_ms;
+    let b = rows.get(1).map(|r| r.step_ms);
+    let ratio = |base: Option<f64>, r: &Row| {
+        base.map_or("—".to_owned(), |x| format!("{:.2}×", x / r.step_ms))
+    };
+    // Each label starts with its tag, `(a)`, `(b)` or `(c)`.
+    let tag = |r: &Row| r.label.split(' ').next().unwrap_or(r.label).to_owned();
+    let second = rows.get(1).map_or("—".to_owned(), tag);
     println!(
-        "| strategy | step ms (median) | (a) / this | (b) / this | host ms (inputs / record / submit) | kernels ms | peak MiB | peak vs (a) | conversions | predicted ms |"
+        "| strategy | step ms (median) | {0} / this | {second} / this | host ms (inputs / record / submit) | kernels ms | peak MiB | peak vs {0} | conversions | predicted ms |",
+        tag(&rows[0])
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     for r in rows {
         println!(
-            "| {} | {:.2} | {:.2}× | {:.2}× | {:.2} ({:.2} / {:.2} / {:.2}) | {:.2} | {:.0} | {:.2}× | {} | {:.2} |",
+            "| {} | {:.2} | {} | {} | {:.2} ({:.2} / {:.2} / {:.2}) | {:.2} | {:.0} | {:.2}× | {} | {:.2} |",
             r.label,
             r.step_ms,
-            a / r.step_ms,
-            b / r.step_ms,
+            ratio(Some(a), r),
+            ratio(b, r),
             r.host_ms[0],
             r.host_ms[1],
             r.host_ms[2],

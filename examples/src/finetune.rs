@@ -145,6 +145,10 @@ pub(crate) struct FinetuneArgs {
     /// fresh machine, then cached): a short run of a small model does better without.
     #[arg(long)]
     no_tune: bool,
+    /// Make the cheap activations (elementwise operations and normalisations) again in the
+    /// backward instead of keeping them: less memory, a little more time, the same values.
+    #[arg(long)]
+    recompute: bool,
 }
 
 /// Why `fblayout finetune` failed.
@@ -275,6 +279,7 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     let mut trainer = builder
         .precision(args.precision.into())
         .tune(!args.no_tune)
+        .recompute(args.recompute)
         .loss_scaling(LossScaling {
             initial: args.loss_scale,
             ..LossScaling::default()

@@ -4,9 +4,15 @@
 
 mod exec_support;
 
-use exec_support::{SIZES, graph, random_layouts, row_major, run_cpu, with_converts};
+use exec_support::{
+    ADAMW, SIZES, SMALL, family_layouts, gpu, graph, random_layouts, row_major, run_cpu,
+    with_converts,
+};
 use fblayout_kernels::runtime::granular;
+use fblayout_plan::exec::{GpuStep, StepInputs};
+use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Dim, Graph, Op, Role, Sizes};
+use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::layouts::{MIN_PITCHED, ROW_ALIGN};
 use fblayout_plan::memory::{Category, MemoryOptions, MemoryPlan, plan_memory, recompute};
 use fblayout_plan::models::{Model, ModelConfig, build};
@@ -253,6 +259,46 @@ fn recomputation_keeps_the_results_and_lowers_the_peak() {
         assert!(placed(&after) < placed(&before), "{model:?}");
         assert!(after.held_bytes() > before.held_bytes(), "{model:?}");
         assert!(recompute(&g, &layouts[1..]).is_err());
+    }
+}
+
+#[test]
+fn on_the_gpu_a_recomputed_mixed_step_with_the_fused_head_is_the_same_step() {
+    // The combination the memory floor of the benchmarks is planned with: mixed precision, the
+    // head fused with its cross-entropy, cheap activations made again in the backward. The
+    // duplicates run the same kernels on the same inputs, so every bit agrees with the step
+    // that keeps them.
+    let gpu = gpu();
+    let inputs = StepInputs::random(SMALL.vocab, SIZES, 5);
+    for model in MODELS {
+        let g = Precision::Mixed
+            .apply(&build(model, SMALL.with_head_chunk(3)).unwrap())
+            .unwrap();
+        let layouts = family_layouts(&g, 21);
+        let (rg, rl) = recompute(&g, &layouts).unwrap();
+        assert!(rg.nodes().len() > g.nodes().len(), "{model:?}");
+        let run = |g: &Graph, layouts: &[LayoutChoice]| {
+            let memory = plan_memory(g, layouts, SIZES, MemoryOptions::default()).unwrap();
+            let mut step = GpuStep::new(&gpu, g, layouts, &memory, SIZES, ADAMW).unwrap();
+            step.upload_params(7).unwrap();
+            let losses = [step.step(&inputs).unwrap(), step.step(&inputs).unwrap()];
+            assert!(!step.last_step_skipped(), "{model:?}: the step overflowed");
+            let params: Vec<Vec<f64>> = g
+                .params()
+                .into_iter()
+                .map(|p| step.read(&g.tensor(p).name).unwrap())
+                .collect();
+            (losses, params, memory.peak_live_bytes())
+        };
+        let (want_losses, want, peak) = run(&g, &layouts);
+        let (losses, got, recomputed_peak) = run(&rg, &rl);
+        assert!(want_losses[1].is_finite(), "{model:?}");
+        assert_eq!(losses, want_losses, "{model:?}: the losses of two steps");
+        assert_eq!(got, want, "{model:?}: the parameters after two steps");
+        assert!(
+            recomputed_peak < peak,
+            "{model:?}: {recomputed_peak} vs {peak}"
+        );
     }
 }
 

@@ -256,3 +256,46 @@ fn a_label_outside_the_head_or_a_task_the_model_lacks_is_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("classification head"), "{e}");
 }
+
+/// A run's settings, given where it writes.
+type Run = dyn Fn(&Path) -> TrainerBuilder<'static>;
+
+#[test]
+fn recomputing_activations_changes_no_loss() {
+    // Making the cheap activations again in the backward (on the CPU, in f64: the same
+    // operations on the same inputs) must give every loss and evaluation bit for bit, for each
+    // architecture and with LoRA, while the planned peak falls.
+    let llama = support::root().join("tests/fixtures/hf/llama/model");
+    let lora = || LoraConfig::new(2, 4.0, Vec::<String>::new());
+    let runs: [(&str, Box<Run>); 4] = [
+        ("GPT-2", Box::new(|out| lm(&gpt2(), out).steps(3))),
+        ("Llama", Box::new(move |out| lm(&llama, out).steps(3))),
+        (
+            "GPT-2 with LoRA",
+            Box::new(move |out| lm(&gpt2(), out).lora(lora()).steps(3)),
+        ),
+        (
+            "BERT classifier",
+            Box::new(|out| rabbits(&bert(), out).steps(3).eval_every(1)),
+        ),
+    ];
+    for (what, run) in runs {
+        let (kept, again) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let want = run(kept.path()).build().unwrap().run(|_| {}).unwrap();
+        let got = run(again.path())
+            .recompute(true)
+            .build()
+            .unwrap()
+            .run(|_| {})
+            .unwrap();
+        assert_eq!(losses(&got.records), losses(&want.records), "{what}");
+        assert_eq!(evals(&got.records), evals(&want.records), "{what}");
+        assert!(!losses(&want.records).is_empty(), "{what}");
+        assert!(
+            got.peak_bytes < want.peak_bytes,
+            "{what}: peak {} bytes with recomputation, {} without",
+            got.peak_bytes,
+            want.peak_bytes
+        );
+    }
+}

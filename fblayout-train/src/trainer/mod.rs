@@ -248,6 +248,7 @@ pub struct TrainerBuilder<'g> {
     loss_scaling: LossScaling,
     strategy: Option<Strategy>,
     tune: bool,
+    recompute: bool,
 }
 
 impl<'g> TrainerBuilder<'g> {
@@ -430,6 +431,14 @@ impl<'g> TrainerBuilder<'g> {
         self
     }
 
+    /// Whether the step makes its cheap activations (elementwise operations and
+    /// normalisations) again in the backward instead of keeping them from the forward (default
+    /// `false`): a lower peak of memory for a few more passes over it, and the same values.
+    pub fn recompute(mut self, recompute: bool) -> Self {
+        self.recompute = recompute;
+        self
+    }
+
     /// Another training data file.
     pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
         self.data = file.into();
@@ -507,6 +516,7 @@ impl<'g> Trainer<'g> {
             loss_scaling: LossScaling::default(),
             strategy: None,
             tune: true,
+            recompute: false,
         }
     }
 

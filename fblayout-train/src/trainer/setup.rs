@@ -9,7 +9,7 @@ use fblayout_hf::config::ModelConfig;
 use fblayout_plan::exec::{AdamWConfig, CpuStep, ExecError, GpuStep};
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Role, Sizes};
-use fblayout_plan::memory::{MemoryOptions, plan_memory};
+use fblayout_plan::memory::{MemoryOptions, plan_memory, recompute};
 use fblayout_plan::select::{self, CostModel, Strategy};
 
 use super::executor::Executor;
@@ -133,14 +133,24 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         None => CPU_STRATEGY,
     });
     let plan = select::plan(&graph, sizes, &CostModel::analytic(), strategy)?;
+    let recomputed = if s.recompute {
+        let graph_error = |source| fblayout_hf::graph::GraphError::Graph {
+            file: dir.dir().join(fblayout_hf::CONFIG_FILE),
+            source,
+        };
+        Some(recompute(plan.graph(), plan.layouts()).map_err(graph_error)?)
+    } else {
+        None
+    };
+    // The graph that runs, and its layouts: the plan's, or the plan's with activations made
+    // again in the backward.
+    let (run, layouts) = match &recomputed {
+        Some((g, l)) => (g, &l[..]),
+        None => (plan.graph(), plan.layouts()),
+    };
     // A classifier's evaluation reads the logits back for its accuracy.
     let kept = (s.task == Task::Classify).then_some(LOGITS);
-    let memory = plan_memory(
-        plan.graph(),
-        plan.layouts(),
-        sizes,
-        MemoryOptions::default().keeping(kept),
-    )?;
+    let memory = plan_memory(run, layouts, sizes, MemoryOptions::default().keeping(kept))?;
     let adamw = AdamWConfig {
         lr: s.lr as f32,
         weight_decay: s.weight_decay as f32,
@@ -148,7 +158,7 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
     };
     let (mut step, device) = match s.gpu {
         None => {
-            let cpu = CpuStep::new(plan.graph(), plan.layouts(), &memory, sizes, adamw)
+            let cpu = CpuStep::new(run, layouts, &memory, sizes, adamw)
                 .map_err(exec("building the CPU step"))?;
             (
                 Executor::Cpu(Box::new(cpu)),
@@ -156,7 +166,7 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
             )
         }
         Some(gpu) => {
-            let mut step = GpuStep::new(gpu, plan.graph(), plan.layouts(), &memory, sizes, adamw)
+            let mut step = GpuStep::new(gpu, run, layouts, &memory, sizes, adamw)
                 .map_err(exec("building the GPU step"))?;
             if s.precision == Precision::Mixed {
                 step.set_loss_scaling(s.loss_scaling)
@@ -186,7 +196,7 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         step.set(name, v)
             .map_err(exec("setting the model's parameters"))?;
     }
-    let g = plan.graph();
+    let g = run;
     let persistent: Vec<(String, Vec<usize>)> = g
         .ids()
         .filter(|&t| matches!(g.tensor(t).role, Role::Param | Role::State { .. }))
