@@ -149,6 +149,11 @@ pub(crate) struct FinetuneArgs {
     /// backward instead of keeping them: less memory, a little more time, the same values.
     #[arg(long)]
     recompute: bool,
+    /// `lm`: fuse the head with its cross-entropy, making the logits this many tokens at a time
+    /// instead of storing all of them (less memory; the head's product runs again in the
+    /// backward).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    head_chunk: Option<u32>,
 }
 
 /// Why `fblayout finetune` failed.
@@ -271,6 +276,9 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     }
     if let Some(classes) = args.labels {
         builder = builder.labels(classes);
+    }
+    if let Some(tokens) = args.head_chunk {
+        builder = builder.head_chunk(tokens);
     }
     let gpu = device::open(args.device, args.precision)?;
     if let Some(gpu) = &gpu {

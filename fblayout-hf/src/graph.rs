@@ -25,7 +25,7 @@
 use std::path::{Path, PathBuf};
 
 use fblayout_plan::graph::optimizer::add_adamw;
-use fblayout_plan::graph::{Act, Graph, Op, Role, TensorId, derive_backward};
+use fblayout_plan::graph::{Act, Graph, Role, TensorId, derive_backward};
 use fblayout_plan::lora::PEFT_PREFIX;
 use fblayout_plan::models::bert::{self, BertConfig as PlanBert};
 use fblayout_plan::models::gpt2::{self, Gpt2Config as PlanGpt2};
@@ -220,12 +220,12 @@ pub(crate) fn is_transposed(config: &ModelConfig, graph: &Graph, p: TensorId) ->
         return false;
     }
     graph.nodes().iter().any(|n| {
-        n.op == Op::Linear
-            && n.op
-                .input_roles()
+        n.op.linear_weight().is_some_and(|weight| {
+            n.op.input_roles()
                 .iter()
                 .zip(&n.inputs)
-                .any(|(&role, &t)| role == "w" && t == p)
+                .any(|(&role, &t)| role == weight && t == p)
+        })
     })
 }
 

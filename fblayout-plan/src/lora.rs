@@ -46,7 +46,7 @@
 
 use fblayout_core::layout::ElemType;
 
-use crate::exec::initial_values_rng;
+use crate::exec::named_rng;
 use crate::graph::{Dim, Graph, GraphError, Node, Op, Role, TensorId};
 
 /// The prefix peft's `save_pretrained` gives a LoRA model's tensor names.
@@ -202,15 +202,15 @@ impl Lora {
 
     /// Every adapter matrix with its initial values as peft's default makes them: `A`
     /// uniform in `±1/√d_in` (Kaiming-uniform with `a = √5`), `B` zero, so the adapted model
-    /// starts as the base. `A` draws from `seed` and its id, like
-    /// [`initial_values`](crate::exec::initial_values).
+    /// starts as the base. `A` draws from `seed` and its name, so that the same adapters
+    /// start the same whatever else the graph holds (a fused head, other targets).
     pub fn initial_values(&self, graph: &Graph, seed: u64) -> Vec<(String, Vec<f64>)> {
         let mut out = Vec::with_capacity(2 * self.adapters.len());
         for adapter in &self.adapters {
             let a = graph.tensor(adapter.a);
             let [rank, d_in] = fixed(graph, adapter.a);
             let bound = 1.0 / f64::from(d_in).sqrt();
-            let mut rng = initial_values_rng(adapter.a, seed);
+            let mut rng = named_rng(&a.name, seed);
             let values = (0..rank * d_in)
                 .map(|_| rng.uniform(-bound, bound))
                 .collect();

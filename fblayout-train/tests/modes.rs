@@ -299,3 +299,79 @@ fn recomputing_activations_changes_no_loss() {
         );
     }
 }
+
+#[test]
+fn a_fused_head_trains_and_exports_what_the_unfused_head_does() {
+    // The language models' heads fused with their cross-entropy, 5 tokens at a time (2 × 16
+    // tokens a batch: the last chunk short). The losses of the chunks are summed in another
+    // order, so the runs agree to f64's round-off rather than bit for bit; the export of the
+    // fused run holds the same tensors under the same names. (At these fixtures' vocabularies
+    // the logits are a few kilobytes, less than the chunks' parameter blocks: the memory the
+    // fusion saves at real sizes is tested with the memory plan, in fblayout-plan.)
+    let llama = support::root().join("tests/fixtures/hf/llama/model");
+    let lora = || LoraConfig::new(2, 4.0, Vec::<String>::new());
+    let runs: [(&str, Box<Run>); 3] = [
+        ("GPT-2 (tied head)", Box::new(|out| lm(&gpt2(), out).steps(3))),
+        ("Llama", Box::new(move |out| lm(&llama, out).steps(3))),
+        (
+            "GPT-2 with LoRA",
+            Box::new(move |out| lm(&gpt2(), out).lora(lora()).steps(3)),
+        ),
+    ];
+    for (what, run) in runs {
+        let (kept, fused) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let want = run(kept.path()).build().unwrap().run(|_| {}).unwrap();
+        let got = run(fused.path())
+            .head_chunk(5)
+            .build()
+            .unwrap()
+            .run(|_| {})
+            .unwrap();
+        let (a, b) = (losses(&got.records), losses(&want.records));
+        assert_eq!(a.len(), 3, "{what}");
+        for (x, y) in a.iter().zip(&b).chain(evals(&got.records).iter().zip(&evals(&want.records))) {
+            assert!(close(*x, *y, 1e-12), "{what}: {a:?} fused, {b:?} not");
+        }
+        // The same tensors under the same names, values within f32's rounding of each other.
+        let exported = |dir: &Path| {
+            let (sub, file) = if what.contains("LoRA") {
+                (EXPORT_ADAPTER, "adapter_model.safetensors")
+            } else {
+                (EXPORT_MODEL, "model.safetensors")
+            };
+            let bytes = std::fs::read(dir.join(sub).join(file)).unwrap();
+            let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            let mut all: Vec<(String, Vec<usize>, Vec<f32>)> = st
+                .tensors()
+                .into_iter()
+                .map(|(n, v)| {
+                    let values = v
+                        .data()
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect();
+                    (n, v.shape().to_vec(), values)
+                })
+                .collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all
+        };
+        let (x, y) = (exported(&got.export), exported(&want.export));
+        assert_eq!(x.len(), y.len(), "{what}");
+        for ((n, shape, a), (m, want_shape, b)) in x.iter().zip(&y) {
+            assert_eq!((n, shape), (m, want_shape), "{what}");
+            for (p, q) in a.iter().zip(b) {
+                assert!(close(f64::from(*p), f64::from(*q), 1e-6), "{what}: `{n}` {p} vs {q}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_head_chunk_needs_a_language_model_and_a_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = rabbits(&bert(), dir.path()).head_chunk(4).build().unwrap_err();
+    assert!(e.to_string().contains("--task lm"), "{e}");
+    let e = lm(&gpt2(), dir.path()).head_chunk(0).build().unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+}

@@ -1,6 +1,6 @@
 //! The initial values of parameters, drawn from a seed.
 
-use crate::graph::{Graph, HeadLoss, Op, Sizes, TensorId};
+use crate::graph::{Graph, Op, Sizes, TensorId};
 
 /// A small deterministic generator (xorshift64*).
 pub(crate) struct Rng(u64);
@@ -43,15 +43,13 @@ pub fn initial_values(graph: &Graph, param: TensorId, seed: u64) -> Vec<f64> {
     let fixed = Sizes { batch: 1, seq: 1 };
     let n = tensor.elements(fixed) as usize;
     let reader = first_reader(graph, param);
+    // Whether the first reader reads it as a linear layer's weight (a fused head's included).
+    let linear = reader.is_some_and(|(op, k)| {
+        op.linear_weight()
+            .is_some_and(|role| op.input_roles().get(k) == Some(&role))
+    });
     let (lo, hi) = match reader {
-        // A fused head reads its weight as the linear layer it replaces does.
-        Some((
-            Op::Linear
-            | Op::HeadLoss(HeadLoss {
-                transposed: false, ..
-            }),
-            1,
-        )) => {
+        _ if linear => {
             let fan_in = f64::from(tensor.axes[0].dim.value(fixed));
             (-1.0 / fan_in.sqrt(), 1.0 / fan_in.sqrt())
         }
@@ -64,8 +62,18 @@ pub fn initial_values(graph: &Graph, param: TensorId, seed: u64) -> Vec<f64> {
 }
 
 /// The stream parameter `param` draws its initial values from, for `seed`.
-pub(crate) fn initial_values_rng(param: TensorId, seed: u64) -> Rng {
+fn initial_values_rng(param: TensorId, seed: u64) -> Rng {
     Rng::new(seed ^ (u64::from(param.0) << 32))
+}
+
+/// The stream a tensor named `name` draws its initial values from, for `seed`: the same in
+/// any graph that has a tensor of that name, whatever else the graph holds (FNV-1a of the
+/// name).
+pub(crate) fn named_rng(name: &str, seed: u64) -> Rng {
+    let hash = name.bytes().fold(0xCBF2_9CE4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3)
+    });
+    Rng::new(seed ^ hash)
 }
 
 /// The first operation that reads `t`, or a copy of it (a parameter's copy, or through

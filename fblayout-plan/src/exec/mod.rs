@@ -41,7 +41,7 @@ pub use fblayout_kernels::runtime::Timing;
 pub(crate) use gpu::section;
 pub use gpu::{GpuStep, HostTime};
 pub use init::initial_values;
-pub(crate) use init::initial_values_rng;
+pub(crate) use init::named_rng;
 pub use scaling::{LossScaleState, LossScaling};
 
 use crate::graph::{Graph, Role, Sizes, Tensor, TensorId};

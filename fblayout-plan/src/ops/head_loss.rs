@@ -214,8 +214,8 @@ impl Contract for Head {
         })
     }
 
-    fn copied_weight(&self) -> Option<&'static str> {
-        // As the linear layer's products: a tied (transposed) table is read as stored.
+    fn linear_weight(&self) -> Option<&'static str> {
+        // As the linear layer's products: a transposed weight is a tied embedding table.
         (!self.p.transposed).then_some("w")
     }
 

@@ -152,8 +152,8 @@ impl Contract for Linear {
         Some(KernelKind::Linear)
     }
 
-    fn copied_weight(&self) -> Option<&'static str> {
-        // A transposed weight (a tied embedding table) is read as stored.
+    fn linear_weight(&self) -> Option<&'static str> {
+        // A transposed weight is a tied embedding table.
         (!self.transposed).then_some("w")
     }
 
@@ -252,7 +252,7 @@ impl Contract for LinearGradInput {
         Some(KernelKind::LinearGradInput)
     }
 
-    fn copied_weight(&self) -> Option<&'static str> {
+    fn linear_weight(&self) -> Option<&'static str> {
         (!self.transposed).then_some("w")
     }
 

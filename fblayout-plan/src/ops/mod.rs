@@ -294,10 +294,18 @@ pub(crate) trait Contract {
         0
     }
 
-    /// The role its product reads as a weight that mixed precision gives an `f16` copy (see
-    /// [`precision`](crate::graph::precision)), so that both factors of the product are `f16`.
-    fn copied_weight(&self) -> Option<&'static str> {
+    /// The role it reads as a linear layer's weight matrix, `[d_in, d_out]`: what a
+    /// checkpoint's `nn.Linear` holds as `[out, in]`. An embedding table a tied head reads
+    /// transposed is not one.
+    fn linear_weight(&self) -> Option<&'static str> {
         None
+    }
+
+    /// The role its product reads as a weight that mixed precision gives an `f16` copy (see
+    /// [`precision`](crate::graph::precision)), so that both factors of the product are `f16`:
+    /// its linear weight (a table read transposed is read as stored).
+    fn copied_weight(&self) -> Option<&'static str> {
+        self.linear_weight()
     }
 
     /// The most dispatches its kernels record in a step (the memory plan counts a parameter
@@ -435,6 +443,12 @@ impl Op {
     /// A small instance of the operation, for forward operations (see [`Sample`]).
     pub fn sample(&self) -> Option<Sample> {
         self.contract().sample()
+    }
+
+    /// The input role it reads as a linear layer's weight matrix, `[d_in, d_out]`, where it
+    /// has one: what a checkpoint's `nn.Linear` holds as `[out, in]`.
+    pub fn linear_weight(&self) -> Option<&'static str> {
+        self.contract().linear_weight()
     }
 
     /// The names of its input roles, in the node's order.

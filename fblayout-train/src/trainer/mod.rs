@@ -249,6 +249,7 @@ pub struct TrainerBuilder<'g> {
     strategy: Option<Strategy>,
     tune: bool,
     recompute: bool,
+    head_chunk: Option<u32>,
 }
 
 impl<'g> TrainerBuilder<'g> {
@@ -439,6 +440,16 @@ impl<'g> TrainerBuilder<'g> {
         self
     }
 
+    /// A language model's head and its cross-entropy fused, making the logits `tokens` rows at a
+    /// time instead of storing all of them and their gradient (default: not fused). The
+    /// vocabulary-wide logits are usually the largest tensors of a step; the fused head makes
+    /// the head's product a second time in the backward. Evaluation reads only the loss, so
+    /// it is the same either way.
+    pub fn head_chunk(mut self, tokens: u32) -> Self {
+        self.head_chunk = Some(tokens);
+        self
+    }
+
     /// Another training data file.
     pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
         self.data = file.into();
@@ -517,6 +528,7 @@ impl<'g> Trainer<'g> {
             strategy: None,
             tune: true,
             recompute: false,
+            head_chunk: None,
         }
     }
 

@@ -8,7 +8,7 @@ use fblayout_plan::exec::initial_values;
 use fblayout_plan::graph::optimizer::add_adamw;
 use fblayout_plan::graph::{Graph, derive_backward};
 use fblayout_plan::lora::{self, Lora, LoraConfig};
-use fblayout_plan::models::bert;
+use fblayout_plan::models::{bert, gpt2, llama};
 
 use super::{Task, TrainError};
 
@@ -62,14 +62,32 @@ fn check_task(config: &ModelConfig, task: Task) -> Result<(), TrainError> {
     }
 }
 
-/// The forward of the model in `dir`, its classification head `classes` wide where given.
-fn forward(dir: &ModelDir, classes: Option<u32>) -> Result<Graph, GraphError> {
-    match (dir.config(), classes) {
-        (ModelConfig::Bert(c), Some(n)) if n as usize != c.num_labels() => {
-            let file = dir.dir().join(CONFIG_FILE);
+/// The forward of the model in `dir`, its classification head `classes` wide where given, a
+/// language model's head fused with its cross-entropy `head_chunk` tokens at a time where
+/// given.
+fn forward(
+    dir: &ModelDir,
+    classes: Option<u32>,
+    head_chunk: Option<u32>,
+) -> Result<Graph, GraphError> {
+    let file = dir.dir().join(CONFIG_FILE);
+    let graph = |source| GraphError::Graph {
+        file: file.clone(),
+        source,
+    };
+    match (dir.config(), classes, head_chunk) {
+        (ModelConfig::Bert(c), Some(n), _) if n as usize != c.num_labels() => {
             let mut spec = fblayout_hf::graph::bert_config(c, &file)?;
             spec.labels = n;
-            bert::forward(&spec).map_err(|source| GraphError::Graph { file, source })
+            bert::forward(&spec).map_err(graph)
+        }
+        (ModelConfig::Gpt2(c), _, Some(chunk)) => {
+            let spec = fblayout_hf::graph::gpt2_config(c, &file)?.with_head_chunk(chunk);
+            gpt2::forward(&spec).map_err(graph)
+        }
+        (ModelConfig::Llama(c), _, Some(chunk)) => {
+            let spec = fblayout_hf::graph::llama_config(c, &file)?.with_head_chunk(chunk);
+            llama::forward(&spec).map_err(graph)
         }
         _ => fblayout_hf::graph::forward(dir),
     }
@@ -83,6 +101,7 @@ pub(super) fn build(
     task: Task,
     classes: Option<u32>,
     lora: Option<&LoraConfig>,
+    head_chunk: Option<u32>,
     seed: u64,
 ) -> Result<Model, TrainError> {
     check_task(dir.config(), task)?;
@@ -94,8 +113,13 @@ pub(super) fn build(
             "--labels sizes a classification head: it needs --task classify".into(),
         ));
     }
+    if head_chunk.is_some() && task != Task::Lm {
+        return Err(TrainError::Setting(
+            "--head-chunk fuses a language model's head with its loss: it needs --task lm".into(),
+        ));
+    }
     let file = dir.dir().join(CONFIG_FILE);
-    let mut graph = forward(dir, classes)?;
+    let mut graph = forward(dir, classes, head_chunk)?;
     let adapters = lora
         .map(|config| {
             let mut config = config.clone();

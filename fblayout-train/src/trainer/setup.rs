@@ -53,6 +53,9 @@ fn check(s: &TrainerBuilder<'_>) -> Result<(), TrainError> {
     if s.warmup > s.steps {
         return bad("--warmup can't be longer than --steps");
     }
+    if s.head_chunk == Some(0) {
+        return bad("--head-chunk must be at least 1");
+    }
     if s.merge && s.lora.is_none() {
         return bad("--merge merges LoRA's adapters: it needs --lora");
     }
@@ -117,7 +120,14 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
     let started = Instant::now();
     check(&s)?;
     let dir = ModelDir::open(&s.model)?;
-    let model = model::build(&dir, s.task, s.labels, s.lora.as_ref(), s.seed)?;
+    let model = model::build(
+        &dir,
+        s.task,
+        s.labels,
+        s.lora.as_ref(),
+        s.head_chunk,
+        s.seed,
+    )?;
     let graph = s.precision.apply(&model.graph).map_err(|source| {
         fblayout_hf::graph::GraphError::Graph {
             file: dir.dir().join(fblayout_hf::CONFIG_FILE),
