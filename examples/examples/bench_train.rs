@@ -300,6 +300,7 @@ fn kind(section: &str) -> &'static str {
         "layer_norm" | "layer_norm_grad" | "rms_norm" | "rms_norm_grad" => "norms",
         "bias" | "bias_grad" => "bias",
         "cross_entropy" | "cross_entropy_grad" => "cross-entropy",
+        "head_loss" | "head_loss_grad" => "fused head",
         "embedding" | "embedding_grad" => "embedding",
         "adamw" => "AdamW",
         "loss_scaling" => "overflow checks",

@@ -19,6 +19,7 @@ use fblayout_plan::graph::optimizer::add_adamw;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Graph, Op, Sizes, derive_backward};
 use fblayout_plan::layouts::LayoutChoice;
+use fblayout_plan::lora::{LoraConfig, apply};
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::gpt2::{self, Gpt2Config};
 use fblayout_plan::models::llama::{self, LlamaConfig};
@@ -233,7 +234,7 @@ fn train(mut forward: Graph) -> Graph {
 }
 
 #[test]
-fn gpt2s_tied_head_and_llamas_head_fuse_to_the_same_step() {
+fn gpt2s_tied_head_and_llamas_head_fuse_to_the_same_step_with_lora_too() {
     let gpu = gpu();
     let gpt2 = Gpt2Config::new(CONFIG.vocab, 16, 2)
         .with_max_positions(8)
@@ -244,16 +245,38 @@ fn gpt2s_tied_head_and_llamas_head_fuse_to_the_same_step() {
         .with_ffn(24)
         .with_layers(2)
         .with_max_positions(8);
+    // With LoRA every base weight is frozen, the head's too: the fused backward then writes
+    // `dx` alone (no gradient of the head's weight is made).
+    let lora = |mut g: Graph, target: &str| {
+        apply(&mut g, &LoraConfig::new(2, 4.0, [target])).unwrap();
+        train(g)
+    };
     let cases = [
         (
             "GPT-2 (tied, transposed)",
             train(gpt2::forward(&gpt2).unwrap()),
-            train(gpt2::forward(&gpt2.with_head_chunk(CHUNK)).unwrap()),
+            train(gpt2::forward(&gpt2.clone().with_head_chunk(CHUNK)).unwrap()),
         ),
         (
             "Llama",
             train(llama::forward(&llama).unwrap()),
-            train(llama::forward(&llama.with_head_chunk(CHUNK)).unwrap()),
+            train(llama::forward(&llama.clone().with_head_chunk(CHUNK)).unwrap()),
+        ),
+        (
+            "GPT-2 with LoRA",
+            lora(gpt2::forward(&gpt2).unwrap(), "c_attn"),
+            lora(
+                gpt2::forward(&gpt2.with_head_chunk(CHUNK)).unwrap(),
+                "c_attn",
+            ),
+        ),
+        (
+            "Llama with LoRA",
+            lora(llama::forward(&llama).unwrap(), "q_proj"),
+            lora(
+                llama::forward(&llama.with_head_chunk(CHUNK)).unwrap(),
+                "q_proj",
+            ),
         ),
     ];
     let n = (SIZES.batch * SIZES.seq) as usize;
@@ -266,6 +289,17 @@ fn gpt2s_tied_head_and_llamas_head_fuse_to_the_same_step() {
                 .iter()
                 .any(|n| matches!(n.op, Op::HeadLoss(_)))
         );
+        let backward = fused
+            .nodes()
+            .iter()
+            .find_map(|n| match n.op {
+                Op::HeadLossGrad(p) => Some((p, n.outputs.len())),
+                _ => None,
+            })
+            .unwrap();
+        let frozen = what.contains("LoRA");
+        assert_eq!(backward.0.frozen, frozen, "{what}");
+        assert_eq!(backward.1, if frozen { 1 } else { 2 }, "{what}: outputs");
         let mut want = cpu(&unfused, &row_major(&unfused), &unfused);
         let want_loss = want.step(&inputs).unwrap();
         let want = results(&unfused, |n| want.read(n).unwrap());

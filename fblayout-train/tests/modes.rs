@@ -311,7 +311,10 @@ fn a_fused_head_trains_and_exports_what_the_unfused_head_does() {
     let llama = support::root().join("tests/fixtures/hf/llama/model");
     let lora = || LoraConfig::new(2, 4.0, Vec::<String>::new());
     let runs: [(&str, Box<Run>); 3] = [
-        ("GPT-2 (tied head)", Box::new(|out| lm(&gpt2(), out).steps(3))),
+        (
+            "GPT-2 (tied head)",
+            Box::new(|out| lm(&gpt2(), out).steps(3)),
+        ),
         ("Llama", Box::new(move |out| lm(&llama, out).steps(3))),
         (
             "GPT-2 with LoRA",
@@ -329,7 +332,11 @@ fn a_fused_head_trains_and_exports_what_the_unfused_head_does() {
             .unwrap();
         let (a, b) = (losses(&got.records), losses(&want.records));
         assert_eq!(a.len(), 3, "{what}");
-        for (x, y) in a.iter().zip(&b).chain(evals(&got.records).iter().zip(&evals(&want.records))) {
+        for (x, y) in a
+            .iter()
+            .zip(&b)
+            .chain(evals(&got.records).iter().zip(&evals(&want.records)))
+        {
             assert!(close(*x, *y, 1e-12), "{what}: {a:?} fused, {b:?} not");
         }
         // The same tensors under the same names, values within f32's rounding of each other.
@@ -361,7 +368,10 @@ fn a_fused_head_trains_and_exports_what_the_unfused_head_does() {
         for ((n, shape, a), (m, want_shape, b)) in x.iter().zip(&y) {
             assert_eq!((n, shape), (m, want_shape), "{what}");
             for (p, q) in a.iter().zip(b) {
-                assert!(close(f64::from(*p), f64::from(*q), 1e-6), "{what}: `{n}` {p} vs {q}");
+                assert!(
+                    close(f64::from(*p), f64::from(*q), 1e-6),
+                    "{what}: `{n}` {p} vs {q}"
+                );
             }
         }
     }
@@ -370,7 +380,10 @@ fn a_fused_head_trains_and_exports_what_the_unfused_head_does() {
 #[test]
 fn a_head_chunk_needs_a_language_model_and_a_length() {
     let dir = tempfile::tempdir().unwrap();
-    let e = rabbits(&bert(), dir.path()).head_chunk(4).build().unwrap_err();
+    let e = rabbits(&bert(), dir.path())
+        .head_chunk(4)
+        .build()
+        .unwrap_err();
     assert!(e.to_string().contains("--task lm"), "{e}");
     let e = lm(&gpt2(), dir.path()).head_chunk(0).build().unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");

@@ -12,6 +12,9 @@ use super::{Graph, GraphError};
 /// on a trained parameter itself (the path a parameter's gradient takes). Frozen parameters
 /// ([`Role::Frozen`](super::Role::Frozen)) get none, and an activation computed from frozen
 /// parameters and inputs alone gets none either: no operation computes what nothing uses.
+/// A backward operation that writes several gradients, some of frozen weights, is replaced by
+/// the cheaper one its contract offers for the wanted ones where it has one (a fused head
+/// over a frozen weight writes `dx` alone); else the unwanted gradients are made and dropped.
 /// Fails when the graph has no loss or already has a backward.
 pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
     if graph.has_backward() {
@@ -153,8 +156,25 @@ impl State {
                 },
             });
         }
-        let mut writes = Vec::with_capacity(step.grads_of.len());
-        for &pos in &step.grads_of {
+        // Where some gradients are unwanted (of frozen weights), an operation that writes only
+        // the wanted ones, if the backward has one.
+        let pruned = if wanted.iter().all(|w| *w) {
+            None
+        } else {
+            step.op.pruned(&wanted)
+        };
+        let grads_of: Vec<usize> = match pruned {
+            Some(_) => step
+                .grads_of
+                .iter()
+                .zip(&wanted)
+                .filter(|(_, w)| **w)
+                .map(|(&pos, _)| pos)
+                .collect(),
+            None => step.grads_of.clone(),
+        };
+        let mut writes = Vec::with_capacity(grads_of.len());
+        for &pos in &grads_of {
             let of = inputs[pos];
             let k = self.contributions[of.index()].len();
             let name = if k == 0 {
@@ -166,7 +186,7 @@ impl State {
             writes.push((of, g));
         }
         let out: Vec<TensorId> = writes.iter().map(|&(_, g)| g).collect();
-        graph.push(step.op, &reads, &out)?;
+        graph.push(pruned.unwrap_or(step.op), &reads, &out)?;
         for (of, g) in writes {
             if self.differentiable(graph, of) {
                 self.contributions[of.index()].push(g);

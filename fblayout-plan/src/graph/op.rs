@@ -162,8 +162,8 @@ pub enum Op {
         /// The label that is skipped.
         ignore_index: u32,
     },
-    /// `x, w[, b], labels → dx, dw[, db]`: the gradients of a [`Op::HeadLoss`], its logits
-    /// made again `chunk` tokens at a time.
+    /// `x, w[, b], labels → dx, dw[, db]` (`→ dx` alone where [`HeadLoss::frozen`]): the
+    /// gradients of a [`Op::HeadLoss`], its logits made again `chunk` tokens at a time.
     HeadLossGrad(HeadLoss),
     /// `a, b → y`: two contributions to one gradient, summed.
     Accumulate,
@@ -197,6 +197,10 @@ pub struct HeadLoss {
     pub biased: bool,
     /// Tokens whose logits are made at once (at least 1).
     pub chunk: u32,
+    /// Whether the backward writes `dx` alone: the weight (and bias) are frozen (LoRA's base
+    /// model), so their gradients are not made. [`derive_backward`](super::derive_backward)
+    /// sets it on the backward where nothing wants them; forwards are built without it.
+    pub frozen: bool,
 }
 
 /// How a forward operation's backward reads and writes (see [`Op::backward`]).

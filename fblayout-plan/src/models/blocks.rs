@@ -97,6 +97,7 @@ impl Blocks {
             transposed,
             biased: false,
             chunk,
+            frozen: false,
         };
         self.g.push(Op::HeadLoss(head), &[x, w, labels], &[loss])?;
         Ok(self.g)

@@ -233,6 +233,7 @@ pub fn build(model: Model, config: ModelConfig) -> Result<Graph, GraphError> {
                 transposed: false,
                 biased,
                 chunk,
+                frozen: false,
             };
             b.g.push(Op::HeadLoss(head), &inputs, &[loss])?;
         }

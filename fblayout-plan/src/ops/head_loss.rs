@@ -122,10 +122,11 @@ impl Contract for Head {
         if !self.backward {
             return vec![Slot::new("loss", ViewRule::Tokens, LAST)];
         }
-        let mut slots = vec![
-            Slot::new("dx", ViewRule::Tokens, OWN),
-            Slot::new("dw", weight_view(self.p.transposed), OWN),
-        ];
+        let mut slots = vec![Slot::new("dx", ViewRule::Tokens, OWN)];
+        if self.p.frozen {
+            return slots;
+        }
+        slots.push(Slot::new("dw", weight_view(self.p.transposed), OWN));
         if self.p.biased {
             slots.push(Slot::new("db", ViewRule::Whole, OWN));
         }
@@ -154,6 +155,9 @@ impl Contract for Head {
             return d.is("loss", d.leading("x")?);
         }
         d.same("x", "dx")?;
+        if self.p.frozen {
+            return Ok(());
+        }
         d.same("w", "dw")?;
         if self.p.biased {
             d.same("b", "db")?;
@@ -180,6 +184,19 @@ impl Contract for Head {
             }],
             passes_through: vec![],
         })
+    }
+
+    fn pruned(&self, wanted: &[bool]) -> Option<Op> {
+        // `dx` alone: the weight and bias are frozen. (Any other mix makes every gradient.)
+        match wanted.split_first() {
+            Some((true, rest)) if self.backward && !self.p.frozen && !rest.contains(&true) => {
+                Some(Op::HeadLossGrad(HeadLoss {
+                    frozen: true,
+                    ..self.p
+                }))
+            }
+            _ => None,
+        }
     }
 
     fn sample(&self) -> Option<Sample> {
@@ -221,8 +238,13 @@ impl Contract for Head {
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
         let (tokens, d_in, vocab) = self.extents(s);
-        // The forward's product; the backward makes it again and adds `dx`'s and `dw`'s.
-        let products = if self.backward { 3.0 } else { 1.0 };
+        // The forward's product; the backward makes it again and adds `dx`'s and (unless the
+        // weight is frozen) `dw`'s.
+        let products = match (self.backward, self.p.frozen) {
+            (false, _) => 1.0,
+            (true, true) => 2.0,
+            (true, false) => 3.0,
+        };
         Some(Product {
             a: ("x", Walk::Last),
             b: (
@@ -250,11 +272,14 @@ impl Contract for Head {
         if !self.backward {
             return Ok(logits.and(forward));
         }
-        let mut all = logits
+        let all = logits
             .and(Scratch::buffer(logits_bytes(rows, vocab, elem)))
             .and(forward)
-            .and(dx)
-            .and(dw);
+            .and(dx);
+        if self.p.frozen {
+            return Ok(all);
+        }
+        let mut all = all.and(dw);
         if elem == ElemType::F16 {
             // A later chunk's `dw` made on tensor cores, before it is added (see `record`).
             all = all.and(Scratch::buffer(s.bytes("dw")));
@@ -289,7 +314,11 @@ impl Contract for Head {
         // split) and the bias's two passes.
         let (tokens, _, _) = self.extents(s);
         let n = chunks(tokens, self.p.chunk).len() as u64;
-        if self.backward { 9 * n } else { 3 * n + 1 }
+        match (self.backward, self.p.frozen) {
+            (false, _) => 3 * n + 1,
+            (true, true) => 5 * n,
+            (true, false) => 9 * n,
+        }
     }
 
     fn index_bounds(&self) -> Vec<IndexBound> {
@@ -334,6 +363,11 @@ impl Contract for Head {
         }
         let mut dlogits = Dense::<f64>::zeros(vec![tokens, vocab]);
         cross_entropy_backward_cpu(self.p.ignore_index, 1.0, &logits, labels, &mut dlogits)?;
+        if self.p.frozen {
+            let [dx] = outs.outs(["dx"])?;
+            linear_backward_cpu(x, w, &dlogits, Some((dx, Output::Overwrite)), None)?;
+            return Ok(None);
+        }
         if self.p.biased {
             let [db] = outs.outs(["db"])?;
             bias_backward_cpu(&dlogits, db, false)?;
@@ -377,10 +411,10 @@ impl Contract for Head {
         };
         // The backward writes `dx` and `dw`, the forward the loss.
         let written = |role| -> Result<Option<&View>, OpErr> { Ok(Some(&args.write(role)?.view)) };
-        let (dx, dw, loss) = if self.backward {
-            (written("dx")?, written("dw")?, None)
-        } else {
-            (None, None, written("loss")?)
+        let (dx, dw, loss) = match (self.backward, self.p.frozen) {
+            (true, true) => (written("dx")?, None, None),
+            (true, false) => (written("dx")?, written("dw")?, None),
+            (false, _) => (None, None, written("loss")?),
         };
         // In mixed precision `dw`'s product may run on tensor cores, which overwrite: a later
         // chunk's product is made in scratch, then added into `dw` by this.
@@ -414,25 +448,27 @@ impl Contract for Head {
             };
             let ce =
                 CrossEntropyOp::new(ctx.gpu, &logits, &labels_c, &loss_c, self.p.ignore_index)?;
-            let grads = match (dx, dw) {
-                (Some(dx), Some(dw)) => {
+            let grads = match dx {
+                Some(dx) => {
                     let dx_c = slice(dx, start, len)?;
                     Some(Grads {
                         input: LinearOp::new(ctx.gpu, &dx_c, w, &logits)?,
-                        weight: LinearOp::new(ctx.gpu, &x_c, dw, &logits)?,
-                        bias: match self.p.biased {
-                            true => Some(BiasOp::new(
+                        weight: dw
+                            .map(|dw| LinearOp::new(ctx.gpu, &x_c, dw, &logits))
+                            .transpose()?,
+                        bias: match (self.p.biased, self.p.frozen) {
+                            (true, false) => Some(BiasOp::new(
                                 ctx.gpu,
                                 &logits,
                                 &args.write("db")?.view,
                                 &logits,
                             )?),
-                            false => None,
+                            _ => None,
                         },
                         dx: dx_c,
                     })
                 }
-                _ => None,
+                None => None,
             };
             built.push(Chunk {
                 len,
@@ -496,7 +532,8 @@ struct Saved {
 /// The backward's products of one chunk, and its rows of `dx`.
 struct Grads {
     input: LinearOp,
-    weight: LinearOp,
+    /// `dw`'s (none where the weight is frozen).
+    weight: Option<LinearOp>,
     bias: Option<BiasOp>,
     dx: View,
 }
@@ -543,6 +580,39 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    /// Records chunk `k`'s product into `dw`: the first overwrites, the later ones add.
+    fn weight_grad(
+        &self,
+        batch: &mut Batch<'_>,
+        k: usize,
+        weight: &LinearOp,
+        x: &GpuArg<'_>,
+        dw: &GpuArg<'_>,
+        dlogits: &GpuArg<'_>,
+    ) -> Result<(), OpErr> {
+        match (&self.add, k) {
+            (_, 0) => weight.backward(batch, x, dw, dlogits, None, Some((dw, Output::Overwrite))),
+            // Tensor cores overwrite: the chunk's product goes to scratch, then into `dw`.
+            (Some(add), _) if weight.tensor_cores()[2] => {
+                let bytes = dw.bound_view().len() * u64::from(dw.elem().size_bytes());
+                let part = batch.scratch::<u8>(bytes as usize)?;
+                let part = dw.with_buffer(&part)?;
+                weight.backward(
+                    batch,
+                    x,
+                    &part,
+                    dlogits,
+                    None,
+                    Some((&part, Output::Overwrite)),
+                )?;
+                add.add_into(batch, &part, dw)
+            }
+            _ => weight.backward(batch, x, dw, dlogits, None, Some((dw, Output::Accumulate))),
+        }
+    }
+}
+
 impl GpuKernel for Kernel {
     fn record(
         &self,
@@ -577,7 +647,6 @@ impl GpuKernel for Kernel {
                     )?;
                     let (x, w) = (args.read("x")?.through(&c.x)?, args.read("w")?);
                     let dx = args.write("dx")?.through(&g.dx)?;
-                    let dw = args.write("dw")?;
                     g.input.backward(
                         batch,
                         &dx,
@@ -586,39 +655,8 @@ impl GpuKernel for Kernel {
                         Some((&dx, Output::Overwrite)),
                         None,
                     )?;
-                    match (&self.add, k) {
-                        (_, 0) => g.weight.backward(
-                            batch,
-                            &x,
-                            dw,
-                            &dlogits,
-                            None,
-                            Some((dw, Output::Overwrite)),
-                        )?,
-                        // Tensor cores overwrite: the chunk's product goes to scratch, then
-                        // into `dw`.
-                        (Some(add), _) if g.weight.tensor_cores()[2] => {
-                            let bytes = dw.bound_view().len() * u64::from(dw.elem().size_bytes());
-                            let part = batch.scratch::<u8>(bytes as usize)?;
-                            let part = dw.with_buffer(&part)?;
-                            g.weight.backward(
-                                batch,
-                                &x,
-                                &part,
-                                &dlogits,
-                                None,
-                                Some((&part, Output::Overwrite)),
-                            )?;
-                            add.add_into(batch, &part, dw)?;
-                        }
-                        _ => g.weight.backward(
-                            batch,
-                            &x,
-                            dw,
-                            &dlogits,
-                            None,
-                            Some((dw, Output::Accumulate)),
-                        )?,
+                    if let Some(weight) = &g.weight {
+                        self.weight_grad(batch, k, weight, &x, args.write("dw")?, &dlogits)?;
                     }
                     if let Some(bias) = &g.bias {
                         bias.backward(batch, &dlogits, args.write("db")?, k > 0)?;
@@ -653,8 +691,11 @@ impl GpuKernel for Kernel {
             if let Some(g) = &c.grads {
                 let dx = args.write("dx")?.through(&g.dx)?;
                 g.input.tune(gpu, &dx, w, &logits)?;
-                g.weight.tune(gpu, &x, args.write("dw")?, &logits)?;
-                cores |= g.input.tensor_cores()[1] || g.weight.tensor_cores()[2];
+                cores |= g.input.tensor_cores()[1];
+                if let Some(weight) = &g.weight {
+                    weight.tune(gpu, &x, args.write("dw")?, &logits)?;
+                    cores |= weight.tensor_cores()[2];
+                }
             }
         }
         Ok(Some(cores))

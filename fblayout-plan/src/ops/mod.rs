@@ -267,6 +267,14 @@ pub(crate) trait Contract {
         None
     }
 
+    /// For a backward operation: a cheaper one that writes only the gradients `wanted` (one
+    /// flag per output, in order; the unwanted ones are of frozen weights), its outputs the
+    /// wanted ones in order, where it has one. Without one, every gradient is made and the
+    /// unwanted ones are dropped.
+    fn pruned(&self, _wanted: &[bool]) -> Option<Op> {
+        None
+    }
+
     /// A small instance (forward operations only: the others run in the graphs the generic
     /// tests build around a forward's sample).
     fn sample(&self) -> Option<Sample> {
@@ -451,6 +459,12 @@ impl Op {
         self.contract().linear_weight()
     }
 
+    /// For a backward operation, the cheaper one that writes only the gradients `wanted` (see
+    /// [`Contract::pruned`]).
+    pub(crate) fn pruned(&self, wanted: &[bool]) -> Option<Op> {
+        self.contract().pruned(wanted)
+    }
+
     /// The names of its input roles, in the node's order.
     pub fn input_roles(&self) -> Vec<&'static str> {
         self.contract().inputs().iter().map(|s| s.name).collect()
@@ -528,12 +542,14 @@ pub fn registry() -> Vec<Op> {
             transposed: false,
             biased: true,
             chunk: 4,
+            frozen: false,
         }),
         Op::HeadLoss(HeadLoss {
             ignore_index: 7,
             transposed: true,
             biased: false,
             chunk: 3,
+            frozen: false,
         }),
         Op::AdamW { copy: false },
         Op::AdamW { copy: true },
