@@ -276,6 +276,29 @@ fn an_overflowing_step_changes_nothing_and_lowers_the_scale() {
         "the same batch, the same parameters: the same loss"
     );
     assert_ne!(snapshot(&step), before);
+    // The loss's gradient starts from the scale of each step, though the step is recorded
+    // once: from a scale that overflows, each skipped step halves it, until one fits and the
+    // step applies (were the cross-entropy's backward kept as first recorded, every step
+    // would overflow).
+    let start = 1.0e9_f32;
+    step.set_loss_scaling(LossScaling {
+        initial: start,
+        ..LossScaling::default()
+    })
+    .unwrap();
+    let mut skipped = 0;
+    loop {
+        let loss = step.step(&inputs).unwrap();
+        assert!(loss.is_finite());
+        if !step.last_step_skipped() {
+            break;
+        }
+        skipped += 1;
+        assert!(skipped < 40, "{skipped} steps overflowed");
+    }
+    assert!(skipped >= 1, "a scale of {start} did not overflow");
+    assert_eq!(step.loss_scale(), Some(start / 2f32.powi(skipped)));
+    assert_eq!(step.steps(), 2);
     // Loss scaling is refused with its cause where gradients are f32 or settings are bad.
     let f32_graph = graph(Model::Decoder);
     let layouts = row_major(&f32_graph);

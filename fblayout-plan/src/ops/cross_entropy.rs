@@ -217,8 +217,8 @@ impl GpuKernel for Kernel {
         }
     }
 
-    fn changes_per_step(&self, scaled: bool) -> bool {
-        self.backward && scaled
+    fn reads_loss_scale(&self) -> bool {
+        self.backward
     }
 
     fn loss(&self) -> Option<Result<f32, OpErr>> {

@@ -203,7 +203,7 @@ impl GpuKernel for Lookup {
         }
     }
 
-    fn changes_per_step(&self, _scaled: bool) -> bool {
+    fn changes_per_step(&self) -> bool {
         true
     }
 }

@@ -701,8 +701,8 @@ impl GpuKernel for Kernel {
         Ok(Some(cores))
     }
 
-    fn changes_per_step(&self, scaled: bool) -> bool {
-        self.backward && scaled
+    fn reads_loss_scale(&self) -> bool {
+        self.backward
     }
 
     fn loss(&self) -> Option<Result<f32, OpErr>> {

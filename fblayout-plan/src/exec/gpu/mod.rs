@@ -220,6 +220,8 @@ pub struct GpuStep<'g> {
     /// The step as recorded the first time, with the items of each node, submitted again by
     /// every later step.
     recorded: Option<Recorded<'g>>,
+    /// The loss scale the recording's nodes that read it were recorded with.
+    recorded_scale: f32,
     /// The host's time of the last step up to its submission.
     host: HostTime,
     /// The token ids of every input a kernel reads uploaded (by tensor), refilled each step.
@@ -392,6 +394,7 @@ impl<'g> GpuStep<'g> {
             steps: 0,
             scratch: Vec::new(),
             recorded: None,
+            recorded_scale: 1.0,
             host: HostTime::default(),
             token_ids: Vec::new(),
             input_offsets: HashMap::new(),
@@ -717,8 +720,10 @@ impl<'g> GpuStep<'g> {
             Some(recorded) => recorded,
             None => self.record_all(&self.token_ids)?,
         };
-        // Either way the AdamW steps are recorded with the rate now.
+        // Either way the AdamW steps are recorded with the rate now, and the loss's gradient
+        // with the scale now.
         self.lr_changed = false;
+        self.recorded_scale = self.loss_scale_now();
         Ok(recorded)
     }
 
@@ -867,12 +872,18 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
-    /// Whether node `i` records something that changes from step to step (its kernel says:
-    /// uploaded token ids, the loss scale).
+    /// The loss scale the next recording is made with (1 without scaling).
+    fn loss_scale_now(&self) -> f32 {
+        self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale())
+    }
+
+    /// Whether node `i` records something that changed since the step was recorded (its
+    /// kernel says): uploaded token ids every step, the loss scale where it moved.
     fn changes_per_step(&self, i: usize) -> bool {
-        self.kernels[i]
-            .kernel
-            .changes_per_step(self.scaling.is_some())
+        let kernel = &self.kernels[i].kernel;
+        kernel.changes_per_step()
+            || (kernel.reads_loss_scale()
+                && self.loss_scale_now().to_bits() != self.recorded_scale.to_bits())
     }
 
     /// The recorded step with every node that [changes per step](Self::changes_per_step)
@@ -983,7 +994,7 @@ impl<'g> GpuStep<'g> {
     ) -> RecordCtx<'a> {
         RecordCtx {
             token_ids: ids,
-            loss_scale: self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale()),
+            loss_scale: self.loss_scale_now(),
             graph: &self.graph,
             epilogue,
         }
