@@ -25,7 +25,7 @@ use fblayout_kernels::runtime::{Gpu, default_cache_dir};
 use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
 use fblayout_plan::graph::Sizes;
 use fblayout_plan::graph::precision::Precision;
-use fblayout_plan::memory::{MemoryOptions, plan_memory, recompute};
+use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
 use support::{Precisions, Res, err, exit, median, print_adapter};
@@ -85,10 +85,11 @@ struct Args {
     /// tokens at a time instead of storing them whole.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     head_chunk: Option<u32>,
-    /// Make the cheap activations (elementwise operations and normalisations) again in the
-    /// backward instead of keeping them from the forward: less memory, a little more time.
-    #[arg(long)]
-    recompute: bool,
+    /// Make activations again in the backward instead of keeping them from the forward:
+    /// `cheap` (elementwise operations and normalisations), or `attention` (those and
+    /// attention's probabilities).
+    #[arg(long, value_name = "WHAT", num_args = 0..=1, default_missing_value = "cheap")]
+    recompute: Option<Recompute>,
     /// Also list the operations that took the most GPU time in one step, this many per
     /// strategy.
     #[arg(long, default_value_t = 0)]
@@ -238,10 +239,9 @@ fn measure(
     let p = plan(graph, sizes, model, strategy).map_err(err)?;
     // With `--recompute`, the planned graph with its cheap activations made again in the
     // backward (the prediction stays the plan's, without the operations run again).
-    let recomputed = if args.recompute {
-        Some(recompute(p.graph(), p.layouts()).map_err(err)?)
-    } else {
-        None
+    let recomputed = match args.recompute {
+        Some(what) => Some(recompute(p.graph(), p.layouts(), what).map_err(err)?),
+        None => None,
     };
     let (g, layouts) = match &recomputed {
         Some((g, l)) => (g, &l[..]),

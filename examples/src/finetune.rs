@@ -18,6 +18,7 @@ use clap::ValueEnum;
 use fblayout_kernels::GpuError;
 use fblayout_plan::exec::LossScaling;
 use fblayout_plan::lora::LoraConfig;
+use fblayout_plan::memory::Recompute;
 use fblayout_train::{Decay, Event, Task, TrainError, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -145,10 +146,11 @@ pub(crate) struct FinetuneArgs {
     /// fresh machine, then cached): a short run of a small model does better without.
     #[arg(long)]
     no_tune: bool,
-    /// Make the cheap activations (elementwise operations and normalisations) again in the
-    /// backward instead of keeping them: less memory, a little more time, the same values.
-    #[arg(long)]
-    recompute: bool,
+    /// Make activations again in the backward instead of keeping them: `cheap` (elementwise
+    /// operations and normalisations: less memory, a little more time), or `attention` (those
+    /// and attention's probabilities: less again, attention's forward twice). The same values.
+    #[arg(long, value_name = "WHAT", num_args = 0..=1, default_missing_value = "cheap")]
+    recompute: Option<Recompute>,
     /// `lm`: fuse the head with its cross-entropy, making the logits this many tokens at a time
     /// instead of storing all of them (less memory; the head's product runs again in the
     /// backward).
@@ -287,7 +289,7 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     let mut trainer = builder
         .precision(args.precision.into())
         .tune(!args.no_tune)
-        .recompute(args.recompute)
+        .recompute(args.recompute.unwrap_or_default())
         .loss_scaling(LossScaling {
             initial: args.loss_scale,
             ..LossScaling::default()

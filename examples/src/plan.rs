@@ -27,7 +27,9 @@ use fblayout_kernels::runtime::{Gpu, GpuError, default_cache_dir};
 use fblayout_plan::calibrate::{self, CalibrationError};
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{GraphError, Sizes, TensorId};
-use fblayout_plan::memory::{MemoryError, MemoryOptions, MemoryPlan, plan_memory, recompute};
+use fblayout_plan::memory::{
+    MemoryError, MemoryOptions, MemoryPlan, Recompute, plan_memory, recompute,
+};
 use fblayout_plan::models::{self, Model, ModelConfig};
 use fblayout_plan::select::{self, CostModel, Plan, PlanError, Strategy};
 
@@ -119,9 +121,10 @@ pub(crate) struct PlanArgs {
     /// FBLAYOUT_CACHE_DIR) instead of the analytic model.
     #[arg(long)]
     calibrate: bool,
-    /// Also plan memory with cheap activations recomputed in the backward.
-    #[arg(long)]
-    recompute: bool,
+    /// Also plan memory with activations recomputed in the backward: `cheap` (elementwise
+    /// operations and normalisations) or `attention` (those and attention's probabilities).
+    #[arg(long, value_name = "WHAT", num_args = 0..=1, default_missing_value = "cheap")]
+    recompute: Option<Recompute>,
     /// Show only why this tensor has its layout: its cost under each candidate.
     #[arg(long, value_name = "NAME")]
     tensor: Option<String>,
@@ -292,8 +295,11 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
             Err(source) => return Err(PlanCommandError::Plan { strategy, source }),
         });
     }
-    let recomputed = if args.recompute && tensor.is_none() {
-        let (g, layouts) = recompute(chosen.graph(), chosen.layouts()).map_err(|source| {
+    let recomputed = if let Some(what) = args
+        .recompute
+        .filter(|&what| what != Recompute::Nothing && tensor.is_none())
+    {
+        let (g, layouts) = recompute(chosen.graph(), chosen.layouts(), what).map_err(|source| {
             PlanCommandError::Recompute {
                 strategy: args.strategy,
                 source,
@@ -306,7 +312,7 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
                     source,
                 }
             })?;
-        Some((g.nodes().len() - chosen.graph().nodes().len(), again))
+        Some((what, g.nodes().len() - chosen.graph().nodes().len(), again))
     } else {
         None
     };
@@ -365,11 +371,15 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
     } else {
         write!(out, "{chosen}\n{memory}").map_err(print)?;
     }
-    if let Some((operations, again)) = recomputed {
+    if let Some((what, operations, again)) = recomputed {
+        let which = match what {
+            Recompute::Attention => "cheap activations and attention",
+            _ => "cheap activations",
+        };
         write!(
             out,
-            "\nwith cheap activations recomputed in the backward ({operations} operations run \
-             again):\n{again}"
+            "\nwith {which} recomputed in the backward ({operations} operations run again):\n\
+             {again}"
         )
         .map_err(print)?;
     }

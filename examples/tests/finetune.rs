@@ -286,6 +286,8 @@ fn help_documents_every_flag() {
         "--precision",
         "--loss-scale",
         "--no-tune",
+        "--recompute",
+        "--head-chunk",
     ] {
         assert!(flags.contains(&flag), "{flag} is not in --help:\n{help}");
     }

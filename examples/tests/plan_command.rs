@@ -110,6 +110,15 @@ fn recomputing_prints_a_second_memory_plan() {
         2,
         "{out}"
     );
+    let (ok, out, all) = small(&["--recompute", "attention"]);
+    assert!(ok, "{all}");
+    assert!(
+        out.contains("with cheap activations and attention recomputed"),
+        "{out}"
+    );
+    let (ok, _, all) = small(&["--recompute", "everything"]);
+    assert!(!ok);
+    assert!(all.contains("`cheap` or `attention`"), "{all}");
 }
 
 /// The bytes of the first memory plan `out` prints.

@@ -14,7 +14,9 @@ use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Dim, Graph, Op, Role, Sizes};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::layouts::{MIN_PITCHED, ROW_ALIGN};
-use fblayout_plan::memory::{Category, MemoryOptions, MemoryPlan, plan_memory, recompute};
+use fblayout_plan::memory::{
+    Category, MemoryOptions, MemoryPlan, Recompute, plan_memory, recompute,
+};
 use fblayout_plan::models::{Model, ModelConfig, build};
 
 const MODELS: [Model; 2] = [Model::Encoder, Model::Decoder];
@@ -234,12 +236,27 @@ fn poisoning_every_freed_buffer_changes_no_bit_of_the_step() {
 
 #[test]
 fn recomputation_keeps_the_results_and_lowers_the_peak() {
-    for model in MODELS {
+    for (model, what) in MODELS
+        .into_iter()
+        .flat_map(|m| [(m, Recompute::Cheap), (m, Recompute::Attention)])
+    {
         let g = graph(model);
         let layouts = random_layouts(&g, 8);
-        let (rg, rl) = recompute(&g, &layouts).unwrap();
+        let (rg, rl) = recompute(&g, &layouts, what).unwrap();
         let added = rg.nodes().len() - g.nodes().len();
         assert!(added >= 2, "{model:?}: {added} operations recomputed");
+        // Attention is run again only when asked, once per block (2 here); the backward
+        // then reads only the duplicates' probabilities.
+        let attentions = |g: &fblayout_plan::graph::Graph| {
+            g.nodes()
+                .iter()
+                .filter(|n| n.op.name() == "attention")
+                .count()
+        };
+        let again = if what == Recompute::Attention { 2 } else { 0 };
+        assert_eq!(attentions(&rg), attentions(&g) + again, "{model:?} {what}");
+        let (nothing, _) = recompute(&g, &layouts, Recompute::Nothing).unwrap();
+        assert_eq!(nothing.nodes(), g.nodes());
         assert_eq!(
             run_cpu(&rg, &rl, true, true),
             run_cpu(&g, &layouts, false, true)
@@ -248,7 +265,7 @@ fn recomputation_keeps_the_results_and_lowers_the_peak() {
         let after = plan_memory(&rg, &rl, SIZES, MemoryOptions::default()).unwrap();
         assert!(
             after.peak_live_bytes() < before.peak_live_bytes(),
-            "{model:?}: {} vs {}",
+            "{model:?} {what}: {} vs {}",
             after.peak_live_bytes(),
             before.peak_live_bytes()
         );
@@ -258,14 +275,15 @@ fn recomputation_keeps_the_results_and_lowers_the_peak() {
         let placed = |p: &MemoryPlan| p.peak_bytes() - p.held_bytes();
         assert!(placed(&after) < placed(&before), "{model:?}");
         assert!(after.held_bytes() > before.held_bytes(), "{model:?}");
-        assert!(recompute(&g, &layouts[1..]).is_err());
+        assert!(recompute(&g, &layouts[1..], Recompute::Cheap).is_err());
     }
 }
 
 #[test]
 fn on_the_gpu_a_recomputed_mixed_step_with_the_fused_head_is_the_same_step() {
     // The combination the memory floor of the benchmarks is planned with: mixed precision, the
-    // head fused with its cross-entropy, cheap activations made again in the backward. The
+    // head fused with its cross-entropy, cheap activations and attention made again in the
+    // backward. The
     // duplicates run the same kernels on the same inputs, so every bit agrees with the step
     // that keeps them.
     let gpu = gpu();
@@ -275,7 +293,7 @@ fn on_the_gpu_a_recomputed_mixed_step_with_the_fused_head_is_the_same_step() {
             .apply(&build(model, SMALL.with_head_chunk(3)).unwrap())
             .unwrap();
         let layouts = family_layouts(&g, 21);
-        let (rg, rl) = recompute(&g, &layouts).unwrap();
+        let (rg, rl) = recompute(&g, &layouts, Recompute::Attention).unwrap();
         assert!(rg.nodes().len() > g.nodes().len(), "{model:?}");
         let run = |g: &Graph, layouts: &[LayoutChoice]| {
             let memory = plan_memory(g, layouts, SIZES, MemoryOptions::default()).unwrap();
@@ -312,7 +330,7 @@ fn the_plans_of_the_shipped_graphs_are_snapshotted() {
         let g = build(model, ModelConfig::MINI).unwrap();
         let layouts = row_major(&g);
         let plan = plan_memory(&g, &layouts, sizes, MemoryOptions::default()).unwrap();
-        let (rg, rl) = recompute(&g, &layouts).unwrap();
+        let (rg, rl) = recompute(&g, &layouts, Recompute::Cheap).unwrap();
         let re = plan_memory(&rg, &rl, sizes, MemoryOptions::default()).unwrap();
         assert!(re.peak_bytes() < plan.peak_bytes());
         let report =

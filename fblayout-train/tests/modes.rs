@@ -8,6 +8,7 @@ use std::path::Path;
 
 use fblayout_hf::ModelDir;
 use fblayout_plan::lora::{LoraConfig, PEFT_PREFIX};
+use fblayout_plan::memory::Recompute;
 use fblayout_train::log::Record;
 use fblayout_train::{
     EXPORT_ADAPTER, EXPORT_MODEL, Task, TrainError, Trainer, TrainerBuilder, checkpoint,
@@ -262,9 +263,10 @@ type Run = dyn Fn(&Path) -> TrainerBuilder<'static>;
 
 #[test]
 fn recomputing_activations_changes_no_loss() {
-    // Making the cheap activations again in the backward (on the CPU, in f64: the same
-    // operations on the same inputs) must give every loss and evaluation bit for bit, for each
-    // architecture and with LoRA, while the planned peak falls.
+    // Making the cheap activations and attention's probabilities again in the backward (on
+    // the CPU, in f64: the same operations on the same inputs) must give every loss and
+    // evaluation bit for bit, for each architecture and with LoRA, while the planned peak
+    // falls.
     let llama = support::root().join("tests/fixtures/hf/llama/model");
     let lora = || LoraConfig::new(2, 4.0, Vec::<String>::new());
     let runs: [(&str, Box<Run>); 4] = [
@@ -283,7 +285,7 @@ fn recomputing_activations_changes_no_loss() {
         let (kept, again) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let want = run(kept.path()).build().unwrap().run(|_| {}).unwrap();
         let got = run(again.path())
-            .recompute(true)
+            .recompute(Recompute::Attention)
             .build()
             .unwrap()
             .run(|_| {})

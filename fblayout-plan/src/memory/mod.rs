@@ -43,8 +43,8 @@
 //! bytes of tensors and scratch live at once, at one operation — is what any placement needs
 //! at least; its breakdown by [`Category`] says what the memory holds there.
 //!
-//! [`recompute`] rewrites a graph so that cheap activations are computed again in the backward
-//! instead of kept.
+//! [`recompute`] rewrites a graph so that cheap activations (and, if asked, attention's
+//! probabilities) are computed again in the backward instead of kept.
 
 pub(crate) mod held;
 mod recompute;
@@ -59,7 +59,7 @@ use self::held::Held;
 use crate::graph::{Graph, Role, Sizes, TensorId};
 use crate::layouts::{LayoutChoice, StorageError, tensor_layouts};
 
-pub use recompute::recompute;
+pub use recompute::{Recompute, recompute};
 
 /// How to plan.
 ///

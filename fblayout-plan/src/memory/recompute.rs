@@ -1,38 +1,83 @@
-//! Recomputing cheap activations in the backward instead of keeping them.
+//! Recomputing activations in the backward instead of keeping them.
 
 use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
 
 use crate::graph::{Dim, Graph, GraphError, Node, Op, Phase, TensorId};
 use crate::layouts::LayoutChoice;
 
-/// Whether `op` is cheap enough to run twice: elementwise operations and normalisations (one
-/// pass over their input).
-fn cheap(op: Op) -> bool {
-    matches!(
-        op,
-        Op::Bias
-            | Op::Add
-            | Op::Activation(_)
-            | Op::Swiglu
-            | Op::LayerNorm { .. }
-            | Op::RmsNorm { .. }
-    )
+/// Which forward operations [`recompute`] runs again in the backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recompute {
+    /// None: the backward reads what the forward kept.
+    #[default]
+    Nothing,
+    /// The cheap ones: elementwise operations and normalisations (one pass over their input):
+    /// bias, add, activation, SwiGLU, LayerNorm, RMSNorm.
+    Cheap,
+    /// Those and attention, whose probabilities (`batch × heads × seq²`) are then never kept
+    /// from the forward: the attention's forward runs twice.
+    Attention,
 }
 
-/// `graph` with cheap activations recomputed, and the layouts of its tensors (`layouts`, one
-/// per tensor of `graph`, then one per tensor added).
+impl Recompute {
+    /// Whether `op` is run again under this choice.
+    fn covers(self, op: Op) -> bool {
+        let cheap = matches!(
+            op,
+            Op::Bias
+                | Op::Add
+                | Op::Activation(_)
+                | Op::Swiglu
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+        );
+        let attention = matches!(op, Op::Attention { .. } | Op::AttentionSeparate { .. });
+        match self {
+            Self::Nothing => false,
+            Self::Cheap => cheap,
+            Self::Attention => cheap || attention,
+        }
+    }
+}
+
+impl fmt::Display for Recompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Nothing => "nothing",
+            Self::Cheap => "cheap",
+            Self::Attention => "attention",
+        })
+    }
+}
+
+impl FromStr for Recompute {
+    type Err = String;
+
+    /// `nothing`, `cheap` or `attention`, as [`Display`](fmt::Display) writes them.
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Self::Nothing, Self::Cheap, Self::Attention]
+            .into_iter()
+            .find(|r| r.to_string() == s)
+            .ok_or_else(|| format!("`{s}`: recompute `nothing`, `cheap` or `attention`"))
+    }
+}
+
+/// `graph` with the activations `what` names recomputed, and the layouts of its tensors
+/// (`layouts`, one per tensor of `graph`, then one per tensor added).
 ///
-/// A forward operation is recomputed when it is cheap (an elementwise operation or a
-/// normalisation: bias, add, activation, SwiGLU, LayerNorm, RMSNorm), the backward reads its first
-/// output, and everything it reads is kept for the backward anyway (read there, or persistent)
-/// and is not itself recomputed: then the output need not live from the forward to the
-/// backward, and recomputing it keeps nothing else alive. The rewrite duplicates the operation
-/// just before the first backward operation that reads the output, writing fresh tensors
-/// (`<name>.re`, in the original's layout), and the backward reads those. The duplicate is
-/// still a forward operation ([`Op::phase`]), in the backward's part of the order.
+/// A forward operation is recomputed when `what` covers it, the backward reads one of its
+/// outputs, and everything it reads is kept for the backward anyway (read there, or persistent)
+/// and is not itself recomputed: then its outputs need not live from the forward to the
+/// backward, and recomputing them keeps nothing else alive. The rewrite duplicates the
+/// operation just before the first backward operation that reads one of its outputs, writing
+/// fresh tensors (`<name>.re`, in the original's layouts), and the backward reads those. The
+/// duplicate is still a forward operation ([`Op::phase`]), in the backward's part of the order.
 pub fn recompute(
     graph: &Graph,
     layouts: &[LayoutChoice],
+    what: Recompute,
 ) -> Result<(Graph, Vec<LayoutChoice>), GraphError> {
     if layouts.len() != graph.tensors().len() {
         return Err(GraphError::Shape {
@@ -54,18 +99,17 @@ pub fn recompute(
     let mut chosen: Vec<usize> = Vec::new();
     let mut recomputed: HashSet<TensorId> = HashSet::new();
     for (i, node) in graph.nodes().iter().enumerate() {
-        if node.op.phase() != Phase::Forward || !cheap(node.op) {
+        if node.op.phase() != Phase::Forward || !what.covers(node.op) {
             continue;
         }
-        let y = node.outputs[0];
-        if backward_reads.contains(&y)
+        if node.outputs.iter().any(|y| backward_reads.contains(y))
             && node
                 .inputs
                 .iter()
                 .all(|&t| kept(t) && !recomputed.contains(&t))
         {
             chosen.push(i);
-            recomputed.insert(y);
+            recomputed.extend(node.outputs.iter().copied());
         }
     }
     let mut g = graph.clone();
@@ -89,8 +133,7 @@ pub fn recompute(
         if node.op.phase() != Phase::Forward {
             for (k, (i, outs)) in copies.iter().enumerate() {
                 let original = &graph.nodes()[*i];
-                let y = original.outputs[0];
-                if !node.inputs.contains(&y) {
+                if !original.outputs.iter().any(|y| node.inputs.contains(y)) {
                     continue;
                 }
                 if !emitted[k] {
@@ -102,8 +145,8 @@ pub fn recompute(
                     emitted[k] = true;
                 }
                 for input in &mut node.inputs {
-                    if *input == y {
-                        *input = outs[0];
+                    if let Some(j) = original.outputs.iter().position(|y| y == input) {
+                        *input = outs[j];
                     }
                 }
             }

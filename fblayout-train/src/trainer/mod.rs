@@ -41,7 +41,7 @@ use fblayout_plan::exec::{ExecError, LossScaling};
 use fblayout_plan::graph::Graph;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::lora::{Lora, LoraConfig};
-use fblayout_plan::memory::MemoryError;
+use fblayout_plan::memory::{MemoryError, Recompute};
 use fblayout_plan::select::{PlanError, Strategy};
 
 use crate::checkpoint::{self, CheckpointError, TrainState};
@@ -248,7 +248,7 @@ pub struct TrainerBuilder<'g> {
     loss_scaling: LossScaling,
     strategy: Option<Strategy>,
     tune: bool,
-    recompute: bool,
+    recompute: Recompute,
     head_chunk: Option<u32>,
 }
 
@@ -432,11 +432,13 @@ impl<'g> TrainerBuilder<'g> {
         self
     }
 
-    /// Whether the step makes its cheap activations (elementwise operations and
-    /// normalisations) again in the backward instead of keeping them from the forward (default
-    /// `false`): a lower peak of memory for a few more passes over it, and the same values.
-    pub fn recompute(mut self, recompute: bool) -> Self {
-        self.recompute = recompute;
+    /// Which activations the step makes again in the backward instead of keeping them from
+    /// the forward (default [`Recompute::Nothing`]): [`Recompute::Cheap`] (elementwise
+    /// operations and normalisations) lowers the peak of memory for a few more passes over it,
+    /// [`Recompute::Attention`] also drops attention's probabilities for a second attention
+    /// forward. The values are the same.
+    pub fn recompute(mut self, what: Recompute) -> Self {
+        self.recompute = what;
         self
     }
 
@@ -527,7 +529,7 @@ impl<'g> Trainer<'g> {
             loss_scaling: LossScaling::default(),
             strategy: None,
             tune: true,
-            recompute: false,
+            recompute: Recompute::Nothing,
             head_chunk: None,
         }
     }

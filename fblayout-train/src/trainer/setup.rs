@@ -9,7 +9,7 @@ use fblayout_hf::config::ModelConfig;
 use fblayout_plan::exec::{AdamWConfig, CpuStep, ExecError, GpuStep};
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Role, Sizes};
-use fblayout_plan::memory::{MemoryOptions, plan_memory, recompute};
+use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
 use fblayout_plan::select::{self, CostModel, Strategy};
 
 use super::executor::Executor;
@@ -143,14 +143,14 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         None => CPU_STRATEGY,
     });
     let plan = select::plan(&graph, sizes, &CostModel::analytic(), strategy)?;
-    let recomputed = if s.recompute {
+    let recomputed = if s.recompute == Recompute::Nothing {
+        None
+    } else {
         let graph_error = |source| fblayout_hf::graph::GraphError::Graph {
             file: dir.dir().join(fblayout_hf::CONFIG_FILE),
             source,
         };
-        Some(recompute(plan.graph(), plan.layouts()).map_err(graph_error)?)
-    } else {
-        None
+        Some(recompute(plan.graph(), plan.layouts(), s.recompute).map_err(graph_error)?)
     };
     // The graph that runs, and its layouts: the plan's, or the plan's with activations made
     // again in the backward.
