@@ -59,7 +59,7 @@ pub struct LlamaConfig {
     /// The longest sequence (the rows of RoPE's tables).
     pub max_positions: u32,
     /// Where set, the head and its cross-entropy are one operation that makes the logits this
-    /// many tokens at a time ([`Op::HeadLoss`](crate::graph::Op::HeadLoss)).
+    /// many tokens at a time ([`Op::HeadLoss`]).
     pub head_chunk: Option<u32>,
 }
 

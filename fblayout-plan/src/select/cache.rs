@@ -1,27 +1,4 @@
-//! Plans cached per shape: a graph's layout plan ([`plan`](super::plan)) and memory plan
-//! ([`plan_memory`]) are made for one run's sizes, so a padded batch of another length needs
-//! its own. A [`PlanCache`] makes each once per shape and hands it out again for every later
-//! batch of that shape; with [`Buckets::PowersOfTwo`] the sequence length is first rounded up
-//! to a power of two (the caller pads its batch to [`Planned::sizes`]), so batches of many
-//! lengths share a few plans.
-//!
-//! ```
-//! use fblayout_plan::graph::Sizes;
-//! use fblayout_plan::memory::MemoryOptions;
-//! use fblayout_plan::models::{Model, ModelConfig, build};
-//! use fblayout_plan::select::{Buckets, CostModel, PlanCache, Strategy};
-//!
-//! let config = ModelConfig::new(64, 32, 4).with_max_positions(16).with_ffn(64).with_layers(1);
-//! let g = build(Model::Decoder, config)?;
-//! let mut cache = PlanCache::new(g, CostModel::analytic(), Strategy::Guided)
-//!     .with_buckets(Buckets::PowersOfTwo { max_seq: 16 })
-//!     .with_memory(MemoryOptions::default().keeping(["head.lin"]));
-//! let planned = cache.get(Sizes { batch: 2, seq: 11 })?;
-//! assert_eq!(planned.sizes(), Sizes { batch: 2, seq: 16 }); // pad the batch to 16
-//! cache.get(Sizes { batch: 2, seq: 13 })?; // the same bucket: planned once
-//! assert_eq!(cache.plans_made(), 1);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! Plans cached per shape ([`PlanCache`]).
 
 use std::collections::HashMap;
 
@@ -108,7 +85,30 @@ impl Planned {
     }
 }
 
-/// A graph's plans, made once per shape (see the [module docs](self)).
+/// Plans cached per shape: a graph's layout plan ([`plan`](super::plan)) and memory plan
+/// ([`plan_memory`]) are made for one run's sizes, so a padded batch of another length needs
+/// its own. A [`PlanCache`] makes each once per shape and hands it out again for every later
+/// batch of that shape; with [`Buckets::PowersOfTwo`] the sequence length is first rounded up
+/// to a power of two (the caller pads its batch to [`Planned::sizes`]), so batches of many
+/// lengths share a few plans.
+///
+/// ```
+/// use fblayout_plan::graph::Sizes;
+/// use fblayout_plan::memory::MemoryOptions;
+/// use fblayout_plan::models::{Model, ModelConfig, build};
+/// use fblayout_plan::select::{Buckets, CostModel, PlanCache, Strategy};
+///
+/// let config = ModelConfig::new(64, 32, 4).with_max_positions(16).with_ffn(64).with_layers(1);
+/// let g = build(Model::Decoder, config)?;
+/// let mut cache = PlanCache::new(g, CostModel::analytic(), Strategy::Guided)
+///     .with_buckets(Buckets::PowersOfTwo { max_seq: 16 })
+///     .with_memory(MemoryOptions::default().keeping(["head.lin"]));
+/// let planned = cache.get(Sizes { batch: 2, seq: 11 })?;
+/// assert_eq!(planned.sizes(), Sizes { batch: 2, seq: 16 }); // pad the batch to 16
+/// cache.get(Sizes { batch: 2, seq: 13 })?; // the same bucket: planned once
+/// assert_eq!(cache.plans_made(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct PlanCache {
     graph: Graph,

@@ -42,8 +42,12 @@ pub(crate) fn block_of(name: &str) -> Option<u32> {
 }
 
 impl Plan {
-    /// The plan drawn as a standalone SVG overview (see the [module docs](self)); the
-    /// operation-by-operation table is [`Plan::svg_table`].
+    /// The plan drawn as a standalone SVG overview: the first block in full, operation by
+    /// operation, then a strip per block with a cell per tensor, coloured by the layout it got
+    /// and marked where the plan converts it, so that a 6-block step fits on a screen. A
+    /// tensor's block is read from its name (the first dot-separated segment that is a number,
+    /// or `l` and a number, after any `d_`); the rest share the strip "outside the blocks".
+    /// The operation-by-operation table is [`Plan::svg_table`].
     pub fn svg(&self) -> String {
         let g = &self.graph;
         // Every tensor once, in the order the step first touches it, grouped by block.

@@ -1,25 +1,4 @@
-//! The training loop and the builder that sets it up.
-//!
-//! [`Trainer::builder`] takes the model directory, the data file and the task; the rest has
-//! defaults. [`TrainerBuilder::build`] loads the model, builds its training graph, plans its
-//! layouts and memory, reads and tokenizes the data, and (with [`resume`](TrainerBuilder::resume))
-//! reads the checkpoint; [`Trainer::run`] trains, reporting each step and evaluation as an
-//! [`Event`], writing the log ([`LOG_FILE`]) and the checkpoint ([`CHECKPOINT_FILE`]) in the
-//! output directory.
-//!
-//! Steps run on the CPU executor ([`CpuStep`](fblayout_plan::exec::CpuStep), `f64`), the
-//! reference, or with [`gpu`](TrainerBuilder::gpu) on the GPU
-//! ([`GpuStep`](fblayout_plan::exec::GpuStep)): in `f32`, or with
-//! [`precision`](TrainerBuilder::precision) in mixed precision, where dynamic loss scaling
-//! skips a step whose scaled gradients overflowed (counted in [`Summary::skipped`]). Either
-//! way a run resumed from a checkpoint continues with exactly the losses of an uninterrupted
-//! one on the same executor.
-//!
-//! The whole model is trained, or with [`lora`](TrainerBuilder::lora) only LoRA's adapters
-//! (the base weights frozen: no gradient, no optimizer state, not in the checkpoint). A run
-//! that reaches its last step exports what it trained under [`EXPORT_DIR`] (see
-//! [`Summary::export`]). A run told to stop ([`interrupt`](TrainerBuilder::interrupt))
-//! finishes its step, writes the checkpoint and returns [`TrainError::Interrupted`].
+//! The training loop and the builder that sets it up ([`Trainer`]).
 
 mod executor;
 mod export;
@@ -458,13 +437,34 @@ impl<'g> TrainerBuilder<'g> {
         self
     }
 
-    /// Loads and plans everything (see the [module docs](self)).
+    /// Loads and plans everything (see [`Trainer`]).
     pub fn build(self) -> Result<Trainer<'g>, TrainError> {
         setup::build(self)
     }
 }
 
-/// A run set up and ready to train (see the [module docs](self)).
+/// A run set up and ready to train.
+///
+/// [`Trainer::builder`] takes the model directory, the data file and the task; the rest has
+/// defaults. [`TrainerBuilder::build`] loads the model, builds its training graph, plans its
+/// layouts and memory, reads and tokenizes the data, and (with [`resume`](TrainerBuilder::resume))
+/// reads the checkpoint; [`Trainer::run`] trains, reporting each step and evaluation as an
+/// [`Event`], writing the log ([`LOG_FILE`]) and the checkpoint ([`CHECKPOINT_FILE`]) in the
+/// output directory.
+///
+/// Steps run on the CPU executor ([`CpuStep`](fblayout_plan::exec::CpuStep), `f64`), the
+/// reference, or with [`gpu`](TrainerBuilder::gpu) on the GPU
+/// ([`GpuStep`](fblayout_plan::exec::GpuStep)): in `f32`, or with
+/// [`precision`](TrainerBuilder::precision) in mixed precision, where dynamic loss scaling
+/// skips a step whose scaled gradients overflowed (counted in [`Summary::skipped`]). Either
+/// way a run resumed from a checkpoint continues with exactly the losses of an uninterrupted
+/// one on the same executor.
+///
+/// The whole model is trained, or with [`lora`](TrainerBuilder::lora) only LoRA's adapters
+/// (the base weights frozen: no gradient, no optimizer state, not in the checkpoint). A run
+/// that reaches its last step exports what it trained under [`EXPORT_DIR`] (see
+/// [`Summary::export`]). A run told to stop ([`interrupt`](TrainerBuilder::interrupt))
+/// finishes its step, writes the checkpoint and returns [`TrainError::Interrupted`].
 #[derive(Debug)]
 pub struct Trainer<'g> {
     settings: TrainerBuilder<'g>,
@@ -594,7 +594,7 @@ impl<'g> Trainer<'g> {
     }
 
     /// Trains to the last step, telling `on_event` of each step, evaluation and checkpoint,
-    /// then exports what it trained (see the [module docs](self)).
+    /// then exports what it trained (see [`Trainer`]).
     pub fn run(&mut self, mut on_event: impl FnMut(Event)) -> Result<Summary, TrainError> {
         let s = self.settings.clone();
         let log_file = s.out.join(LOG_FILE);
