@@ -24,11 +24,12 @@ use fblayout_plan::exec::{AdamWConfig, GpuStep, StepInputs};
 use fblayout_plan::graph::optimizer::add_adamw;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Graph, Sizes, derive_backward};
+use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::lora::{LoraConfig, apply};
-use fblayout_plan::memory::{MemoryOptions, MemoryPlan, plan_memory};
+use fblayout_plan::memory::{MemoryOptions, MemoryPlan, Recompute, plan_memory, recompute};
 use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
-use fblayout_plan::select::{CostModel, Plan, Strategy, plan};
+use fblayout_plan::select::{CostModel, Strategy, plan};
 use support::{Precisions, Res, Rng, err, exit, median, print_adapter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -74,6 +75,11 @@ struct Args {
     /// at a time instead of storing them whole.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     head_chunk: Option<u32>,
+    /// Make activations again in the backward instead of keeping them from the forward:
+    /// `cheap` (elementwise operations and normalisations), or `attention` (those and
+    /// attention's probabilities).
+    #[arg(long, value_name = "WHAT", num_args = 0..=1, default_missing_value = "cheap")]
+    recompute: Option<Recompute>,
     /// Print each row's planned peak memory and stop: no GPU is opened and no step is run.
     #[arg(long)]
     memory_only: bool,
@@ -231,7 +237,7 @@ fn run(args: &Args) -> Res<()> {
                     w.sizes.seq
                 );
                 let Some(gpu) = &gpu else {
-                    let (_, memory) = planned(&graph, w, precision)?;
+                    let (_, _, memory) = planned(&graph, w, precision, args.recompute)?;
                     println!("{what}: peak {:.0} MiB (plan)", mib(memory.peak_bytes()));
                     continue;
                 };
@@ -274,13 +280,22 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// `graph` in `precision`, its layouts (unified row-major) and its memory plan.
-fn planned(graph: &Graph, w: &Workload, precision: Precision) -> Res<(Plan, MemoryPlan)> {
+/// `graph` in `precision` (with the activations `again` names recomputed), its layouts
+/// (unified row-major) and its memory plan.
+fn planned(
+    graph: &Graph,
+    w: &Workload,
+    precision: Precision,
+    again: Option<Recompute>,
+) -> Res<(Graph, Vec<LayoutChoice>, MemoryPlan)> {
     let graph = precision.apply(graph).map_err(err)?;
     let p = plan(&graph, w.sizes, &CostModel::analytic(), Strategy::RowMajor).map_err(err)?;
-    let memory =
-        plan_memory(p.graph(), p.layouts(), w.sizes, MemoryOptions::default()).map_err(err)?;
-    Ok((p, memory))
+    let (g, layouts) = match again {
+        Some(what) => recompute(p.graph(), p.layouts(), what).map_err(err)?,
+        None => (p.graph().clone(), p.layouts().to_vec()),
+    };
+    let memory = plan_memory(&g, &layouts, w.sizes, MemoryOptions::default()).map_err(err)?;
+    Ok((g, layouts, memory))
 }
 
 fn measure(
@@ -291,16 +306,9 @@ fn measure(
     what: String,
     args: &Args,
 ) -> Res<Row> {
-    let (p, memory) = planned(graph, w, precision)?;
-    let mut step = GpuStep::new(
-        gpu,
-        p.graph(),
-        p.layouts(),
-        &memory,
-        w.sizes,
-        AdamWConfig::default(),
-    )
-    .map_err(err)?;
+    let (g, layouts, memory) = planned(graph, w, precision, args.recompute)?;
+    let mut step =
+        GpuStep::new(gpu, &g, &layouts, &memory, w.sizes, AdamWConfig::default()).map_err(err)?;
     step.upload_params(7).map_err(err)?;
     let tuning = Instant::now();
     step.tune().map_err(err)?;
@@ -320,7 +328,6 @@ fn measure(
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let step_ms = median(times);
-    let g = p.graph();
     let trainable = g
         .params()
         .into_iter()
