@@ -283,9 +283,8 @@ fn recomputation_keeps_the_results_and_lowers_the_peak() {
 fn on_the_gpu_a_recomputed_mixed_step_with_the_fused_head_is_the_same_step() {
     // The combination the memory floor of the benchmarks is planned with: mixed precision, the
     // head fused with its cross-entropy, cheap activations and attention made again in the
-    // backward. The
-    // duplicates run the same kernels on the same inputs, so every bit agrees with the step
-    // that keeps them.
+    // backward. The duplicates run the same kernels on the same inputs, so every bit agrees
+    // with the step that keeps them.
     let gpu = gpu();
     let inputs = StepInputs::random(SMALL.vocab, SIZES, 5);
     for model in MODELS {
