@@ -34,6 +34,18 @@ pub enum Phase {
     Optimizer,
 }
 
+impl Phase {
+    /// The backward pass where `backward`, else the forward: the phase of an operation that
+    /// comes as a forward and a backward twin.
+    pub(crate) const fn forward_or_backward(backward: bool) -> Self {
+        if backward {
+            Self::Backward
+        } else {
+            Self::Forward
+        }
+    }
+}
+
 /// An operation (see the module docs for the operand order of each).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Op {

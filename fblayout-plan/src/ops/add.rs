@@ -38,11 +38,7 @@ impl Contract for Add {
     }
 
     fn phase(&self) -> Phase {
-        if self.accumulate {
-            Phase::Backward
-        } else {
-            Phase::Forward
-        }
+        Phase::forward_or_backward(self.accumulate)
     }
 
     fn inputs(&self) -> Vec<Slot> {

@@ -117,11 +117,7 @@ impl Contract for Attention {
     }
 
     fn phase(&self) -> Phase {
-        if self.backward {
-            Phase::Backward
-        } else {
-            Phase::Forward
-        }
+        Phase::forward_or_backward(self.backward)
     }
 
     fn inputs(&self) -> Vec<Slot> {

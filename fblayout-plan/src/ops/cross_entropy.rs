@@ -46,11 +46,7 @@ impl Contract for CrossEntropy {
     }
 
     fn phase(&self) -> Phase {
-        if self.backward {
-            Phase::Backward
-        } else {
-            Phase::Forward
-        }
+        Phase::forward_or_backward(self.backward)
     }
 
     fn inputs(&self) -> Vec<Slot> {

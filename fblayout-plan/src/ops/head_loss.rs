@@ -98,11 +98,7 @@ impl Contract for Head {
     }
 
     fn phase(&self) -> Phase {
-        if self.backward {
-            Phase::Backward
-        } else {
-            Phase::Forward
-        }
+        Phase::forward_or_backward(self.backward)
     }
 
     fn inputs(&self) -> Vec<Slot> {
