@@ -243,12 +243,13 @@ fn run(args: &Args) -> Res<()> {
                 };
                 let row = measure(gpu, &graph, w, precision, what, args)?;
                 println!(
-                    "{}: {:.2} ms, {:.0} tokens/s, peak {:.0} MiB, first loss {:.4}",
+                    "{}: {:.2} ms, {:.0} tokens/s, peak {:.0} MiB, first loss {:.4}, tuned in {:.1} s",
                     row.what,
                     row.step_ms,
                     row.tokens_per_s,
                     mib(row.peak),
-                    row.first_loss
+                    row.first_loss,
+                    row.tuned_s
                 );
                 rows.push(row);
             }
