@@ -30,7 +30,7 @@ use fblayout_plan::memory::{MemoryOptions, MemoryPlan, Recompute, plan_memory, r
 use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::select::{CostModel, Strategy, plan};
-use support::{Precisions, Res, Rng, err, exit, median, print_adapter};
+use support::{Precisions, Res, Rng, compiled_since, err, exit, median, print_adapter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Which {
@@ -312,9 +312,21 @@ fn measure(
         GpuStep::new(gpu, &g, &layouts, &memory, w.sizes, AdamWConfig::default()).map_err(err)?;
     step.upload_params(7).map_err(err)?;
     let tuning = Instant::now();
+    let compiled = gpu.compile_stats();
     step.tune().map_err(err)?;
     let tuned_s = tuning.elapsed().as_secs_f64();
+    println!(
+        "{what}: tuned in {tuned_s:.1} s ({})",
+        compiled_since(gpu, compiled)
+    );
+    let first = Instant::now();
+    let compiled = gpu.compile_stats();
     let first_loss = step.step(&w.inputs).map_err(err)?;
+    println!(
+        "{what}: first step in {:.1} s ({})",
+        first.elapsed().as_secs_f64(),
+        compiled_since(gpu, compiled)
+    );
     if !first_loss.is_finite() {
         return Err(format!("{what}: the first step's loss is {first_loss}"));
     }

@@ -28,7 +28,7 @@ use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
-use support::{Precisions, Res, err, exit, median, print_adapter};
+use support::{Precisions, Res, compiled_since, err, exit, median, print_adapter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Which {
@@ -252,15 +252,24 @@ fn measure(
         GpuStep::new(gpu, g, layouts, &memory, sizes, AdamWConfig::default()).map_err(err)?;
     step.upload_params(7).map_err(err)?;
     let tuning = Instant::now();
+    let compiled = gpu.compile_stats();
     let on_cores = step.tune().map_err(err)?;
     if on_cores > 0 {
         println!(
-            "{label}: {on_cores} linear and attention operations on tensor cores, tiles tuned in {:.1} s",
-            tuning.elapsed().as_secs_f64()
+            "{label}: {on_cores} linear and attention operations on tensor cores, tiles tuned in {:.1} s ({})",
+            tuning.elapsed().as_secs_f64(),
+            compiled_since(gpu, compiled)
         );
     }
     // The first step compiles the pipelines; its loss is the one every strategy must agree on.
+    let first = Instant::now();
+    let compiled = gpu.compile_stats();
     let first_loss = step.step(inputs).map_err(err)?;
+    println!(
+        "{label}: first step in {:.1} s ({})",
+        first.elapsed().as_secs_f64(),
+        compiled_since(gpu, compiled)
+    );
     if !first_loss.is_finite() {
         return Err(format!("{label}: the first step's loss is {first_loss}"));
     }

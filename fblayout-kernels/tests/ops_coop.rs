@@ -11,7 +11,7 @@ mod support;
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::__private::kernel_source;
 use fblayout_kernels::ops::OpError;
-use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp};
+use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, compile_ahead};
 use fblayout_kernels::ops::matmul::{Extents, Scale, matmul_cpu};
 use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
 use support::{Layout2, Rng, Tensor, assert_close, coop_gpu, gpu, static_2d, tolerance, view_2d};
@@ -522,6 +522,59 @@ fn the_autotune_is_kept_on_disk_and_a_corrupt_file_is_rebuilt() {
     assert!(matches!(fourth, CacheLoad::Loaded { .. }), "{fourth:?}");
     drop(gpu);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_listing_pass_compiles_every_candidate_at_once_and_the_tune_after_it_compiles_nothing() {
+    let Some(_) = coop_gpu("compile ahead") else {
+        return;
+    };
+    // A device of its own (no cache on disk, nothing compiled by other tests).
+    let mut options = GpuOptions::from_env().unwrap();
+    options.cache_dir = None;
+    let gpu = Gpu::with_options(options).unwrap();
+    let mut rng = Rng::new(86);
+    let a = random(&mut rng, fixed("a", 96, 64, false));
+    let b = random(&mut rng, fixed("b", 64, 80, true));
+    let (vc, bc) = view_2d("c", Layout2::RowMajor, 96, 80, ElemType::F32);
+    let c = Tensor::random(&mut rng, vc, bc, -1.0, 1.0);
+    let op = CoopMatmulOp::new(&gpu, &a.view, &b.view, &c.view).unwrap();
+    let (ba, bb, bcc) = (a.upload(&gpu), b.upload(&gpu), c.poisoned(&gpu));
+    let (ga, gb, gc) = (a.gpu_arg(&ba), b.gpu_arg(&bb), c.gpu_arg(&bcc));
+    let e = op.extents(&gpu, &ga, &gb, &gc).unwrap();
+    let first = op.config_for(&e);
+    let before = gpu.compile_stats();
+    // The listing pass chooses nothing: it answers what a recording would use now.
+    let listed = compile_ahead(&gpu, || op.tune(&gpu, &ga, &gb, &gc)).unwrap();
+    assert_eq!(listed.unwrap(), first);
+    let ahead = gpu.compile_stats();
+    let compiled = ahead.pipelines - before.pipelines;
+    assert!(
+        compiled >= 2,
+        "the candidates' pipelines are compiled ahead: {compiled}"
+    );
+    // The tune after it measures pipelines that are all compiled.
+    let chosen = op.tune(&gpu, &ga, &gb, &gc).unwrap();
+    assert!(op.candidates_for(&e).contains(&chosen));
+    assert_eq!(op.config_for(&e), chosen);
+    assert_eq!(gpu.compile_stats().pipelines, ahead.pipelines);
+    // Outside a listing pass a new problem is measured, compiling its own pipelines.
+    let tall = random(&mut rng, fixed("a", 192, 64, false));
+    let (vt, bt) = view_2d("c", Layout2::RowMajor, 192, 80, ElemType::F32);
+    let ct = Tensor::random(&mut rng, vt, bt, -1.0, 1.0);
+    let op = CoopMatmulOp::new(&gpu, &tall.view, &b.view, &ct.view).unwrap();
+    let (bta, btc) = (tall.upload(&gpu), ct.poisoned(&gpu));
+    let (gta, gtc) = (tall.gpu_arg(&bta), ct.gpu_arg(&btc));
+    let before = gpu.compile_stats();
+    op.tune(&gpu, &gta, &gb, &gtc).unwrap();
+    assert!(gpu.compile_stats().pipelines > before.pipelines);
+    let got = run(&gpu, &op, None, &tall, &b, &ct);
+    assert_close(
+        "tuned after a listing pass",
+        &got,
+        &oracle(&tall, &b, &ct),
+        tolerance(ElemType::F16, 64),
+    );
 }
 
 #[test]

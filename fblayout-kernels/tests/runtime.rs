@@ -696,6 +696,77 @@ mod batches_pool_and_cache {
         }
     }
 
+    /// `y = x · k + c`: a kernel of its own code for each `c`.
+    fn offset_kernel(gpu: &Gpu, c: u32) -> KernelModule {
+        let x = LayoutSpec::new("x").dyn_axis("n").build().unwrap();
+        KernelSource::new(format!("offset {c}"))
+            .operand(Operand::read("x", &x.view()).unwrap())
+            .operand(Operand::write("y", &x.view()).unwrap())
+            .scalar("k", Scalar::F32)
+            .features(gpu.wgsl_features())
+            .body(format!(
+                "@compute @workgroup_size(64)
+                 fn main(@builtin(global_invocation_id) id: vec3<u32>) {{
+                     if (id.x < y_dim0()) {{
+                         y_store(id.x, x_load(id.x) * params.k + {c}.0);
+                     }}
+                 }}"
+            ))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_batch_compiles_its_new_pipelines_together_when_it_is_finished() {
+        // A device of its own, so that no other test has compiled these pipelines.
+        let gpu = Gpu::new().unwrap_or_else(|err| panic!("no GPU adapter: {err}"));
+        let kernels: Vec<KernelModule> = (0..6).map(|c| offset_kernel(&gpu, c)).collect();
+        let n = 100u32;
+        let input: Vec<f32> = (0..n).map(|i| i as f32 - 50.0).collect();
+        let x = GpuBuffer::from_slice(&gpu, &input).unwrap();
+        let outs: Vec<GpuBuffer> = (0..12)
+            .map(|_| GpuBuffer::from_slice(&gpu, &vec![f32::NAN; n as usize]).unwrap())
+            .collect();
+        let before = gpu.compile_stats();
+        let mut batch = gpu.batch();
+        // Twelve dispatches of six kernels, each kernel twice.
+        for (j, y) in outs.iter().enumerate() {
+            let kernel = &kernels[j % kernels.len()];
+            let params = params(n, j as f32);
+            batch
+                .dispatch(kernel, "main", &[("x", &x), ("y", y)], &params, [2, 1, 1])
+                .unwrap();
+        }
+        // Recording compiled nothing: the batch waits for its pipelines until it is finished.
+        assert_eq!(gpu.cached_pipelines(), 0);
+        assert_eq!(gpu.compile_stats(), before);
+        let recording = batch.finish().unwrap();
+        assert_eq!(gpu.cached_pipelines(), 6, "one pipeline per kernel");
+        let stats = gpu.compile_stats();
+        assert_eq!(stats.pipelines - before.pipelines, 6);
+        assert!(stats.waited > before.waited && stats.compiling > before.compiling);
+        drop(recording);
+        // A second batch of the same kernels compiles nothing and still runs each dispatch
+        // with its own kernel and parameters, in order.
+        let mut batch = gpu.batch();
+        for (j, y) in outs.iter().enumerate() {
+            let kernel = &kernels[j % kernels.len()];
+            let params = params(n, j as f32);
+            batch
+                .dispatch(kernel, "main", &[("x", &x), ("y", y)], &params, [2, 1, 1])
+                .unwrap();
+        }
+        batch.submit().unwrap();
+        assert_eq!(gpu.compile_stats().pipelines, stats.pipelines);
+        for (j, y) in outs.iter().enumerate() {
+            let c = (j % kernels.len()) as f32;
+            let got = y.read_back::<f32>().unwrap();
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(*g, input[i] * j as f32 + c, "dispatch {j}, element {i}");
+            }
+        }
+    }
+
     #[test]
     fn dispatches_chain_in_recorded_order_within_one_submit() {
         let gpu = gpu();

@@ -77,3 +77,19 @@ pub(crate) fn print_adapter(gpu: &fblayout_kernels::runtime::Gpu) {
         info.name, info.backend, info.device_type, info.driver, info.driver_info
     );
 }
+
+/// What compiling pipelines cost between two readings of
+/// [`Gpu::compile_stats`](fblayout_kernels::runtime::Gpu::compile_stats): "N pipelines
+/// compiled, waited X s (Y s of compilation on the host's threads)".
+pub(crate) fn compiled_since(
+    gpu: &fblayout_kernels::runtime::Gpu,
+    before: fblayout_kernels::runtime::CompileStats,
+) -> String {
+    let now = gpu.compile_stats();
+    format!(
+        "{} pipelines compiled, waited {:.1} s ({:.1} s of compilation on the host's threads)",
+        now.pipelines - before.pipelines,
+        (now.waited - before.waited).as_secs_f64(),
+        (now.compiling - before.compiling).as_secs_f64()
+    )
+}

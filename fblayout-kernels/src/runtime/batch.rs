@@ -37,7 +37,7 @@ use std::time::Instant;
 use fblayout_core::kernel::{Access, KernelModule, ParamValue};
 
 use super::buffer::{BufferKind, GpuBuffer, checked_bytes, map_read};
-use super::dispatch::{check_compute_entry, linear_grid};
+use super::dispatch::{OwnedShader, Shader, check_compute_entry, linear_grid};
 use super::error::GpuError;
 use super::gpu::{Gpu, scoped};
 use super::scratch::{Lending, Scratch, Workspace};
@@ -65,19 +65,46 @@ enum Item {
     Clear(GpuBuffer),
 }
 
-struct Dispatch {
+/// A recorded dispatch; `P` is its pipeline, or in a [`Batch`] the index of the pipeline to
+/// compile when the batch is finished.
+struct Dispatch<P = wgpu::ComputePipeline> {
     label: String,
     section: Option<String>,
-    pipeline: wgpu::ComputePipeline,
+    pipeline: P,
     buffers: Vec<(u32, GpuBuffer)>,
     params: Option<(u32, Vec<u8>)>,
     grid: [u32; 3],
 }
 
+impl<P> Dispatch<P> {
+    fn with_pipeline<Q>(self, pipeline: Q) -> Dispatch<Q> {
+        Dispatch {
+            label: self.label,
+            section: self.section,
+            pipeline,
+            buffers: self.buffers,
+            params: self.params,
+            grid: self.grid,
+        }
+    }
+}
+
+/// What a [`Batch`] holds: an item ready to run, or a dispatch whose pipeline was not
+/// compiled when it was recorded. The batch's new pipelines are compiled together, on the
+/// host's cores, when it is finished: a first recording of a whole training step would
+/// otherwise wait for one driver compilation after another.
+enum Recorded {
+    Ready(Item),
+    Uncompiled(Dispatch<usize>),
+}
+
 /// Work recorded for one submission (see the module docs).
 pub struct Batch<'g> {
     gpu: &'g Gpu,
-    items: Vec<Item>,
+    items: Vec<Recorded>,
+    /// The pipelines the batch's uncompiled dispatches wait for (shader, entry point), once
+    /// each.
+    uncompiled: Vec<(OwnedShader, String)>,
     section: Option<String>,
     /// The workspace scratch comes from, if any, and what of it is taken.
     lending: Option<Lending>,
@@ -99,6 +126,7 @@ impl Gpu {
         Batch {
             gpu: self,
             items: Vec::new(),
+            uncompiled: Vec::new(),
             section: None,
             lending: None,
             taken: Scratch::none(),
@@ -260,16 +288,57 @@ impl<'g> Batch<'g> {
                 ));
             }
         };
-        let pipeline = self.gpu.pipeline(module, entry)?;
-        self.items.push(Item::Dispatch(Dispatch {
+        let dispatch = Dispatch {
             label: format!("{}:{entry}", kernel.name()),
             section: self.section.clone(),
-            pipeline,
+            pipeline: (),
             buffers: bound,
             params,
             grid,
-        }));
+        };
+        let shader = Shader::of(module);
+        self.items
+            .push(match self.gpu.cached_pipeline(shader, entry) {
+                Some(pipeline) => Recorded::Ready(Item::Dispatch(dispatch.with_pipeline(pipeline))),
+                None => {
+                    let same = |(s, e): &(OwnedShader, String)| {
+                        let s = s.shader();
+                        s.hash == shader.hash && s.code == shader.code && e == entry
+                    };
+                    let at = match self.uncompiled.iter().position(same) {
+                        Some(at) => at,
+                        None => {
+                            self.uncompiled
+                                .push((OwnedShader::new(shader), entry.to_owned()));
+                            self.uncompiled.len() - 1
+                        }
+                    };
+                    Recorded::Uncompiled(dispatch.with_pipeline(at))
+                }
+            });
         Ok(())
+    }
+
+    /// The batch's items, every pipeline they wait for compiled (at once, on the host's
+    /// cores).
+    fn compiled_items(&mut self) -> Result<Vec<Item>, GpuError> {
+        let items = std::mem::take(&mut self.items);
+        let uncompiled = std::mem::take(&mut self.uncompiled);
+        let entries: Vec<(Shader<'_>, &str)> = uncompiled
+            .iter()
+            .map(|(shader, entry)| (shader.shader(), entry.as_str()))
+            .collect();
+        let pipelines = self.gpu.compile_all(&entries)?;
+        Ok(items
+            .into_iter()
+            .map(|item| match item {
+                Recorded::Ready(item) => item,
+                Recorded::Uncompiled(d) => {
+                    let pipeline = pipelines[d.pipeline].clone();
+                    Item::Dispatch(d.with_pipeline(pipeline))
+                }
+            })
+            .collect())
     }
 
     /// Records `entry` over `workgroups` workgroups folded into a 2-D grid by [`linear_grid`],
@@ -311,17 +380,18 @@ impl<'g> Batch<'g> {
                 "source and destination are one buffer",
             ));
         }
-        self.items.push(Item::Copy {
+        self.items.push(Recorded::Ready(Item::Copy {
             src: src.clone(),
             dst: dst.clone(),
             bytes: bytes.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT),
-        });
+        }));
         Ok(())
     }
 
     /// Records zeroing the whole of `buffer`.
     pub fn clear(&mut self, buffer: &GpuBuffer) {
-        self.items.push(Item::Clear(buffer.clone()));
+        self.items
+            .push(Recorded::Ready(Item::Clear(buffer.clone())));
     }
 
     /// Sends everything recorded in one submission, without waiting for it.
@@ -337,14 +407,15 @@ impl<'g> Batch<'g> {
 
     /// Makes the batch ready to run, as many times as wanted: its parameter blocks uploaded and
     /// its bind groups built once (see [`Recording`]).
-    pub fn finish(self) -> Result<Recording<'g>, GpuError> {
+    pub fn finish(mut self) -> Result<Recording<'g>, GpuError> {
         let gpu = self.gpu;
-        let arena = Arena::new(gpu, &self.items)?;
+        let items = self.compiled_items()?;
+        let arena = Arena::new(gpu, &items)?;
         let groups = scoped(
             gpu.device(),
-            || format!("the bind groups of {} dispatches", self.items.len()),
+            || format!("the bind groups of {} dispatches", items.len()),
             || {
-                self.items
+                items
                     .iter()
                     .enumerate()
                     .map(|(at, item)| match item {
@@ -356,7 +427,7 @@ impl<'g> Batch<'g> {
         )?;
         Ok(Recording {
             gpu,
-            items: self.items,
+            items,
             groups,
             arena,
             dirty: false,
@@ -442,7 +513,7 @@ impl<'g> Recording<'g> {
     /// parameter block of the same size (its values, its buffers and its grid may change). A
     /// dispatch whose buffers are the same keeps its bind group. Nothing is replaced unless all
     /// of them fit.
-    pub fn replace(&mut self, at: usize, batch: Batch<'_>) -> Result<(), GpuError> {
+    pub fn replace(&mut self, at: usize, mut batch: Batch<'_>) -> Result<(), GpuError> {
         let what = || {
             format!(
                 "replacing items {at}.. of a recording of {}",
@@ -464,7 +535,8 @@ impl<'g> Recording<'g> {
                     format!("{} items do not fit from {at}", batch.items.len()),
                 )
             })?;
-        for (k, (old, new)) in self.items[at..end].iter().zip(&batch.items).enumerate() {
+        let items = batch.compiled_items()?;
+        for (k, (old, new)) in self.items[at..end].iter().zip(&items).enumerate() {
             let fits = match (old, new) {
                 (Item::Dispatch(old), Item::Dispatch(new)) => {
                     old.pipeline == new.pipeline
@@ -485,7 +557,7 @@ impl<'g> Recording<'g> {
             }
         }
         let gpu = self.gpu;
-        for (k, new) in batch.items.into_iter().enumerate() {
+        for (k, new) in items.into_iter().enumerate() {
             let i = at + k;
             // Kinds were checked above: a dispatch replaces a dispatch.
             match (&self.items[i], &new) {

@@ -12,6 +12,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::PoisonError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use fblayout_core::shader::WgslModule;
 use wgpu::naga;
@@ -58,12 +60,115 @@ pub(crate) struct PipelineCache {
     modules: HashMap<u64, Vec<(String, CachedModule)>>,
 }
 
+/// What compiling a pipeline reads of a WGSL module: its name and source, and its code (the
+/// source without comments) with that code's hash, which find it in the cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shader<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) source: &'a str,
+    pub(crate) code: &'a str,
+    pub(crate) hash: u64,
+}
+
+impl<'a> Shader<'a> {
+    pub(crate) fn of(module: &'a WgslModule) -> Self {
+        Self {
+            name: module.name(),
+            source: module.source(),
+            code: module.code(),
+            hash: module.code_hash(),
+        }
+    }
+}
+
+/// A [`Shader`] kept until its pipeline is compiled (a [`Batch`](super::Batch)'s, at its
+/// finish, with the batch's other new pipelines at once).
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedShader {
+    name: String,
+    source: String,
+    code: String,
+    hash: u64,
+}
+
+impl OwnedShader {
+    pub(crate) fn new(shader: Shader<'_>) -> Self {
+        Self {
+            name: shader.name.to_owned(),
+            source: shader.source.to_owned(),
+            code: shader.code.to_owned(),
+            hash: shader.hash,
+        }
+    }
+
+    pub(crate) fn shader(&self) -> Shader<'_> {
+        Shader {
+            name: &self.name,
+            source: &self.source,
+            code: &self.code,
+            hash: self.hash,
+        }
+    }
+}
+
+/// How many pipelines a [`Gpu`] compiled and how long that took (see
+/// [`Gpu::compile_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompileStats {
+    /// Pipelines compiled.
+    pub pipelines: u64,
+    /// Their compilations' durations, summed (several run at once on a host of many cores).
+    pub compiling: Duration,
+    /// How long callers waited for compilations, wall clock.
+    pub waited: Duration,
+}
+
+/// The counters behind [`CompileStats`], in nanoseconds.
+#[derive(Debug, Default)]
+pub(crate) struct CompileCounters {
+    pipelines: AtomicU64,
+    compiling: AtomicU64,
+    waited: AtomicU64,
+}
+
+impl CompileCounters {
+    fn nanos(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn compiled(&self, took: Duration) {
+        self.pipelines.fetch_add(1, Ordering::Relaxed);
+        self.compiling
+            .fetch_add(Self::nanos(took), Ordering::Relaxed);
+    }
+
+    fn waited(&self, took: Duration) {
+        self.waited.fetch_add(Self::nanos(took), Ordering::Relaxed);
+    }
+
+    fn read(&self) -> CompileStats {
+        CompileStats {
+            pipelines: self.pipelines.load(Ordering::Relaxed),
+            compiling: Duration::from_nanos(self.compiling.load(Ordering::Relaxed)),
+            waited: Duration::from_nanos(self.waited.load(Ordering::Relaxed)),
+        }
+    }
+}
+
 struct CachedModule {
     shader: wgpu::ShaderModule,
     pipelines: HashMap<String, wgpu::ComputePipeline>,
 }
 
 impl PipelineCache {
+    /// The cached module with `shader`'s code, if any.
+    fn module(&self, shader: Shader<'_>) -> Option<&CachedModule> {
+        self.modules
+            .get(&shader.hash)
+            .and_then(|same| same.iter().find(|(c, _)| c == shader.code))
+            .map(|(_, m)| m)
+    }
+
     pub(crate) fn pipeline_count(&self) -> usize {
         self.modules
             .values()
@@ -212,57 +317,83 @@ impl Gpu {
         module: &WgslModule,
         entry: &str,
     ) -> Result<wgpu::ComputePipeline, GpuError> {
+        let shader = Shader::of(module);
+        if let Some(pipeline) = self.cached_pipeline(shader, entry) {
+            return Ok(pipeline);
+        }
+        let start = Instant::now();
+        let pipeline = self.compile_pipeline(shader, entry);
+        self.compile_stats.waited(start.elapsed());
+        pipeline
+    }
+
+    /// The pipeline for `entry` of `shader` if it was compiled already.
+    pub(crate) fn cached_pipeline(
+        &self,
+        shader: Shader<'_>,
+        entry: &str,
+    ) -> Option<wgpu::ComputePipeline> {
+        self.lock_pipelines()
+            .module(shader)
+            .and_then(|m| m.pipelines.get(entry))
+            .cloned()
+    }
+
+    /// Compiles the pipeline for `entry` of `shader` (and its shader module, unless cached)
+    /// and keeps it; the cached one where another thread stored it first.
+    fn compile_pipeline(
+        &self,
+        shader: Shader<'_>,
+        entry: &str,
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
         // Modules that differ only in their comments share a shader and its pipelines.
-        let (code, source, hash) = (module.code(), module.source(), module.code_hash());
-        let shader = {
+        let cached = {
             let cache = self.lock_pipelines();
-            let cached = cache
-                .modules
-                .get(&hash)
-                .and_then(|same| same.iter().find(|(c, _)| c == code))
-                .map(|(_, m)| m);
-            if let Some(pipeline) = cached.and_then(|m| m.pipelines.get(entry)) {
+            let module = cache.module(shader);
+            if let Some(pipeline) = module.and_then(|m| m.pipelines.get(entry)) {
                 return Ok(pipeline.clone());
             }
-            cached.map(|m| m.shader.clone())
+            module.map(|m| m.shader.clone())
         };
+        let start = Instant::now();
         let device = self.device();
-        let shader = match shader {
-            Some(shader) => shader,
+        let module = match cached {
+            Some(module) => module,
             None => scoped(
                 device,
-                || format!("the shader module `{}`", module.name()),
+                || format!("the shader module `{}`", shader.name),
                 || {
                     device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(module.name()),
-                        source: wgpu::ShaderSource::Wgsl(source.into()),
+                        label: Some(shader.name),
+                        source: wgpu::ShaderSource::Wgsl(shader.source.into()),
                     })
                 },
             )?,
         };
         let pipeline = scoped(
             device,
-            || format!("the compute pipeline for `{entry}` in `{}`", module.name()),
+            || format!("the compute pipeline for `{entry}` in `{}`", shader.name),
             || {
                 device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(entry),
                     layout: None,
-                    module: &shader,
+                    module: &module,
                     entry_point: Some(entry),
                     compilation_options: wgpu::PipelineCompilationOptions::default(),
                     cache: self.pipeline_cache.as_ref().map(|(cache, _)| cache),
                 })
             },
         )?;
+        self.compile_stats.compiled(start.elapsed());
         let mut cache = self.lock_pipelines();
-        let same = cache.modules.entry(hash).or_default();
-        let at = match same.iter().position(|(c, _)| c == code) {
+        let same = cache.modules.entry(shader.hash).or_default();
+        let at = match same.iter().position(|(c, _)| c == shader.code) {
             Some(at) => at,
             None => {
                 same.push((
-                    code.to_owned(),
+                    shader.code.to_owned(),
                     CachedModule {
-                        shader,
+                        shader: module,
                         pipelines: HashMap::new(),
                     },
                 ));
@@ -285,7 +416,37 @@ impl Gpu {
         &self,
         entries: &[(&WgslModule, &str)],
     ) -> Result<(), GpuError> {
-        super::threads::try_map(entries, |(module, entry)| self.pipeline(module, entry)).map(drop)
+        let shaders: Vec<(Shader<'_>, &str)> = entries
+            .iter()
+            .map(|&(module, entry)| (Shader::of(module), entry))
+            .collect();
+        self.compile_all(&shaders).map(drop)
+    }
+
+    /// The pipelines of `entries` (shader, entry point), in order: those not compiled yet
+    /// compiled at once, on as many threads as the host has cores.
+    pub(crate) fn compile_all(
+        &self,
+        entries: &[(Shader<'_>, &str)],
+    ) -> Result<Vec<wgpu::ComputePipeline>, GpuError> {
+        let start = Instant::now();
+        let missing = entries
+            .iter()
+            .any(|&(shader, entry)| self.cached_pipeline(shader, entry).is_none());
+        let pipelines = super::threads::try_map(entries, |&(shader, entry)| {
+            self.compile_pipeline(shader, entry)
+        });
+        if missing {
+            self.compile_stats.waited(start.elapsed());
+        }
+        pipelines
+    }
+
+    /// How many pipelines this device compiled, how long their compilations took together
+    /// (summed over the threads that ran them), and how long callers waited for them (wall
+    /// clock, parallel compilations counted once).
+    pub fn compile_stats(&self) -> CompileStats {
+        self.compile_stats.read()
     }
 
     fn lock_pipelines(&self) -> std::sync::MutexGuard<'_, PipelineCache> {

@@ -15,7 +15,7 @@ use fblayout_core::shader::WgslFeatures;
 
 use super::choice::AdapterChoice;
 use super::disk_cache::{CacheLoad, DiskCache, default_cache_dir};
-use super::dispatch::PipelineCache;
+use super::dispatch::{CompileCounters, PipelineCache};
 use super::error::GpuError;
 use super::features::{DISABLE_ENV, Disabled, GpuFeatures};
 use super::gated;
@@ -68,6 +68,8 @@ pub struct Gpu {
     info: GpuInfo,
     features: GpuFeatures,
     pub(super) pipelines: Mutex<PipelineCache>,
+    /// How many pipelines were compiled, and how long that took ([`Gpu::compile_stats`]).
+    pub(super) compile_stats: CompileCounters,
     pool: BufferPool,
     /// The driver's pipeline cache and the file it is saved to, where the backend has one.
     pub(super) pipeline_cache: Option<(wgpu::PipelineCache, DiskCache)>,
@@ -258,6 +260,7 @@ impl Gpu {
             info,
             features,
             pipelines: Mutex::new(PipelineCache::default()),
+            compile_stats: CompileCounters::default(),
             pool: BufferPool::default(),
             pipeline_cache,
             cache_load,

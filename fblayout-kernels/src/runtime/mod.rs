@@ -56,7 +56,7 @@ pub use batch::{Batch, Encoded, Recording, Timing};
 pub use buffer::{BufferKind, GpuBuffer};
 pub use choice::{ADAPTER_ENV, AdapterChoice, BACKEND_ENV};
 pub use disk_cache::{CacheLoad, DiskCache, default_cache_dir};
-pub use dispatch::{Binding, linear_grid};
+pub use dispatch::{Binding, CompileStats, linear_grid};
 pub use error::GpuError;
 pub use features::{CoopFragment, CoopFragments, CoopScalar, Disabled, GpuFeatures};
 pub use gpu::{Gpu, GpuInfo, GpuOptions, MAX_WORKGROUPS_PER_DIMENSION};

@@ -51,6 +51,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod ahead;
 pub mod config;
 mod shader;
 pub(crate) mod sources;
@@ -64,6 +65,7 @@ use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::{ElemType, Order as MemoryOrder, View};
 use fblayout_core::shader::WgslFeatures;
 
+pub use self::ahead::compile_ahead;
 pub use self::config::{CoopConfig, ParseConfigError};
 pub use self::shader::Order;
 use self::shader::{CoopSpec, Direct, Output, Staging, Width};
@@ -532,11 +534,14 @@ impl CoopMatmulOp {
         ))
     }
 
-    /// Builds the GEMM kernels of `configs` for a product of `shape` and compiles their
-    /// pipelines, on as many threads as the host has cores: the autotune then measures
-    /// pipelines that are all ready, rather than waiting for the driver to compile one
-    /// candidate after another.
-    fn prepare(&self, gpu: &Gpu, configs: &[CoopConfig], shape: GemmShape) -> Result<(), OpError> {
+    /// Builds the GEMM kernels of `configs` for a product of `shape`, on as many threads as
+    /// the host has cores.
+    fn candidate_kernels(
+        &self,
+        gpu: &Gpu,
+        configs: &[CoopConfig],
+        shape: GemmShape,
+    ) -> Result<Vec<Arc<Compiled>>, OpError> {
         let mut kinds: Vec<Kernel> = Vec::with_capacity(configs.len());
         for &config in configs {
             let kind = Kernel::gemm(
@@ -547,13 +552,34 @@ impl CoopMatmulOp {
                 kinds.push(kind);
             }
         }
-        let built = threads::try_map(&kinds, |&kind| self.kernel(gpu, kind))?;
+        threads::try_map(&kinds, |&kind| self.kernel(gpu, kind))
+    }
+
+    /// Builds the GEMM kernels of `configs` for a product of `shape` and compiles their
+    /// pipelines, on as many threads as the host has cores: the autotune then measures
+    /// pipelines that are all ready, rather than waiting for the driver to compile one
+    /// candidate after another.
+    fn prepare(&self, gpu: &Gpu, configs: &[CoopConfig], shape: GemmShape) -> Result<(), OpError> {
+        let built = self.candidate_kernels(gpu, configs, shape)?;
         let entries: Vec<_> = built
             .iter()
             .map(|k| (k.module().module(), shader::ENTRY))
             .collect();
         gpu.prepare_pipelines(&entries)?;
         Ok(())
+    }
+
+    /// The configurations of `configs` the device can build.
+    fn buildable(&self, gpu: &Gpu, configs: &[CoopConfig]) -> Vec<CoopConfig> {
+        configs
+            .iter()
+            .copied()
+            .filter(|config| {
+                config
+                    .problem(gpu.limits(), self.subgroup_size, self.orders())
+                    .is_none()
+            })
+            .collect()
     }
 
     /// The checked extents of a call (each argument read through the view the op was built
@@ -756,7 +782,9 @@ impl CoopMatmulOp {
 
     /// Like [`tune`](Self::tune), measuring only those of `configs` that are candidates of the
     /// problem (a shorter search, where measuring all of them would take too long); a problem
-    /// tuned before keeps its choice.
+    /// tuned before keeps its choice. Inside [`compile_ahead`]'s listing pass it measures
+    /// nothing: it lists the kernels it would measure and returns the configuration
+    /// [`record`](Self::record) would use now.
     pub fn tune_among(
         &self,
         gpu: &Gpu,
@@ -795,6 +823,17 @@ impl CoopMatmulOp {
             .copied()
             .filter(|c| candidates.contains(c))
             .collect();
+        if ahead::listing() {
+            // A listing pass (see `compile_ahead`): the kernels to compile, nothing measured
+            // or chosen.
+            let shape = e
+                .gemm()
+                .ok_or_else(|| OpError::shape(OP, format!("{e:?} exceeds the u32 index space")))?;
+            ahead::list(&problem, || {
+                self.candidate_kernels(gpu, &self.buildable(gpu, &among), shape)
+            })?;
+            return Ok(self.config_for(&e));
+        }
         let (best, _) = self.measure_configs(gpu, &among, a, b, c, 4)?;
         let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
         table.entries.insert(problem, best);
@@ -848,15 +887,7 @@ impl CoopMatmulOp {
         reps: u32,
     ) -> Result<(CoopConfig, Vec<(CoopConfig, Duration)>), OpError> {
         let reps = reps.max(1);
-        let buildable: Vec<CoopConfig> = configs
-            .iter()
-            .copied()
-            .filter(|config| {
-                config
-                    .problem(gpu.limits(), self.subgroup_size, self.orders())
-                    .is_none()
-            })
-            .collect();
+        let buildable = self.buildable(gpu, configs);
         let Some(&first) = buildable.first() else {
             return Err(OpError::shape(
                 OP,

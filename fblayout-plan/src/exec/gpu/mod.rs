@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
+use fblayout_kernels::ops::coop::compile_ahead;
 use fblayout_kernels::ops::{NonFiniteOp, OpError, TokenIds};
 use fblayout_kernels::runtime::{
     Batch, Encoded, Gpu, GpuBuffer, Recording, Scratch, Timing, Workspace,
@@ -624,7 +625,17 @@ impl<'g> GpuStep<'g> {
     /// once per adapter and problem; returns how many operations run a product on tensor
     /// cores. Nothing of the step's tensors is overwritten; without tensor cores this does
     /// nothing.
+    ///
+    /// The pipelines of every problem's candidates are compiled first, all at once
+    /// ([`compile_ahead`]), then each problem is measured.
     pub fn tune(&self) -> Result<usize, ExecError> {
+        compile_ahead(self.gpu, || self.tune_nodes())
+            .map_err(|e| ExecError::gpu("compiling the autotune's candidates", e))??;
+        self.tune_nodes()
+    }
+
+    /// [`tune`](Self::tune)'s pass over the nodes.
+    fn tune_nodes(&self) -> Result<usize, ExecError> {
         let mut on_cores = 0;
         let ids = &self.token_ids;
         for (i, node) in self.kernels.iter().enumerate() {
