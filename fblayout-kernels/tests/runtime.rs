@@ -727,16 +727,20 @@ mod batches_pool_and_cache {
         let outs: Vec<GpuBuffer> = (0..12)
             .map(|_| GpuBuffer::from_slice(&gpu, &vec![f32::NAN; n as usize]).unwrap())
             .collect();
-        let before = gpu.compile_stats();
-        let mut batch = gpu.batch();
         // Twelve dispatches of six kernels, each kernel twice.
-        for (j, y) in outs.iter().enumerate() {
-            let kernel = &kernels[j % kernels.len()];
-            let params = params(n, j as f32);
+        let record = || {
+            let mut batch = gpu.batch();
+            for (j, y) in outs.iter().enumerate() {
+                let kernel = &kernels[j % kernels.len()];
+                let params = params(n, j as f32);
+                batch
+                    .dispatch(kernel, "main", &[("x", &x), ("y", y)], &params, [2, 1, 1])
+                    .unwrap();
+            }
             batch
-                .dispatch(kernel, "main", &[("x", &x), ("y", y)], &params, [2, 1, 1])
-                .unwrap();
-        }
+        };
+        let before = gpu.compile_stats();
+        let batch = record();
         // Recording compiled nothing: the batch waits for its pipelines until it is finished.
         assert_eq!(gpu.cached_pipelines(), 0);
         assert_eq!(gpu.compile_stats(), before);
@@ -748,15 +752,7 @@ mod batches_pool_and_cache {
         drop(recording);
         // A second batch of the same kernels compiles nothing and still runs each dispatch
         // with its own kernel and parameters, in order.
-        let mut batch = gpu.batch();
-        for (j, y) in outs.iter().enumerate() {
-            let kernel = &kernels[j % kernels.len()];
-            let params = params(n, j as f32);
-            batch
-                .dispatch(kernel, "main", &[("x", &x), ("y", y)], &params, [2, 1, 1])
-                .unwrap();
-        }
-        batch.submit().unwrap();
+        record().submit().unwrap();
         assert_eq!(gpu.compile_stats().pipelines, stats.pipelines);
         for (j, y) in outs.iter().enumerate() {
             let c = (j % kernels.len()) as f32;
