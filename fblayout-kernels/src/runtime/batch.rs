@@ -5,7 +5,10 @@
 //! [`Batch::submit`]. Nothing waits: results are read back only when asked
 //! ([`GpuBuffer::read_back`]), and the queue keeps the recorded order. Every parameter block of a
 //! batch lives in one uniform buffer, at offsets aligned as the device requires, so a batch of a
-//! hundred dispatches allocates one buffer (from the pool) rather than a hundred.
+//! hundred dispatches allocates one buffer (from the pool) rather than a hundred. The pipelines
+//! a batch's dispatches need and the device has not compiled yet are compiled when the batch is
+//! finished, all at once on the host's cores: a driver compiles a pipeline on the calling
+//! thread, and the first recording of a whole training step needs dozens.
 //!
 //! [`Batch::submit_timed`] runs the batch and says how long each dispatch took: from GPU
 //! timestamps where the device has `TIMESTAMP_QUERY`, else from the wall clock around one
@@ -196,7 +199,9 @@ impl<'g> Batch<'g> {
     /// [`ParamsLayout::pack`](fblayout_core::kernel::ParamsLayout::pack)).
     ///
     /// Every operand must be bound exactly once, to a storage buffer; the grid must fit the
-    /// device's limit per dimension. The kernel's pipeline is compiled here on first use.
+    /// device's limit per dimension. A pipeline not compiled yet is compiled when the batch is
+    /// finished ([`finish`](Self::finish), [`submit`](Self::submit), or
+    /// [`Recording::replace`]), together with the batch's other new pipelines.
     pub fn dispatch(
         &mut self,
         kernel: &KernelModule,
