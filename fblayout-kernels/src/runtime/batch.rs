@@ -306,10 +306,8 @@ impl<'g> Batch<'g> {
             .push(match self.gpu.cached_pipeline(shader, entry) {
                 Some(pipeline) => Recorded::Ready(Item::Dispatch(dispatch.with_pipeline(pipeline))),
                 None => {
-                    let same = |(s, e): &(OwnedShader, String)| {
-                        let s = s.shader();
-                        s.hash == shader.hash && s.code == shader.code && e == entry
-                    };
+                    let same =
+                        |(s, e): &(OwnedShader, String)| s.shader().same(shader) && e == entry;
                     let at = match self.uncompiled.iter().position(same) {
                         Some(at) => at,
                         None => {

@@ -79,6 +79,12 @@ impl<'a> Shader<'a> {
             hash: module.code_hash(),
         }
     }
+
+    /// Whether `other` is the same code (so the same shader and pipelines), whatever its name
+    /// and comments.
+    pub(crate) fn same(self, other: Shader<'_>) -> bool {
+        self.hash == other.hash && self.code == other.code
+    }
 }
 
 /// A [`Shader`] kept until its pipeline is compiled (a [`Batch`](super::Batch)'s, at its
@@ -424,22 +430,35 @@ impl Gpu {
     }
 
     /// The pipelines of `entries` (shader, entry point), in order: those not compiled yet
-    /// compiled at once, on as many threads as the host has cores.
+    /// compiled at once, on as many threads as the host has cores, each distinct one once
+    /// (two threads given the same one would both compile it).
     pub(crate) fn compile_all(
         &self,
         entries: &[(Shader<'_>, &str)],
     ) -> Result<Vec<wgpu::ComputePipeline>, GpuError> {
         let start = Instant::now();
-        let missing = entries
+        let mut distinct: Vec<(Shader<'_>, &str)> = Vec::with_capacity(entries.len());
+        let at: Vec<usize> = entries
+            .iter()
+            .map(|&(shader, entry)| {
+                let same = |&(s, e): &(Shader<'_>, &str)| s.same(shader) && e == entry;
+                distinct.iter().position(same).unwrap_or_else(|| {
+                    distinct.push((shader, entry));
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let missing = distinct
             .iter()
             .any(|&(shader, entry)| self.cached_pipeline(shader, entry).is_none());
-        let pipelines = super::threads::try_map(entries, |&(shader, entry)| {
+        let pipelines = super::threads::try_map(&distinct, |&(shader, entry)| {
             self.compile_pipeline(shader, entry)
         });
         if missing {
             self.compile_stats.waited(start.elapsed());
         }
-        pipelines
+        let pipelines = pipelines?;
+        Ok(at.into_iter().map(|i| pipelines[i].clone()).collect())
     }
 
     /// How many pipelines this device compiled, how long their compilations took together
@@ -523,6 +542,31 @@ mod tests {
         assert_eq!(linear_grid(17, 4), None);
         assert_eq!(linear_grid(16, 4), Some([4, 4, 1]));
         assert_eq!(linear_grid(1, 0), None);
+    }
+
+    #[test]
+    fn compiling_at_once_compiles_each_distinct_pipeline_once() {
+        // GPU tests fail without an adapter (lavapipe in CI), never skip.
+        let gpu = Gpu::new().unwrap_or_else(|err| panic!("no GPU adapter: {err}"));
+        let src = "@group(0) @binding(0) var<storage, read_write> d: array<u32>;\n\
+                   @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) i: vec3<u32>) \
+                   { if (i.x < arrayLength(&d)) { d[i.x] = d[i.x] + 1u; } }";
+        let m = WgslModule::validate("k", src).unwrap();
+        // The same code under another name and with a comment is the same pipeline.
+        let again = WgslModule::validate("k again", format!("// another name\n{src}")).unwrap();
+        let other = WgslModule::validate("k2", src.replace("1u;", "2u;")).unwrap();
+        let entries = [
+            (&m, "main"),
+            (&again, "main"),
+            (&m, "main"),
+            (&other, "main"),
+        ];
+        gpu.prepare_pipelines(&entries).unwrap();
+        assert_eq!(gpu.compile_stats().pipelines, 2);
+        assert_eq!(gpu.cached_pipelines(), 2);
+        // Compiled ones are not compiled again.
+        gpu.prepare_pipelines(&entries).unwrap();
+        assert_eq!(gpu.compile_stats().pipelines, 2);
     }
 
     #[test]

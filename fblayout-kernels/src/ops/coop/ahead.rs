@@ -54,13 +54,10 @@ pub fn compile_ahead<R>(gpu: &Gpu, f: impl FnOnce() -> R) -> Result<R, GpuError>
         let listed = LISTED.with(|listed| listed.borrow_mut().take().unwrap_or_default());
         (result, listed.kernels)
     };
-    // Products of one shape in several layers list the same kernels: each is compiled once.
-    let mut seen = HashSet::new();
+    // Kernels of the same code (listed by products of several problems) compile once.
     let entries: Vec<_> = listed
         .iter()
-        .map(|kernel| kernel.module().module())
-        .filter(|module| seen.insert((module.code_hash(), module.code())))
-        .map(|module| (module, shader::ENTRY))
+        .map(|kernel| (kernel.module().module(), shader::ENTRY))
         .collect();
     gpu.prepare_pipelines(&entries)?;
     Ok(result)
