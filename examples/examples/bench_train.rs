@@ -90,6 +90,10 @@ struct Args {
     /// attention's probabilities).
     #[arg(long, value_name = "WHAT", num_args = 0..=1, default_missing_value = "cheap")]
     recompute: Option<Recompute>,
+    /// Keep each residual addition and the norm after it apart (two kernels), as before they
+    /// were fused: the baseline of the fused norms.
+    #[arg(long)]
+    unfused_norms: bool,
     /// Also list the operations that took the most GPU time in one step, this many per
     /// strategy.
     #[arg(long, default_value_t = 0)]
@@ -144,7 +148,8 @@ fn run(args: &Args) -> Res<()> {
     let mut config = ModelConfig::new(args.vocab, args.hidden, args.heads)
         .with_max_positions(args.seq.max(1))
         .with_ffn(args.ffn)
-        .with_layers(args.layers);
+        .with_layers(args.layers)
+        .with_fused_norms(!args.unfused_norms);
     if let Some(chunk) = args.head_chunk {
         config = config.with_head_chunk(chunk);
     }

@@ -70,7 +70,7 @@ fn declare(
     match holds {
         Holds::Floats => g.add_tensor(name, axes, ElemType::F32, Role::Param),
         Holds::Ids { .. } => g.add_tensor(name, axes, ElemType::U32, Role::Input),
-        Holds::Written => g.add_tensor(name, axes, ElemType::F32, Role::Activation),
+        Holds::Written | Holds::Summed => g.add_tensor(name, axes, ElemType::F32, Role::Activation),
         Holds::Loss => g.add_tensor(name, axes, ElemType::F32, Role::Loss),
         Holds::Constant(values) => {
             let fixed: Vec<(&str, u32)> = axes
@@ -150,7 +150,25 @@ fn training_graph(op: Op) -> Built {
         outputs,
     ) = forward(op, &sample).unwrap();
     if sample.outputs[0].holds != Holds::Loss {
-        let y = g.tensor(outputs[0]).clone();
+        // The loss reads the first output that is not summed, plus those that are.
+        let summed = |k: &usize| sample.outputs[*k].holds == Holds::Summed;
+        let first = (0..outputs.len()).find(|k| !summed(k)).unwrap();
+        let mut read = outputs[first];
+        for k in (0..outputs.len()).filter(summed) {
+            let name = format!("summed{k}");
+            let total = g.tensor(read).clone();
+            let axes: Vec<(&str, Dim)> = total
+                .axes
+                .iter()
+                .map(|a| (a.name.as_str(), a.dim))
+                .collect();
+            let t = g
+                .add_tensor(&name, &axes, ElemType::F32, Role::Activation)
+                .unwrap();
+            g.push(Op::Add, &[read, outputs[k]], &[t]).unwrap();
+            read = t;
+        }
+        let y = g.tensor(read).clone();
         let classes = match y.axes.last().map(|a| a.dim) {
             Some(Dim::Fixed(n)) => n,
             other => panic!("{op:?}: a loss over a last axis of {other:?}"),
@@ -165,7 +183,7 @@ fn training_graph(op: Op) -> Built {
         let ce = Op::CrossEntropy {
             ignore_index: u32::MAX,
         };
-        g.push(ce, &[outputs[0], labels], &[loss]).unwrap();
+        g.push(ce, &[read, labels], &[loss]).unwrap();
         ids.push(("ce_labels".into(), classes));
     }
     derive_backward(&mut g).unwrap();

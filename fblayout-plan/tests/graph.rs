@@ -281,3 +281,30 @@ fn a_bias_folds_into_the_product_whose_output_only_it_reads() {
     assert!(g.nodes()[1].op == Op::Linear && g.nodes()[3].inputs.contains(&h));
     assert!(g.folded_biases().iter().all(Option::is_none));
 }
+
+/// A bias copied into another layout by a conversion the planner puts between the product and
+/// the bias is not ready when the product runs, so the product does not add it: the bias
+/// operation does, after the copy.
+#[test]
+fn a_bias_converted_after_its_product_does_not_fold() {
+    let g = build(Model::Decoder, SMALL).unwrap();
+    let folds = g.folded_biases();
+    let (i, j) = folds
+        .iter()
+        .enumerate()
+        .find_map(|(i, f)| f.map(|j| (i, j)))
+        .expect("a folded bias");
+    let bias = g.nodes()[j].inputs[1];
+    let mut converted = g.clone();
+    let at = converted.node_ids().nth(j).unwrap();
+    converted
+        .insert_convert(at, bias, "b.copy".to_string())
+        .unwrap();
+    // The conversion sits between the product (still at `i`) and the bias (now at `j + 1`).
+    assert_eq!(converted.nodes()[i].op, Op::Linear);
+    assert_eq!(converted.nodes()[j + 1].op, Op::Bias);
+    assert_eq!(converted.folded_biases()[i], None);
+    // Every other fold stands.
+    let others = |f: &[Option<usize>]| f.iter().flatten().count();
+    assert_eq!(others(&converted.folded_biases()), others(&folds) - 1);
+}

@@ -159,7 +159,10 @@ fn small_real_graphs() -> Vec<(&'static str, Graph)> {
     let w = param(&mut g, "w", &[("d_in", 16), ("d_out", 8)]);
     let y = act(&mut g, "y", 8, Role::Activation);
     g.push(
-        Op::LayerNorm { eps: 1e-5 },
+        Op::LayerNorm {
+            eps: 1e-5,
+            residual: false,
+        },
         &[x, gamma, beta],
         &[ln, mean, rstd],
     )

@@ -61,8 +61,8 @@ pub use error::OpError;
 pub use finite::NonFiniteOp;
 pub use matmul::{LinearOp, MatmulOp};
 pub use norm::{
-    LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, NormOp, RmsNormGrads, RmsNormOp,
-    RmsNormTensors, RowLaunch, RowSum,
+    LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, NormOp, Residual, RmsNormGrads,
+    RmsNormOp, RmsNormTensors, RowLaunch, RowSum,
 };
 pub use rope::{RopeAngles, RopeOp, RopeScaling, RopeViews, rope_tables};
 pub use softmax::{Mask, Softmax, SoftmaxOp};

@@ -54,7 +54,11 @@ pub fn initial_values(graph: &Graph, param: TensorId, seed: u64) -> Vec<f64> {
             (-1.0 / fan_in.sqrt(), 1.0 / fan_in.sqrt())
         }
         Some((Op::Embedding, _)) => (-1.0, 1.0),
-        Some((Op::LayerNorm { .. } | Op::RmsNorm { .. }, 1)) => (0.8, 1.2),
+        Some((op @ (Op::LayerNorm { .. } | Op::RmsNorm { .. }), k))
+            if op.input_roles().get(k) == Some(&"gamma") =>
+        {
+            (0.8, 1.2)
+        }
         _ => (-0.1, 0.1),
     };
     let mut rng = initial_values_rng(param, seed);

@@ -41,15 +41,16 @@ pub fn derive_backward(graph: &mut Graph) -> Result<(), GraphError> {
         .collect();
     for &i in forward.iter().rev() {
         let node = graph.nodes()[i].clone();
-        let rule = node
-            .op
-            .backward()
-            .expect("every forward operation has a backward rule");
         let output_grads: Vec<Option<TensorId>> = node
             .outputs
             .iter()
             .map(|&o| state.finalize(graph, o))
             .collect::<Result<_, _>>()?;
+        let has_grad: Vec<bool> = output_grads.iter().map(Option::is_some).collect();
+        let rule = node
+            .op
+            .backward_for(&has_grad)
+            .expect("every forward operation has a backward rule");
         let is_loss = node
             .outputs
             .iter()
@@ -136,10 +137,21 @@ impl State {
         output_grads: &[Option<TensorId>],
         step: &BackwardStep,
     ) -> Result<(), GraphError> {
-        let wanted: Vec<bool> = step
-            .grads_of
+        // The forward inputs each output is the gradient of.
+        let shared = step.shared.as_ref();
+        let of: Vec<Vec<usize>> = (0..step.grads_of.len())
+            .map(|k| match shared {
+                Some(s) if s.output == k => s.inputs.clone(),
+                _ => vec![step.grads_of[k]],
+            })
+            .collect();
+        let wanted: Vec<bool> = of
             .iter()
-            .map(|&pos| self.differentiable(graph, inputs[pos]))
+            .map(|positions| {
+                positions
+                    .iter()
+                    .any(|&p| self.differentiable(graph, inputs[p]))
+            })
             .collect();
         if !wanted.iter().any(|w| *w) {
             return Ok(());
@@ -163,33 +175,44 @@ impl State {
         } else {
             step.op.pruned(&wanted)
         };
-        let grads_of: Vec<usize> = match pruned {
-            Some(_) => step
-                .grads_of
-                .iter()
-                .zip(&wanted)
-                .filter(|(_, w)| **w)
-                .map(|(&pos, _)| pos)
-                .collect(),
-            None => step.grads_of.clone(),
+        let kept: Vec<usize> = match pruned {
+            Some(_) => (0..of.len()).filter(|&k| wanted[k]).collect(),
+            None => (0..of.len()).collect(),
         };
-        let mut writes = Vec::with_capacity(grads_of.len());
-        for &pos in &grads_of {
-            let of = inputs[pos];
-            let k = self.contributions[of.index()].len();
-            let name = if k == 0 {
-                format!("d_{}", graph.tensor(of).name)
-            } else {
-                format!("d_{}.{}", graph.tensor(of).name, k + 1)
+        let mut writes = Vec::with_capacity(kept.len());
+        for k in kept {
+            let g = match shared {
+                // The whole gradient of a forward output: made like it.
+                Some(s) if s.output == k => {
+                    let like = outputs[s.of];
+                    let base = format!("d_{}", graph.tensor(like).name);
+                    let name = if graph.grad(like).is_some() {
+                        format!("{base}.all")
+                    } else {
+                        base
+                    };
+                    grad_like(graph, like, name)?
+                }
+                _ => {
+                    let of = inputs[step.grads_of[k]];
+                    let n = self.contributions[of.index()].len();
+                    let name = if n == 0 {
+                        format!("d_{}", graph.tensor(of).name)
+                    } else {
+                        format!("d_{}.{}", graph.tensor(of).name, n + 1)
+                    };
+                    grad_like(graph, of, name)?
+                }
             };
-            let g = grad_like(graph, of, name)?;
-            writes.push((of, g));
+            writes.push((&of[k], g));
         }
         let out: Vec<TensorId> = writes.iter().map(|&(_, g)| g).collect();
         graph.push(pruned.unwrap_or(step.op), &reads, &out)?;
-        for (of, g) in writes {
-            if self.differentiable(graph, of) {
-                self.contributions[of.index()].push(g);
+        for (positions, g) in writes {
+            for &p in positions {
+                if self.differentiable(graph, inputs[p]) {
+                    self.contributions[inputs[p].index()].push(g);
+                }
             }
         }
         Ok(())

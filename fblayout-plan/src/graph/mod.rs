@@ -27,7 +27,7 @@ use std::sync::Arc;
 use fblayout_core::layout::ElemType;
 
 pub use autodiff::derive_backward;
-pub use op::{Act, BackwardRule, BackwardStep, HeadLoss, Op, Phase, Source};
+pub use op::{Act, BackwardRule, BackwardStep, HeadLoss, Op, Phase, SharedGrad, Source};
 pub use tensor::{Axis, Dim, Role, Sizes, Tensor, TensorId};
 
 /// An operation's handle in its [`Graph`].

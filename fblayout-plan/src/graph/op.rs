@@ -60,15 +60,22 @@ pub enum Op {
     Bias,
     /// `a, b → y`: `y = a + b`.
     Add,
-    /// `x, γ, β → y, mean, rstd`: LayerNorm over the last axis.
+    /// `x, γ, β → y, mean, rstd`: LayerNorm over the last axis; where `residual`,
+    /// `x, res, γ, β → sum, y, mean, rstd`: LayerNorm of `sum = x + res`, a residual
+    /// connection's addition done by the same kernel, which writes the sum as it reads it.
     LayerNorm {
         /// ε.
         eps: f32,
+        /// Whether the residual connection before it is fused.
+        residual: bool,
     },
-    /// `x, γ → y, rstd`: RMSNorm over the last axis.
+    /// `x, γ → y, rstd`: RMSNorm over the last axis; where `residual`,
+    /// `x, res, γ → sum, y, rstd`, as [`Op::LayerNorm`].
     RmsNorm {
         /// ε.
         eps: f32,
+        /// Whether the residual connection before it is fused.
+        residual: bool,
     },
     /// `x → y`: an elementwise activation.
     Activation(Act),
@@ -141,15 +148,22 @@ pub enum Op {
     LinearTGradWeight,
     /// `dy → db`: the sum of `dy` over every axis but the last.
     BiasGrad,
-    /// `x, γ, mean, rstd, dy → dx, dγ, dβ`.
+    /// `x, γ, mean, rstd, dy → dx, dγ, dβ`; where `carry`, `x, γ, mean, rstd, dy, dsum →
+    /// dx, dγ, dβ` with `dsum` (the gradient a fused residual's sum has from its other readers)
+    /// added to `dx`, which no accumulation then needs to.
     LayerNormGrad {
         /// ε of the forward.
         eps: f32,
+        /// Whether `dsum` is read and added.
+        carry: bool,
     },
-    /// `x, γ, rstd, dy → dx, dγ`.
+    /// `x, γ, rstd, dy → dx, dγ`; where `carry`, `x, γ, rstd, dy, dsum → dx, dγ`, as
+    /// [`Op::LayerNormGrad`].
     RmsNormGrad {
         /// ε of the forward.
         eps: f32,
+        /// Whether `dsum` is read and added.
+        carry: bool,
     },
     /// `x, dy → dx`.
     ActivationGrad(Act),
@@ -235,6 +249,21 @@ pub struct BackwardStep {
     pub inputs: Vec<Source>,
     /// For each of its outputs, the position of the forward input it is the gradient of.
     pub grads_of: Vec<usize>,
+    /// An output that is the gradient of a forward output and of several forward inputs at
+    /// once, in place of what `grads_of` says of it.
+    pub shared: Option<SharedGrad>,
+}
+
+/// A backward output that is the whole gradient of a forward output and of several of the
+/// forward inputs at once: a fused residual's sum, whose gradient is both summands'.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedGrad {
+    /// The backward output's position.
+    pub output: usize,
+    /// The forward output it is the gradient of (it is made like that output).
+    pub of: usize,
+    /// The forward inputs (positions) it is the gradient of.
+    pub inputs: Vec<usize>,
 }
 
 /// Where a backward operation's input comes from.

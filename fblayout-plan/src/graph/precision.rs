@@ -95,13 +95,22 @@ fn halved(graph: &Graph, role: Role) -> bool {
     }
 }
 
-/// The activations that stay `f32`: what a normalisation saves besides its output.
+/// The activations that stay `f32`: the statistics a normalisation saves besides its output
+/// (and a fused residual's sum).
 fn kept_f32(graph: &Graph) -> Vec<TensorId> {
     graph
         .nodes
         .iter()
         .filter(|n| matches!(n.op, Op::LayerNorm { .. } | Op::RmsNorm { .. }))
-        .flat_map(|n| n.outputs[1..].iter().copied())
+        .flat_map(|n| {
+            let roles = n.op.output_roles();
+            n.outputs
+                .iter()
+                .zip(roles)
+                .filter(|(_, r)| matches!(*r, "mean" | "rstd"))
+                .map(|(&t, _)| t)
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 

@@ -96,43 +96,48 @@ pub fn recompute(
         .flat_map(|n| n.inputs.iter().copied())
         .collect();
     let kept = |t: TensorId| backward_reads.contains(&t) || graph.tensor(t).is_persistent();
-    let mut chosen: Vec<usize> = Vec::new();
+    // The operations run again, as they will run: the node itself, or for a fused residual norm
+    // whose summands are not kept, the norm alone over its kept sum.
+    let mut chosen: Vec<Node> = Vec::new();
     let mut recomputed: HashSet<TensorId> = HashSet::new();
-    for (i, node) in graph.nodes().iter().enumerate() {
+    for node in graph.nodes() {
         if node.op.phase() != Phase::Forward || !what.covers(node.op) {
             continue;
         }
-        if node.outputs.iter().any(|y| backward_reads.contains(y))
-            && node
-                .inputs
-                .iter()
-                .all(|&t| kept(t) && !recomputed.contains(&t))
-        {
-            chosen.push(i);
-            recomputed.extend(node.outputs.iter().copied());
+        let again = [Some(node.clone()), norm_alone(node)]
+            .into_iter()
+            .flatten()
+            .find(|n| {
+                n.outputs.iter().any(|y| backward_reads.contains(y))
+                    && n.inputs
+                        .iter()
+                        .all(|&t| kept(t) && !recomputed.contains(&t))
+            });
+        if let Some(n) = again {
+            recomputed.extend(n.outputs.iter().copied());
+            chosen.push(n);
         }
     }
     let mut g = graph.clone();
     let mut layouts = layouts.to_vec();
     // Each chosen node's duplicate: its outputs, fresh.
-    let mut copies: Vec<(usize, Vec<TensorId>)> = Vec::with_capacity(chosen.len());
-    for &i in &chosen {
+    let mut copies: Vec<(&Node, Vec<TensorId>)> = Vec::with_capacity(chosen.len());
+    for original in &chosen {
         let mut outs = Vec::new();
-        for &o in &graph.nodes()[i].outputs {
+        for &o in &original.outputs {
             let t = graph.tensor(o).clone();
             let axes: Vec<(&str, Dim)> = t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
             outs.push(g.add_tensor(format!("{}.re", t.name), &axes, t.elem, t.role)?);
             layouts.push(layouts[o.index()]);
         }
-        copies.push((i, outs));
+        copies.push((original, outs));
     }
     let mut nodes: Vec<Node> = Vec::with_capacity(graph.nodes().len() + copies.len());
     let mut emitted = vec![false; copies.len()];
     for node in graph.nodes() {
         let mut node = node.clone();
         if node.op.phase() != Phase::Forward {
-            for (k, (i, outs)) in copies.iter().enumerate() {
-                let original = &graph.nodes()[*i];
+            for (k, (original, outs)) in copies.iter().enumerate() {
                 if !original.outputs.iter().any(|y| node.inputs.contains(y)) {
                     continue;
                 }
@@ -155,4 +160,47 @@ pub fn recompute(
     }
     *g.nodes_mut() = nodes;
     Ok((g, layouts))
+}
+
+/// For a norm with a fused residual (`x, res, weights → sum, y, stats`), the norm alone that
+/// makes `y` and the statistics again from the sum it wrote (`sum, weights → y, stats`):
+/// what is recomputed where the summands are not kept for the backward but the sum is.
+fn norm_alone(node: &Node) -> Option<Node> {
+    let op = match node.op {
+        Op::LayerNorm {
+            eps,
+            residual: true,
+        } => Op::LayerNorm {
+            eps,
+            residual: false,
+        },
+        Op::RmsNorm {
+            eps,
+            residual: true,
+        } => Op::RmsNorm {
+            eps,
+            residual: false,
+        },
+        _ => return None,
+    };
+    let (ins, outs) = (node.op.input_roles(), node.op.output_roles());
+    let sum = node.outputs[outs.iter().position(|r| *r == "sum")?];
+    let weights = node.inputs.iter().zip(&ins);
+    Some(Node {
+        op,
+        inputs: std::iter::once(sum)
+            .chain(
+                weights
+                    .filter(|(_, r)| !matches!(**r, "x" | "res"))
+                    .map(|(&t, _)| t),
+            )
+            .collect(),
+        outputs: node
+            .outputs
+            .iter()
+            .zip(&outs)
+            .filter(|(_, r)| **r != "sum")
+            .map(|(&t, _)| t)
+            .collect(),
+    })
 }

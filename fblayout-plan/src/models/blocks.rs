@@ -151,8 +151,12 @@ impl Blocks {
         };
         let mean = stat(&mut self.g, "mean")?;
         let rstd = stat(&mut self.g, "rstd")?;
+        let op = Op::LayerNorm {
+            eps,
+            residual: false,
+        };
         self.g
-            .push(Op::LayerNorm { eps }, &[x, gamma, beta], &[y, mean, rstd])?;
+            .push_norm(op, x, &[gamma, beta], &[y, mean, rstd], true)?;
         Ok(y)
     }
 
@@ -241,7 +245,11 @@ impl Blocks {
             ElemType::F32,
             Role::Activation,
         )?;
-        self.g.push(Op::RmsNorm { eps }, &[x, gamma], &[y, rstd])?;
+        let op = Op::RmsNorm {
+            eps,
+            residual: false,
+        };
+        self.g.push_norm(op, x, &[gamma], &[y, rstd], true)?;
         Ok(y)
     }
 

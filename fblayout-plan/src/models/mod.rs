@@ -57,6 +57,10 @@ pub struct ModelConfig {
     /// the logits this many tokens at a time and never stores them whole ([`Op::HeadLoss`]);
     /// unset, the head writes the logits and a cross-entropy reads them.
     pub head_chunk: Option<u32>,
+    /// Whether each residual addition is fused into the norm after it (the default): one
+    /// kernel adds, writes the sum and normalises it, and its backward adds the sum's gradient
+    /// from elsewhere ([`Op::LayerNorm`]'s `residual`).
+    pub fused_norms: bool,
 }
 
 impl ModelConfig {
@@ -69,6 +73,7 @@ impl ModelConfig {
         ffn: 1536,
         layers: 6,
         head_chunk: None,
+        fused_norms: true,
     };
 
     /// A model of `vocab` tokens, `hidden` wide with `heads` attention heads; the rest
@@ -82,7 +87,15 @@ impl ModelConfig {
             ffn: 4 * hidden,
             layers: 1,
             head_chunk: None,
+            fused_norms: true,
         }
+    }
+
+    /// This config with the residual additions fused into the norms after them, or not (see
+    /// [`ModelConfig::fused_norms`]).
+    pub const fn with_fused_norms(mut self, fused: bool) -> Self {
+        self.fused_norms = fused;
+        self
     }
 
     /// This config with the head and its loss fused, the logits made `chunk` tokens at a time
@@ -323,11 +336,13 @@ impl Builder {
         };
         let mean = stat(&mut self.g, "mean")?;
         let rstd = stat(&mut self.g, "rstd")?;
-        self.g.push(
-            Op::LayerNorm { eps: EPS },
-            &[x, gamma, beta],
-            &[y, mean, rstd],
-        )?;
+        let op = Op::LayerNorm {
+            eps: EPS,
+            residual: false,
+        };
+        let fuse = self.c.fused_norms;
+        self.g
+            .push_norm(op, x, &[gamma, beta], &[y, mean, rstd], fuse)?;
         Ok(y)
     }
 

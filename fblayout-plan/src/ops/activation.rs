@@ -95,6 +95,7 @@ impl Contract for Activation {
                 op: Op::ActivationGrad(self.act),
                 inputs: vec![Source::Input(0), Source::OutputGrad(0)],
                 grads_of: vec![0],
+                shared: None,
             }],
             passes_through: vec![],
         })
@@ -233,6 +234,7 @@ impl Contract for Swiglu {
                 op: Op::SwigluGrad,
                 inputs: vec![Source::Input(0), Source::Input(1), Source::OutputGrad(0)],
                 grads_of: vec![0, 1],
+                shared: None,
             }],
             passes_through: vec![],
         })

@@ -228,6 +228,7 @@ impl Contract for Attention {
                 op,
                 inputs,
                 grads_of,
+                shared: None,
             }],
             passes_through: vec![],
         })

@@ -56,6 +56,7 @@ impl Contract for Bias {
                 op: Op::BiasGrad,
                 inputs: vec![Source::OutputGrad(0)],
                 grads_of: vec![1],
+                shared: None,
             }],
             passes_through: vec![0],
         })

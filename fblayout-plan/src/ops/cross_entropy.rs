@@ -78,6 +78,7 @@ impl Contract for CrossEntropy {
                 },
                 inputs: vec![Source::Input(0), Source::Input(1)],
                 grads_of: vec![0],
+                shared: None,
             }],
             passes_through: vec![],
         })

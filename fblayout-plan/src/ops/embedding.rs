@@ -56,6 +56,7 @@ impl Contract for Embedding {
                 op: Op::EmbeddingGrad,
                 inputs: vec![Source::Input(0), Source::OutputGrad(0)],
                 grads_of: vec![1],
+                shared: None,
             }],
             passes_through: vec![],
         })

@@ -177,6 +177,7 @@ impl Contract for Head {
                 op: Op::HeadLossGrad(self.p),
                 inputs,
                 grads_of,
+                shared: None,
             }],
             passes_through: vec![],
         })

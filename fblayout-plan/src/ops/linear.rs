@@ -108,6 +108,7 @@ impl Contract for Linear {
             op,
             inputs,
             grads_of,
+            shared: None,
         };
         Some(BackwardRule {
             steps: vec![

@@ -267,6 +267,13 @@ pub(crate) trait Contract {
         None
     }
 
+    /// How its backward is written where only the outputs flagged in `grads` (one flag per
+    /// output, in order) carry a gradient: [`backward`](Self::backward), unless the operation
+    /// reads an output's gradient only where it has one (a fused residual's sum).
+    fn backward_for(&self, _grads: &[bool]) -> Option<BackwardRule> {
+        self.backward()
+    }
+
     /// For a backward operation: a cheaper one that writes only the gradients `wanted` (one
     /// flag per output, in order; the unwanted ones are of frozen weights), its outputs the
     /// wanted ones in order, where it has one. Without one, every gradient is made and the
@@ -368,10 +375,10 @@ impl Op {
             Self::BiasGrad => Box::new(bias::BiasGrad),
             Self::Add => Box::new(add::Add { accumulate: false }),
             Self::Accumulate => Box::new(add::Add { accumulate: true }),
-            Self::LayerNorm { eps } => Box::new(norm::LayerNorm { eps }),
-            Self::LayerNormGrad { eps } => Box::new(norm::LayerNormGrad { eps }),
-            Self::RmsNorm { eps } => Box::new(norm::RmsNorm { eps }),
-            Self::RmsNormGrad { eps } => Box::new(norm::RmsNormGrad { eps }),
+            Self::LayerNorm { eps, residual } => Box::new(norm::LayerNorm { eps, residual }),
+            Self::LayerNormGrad { eps, carry } => Box::new(norm::LayerNormGrad { eps, carry }),
+            Self::RmsNorm { eps, residual } => Box::new(norm::RmsNorm { eps, residual }),
+            Self::RmsNormGrad { eps, carry } => Box::new(norm::RmsNormGrad { eps, carry }),
             Self::Activation(act) => Box::new(activation::Activation { act }),
             Self::ActivationGrad(act) => Box::new(activation::ActivationGrad { act }),
             Self::Swiglu => Box::new(activation::Swiglu),
@@ -459,6 +466,12 @@ impl Op {
         self.contract().linear_weight()
     }
 
+    /// How the backward of a forward operation is written where only the outputs flagged in
+    /// `grads` carry a gradient (see [`Contract::backward_for`]).
+    pub(crate) fn backward_for(&self, grads: &[bool]) -> Option<BackwardRule> {
+        self.contract().backward_for(grads)
+    }
+
     /// For a backward operation, the cheaper one that writes only the gradients `wanted` (see
     /// [`Contract::pruned`]).
     pub(crate) fn pruned(&self, wanted: &[bool]) -> Option<Op> {
@@ -493,10 +506,38 @@ pub fn registry() -> Vec<Op> {
         Op::BiasGrad,
         Op::Add,
         Op::Accumulate,
-        Op::LayerNorm { eps: 1e-5 },
-        Op::LayerNormGrad { eps: 1e-5 },
-        Op::RmsNorm { eps: 1e-6 },
-        Op::RmsNormGrad { eps: 1e-6 },
+        Op::LayerNorm {
+            eps: 1e-5,
+            residual: false,
+        },
+        Op::LayerNorm {
+            eps: 1e-5,
+            residual: true,
+        },
+        Op::LayerNormGrad {
+            eps: 1e-5,
+            carry: false,
+        },
+        Op::LayerNormGrad {
+            eps: 1e-5,
+            carry: true,
+        },
+        Op::RmsNorm {
+            eps: 1e-6,
+            residual: false,
+        },
+        Op::RmsNorm {
+            eps: 1e-6,
+            residual: true,
+        },
+        Op::RmsNormGrad {
+            eps: 1e-6,
+            carry: false,
+        },
+        Op::RmsNormGrad {
+            eps: 1e-6,
+            carry: true,
+        },
         Op::Swiglu,
         Op::SwigluGrad,
         Op::Attention {
@@ -578,6 +619,10 @@ pub enum Holds {
     Constant(Vec<f64>),
     /// An activation the operation writes.
     Written,
+    /// An activation the operation writes that later operations read besides its first
+    /// output (a fused residual's sum, which the rest of the block adds to): the contract tests
+    /// add it to the output their loss reads, so that both carry a gradient.
+    Summed,
     /// The per-row losses of a cross-entropy.
     Loss,
 }

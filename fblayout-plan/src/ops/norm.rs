@@ -8,26 +8,35 @@
 //! (for `dx`) and along tokens (for the γ and β gradients): the R-Tile case. The backward's
 //! kernel is built with the forward's roles, `dy` standing in for `y` and `dbeta` for `beta`,
 //! which it does not read.
+//!
+//! **A fused residual connection** (`residual`): the forward reads `x, res` and normalises their
+//! sum, writing it as `sum` (output 0) as it reads it, so that no addition writes it and the
+//! norm does not read it back; its backward reads the saved `sum` as its `x`. Where the sum has
+//! readers besides the norm (a pre-norm block's residual stream), its gradient from them is the
+//! backward's `dsum` (`carry`), added to `dx` by the same kernel instead of by an accumulation;
+//! `dx` is then the gradient of both summands. Models fuse every norm whose input is the
+//! residual addition just before it ([`Graph::push_norm`](crate::graph::Graph::push_norm)).
 
 use fblayout_core::layout::View;
+use fblayout_kernels::ops::add::add_cpu;
 use fblayout_kernels::ops::norm::{
     layer_norm_backward_cpu, layer_norm_forward_cpu, rms_norm_backward_cpu, rms_norm_forward_cpu,
 };
 use fblayout_kernels::ops::{
-    LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, RmsNormGrads, RmsNormOp,
+    LayerNormGrads, LayerNormOp, LayerNormTensors, NormLaunch, Residual, RmsNormGrads, RmsNormOp,
     RmsNormTensors,
 };
 use fblayout_kernels::runtime::{Batch, Scratch};
 use fblayout_kernels::tensor::GpuArg;
 
-use super::cpu::{CpuCtx, Ins, Outs};
+use super::cpu::{CpuCtx, Ins, Out, Outs};
 use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
 use super::{
     Access, Args, Contract, Decl, Dims, Holds, LAST, OpErr, REDUCE_LAST, Sample, Shapes, Slot,
     ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Op, Phase, Source};
+use crate::graph::{BackwardRule, BackwardStep, Op, Phase, SharedGrad, Source};
 use crate::select::KernelKind;
 
 /// `x` and `dy` in a norm's backward: reduced along the row (`dx`) and along tokens (the γ and
@@ -37,24 +46,168 @@ const BOTH: &[Access] = &[
     Access::reducing(Walk::BeforeLast),
 ];
 
-/// `x, gamma, beta → y, mean, rstd`.
+/// `x, gamma, beta → y, mean, rstd`; `x, res, gamma, beta → sum, y, mean, rstd` where
+/// `residual`.
 pub(crate) struct LayerNorm {
     pub(crate) eps: f32,
+    pub(crate) residual: bool,
 }
 
-/// `x, gamma, mean, rstd, dy → dx, dgamma, dbeta`.
+/// `x, gamma, mean, rstd, dy → dx, dgamma, dbeta`, and `dsum` read where `carry`.
 pub(crate) struct LayerNormGrad {
     pub(crate) eps: f32,
+    pub(crate) carry: bool,
 }
 
-/// `x, gamma → y, rstd`.
+/// `x, gamma → y, rstd`; `x, res, gamma → sum, y, rstd` where `residual`.
 pub(crate) struct RmsNorm {
     pub(crate) eps: f32,
+    pub(crate) residual: bool,
 }
 
-/// `x, gamma, rstd, dy → dx, dgamma`.
+/// `x, gamma, rstd, dy → dx, dgamma`, and `dsum` read where `carry`.
 pub(crate) struct RmsNormGrad {
     pub(crate) eps: f32,
+    pub(crate) carry: bool,
+}
+
+/// The forward's inputs: `x` (and `res`), then the weights `params`.
+fn forward_inputs(residual: bool, params: &[&'static str]) -> Vec<Slot> {
+    let mut slots = vec![tok("x", REDUCE_LAST)];
+    if residual {
+        slots.push(tok("res", REDUCE_LAST));
+    }
+    slots.extend(params.iter().map(|p| whole(p)));
+    slots
+}
+
+/// The forward's outputs: (`sum`, then) `y` and the statistics `stats`.
+fn forward_outputs(residual: bool, stats: &[&'static str]) -> Vec<Slot> {
+    let mut slots = Vec::new();
+    if residual {
+        slots.push(tok("sum", LAST));
+    }
+    slots.push(tok("y", LAST));
+    slots.extend(stats.iter().map(|r| tok(r, LAST)));
+    slots
+}
+
+/// The backward's inputs: the saved input, `gamma`, the statistics `stats`, `dy` (and `dsum`).
+fn backward_inputs(carry: bool, stats: &[&'static str]) -> Vec<Slot> {
+    let mut slots = vec![tok("x", BOTH), whole("gamma")];
+    slots.extend(stats.iter().map(|r| tok(r, LAST)));
+    slots.push(tok("dy", BOTH));
+    if carry {
+        slots.push(tok("dsum", LAST));
+    }
+    slots
+}
+
+/// The backward rule of a norm forward whose outputs carry a gradient where `grads` says, with
+/// `params` weights and `stats` statistics: its backward `grad` (given whether it carries the
+/// sum's gradient) reads the saved input (the sum, where `residual`), `gamma`, the statistics
+/// and `dy` (and `dsum`), and writes `dx` (the gradient of `x`, and of `res`) and the weights'.
+fn norm_backward(
+    residual: bool,
+    grads: &[bool],
+    params: usize,
+    stats: usize,
+    grad: impl Fn(bool) -> Op,
+) -> Option<BackwardRule> {
+    use Source::{Input, Output, OutputGrad};
+    let first = usize::from(residual);
+    let y = first;
+    let has = |k: usize| grads.get(k).copied().unwrap_or(true);
+    if residual && !has(y) {
+        // Only the sum reaches the loss, not the norm: its gradient is both summands'.
+        return Some(BackwardRule {
+            steps: vec![],
+            passes_through: vec![0, 1],
+        });
+    }
+    let carry = residual && has(0);
+    let gamma = 1 + first;
+    let mut inputs = vec![if residual { Output(0) } else { Input(0) }, Input(gamma)];
+    inputs.extend((1..=stats).map(|k| Output(y + k)));
+    inputs.push(OutputGrad(y));
+    if carry {
+        inputs.push(OutputGrad(0));
+    }
+    Some(BackwardRule {
+        steps: vec![BackwardStep {
+            op: grad(carry),
+            inputs,
+            grads_of: std::iter::once(0).chain(gamma..gamma + params).collect(),
+            shared: residual.then(|| SharedGrad {
+                output: 0,
+                of: 0,
+                inputs: vec![0, 1],
+            }),
+        }],
+        passes_through: vec![],
+    })
+}
+
+/// The shape rule of a forward's fused operands: `res` and `sum` like `x`.
+fn check_residual(residual: bool, d: &Dims) -> Result<(), String> {
+    if residual {
+        d.same("x", "res")?;
+        d.same("x", "sum")?;
+    }
+    Ok(())
+}
+
+/// A forward sample: (`x, res,`) weights of 6, then (`sum,`) `y` and `stats` statistics.
+fn norm_sample(residual: bool, params: usize, stats: usize) -> Sample {
+    let row = || Decl::tokens(&[("width", 6)], Holds::Floats);
+    let written = |holds| Decl::tokens(&[("width", 6)], holds);
+    let mut inputs = vec![row()];
+    let mut outputs = vec![];
+    if residual {
+        inputs.push(row());
+        outputs.push(written(Holds::Summed));
+    }
+    inputs.extend((0..params).map(|_| Decl::fixed(&[("width", 6)], Holds::Floats)));
+    outputs.push(written(Holds::Written));
+    outputs.extend((0..stats).map(|_| Decl::tokens(&[], Holds::Written)));
+    Sample { inputs, outputs }
+}
+
+/// The CPU forward's input: `x`, or `x + res` written to `sum` where `residual` (the borrow of
+/// `sum` ends with the returned reference's).
+fn cpu_input<'a>(
+    residual: bool,
+    ins: &'a Ins<'_>,
+    sum: Option<&'a mut Out<'_>>,
+) -> Result<&'a dyn fblayout_kernels::cpu::Logical<f64>, OpErr> {
+    match (residual, sum) {
+        (true, Some(sum)) => {
+            add_cpu(ins.f("x")?, ins.f("res")?, sum)?;
+            Ok(&*sum)
+        }
+        _ => ins.f("x"),
+    }
+}
+
+/// Adds `dsum` to `dx` on the CPU, where the backward carries it.
+fn cpu_carry(carry: bool, ins: &Ins<'_>, dx: &mut Out<'_>) -> Result<(), OpErr> {
+    if !carry {
+        return Ok(());
+    }
+    let dsum = ins.f("dsum")?;
+    let dims = dx.dims().to_vec();
+    let mut index = vec![0; dims.len()];
+    let mut dense = Vec::with_capacity(dims.iter().product());
+    for i in 0..dims.iter().product::<usize>() {
+        let mut rest = i;
+        for (a, &n) in dims.iter().enumerate().rev() {
+            index[a] = rest % n;
+            rest /= n;
+        }
+        dense.push(dx.get(&index) + dsum.get(&index));
+    }
+    fblayout_kernels::cpu::LogicalMut::scatter(dx, &dense);
+    Ok(())
 }
 
 fn tok(name: &'static str, access: &'static [Access]) -> Slot {
@@ -63,17 +216,6 @@ fn tok(name: &'static str, access: &'static [Access]) -> Slot {
 
 fn whole(name: &'static str) -> Slot {
     Slot::new(name, ViewRule::Whole, LAST)
-}
-
-fn backward(op: Op, inputs: Vec<Source>, grads_of: Vec<usize>) -> Option<BackwardRule> {
-    Some(BackwardRule {
-        steps: vec![BackwardStep {
-            op,
-            inputs,
-            grads_of,
-        }],
-        passes_through: vec![],
-    })
 }
 
 /// A LayerNorm node's tensors by role: the forward's own, or the backward's with `dbeta` for
@@ -133,7 +275,11 @@ fn views<'a>(t: &LayerNormTensors<&&'a BoundOperand>) -> LayerNormTensors<&'a Vi
 
 impl Contract for LayerNorm {
     fn name(&self) -> &'static str {
-        "layer_norm"
+        if self.residual {
+            "add_layer_norm"
+        } else {
+            "layer_norm"
+        }
     }
 
     fn phase(&self) -> Phase {
@@ -141,23 +287,27 @@ impl Contract for LayerNorm {
     }
 
     fn inputs(&self) -> Vec<Slot> {
-        vec![tok("x", REDUCE_LAST), whole("gamma"), whole("beta")]
+        forward_inputs(self.residual, &["gamma", "beta"])
     }
 
     fn outputs(&self) -> Vec<Slot> {
-        vec![tok("y", LAST), tok("mean", LAST), tok("rstd", LAST)]
+        forward_outputs(self.residual, &["mean", "rstd"])
     }
 
     fn backward(&self) -> Option<BackwardRule> {
-        use Source::{Input, Output, OutputGrad};
-        backward(
-            Op::LayerNormGrad { eps: self.eps },
-            vec![Input(0), Input(1), Output(1), Output(2), OutputGrad(0)],
-            vec![0, 1, 2],
-        )
+        self.backward_for(&[])
+    }
+
+    fn backward_for(&self, grads: &[bool]) -> Option<BackwardRule> {
+        let eps = self.eps;
+        norm_backward(self.residual, grads, 2, 2, |carry| Op::LayerNormGrad {
+            eps,
+            carry,
+        })
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        check_residual(self.residual, d)?;
         d.same("x", "y")?;
         for r in ["gamma", "beta"] {
             d.is(r, &[d.last("x")?])?;
@@ -169,18 +319,7 @@ impl Contract for LayerNorm {
     }
 
     fn sample(&self) -> Option<Sample> {
-        Some(Sample {
-            inputs: vec![
-                Decl::tokens(&[("width", 6)], Holds::Floats),
-                Decl::fixed(&[("width", 6)], Holds::Floats),
-                Decl::fixed(&[("width", 6)], Holds::Floats),
-            ],
-            outputs: vec![
-                Decl::tokens(&[("width", 6)], Holds::Written),
-                Decl::tokens(&[], Holds::Written),
-                Decl::tokens(&[], Holds::Written),
-            ],
-        })
+        Some(norm_sample(self.residual, 2, 2))
     }
 
     fn kind(&self) -> Option<KernelKind> {
@@ -193,9 +332,16 @@ impl Contract for LayerNorm {
         outs: &mut Outs<'_>,
         _: &CpuCtx<'_>,
     ) -> Result<Option<f64>, OpErr> {
-        let [y, mean, rstd] = outs.outs(["y", "mean", "rstd"])?;
-        let (x, g, b) = (ins.f("x")?, ins.f("gamma")?, ins.f("beta")?);
-        layer_norm_forward_cpu(x, g, b, f64::from(self.eps), y, mean, rstd)?;
+        let (g, b) = (ins.f("gamma")?, ins.f("beta")?);
+        let eps = f64::from(self.eps);
+        if self.residual {
+            let [sum, y, mean, rstd] = outs.outs(["sum", "y", "mean", "rstd"])?;
+            let x = cpu_input(true, ins, Some(sum))?;
+            layer_norm_forward_cpu(x, g, b, eps, y, mean, rstd)?;
+        } else {
+            let [y, mean, rstd] = outs.outs(["y", "mean", "rstd"])?;
+            layer_norm_forward_cpu(ins.f("x")?, g, b, eps, y, mean, rstd)?;
+        }
         Ok(None)
     }
 
@@ -205,14 +351,29 @@ impl Contract for LayerNorm {
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
         let t = layer_norm_tensors(args, true)?;
-        let op = LayerNormOp::new(ctx.gpu, &views(&t), self.eps)?;
-        Ok(Box::new(LayerNormKernel { op, forward: true }))
+        let fused = Fused::of(args, self.residual, false)?;
+        let op = LayerNormOp::fused(
+            ctx.gpu,
+            &views(&t),
+            &fused.views(),
+            self.eps,
+            NormLaunch::default(),
+        )?;
+        Ok(Box::new(LayerNormKernel {
+            op,
+            forward: true,
+            fused: fused.roles(),
+        }))
     }
 }
 
 impl Contract for LayerNormGrad {
     fn name(&self) -> &'static str {
-        "layer_norm_grad"
+        if self.carry {
+            "layer_norm_grad_add"
+        } else {
+            "layer_norm_grad"
+        }
     }
 
     fn phase(&self) -> Phase {
@@ -220,13 +381,7 @@ impl Contract for LayerNormGrad {
     }
 
     fn inputs(&self) -> Vec<Slot> {
-        vec![
-            tok("x", BOTH),
-            whole("gamma"),
-            tok("mean", LAST),
-            tok("rstd", LAST),
-            tok("dy", BOTH),
-        ]
+        backward_inputs(self.carry, &["mean", "rstd"])
     }
 
     fn outputs(&self) -> Vec<Slot> {
@@ -236,6 +391,9 @@ impl Contract for LayerNormGrad {
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
         for r in ["dy", "dx"] {
             d.same("x", r)?;
+        }
+        if self.carry {
+            d.same("x", "dsum")?;
         }
         for r in ["gamma", "dgamma", "dbeta"] {
             d.is(r, &[d.last("x")?])?;
@@ -269,6 +427,7 @@ impl Contract for LayerNormGrad {
         let (x, g) = (ins.f("x")?, ins.f("gamma")?);
         let (mean, rstd, dy) = (ins.f("mean")?, ins.f("rstd")?, ins.f("dy")?);
         layer_norm_backward_cpu(x, g, mean, rstd, dy, dx, dg, db, false)?;
+        cpu_carry(self.carry, ins, dx)?;
         Ok(None)
     }
 
@@ -278,14 +437,84 @@ impl Contract for LayerNormGrad {
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
         let t = layer_norm_tensors(args, false)?;
-        let op = LayerNormOp::new(ctx.gpu, &views(&t), self.eps)?;
-        Ok(Box::new(LayerNormKernel { op, forward: false }))
+        let fused = Fused::of(args, false, self.carry)?;
+        let op = LayerNormOp::fused(
+            ctx.gpu,
+            &views(&t),
+            &fused.views(),
+            self.eps,
+            NormLaunch::default(),
+        )?;
+        Ok(Box::new(LayerNormKernel {
+            op,
+            forward: false,
+            fused: fused.roles(),
+        }))
     }
+}
+
+/// The fused operands of a norm node, each a `T`: the forward's `res` and `sum`, the
+/// backward's `dsum`, where the node has them.
+struct Fused<T> {
+    residual: Option<(T, T)>,
+    carry: Option<T>,
+}
+
+impl<'a> Fused<&'a BoundOperand> {
+    fn of(args: &Args<&'a BoundOperand>, residual: bool, carry: bool) -> Result<Self, OpErr> {
+        Ok(Self {
+            residual: if residual {
+                Some((*args.read("res")?, *args.write("sum")?))
+            } else {
+                None
+            },
+            carry: if carry {
+                Some(*args.read("dsum")?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Their views, for the kernels.
+    fn views(&self) -> Residual<&'a View> {
+        Residual {
+            sum: self.residual.map(|(r, s)| (&r.view, &s.view)),
+            carry: self.carry.map(|d| &d.view),
+        }
+    }
+
+    /// Whether there are a residual and a carry, for recording.
+    fn roles(&self) -> (bool, bool) {
+        (self.residual.is_some(), self.carry.is_some())
+    }
+}
+
+/// The fused arguments of a recorded norm: `[res, sum]` where `fused.0`, `dsum` where
+/// `fused.1`.
+#[allow(clippy::type_complexity)]
+fn fused_args<'a, 'b>(
+    args: &'a Args<GpuArg<'b>>,
+    fused: (bool, bool),
+) -> Result<(Option<[&'a GpuArg<'b>; 2]>, Option<&'a GpuArg<'b>>), OpErr> {
+    let sum = if fused.0 {
+        Some([args.read("res")?, args.write("sum")?])
+    } else {
+        None
+    };
+    let carry = if fused.1 {
+        Some(args.read("dsum")?)
+    } else {
+        None
+    };
+    Ok((sum, carry))
 }
 
 struct LayerNormKernel {
     op: LayerNormOp,
     forward: bool,
+    /// Whether the kernels fuse a residual (forward) and a carried gradient (backward).
+    fused: (bool, bool),
 }
 
 impl GpuKernel for LayerNormKernel {
@@ -296,8 +525,9 @@ impl GpuKernel for LayerNormKernel {
         _: &RecordCtx<'_>,
     ) -> Result<(), OpErr> {
         let t = layer_norm_tensors(args, self.forward)?;
+        let (sum, carry) = fused_args(args, self.fused)?;
         if self.forward {
-            return self.op.forward(batch, &t);
+            return self.op.forward_fused(batch, &t, sum);
         }
         let grads = LayerNormGrads {
             dy: args.read("dy")?,
@@ -305,13 +535,17 @@ impl GpuKernel for LayerNormKernel {
             dgamma: args.write("dgamma")?,
             dbeta: args.write("dbeta")?,
         };
-        self.op.backward(batch, &t, &grads, false)
+        self.op.backward_fused(batch, &t, &grads, carry, false)
     }
 }
 
 impl Contract for RmsNorm {
     fn name(&self) -> &'static str {
-        "rms_norm"
+        if self.residual {
+            "add_rms_norm"
+        } else {
+            "rms_norm"
+        }
     }
 
     fn phase(&self) -> Phase {
@@ -319,39 +553,34 @@ impl Contract for RmsNorm {
     }
 
     fn inputs(&self) -> Vec<Slot> {
-        vec![tok("x", REDUCE_LAST), whole("gamma")]
+        forward_inputs(self.residual, &["gamma"])
     }
 
     fn outputs(&self) -> Vec<Slot> {
-        vec![tok("y", LAST), tok("rstd", LAST)]
+        forward_outputs(self.residual, &["rstd"])
     }
 
     fn backward(&self) -> Option<BackwardRule> {
-        use Source::{Input, Output, OutputGrad};
-        backward(
-            Op::RmsNormGrad { eps: self.eps },
-            vec![Input(0), Input(1), Output(1), OutputGrad(0)],
-            vec![0, 1],
-        )
+        self.backward_for(&[])
+    }
+
+    fn backward_for(&self, grads: &[bool]) -> Option<BackwardRule> {
+        let eps = self.eps;
+        norm_backward(self.residual, grads, 1, 1, |carry| Op::RmsNormGrad {
+            eps,
+            carry,
+        })
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        check_residual(self.residual, d)?;
         d.same("x", "y")?;
         d.is("gamma", &[d.last("x")?])?;
         d.is("rstd", d.leading("x")?)
     }
 
     fn sample(&self) -> Option<Sample> {
-        Some(Sample {
-            inputs: vec![
-                Decl::tokens(&[("width", 6)], Holds::Floats),
-                Decl::fixed(&[("width", 6)], Holds::Floats),
-            ],
-            outputs: vec![
-                Decl::tokens(&[("width", 6)], Holds::Written),
-                Decl::tokens(&[], Holds::Written),
-            ],
-        })
+        Some(norm_sample(self.residual, 1, 1))
     }
 
     fn kind(&self) -> Option<KernelKind> {
@@ -364,8 +593,15 @@ impl Contract for RmsNorm {
         outs: &mut Outs<'_>,
         _: &CpuCtx<'_>,
     ) -> Result<Option<f64>, OpErr> {
-        let [y, rstd] = outs.outs(["y", "rstd"])?;
-        rms_norm_forward_cpu(ins.f("x")?, ins.f("gamma")?, f64::from(self.eps), y, rstd)?;
+        let (g, eps) = (ins.f("gamma")?, f64::from(self.eps));
+        if self.residual {
+            let [sum, y, rstd] = outs.outs(["sum", "y", "rstd"])?;
+            let x = cpu_input(true, ins, Some(sum))?;
+            rms_norm_forward_cpu(x, g, eps, y, rstd)?;
+        } else {
+            let [y, rstd] = outs.outs(["y", "rstd"])?;
+            rms_norm_forward_cpu(ins.f("x")?, g, eps, y, rstd)?;
+        }
         Ok(None)
     }
 
@@ -374,13 +610,18 @@ impl Contract for RmsNorm {
         args: &Args<&BoundOperand>,
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
-        rms_norm_kernel(args, ctx, self.eps, true)
+        let fused = Fused::of(args, self.residual, false)?;
+        rms_norm_kernel(args, ctx, self.eps, true, fused)
     }
 }
 
 impl Contract for RmsNormGrad {
     fn name(&self) -> &'static str {
-        "rms_norm_grad"
+        if self.carry {
+            "rms_norm_grad_add"
+        } else {
+            "rms_norm_grad"
+        }
     }
 
     fn phase(&self) -> Phase {
@@ -388,12 +629,7 @@ impl Contract for RmsNormGrad {
     }
 
     fn inputs(&self) -> Vec<Slot> {
-        vec![
-            tok("x", BOTH),
-            whole("gamma"),
-            tok("rstd", LAST),
-            tok("dy", BOTH),
-        ]
+        backward_inputs(self.carry, &["rstd"])
     }
 
     fn outputs(&self) -> Vec<Slot> {
@@ -403,6 +639,9 @@ impl Contract for RmsNormGrad {
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
         for r in ["dy", "dx"] {
             d.same("x", r)?;
+        }
+        if self.carry {
+            d.same("x", "dsum")?;
         }
         for r in ["gamma", "dgamma"] {
             d.is(r, &[d.last("x")?])?;
@@ -432,6 +671,7 @@ impl Contract for RmsNormGrad {
         let [dx, dg] = outs.outs(["dx", "dgamma"])?;
         let (x, g, rstd, dy) = (ins.f("x")?, ins.f("gamma")?, ins.f("rstd")?, ins.f("dy")?);
         rms_norm_backward_cpu(x, g, rstd, dy, dx, dg, false)?;
+        cpu_carry(self.carry, ins, dx)?;
         Ok(None)
     }
 
@@ -440,7 +680,8 @@ impl Contract for RmsNormGrad {
         args: &Args<&BoundOperand>,
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
-        rms_norm_kernel(args, ctx, self.eps, false)
+        let fused = Fused::of(args, false, self.carry)?;
+        rms_norm_kernel(args, ctx, self.eps, false, fused)
     }
 }
 
@@ -456,6 +697,7 @@ fn rms_norm_kernel(
     ctx: &mut BuildCtx<'_>,
     eps: f32,
     forward: bool,
+    fused: Fused<&BoundOperand>,
 ) -> Result<Box<dyn GpuKernel>, OpErr> {
     let t = rms_norm_tensors(args, forward)?;
     let views = RmsNormTensors {
@@ -464,13 +706,19 @@ fn rms_norm_kernel(
         y: &t.y.view,
         rstd: &t.rstd.view,
     };
-    let op = RmsNormOp::new(ctx.gpu, &views, eps)?;
-    Ok(Box::new(RmsNormKernel { op, forward }))
+    let op = RmsNormOp::fused(ctx.gpu, &views, &fused.views(), eps, NormLaunch::default())?;
+    Ok(Box::new(RmsNormKernel {
+        op,
+        forward,
+        fused: fused.roles(),
+    }))
 }
 
 struct RmsNormKernel {
     op: RmsNormOp,
     forward: bool,
+    /// As [`LayerNormKernel::fused`].
+    fused: (bool, bool),
 }
 
 impl GpuKernel for RmsNormKernel {
@@ -481,14 +729,15 @@ impl GpuKernel for RmsNormKernel {
         _: &RecordCtx<'_>,
     ) -> Result<(), OpErr> {
         let t = rms_norm_tensors(args, self.forward)?;
+        let (sum, carry) = fused_args(args, self.fused)?;
         if self.forward {
-            return self.op.forward(batch, &t);
+            return self.op.forward_fused(batch, &t, sum);
         }
         let grads = RmsNormGrads {
             dy: args.read("dy")?,
             dx: args.write("dx")?,
             dgamma: args.write("dgamma")?,
         };
-        self.op.backward(batch, &t, &grads, false)
+        self.op.backward_fused(batch, &t, &grads, carry, false)
     }
 }

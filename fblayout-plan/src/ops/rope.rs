@@ -106,6 +106,7 @@ impl Contract for Rope {
                     Source::Input(3),
                 ],
                 grads_of: vec![0],
+                shared: None,
             }],
             passes_through: vec![],
         })

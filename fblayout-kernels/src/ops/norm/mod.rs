@@ -130,6 +130,62 @@ pub struct RmsNormGrads<T> {
     pub dgamma: T,
 }
 
+/// A residual connection fused into a norm's kernels (built with
+/// [`LayerNormOp::fused`] or [`RmsNormOp::fused`]), each operand a `T`.
+///
+/// The forward normalises `x + res` instead of `x`, writing the sum to `sum` as it reads it:
+/// the residual stream of a pre-norm block, and what the backward reads as its `x`. The
+/// backward (built with the sum's view as `x`) adds `dsum`, the sum's gradient from its other
+/// readers, to `dx`, so that `dx` is the sum's whole gradient. Either half may be fused alone,
+/// and each saves a pass over the activations: an addition's read of both summands and write of
+/// the sum, or an accumulation's read of two gradients and write of their sum.
+#[derive(Debug, Clone, Copy)]
+pub struct Residual<T> {
+    /// The forward's second summand `res` and the sum `sum` it writes, `[rows, cols]` each.
+    pub sum: Option<(T, T)>,
+    /// The backward's `dsum`, `[rows, cols]`.
+    pub carry: Option<T>,
+}
+
+impl<T> Residual<T> {
+    /// No residual connection: the norm alone.
+    pub fn none() -> Self {
+        Self {
+            sum: None,
+            carry: None,
+        }
+    }
+}
+
+/// The views of `residual`, for [`Views`].
+fn residual_views<'a>(
+    residual: &Residual<&'a View>,
+) -> (Option<(&'a View, &'a View)>, Option<&'a View>) {
+    (residual.sum, residual.carry)
+}
+
+/// `args` with the forward's fused operands, where given.
+fn with_sum<'a, 'b>(
+    mut args: Vec<(&'static str, &'a GpuArg<'b>)>,
+    sum: Option<[&'a GpuArg<'b>; 2]>,
+) -> Vec<(&'static str, &'a GpuArg<'b>)> {
+    if let Some([res, total]) = sum {
+        args.extend([("res", res), ("sum", total)]);
+    }
+    args
+}
+
+/// `args` with the backward's `dsum`, where given.
+fn with_carry<'a, 'b>(
+    mut args: Vec<(&'static str, &'a GpuArg<'b>)>,
+    dsum: Option<&'a GpuArg<'b>>,
+) -> Vec<(&'static str, &'a GpuArg<'b>)> {
+    if let Some(d) = dsum {
+        args.push(("dsum", d));
+    }
+    args
+}
+
 /// LayerNorm, as a kind of [`NormOp`].
 #[derive(Debug, Clone, Copy)]
 pub struct LayerNorm;
@@ -204,6 +260,20 @@ impl NormOp<LayerNorm> {
         eps: f32,
         launch: NormLaunch,
     ) -> Result<Self, OpError> {
+        Self::fused(gpu, views, &Residual::none(), eps, launch)
+    }
+
+    /// The kernels of [`with_launch`](Self::with_launch) with the residual connection
+    /// `residual` fused (see [`Residual`]); record them with
+    /// [`forward_fused`](Self::forward_fused) and [`backward_fused`](Self::backward_fused).
+    pub fn fused(
+        gpu: &Gpu,
+        views: &LayerNormTensors<&View>,
+        residual: &Residual<&View>,
+        eps: f32,
+        launch: NormLaunch,
+    ) -> Result<Self, OpError> {
+        let (residual, carry) = residual_views(residual);
         let v = Views {
             x: views.x,
             gamma: views.gamma,
@@ -211,6 +281,8 @@ impl NormOp<LayerNorm> {
             y: views.y,
             mean: Some(views.mean),
             rstd: views.rstd,
+            residual,
+            carry,
         };
         Ok(Self::built(NormKernels::new(
             gpu,
@@ -234,17 +306,26 @@ impl NormOp<LayerNorm> {
         batch: &mut Batch<'_>,
         t: &LayerNormTensors<&GpuArg<'_>>,
     ) -> Result<(), OpError> {
-        self.kernels.forward(
-            batch,
-            &[
-                ("x", t.x),
-                ("gamma", t.gamma),
-                ("beta", t.beta),
-                ("y", t.y),
-                ("mean", t.mean),
-                ("rstd", t.rstd),
-            ],
-        )
+        self.forward_fused(batch, t, None)
+    }
+
+    /// Records the forward of kernels built with a residual connection, `sum` its `[res, sum]`
+    /// (`None` where the forward fuses none): normalises `x + res` and writes the sum.
+    pub fn forward_fused(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &LayerNormTensors<&GpuArg<'_>>,
+        sum: Option<[&GpuArg<'_>; 2]>,
+    ) -> Result<(), OpError> {
+        let args = vec![
+            ("x", t.x),
+            ("gamma", t.gamma),
+            ("beta", t.beta),
+            ("y", t.y),
+            ("mean", t.mean),
+            ("rstd", t.rstd),
+        ];
+        self.kernels.forward(batch, &with_sum(args, sum))
     }
 
     /// Records the backward from the forward's tensors `t` (`y` and `β` are not read) and
@@ -256,16 +337,30 @@ impl NormOp<LayerNorm> {
         g: &LayerNormGrads<&GpuArg<'_>>,
         accumulate: bool,
     ) -> Result<(), OpError> {
+        self.backward_fused(batch, t, g, None, accumulate)
+    }
+
+    /// Records the backward of kernels built with a carried gradient, `dsum` (`None` where the
+    /// backward fuses none): as [`backward`](Self::backward), with `dsum` added to `dx`.
+    pub fn backward_fused(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &LayerNormTensors<&GpuArg<'_>>,
+        g: &LayerNormGrads<&GpuArg<'_>>,
+        dsum: Option<&GpuArg<'_>>,
+        accumulate: bool,
+    ) -> Result<(), OpError> {
+        let args = vec![
+            ("x", t.x),
+            ("dy", g.dy),
+            ("gamma", t.gamma),
+            ("mean", t.mean),
+            ("rstd", t.rstd),
+            ("dx", g.dx),
+        ];
         self.kernels.backward(
             batch,
-            &[
-                ("x", t.x),
-                ("dy", g.dy),
-                ("gamma", t.gamma),
-                ("mean", t.mean),
-                ("rstd", t.rstd),
-                ("dx", g.dx),
-            ],
+            &with_carry(args, dsum),
             &[g.dgamma, g.dbeta],
             accumulate,
         )
@@ -286,6 +381,19 @@ impl NormOp<RmsNorm> {
         eps: f32,
         launch: NormLaunch,
     ) -> Result<Self, OpError> {
+        Self::fused(gpu, views, &Residual::none(), eps, launch)
+    }
+
+    /// The kernels of [`with_launch`](Self::with_launch) with the residual connection
+    /// `residual` fused (see [`Residual`] and [`LayerNormOp::fused`]).
+    pub fn fused(
+        gpu: &Gpu,
+        views: &RmsNormTensors<&View>,
+        residual: &Residual<&View>,
+        eps: f32,
+        launch: NormLaunch,
+    ) -> Result<Self, OpError> {
+        let (residual, carry) = residual_views(residual);
         let v = Views {
             x: views.x,
             gamma: views.gamma,
@@ -293,6 +401,8 @@ impl NormOp<RmsNorm> {
             y: views.y,
             mean: None,
             rstd: views.rstd,
+            residual,
+            carry,
         };
         Ok(Self::built(NormKernels::new(
             gpu,
@@ -315,10 +425,19 @@ impl NormOp<RmsNorm> {
         batch: &mut Batch<'_>,
         t: &RmsNormTensors<&GpuArg<'_>>,
     ) -> Result<(), OpError> {
-        self.kernels.forward(
-            batch,
-            &[("x", t.x), ("gamma", t.gamma), ("y", t.y), ("rstd", t.rstd)],
-        )
+        self.forward_fused(batch, t, None)
+    }
+
+    /// Records the forward of kernels built with a residual connection (see
+    /// [`LayerNormOp::forward_fused`]).
+    pub fn forward_fused(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &RmsNormTensors<&GpuArg<'_>>,
+        sum: Option<[&GpuArg<'_>; 2]>,
+    ) -> Result<(), OpError> {
+        let args = vec![("x", t.x), ("gamma", t.gamma), ("y", t.y), ("rstd", t.rstd)];
+        self.kernels.forward(batch, &with_sum(args, sum))
     }
 
     /// Records the backward from the forward's tensors `t` (`y` is not read) and `g.dy`:
@@ -330,17 +449,27 @@ impl NormOp<RmsNorm> {
         g: &RmsNormGrads<&GpuArg<'_>>,
         accumulate: bool,
     ) -> Result<(), OpError> {
-        self.kernels.backward(
-            batch,
-            &[
-                ("x", t.x),
-                ("dy", g.dy),
-                ("gamma", t.gamma),
-                ("rstd", t.rstd),
-                ("dx", g.dx),
-            ],
-            &[g.dgamma],
-            accumulate,
-        )
+        self.backward_fused(batch, t, g, None, accumulate)
+    }
+
+    /// Records the backward of kernels built with a carried gradient (see
+    /// [`LayerNormOp::backward_fused`]).
+    pub fn backward_fused(
+        &self,
+        batch: &mut Batch<'_>,
+        t: &RmsNormTensors<&GpuArg<'_>>,
+        g: &RmsNormGrads<&GpuArg<'_>>,
+        dsum: Option<&GpuArg<'_>>,
+        accumulate: bool,
+    ) -> Result<(), OpError> {
+        let args = vec![
+            ("x", t.x),
+            ("dy", g.dy),
+            ("gamma", t.gamma),
+            ("rstd", t.rstd),
+            ("dx", g.dx),
+        ];
+        self.kernels
+            .backward(batch, &with_carry(args, dsum), &[g.dgamma], accumulate)
     }
 }

@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
-use fblayout_core::layout::View;
+use fblayout_core::layout::{ElemType, View};
 
 use super::super::compiled::Compiled;
 use super::super::elementwise::check_same_dims;
@@ -75,7 +75,8 @@ impl Kind {
     }
 }
 
-/// The views a norm's kernels are built for (`beta` and `mean` for LayerNorm only).
+/// The views a norm's kernels are built for (`beta` and `mean` for LayerNorm only; `res`,
+/// `sum` and `dsum` where a residual connection is fused).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Views<'a> {
     pub(crate) x: &'a View,
@@ -84,6 +85,26 @@ pub(crate) struct Views<'a> {
     pub(crate) y: &'a View,
     pub(crate) mean: Option<&'a View>,
     pub(crate) rstd: &'a View,
+    /// The forward's second summand `res` and the sum `sum = x + res` it writes (and
+    /// normalises).
+    pub(crate) residual: Option<(&'a View, &'a View)>,
+    /// The backward's `dsum`, added to `dx`.
+    pub(crate) carry: Option<&'a View>,
+}
+
+impl Views<'_> {
+    /// The `[rows, cols]` operands, by role, as the forward reads and writes them and as the
+    /// backward reads its `dsum`.
+    fn matrices(&self) -> Vec<(&'static str, &View)> {
+        let mut all = vec![("x", self.x), ("y", self.y)];
+        if let Some((res, sum)) = self.residual {
+            all.extend([("res", res), ("sum", sum)]);
+        }
+        if let Some(dsum) = self.carry {
+            all.push(("dsum", dsum));
+        }
+        all
+    }
 }
 
 /// Fewest rows per chunk of the backward.
@@ -131,6 +152,9 @@ pub(crate) struct NormKernels {
     eps: f32,
     /// The views of the weight gradients: `γ`'s (and `β`'s).
     grad_views: Vec<(&'static str, View)>,
+    /// The fused roles each pass takes beyond the norm's own: the forward's (`res`, `sum`),
+    /// the backward's (`dsum`).
+    fused: [&'static [&'static str]; 2],
 }
 
 impl NormKernels {
@@ -149,21 +173,27 @@ impl NormKernels {
             ));
         }
         check_2d(fwd, "x", v.x)?;
-        check_2d(fwd, "y", v.y)?;
         let cols = static_extent(fwd, "x", v.x, 1)?;
-        let y_cols = static_extent(fwd, "y", v.y, 1)?;
-        if y_cols != cols {
-            return Err(OpError::shape(
-                fwd,
-                format!("`x` has {cols} columns, `y` {y_cols}"),
-            ));
-        }
-        if let (Some(a), Some(b)) = (
-            v.x.axes()[0].extent.as_static(),
-            v.y.axes()[0].extent.as_static(),
-        ) {
-            if a != b {
-                return Err(OpError::shape(fwd, format!("`x` has {a} rows, `y` {b}")));
+        let matrices = v.matrices();
+        for &(role, view) in &matrices[1..] {
+            check_2d(fwd, role, view)?;
+            let other = static_extent(fwd, role, view, 1)?;
+            if other != cols {
+                return Err(OpError::shape(
+                    fwd,
+                    format!("`x` has {cols} columns, `{role}` {other}"),
+                ));
+            }
+            if let (Some(a), Some(b)) = (
+                v.x.axes()[0].extent.as_static(),
+                view.axes()[0].extent.as_static(),
+            ) {
+                if a != b {
+                    return Err(OpError::shape(
+                        fwd,
+                        format!("`x` has {a} rows, `{role}` {b}"),
+                    ));
+                }
             }
         }
         let vectors = [("gamma", Some(v.gamma)), ("beta", v.beta)];
@@ -197,7 +227,7 @@ impl NormKernels {
             }
         }
         // Wide along the rows when every 2-D operand allows it.
-        let wide = [v.x, v.y].iter().all(|view| {
+        let wide = matrices.iter().all(|(_, view)| {
             Operand::read("x", view).is_ok_and(|o| o.vectorized(1).vector_axis() == Some(1))
         });
         let width = if wide { 4 } else { 1 };
@@ -233,6 +263,14 @@ impl NormKernels {
             cols,
             eps,
             grad_views,
+            fused: [
+                if v.residual.is_some() {
+                    &["res", "sum"]
+                } else {
+                    &[]
+                },
+                if v.carry.is_some() { &["dsum"] } else { &[] },
+            ],
         })
     }
 
@@ -267,7 +305,7 @@ impl NormKernels {
         args: &[(&'static str, &GpuArg<'_>)],
     ) -> Result<(), OpError> {
         let (fwd, _, _) = self.kind.ops();
-        let rows = self.check(fwd, args, &["x", "y"])?;
+        let rows = self.check(fwd, args, &["x", "y"], self.fused[0])?;
         self.forward.record_linear(
             batch,
             &entry(self.kind, true),
@@ -293,7 +331,7 @@ impl NormKernels {
                 "0 rows per chunk: at least one is needed",
             ));
         }
-        let rows = self.check(bwd, args, &["x", "dy", "dx"])?;
+        let rows = self.check(bwd, args, &["x", "dy", "dx"], self.fused[1])?;
         // The second pass's operands are checked before the first pass is recorded, so that a
         // refused call records nothing.
         if grads.len() != self.grad_views.len() {
@@ -329,20 +367,33 @@ impl NormKernels {
         self.sum.record(batch, &parts, grads, accumulate)
     }
 
-    /// Checks that the 2-D arguments `matrices` have one shape and the vectors fit it; returns
-    /// the rows.
+    /// Checks that the 2-D arguments `matrices` and `fused` have one shape and the vectors fit
+    /// it, and that the fused roles are given exactly where the kernels were built with them;
+    /// returns the rows.
     fn check(
         &self,
         op: &'static str,
         args: &[(&'static str, &GpuArg<'_>)],
         matrices: &[&'static str],
+        fused: &[&'static str],
     ) -> Result<u32, OpError> {
         let find = |role: &str| args.iter().find(|(r, _)| *r == role).map(|(_, a)| *a);
+        for role in ["res", "sum", "dsum"] {
+            let built = fused.contains(&role);
+            if built != find(role).is_some() {
+                let why = if built {
+                    "the kernels fuse a residual connection: its tensors are needed"
+                } else {
+                    "the kernels were built without a residual connection"
+                };
+                return Err(OpError::shape(op, format!("`{role}`: {why}")));
+            }
+        }
+        let all: Vec<&'static str> = matrices.iter().chain(fused).copied().collect();
         let dims = check_same_dims(
             op,
-            matrices,
-            matrices
-                .iter()
+            &all,
+            all.iter()
                 .map(|r| find(r).map(|a| a.dims()).unwrap_or_default()),
         )?;
         let rows = dims[0];
@@ -470,6 +521,24 @@ fn forward_source(
         .operand(x)
         .operand(gamma)
         .operand(y);
+    // With a residual connection the row is `x + res`, written to `sum` as it is read.
+    let mut read = format!("x_get{w}(r, c)");
+    if let Some((res, sum)) = v.residual {
+        let res = Operand::read("res", res)?.vectorized(1);
+        let half_sum = sum.layout().elem() == ElemType::F16;
+        let sum = Operand::write("sum", sum)?.vectorized(1);
+        body += &(getter(&res, 1, w) + &putter(&sum, 1, w));
+        source = source.operand(res).operand(sum);
+        // The row normalised is the sum as stored, so that the backward (which reads it back)
+        // and a recomputation from it see the same values.
+        let stored = if half_sum {
+            let half = if w == 4 { "vec4<f16>" } else { "f16" };
+            format!("{ty}({half}(x_get{w}(r, c) + res_get{w}(r, c)))")
+        } else {
+            format!("x_get{w}(r, c) + res_get{w}(r, c)")
+        };
+        read = format!("{stored};\n            sum_put{w}(r, c, v)");
+    }
     if let Some(beta) = v.beta {
         let beta = Operand::read("beta", beta)?.vectorized(0);
         body += &getter(&beta, 0, w);
@@ -500,7 +569,7 @@ fn forward_source(
         s,
         "    for (var k = 0u; k < {per_lane}u; k = k + 1u) {{\n        \
          let c = k * {span}u + wk_fast;\n        var v = nm_zero();\n        \
-         if (live) {{\n            v = x_get{w}(r, c);\n        }}\n        xs[k] = v;\n        \
+         if (live) {{\n            v = {read};\n        }}\n        xs[k] = v;\n        \
          let term = {square};\n        part = part + {};\n    }}",
         components_sum("term", w)
     );
@@ -590,6 +659,14 @@ fn backward_source(
         source = source.operand(Operand::read("mean", mean)?);
     }
     source = source.operand(Operand::read("rstd", v.rstd)?).operand(dx);
+    // The sum's gradient from its other readers, added to `dx`.
+    let mut carried = String::new();
+    if let Some(dsum) = v.carry {
+        let dsum = Operand::read("dsum", dsum)?.vectorized(1);
+        body += &getter(&dsum, 1, w);
+        source = source.operand(dsum);
+        carried = format!(" + dsum_get{w}(r, k * {span}u + wk_fast)");
+    }
     let outputs = if layer { 2 } else { 1 };
     for role in &PARTIAL_ROLES[..outputs] {
         let p = Operand::write(role, partials.view())?.vectorized(1);
@@ -695,7 +772,7 @@ fn backward_source(
     let _ = writeln!(
         s,
         "        if (live) {{\n            for (var k = 0u; k < {per_lane}u; k = k + 1u) {{\n                \
-         dx_put{w}(r, k * {span}u + wk_fast, {dx_value});\n            }}\n        }}\n    }}"
+         dx_put{w}(r, k * {span}u + wk_fast, {dx_value}{carried});\n            }}\n        }}\n    }}"
     );
     // One partial row per chunk: the lanes of one column position add their rows' sums.
     let accs = [("acc_g", PARTIAL_ROLES[0]), ("acc_b", PARTIAL_ROLES[1])];
