@@ -4,10 +4,13 @@
 //! on a software adapter it takes most of a minute, mostly the training steps of the kernel
 //! factors: see the book's planner chapter):
 //!
-//! - **launch and bandwidth**: a [`Gather`] of a tiny view (the launch) and of a whole
-//!   row-major matrix as stored (a copy: read and write);
-//! - **access factors**: the same gather through the transposed view of a row-major matrix
-//!   (strided) and of 4×4 and 8×8 R-Tiles (tiled), over the copy, launch subtracted;
+//! - **launch**: what one more dispatch adds to a submission, by the wall clock: many copies of
+//!   a tiny vector recorded into one batch against a few (the submission's own cost, which a
+//!   recorded step pays once, cancels);
+//! - **bandwidth**: a copy of a whole row-major matrix as stored (read and write), by the GPU's
+//!   timestamps;
+//! - **access factors**: the same copy read through the transposed view of a row-major matrix
+//!   (strided) and of 4×4 and 8×8 R-Tiles (tiled), over the plain copy;
 //! - **reduction factors**: a softmax (which reduces its rows) over matrices whose rows are
 //!   contiguous (row-major), tiled (R-Tiles whose inner axis is the other one) and strided
 //!   (column-major), over the contiguous one;
@@ -31,11 +34,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fblayout_core::layout::{BoundView, LayoutSpec, Order, TensorLayout, View};
+use fblayout_kernels::GpuBuffer;
+use fblayout_kernels::ops::CopyOp;
 use fblayout_kernels::ops::matmul::{MatmulOp, Scale};
 use fblayout_kernels::ops::softmax::{Mask, Softmax, SoftmaxOp};
 use fblayout_kernels::runtime::{Batch, CacheLoad, DiskCache, Gpu, GpuInfo};
 use fblayout_kernels::tensor::GpuArg;
-use fblayout_kernels::{Gather, GpuBuffer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::layouts::LayoutChoice;
@@ -105,12 +109,17 @@ pub enum CalibrationError {
 }
 
 /// The format of the cache file, or of the kernels it times; a change makes every older file
-/// stale (6: the cooperative GEMM's unmasked whole k-steps; 5: its vector staging and stepped
-/// offsets, and mixed precision's weight copies written by AdamW).
-pub const VERSION: u32 = 6;
+/// stale (7: the launch measured as a dispatch within a batch, the copies and products by
+/// timestamps alone — on an H100 format 6 priced a launch at a whole submission's 62 µs;
+/// 6: the cooperative GEMM's unmasked whole k-steps; 5: its vector staging and stepped offsets,
+/// and mixed precision's weight copies written by AdamW).
+pub const VERSION: u32 = 7;
 
-/// Side of the square matrices gathered.
-const GATHER_SIDE: u32 = 1024;
+/// Side of the square matrices copied.
+const COPY_SIDE: u32 = 1024;
+/// Elements of the tiny vector whose copies time a launch, and how many copies a batch records
+/// (the fewest, the most).
+const TINY: (u32, [usize; 2]) = (64, [16, 256]);
 /// Rows and row length of the softmaxes.
 const SOFTMAX: (u32, u32) = (256, 256);
 /// `m = n = k` of the products.
@@ -379,22 +388,28 @@ fn quickest(mut f: impl FnMut() -> Result<f64, CalibrationError>) -> Result<f64,
     (0..SAMPLES).try_fold(f64::INFINITY, |best, _| Ok(best.min(f()?)))
 }
 
-/// Seconds per run of `gather` from `src` into `dst`, by the wall clock.
-fn time_gather(
+/// Seconds one more dispatch of `record`'s adds to a batch, by the wall clock: a batch of the
+/// most copies ([`TINY`]) against one of the fewest, over the difference.
+fn time_launch(
     gpu: &Gpu,
     step: &str,
-    gather: &Gather,
-    src: &GpuBuffer,
-    dst: &GpuBuffer,
+    record: &dyn Fn(&mut Batch<'_>) -> Result<(), CalibrationError>,
 ) -> Result<f64, CalibrationError> {
-    quickest(|| {
-        let start = Instant::now();
-        for _ in 0..REPS {
-            gather.run(gpu, src, dst).map_err(gpu_err(step))?;
-        }
-        gpu.wait().map_err(gpu_err(step))?;
-        Ok(start.elapsed().as_secs_f64() / REPS as f64)
-    })
+    let wall = |copies: usize| {
+        quickest(|| {
+            let start = Instant::now();
+            let mut batch = gpu.batch();
+            for _ in 0..copies {
+                record(&mut batch)?;
+            }
+            batch.submit().map_err(gpu_err(step))?;
+            gpu.wait().map_err(gpu_err(step))?;
+            Ok(start.elapsed().as_secs_f64())
+        })
+    };
+    let [few, most] = TINY.1;
+    let (t_few, t_most) = (wall(few)?, wall(most)?);
+    Ok(((t_most - t_few) / (most - few) as f64).max(0.0))
 }
 
 /// Seconds per step that `record` records, from the batch's timings.
@@ -413,10 +428,9 @@ fn time_batch(
     })
 }
 
-/// How many times `t` is the `base`, the launch `dispatch` taken off both (never below a
-/// twentieth of either, so noise on a fast device can't make a factor vanish).
-fn ratio(t: f64, base: f64, dispatch: f64) -> f64 {
-    (t - dispatch).max(t / 20.0) / (base - dispatch).max(base / 20.0)
+/// How many times `t` is the `base` (both kernel times from timestamps, which hold no launch).
+fn ratio(t: f64, base: f64) -> f64 {
+    t / base
 }
 
 /// Measures the factors on `gpu` (see the module docs).
@@ -446,76 +460,72 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, Calibratio
         bar.inc(1);
     };
 
-    // Launch, bandwidth and access factors: gathers.
-    let n = GATHER_SIDE;
-    let step = "gather";
-    let rm = Matrix::new(
-        gpu,
-        step,
-        spec("cal_rm", n, n, Layout::Order(Order::RowMajor)),
-    )?;
-    let rt4 = Matrix::new(
-        gpu,
-        step,
-        spec(
-            "cal_rt4",
-            n,
-            n,
-            Layout::RTile {
-                tile: 4,
-                inner: "cols",
-            },
-        ),
-    )?;
-    let rt8 = Matrix::new(
-        gpu,
-        step,
-        spec(
-            "cal_rt8",
-            n,
-            n,
-            Layout::RTile {
-                tile: 8,
-                inner: "cols",
-            },
-        ),
-    )?;
-    let dst = GpuBuffer::zeroed::<f32>(gpu, (n * n) as usize).map_err(gpu_err(step))?;
-    let gather_of = |m: &Matrix, view: &View| -> Result<f64, CalibrationError> {
-        let g = Gather::new(view, &bound(step, view)?).map_err(gpu_err(step))?;
-        time_gather(gpu, step, &g, &m.buffer, &dst)
+    // Launch, bandwidth and access factors: copies.
+    let n = COPY_SIDE;
+    let step = "copy";
+    let matrix = |name: &str, layout| Matrix::new(gpu, step, spec(name, n, n, layout));
+    let rm = matrix("cal_rm", Layout::Order(Order::RowMajor))?;
+    let rt = |tile| Layout::RTile {
+        tile,
+        inner: "cols",
     };
-    let tiny_layout = LayoutSpec::new("cal_tiny")
-        .axis("i", 64)
-        .build()
-        .map_err(|e| CalibrationError::Measure {
-            step: step.to_owned(),
-            detail: e.to_string(),
-        })?;
-    let tiny = Gather::new(&tiny_layout.view(), &bound(step, &tiny_layout.view())?)
-        .map_err(gpu_err(step))?;
-    let dispatch = time_gather(gpu, step, &tiny, &rm.buffer, &dst)?;
+    let (rt4, rt8) = (matrix("cal_rt4", rt(4))?, matrix("cal_rt8", rt(8))?);
+    let dst = matrix("cal_dst", Layout::Order(Order::RowMajor))?;
+    let measure = |what: &str, e: String| CalibrationError::Measure {
+        step: what.to_owned(),
+        detail: e,
+    };
+    let vector = |name: &str| {
+        LayoutSpec::new(name)
+            .axis("i", TINY.0)
+            .build()
+            .map_err(|e| measure(step, e.to_string()))
+    };
+    let (tiny_x, tiny_y) = (vector("cal_tiny_x")?, vector("cal_tiny_y")?);
+    let (tx, ty) = (tiny_x.view(), tiny_y.view());
+    let tiny = CopyOp::new(gpu, &tx, &ty).map_err(op_err(step))?;
+    let tiny_len = bound(step, &tx)?.len() as usize;
+    let tiny_buffers = [0.5f32, 0.0].map(|v| GpuBuffer::from_slice(gpu, &vec![v; tiny_len]));
+    let [tiny_src, tiny_dst] = tiny_buffers;
+    let (tiny_src, tiny_dst) = (
+        tiny_src.map_err(gpu_err(step))?,
+        tiny_dst.map_err(gpu_err(step))?,
+    );
+    let tiny_arg =
+        |buffer, view| GpuArg::bound(buffer, view, bound(step, view)?).map_err(gpu_err(step));
+    let (ta, tb) = (tiny_arg(&tiny_src, &tx)?, tiny_arg(&tiny_dst, &ty)?);
+    let dispatch = time_launch(gpu, step, &|b| {
+        tiny.forward(b, &ta, &tb).map_err(op_err(step))
+    })?;
     tick("launch");
-    let copy = gather_of(&rm, &rm.layout.view())?;
+    // The copy from `view` of `m` into the row-major destination, by timestamps.
+    let dst_view = dst.layout.view();
+    let dst_arg = dst.arg(step, &dst_view)?;
+    let copy_of = |m: &Matrix, view: &View| -> Result<f64, CalibrationError> {
+        let op = CopyOp::new(gpu, view, &dst_view).map_err(op_err(step))?;
+        let x = m.arg(step, view)?;
+        time_batch(gpu, step, &|b| {
+            op.forward(b, &x, &dst_arg).map_err(op_err(step))
+        })
+    };
+    let copy = copy_of(&rm, &rm.layout.view())?;
     tick("copy");
     let bytes = 2.0 * f64::from(n * n) * 4.0;
-    let bandwidth = bytes / (copy - dispatch).max(copy / 20.0);
-    let transposed =
-        |m: &Matrix| -> Result<(Class, f64), CalibrationError> {
-            let view = m.layout.view().transpose("rows", "cols").map_err(|e| {
-                CalibrationError::Measure {
-                    step: step.to_owned(),
-                    detail: e.to_string(),
-                }
-            })?;
-            // The gather walks the view's last axis: the matrix's rows.
-            let class = m.class(step, 0)?;
-            Ok((class, ratio(gather_of(m, &view)?, copy, dispatch)))
-        };
+    let bandwidth = bytes / copy;
+    let transposed = |m: &Matrix| -> Result<(Class, f64), CalibrationError> {
+        let view = m
+            .layout
+            .view()
+            .transpose("rows", "cols")
+            .map_err(|e| measure(step, e.to_string()))?;
+        // The copy walks the destination's rows: the view's last axis, the matrix's rows.
+        let class = m.class(step, 0)?;
+        Ok((class, ratio(copy_of(m, &view)?, copy)))
+    };
     let mut measured = Vec::new();
     for m in [&rm, &rt4, &rt8] {
         measured.push(transposed(m)?);
-        tick("transposed gathers");
+        tick("transposed copies");
     }
     let access = class_factors(step, &measured)?;
 
@@ -557,7 +567,7 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, Calibratio
         })?;
     let ratios: Vec<(Class, f64)> = timed
         .iter()
-        .map(|&(class, t)| (class, ratio(t, base, dispatch)))
+        .map(|&(class, t)| (class, ratio(t, base)))
         .collect();
     let reduce = class_factors(step, &ratios)?;
 
@@ -597,7 +607,7 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, Calibratio
             })?;
             // A is read along its columns (k), B along its rows (k).
             let key = (a.class(step, 1)?, b.class(step, 0)?);
-            let rate = 2.0 * f64::from(s).powi(3) / (t - dispatch).max(t / 20.0);
+            let rate = 2.0 * f64::from(s).powi(3) / t;
             match rates.iter_mut().find(|r| (r.0, r.1) == key) {
                 Some(r) => {
                     r.2 += rate;
