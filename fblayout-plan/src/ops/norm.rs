@@ -350,20 +350,8 @@ impl Contract for LayerNorm {
         args: &Args<&BoundOperand>,
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
-        let t = layer_norm_tensors(args, true)?;
         let fused = Fused::of(args, self.residual, false)?;
-        let op = LayerNormOp::fused(
-            ctx.gpu,
-            &views(&t),
-            &fused.views(),
-            self.eps,
-            NormLaunch::default(),
-        )?;
-        Ok(Box::new(LayerNormKernel {
-            op,
-            forward: true,
-            fused: fused.roles(),
-        }))
+        layer_norm_kernel(args, ctx, self.eps, true, fused)
     }
 }
 
@@ -436,20 +424,8 @@ impl Contract for LayerNormGrad {
         args: &Args<&BoundOperand>,
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
-        let t = layer_norm_tensors(args, false)?;
         let fused = Fused::of(args, false, self.carry)?;
-        let op = LayerNormOp::fused(
-            ctx.gpu,
-            &views(&t),
-            &fused.views(),
-            self.eps,
-            NormLaunch::default(),
-        )?;
-        Ok(Box::new(LayerNormKernel {
-            op,
-            forward: false,
-            fused: fused.roles(),
-        }))
+        layer_norm_kernel(args, ctx, self.eps, false, fused)
     }
 }
 
@@ -508,6 +484,23 @@ fn fused_args<'a, 'b>(
         None
     };
     Ok((sum, carry))
+}
+
+fn layer_norm_kernel(
+    args: &Args<&BoundOperand>,
+    ctx: &mut BuildCtx<'_>,
+    eps: f32,
+    forward: bool,
+    fused: Fused<&BoundOperand>,
+) -> Result<Box<dyn GpuKernel>, OpErr> {
+    let t = layer_norm_tensors(args, forward)?;
+    let launch = NormLaunch::default();
+    let op = LayerNormOp::fused(ctx.gpu, &views(&t), &fused.views(), eps, launch)?;
+    Ok(Box::new(LayerNormKernel {
+        op,
+        forward,
+        fused: fused.roles(),
+    }))
 }
 
 struct LayerNormKernel {
