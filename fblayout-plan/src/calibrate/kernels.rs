@@ -51,19 +51,30 @@ const ROUNDS: usize = 3;
 /// on a GPU fresh from idle predicted steps twice as long as they ran).
 const WARM_UP: Duration = Duration::from_millis(500);
 
+/// What the timed steps of one set of layouts took.
+struct Timed {
+    /// Seconds of each node's kernels, by the GPU's timestamps.
+    nodes: Vec<f64>,
+    /// Seconds of the whole step by the wall clock, as a training step is timed: writing the
+    /// inputs, submitting the recording, reading the loss back.
+    wall: f64,
+    /// Dispatches of the step.
+    dispatches: usize,
+}
+
 /// Seconds of each node of `graph`'s step on `gpu` with its tensors stored as each of
-/// `layouts`: every step built and run once untimed, all of them run in turn for [`WARM_UP`]
-/// (not on a software adapter, which has no clocks to raise),
-/// then [`ROUNDS`] rounds of one timed step
-/// of each in turn (so that other work on the machine disturbs them alike), the quickest of
-/// each node's samples kept (other work only ever adds time).
+/// `layouts`, and of the whole step: every step built and run once untimed, all of them run in
+/// turn for [`WARM_UP`] (not on a software adapter, which has no clocks to raise), then
+/// [`ROUNDS`] rounds of one step timed by timestamps and one by the wall clock, of each in turn
+/// (so that other work on the machine disturbs them alike), the quickest of each node's
+/// samples and of the steps kept (other work only ever adds time).
 fn node_seconds(
     gpu: &Gpu,
     graph: &Graph,
     (vocab, sizes): (u32, Sizes),
     layouts: &[(String, Vec<LayoutChoice>)],
     tick: &mut dyn FnMut(&str),
-) -> Result<Vec<Vec<f64>>, CalibrationError> {
+) -> Result<Vec<Timed>, CalibrationError> {
     let step_err = |what: &str| {
         let step = format!("timing the kernels with {what}");
         move |source| CalibrationError::Exec {
@@ -101,10 +112,20 @@ fn node_seconds(
             step.step(&inputs).map_err(step_err(what))?;
         }
     }
-    let mut best = vec![vec![f64::INFINITY; sections.len()]; layouts.len()];
+    let mut best: Vec<Timed> = (0..layouts.len())
+        .map(|_| Timed {
+            nodes: vec![f64::INFINITY; sections.len()],
+            wall: f64::INFINITY,
+            dispatches: 0,
+        })
+        .collect();
     for _ in 0..ROUNDS {
         for ((step, (what, _)), best) in steps.iter_mut().zip(layouts).zip(&mut best) {
+            let started = Instant::now();
+            step.step(&inputs).map_err(step_err(what))?;
+            best.wall = best.wall.min(started.elapsed().as_secs_f64());
             let (_, timings) = step.step_timed(&inputs).map_err(step_err(what))?;
+            best.dispatches = timings.len();
             let mut sums = vec![0.0; sections.len()];
             for t in &timings {
                 if let Some(i) = t
@@ -115,7 +136,7 @@ fn node_seconds(
                     sums[i] += t.nanos * 1e-9;
                 }
             }
-            for (b, v) in best.iter_mut().zip(sums) {
+            for (b, v) in best.nodes.iter_mut().zip(sums) {
                 *b = b.min(v);
             }
         }
@@ -143,7 +164,9 @@ pub fn ticks() -> u64 {
 
 /// Fits the multipliers on `gpu` over the analytic `factors` (see the module docs), timing the
 /// block `at` describes ([`CALIBRATION`](crate::select::CALIBRATION) by default); `tick` is called [`ticks`] times as it
-/// goes.
+/// goes. Returns them with the launch: what the row-major step's wall-clock time has beyond its
+/// kernels' timestamps, per dispatch (the gaps between kernels, the submission and the loss's
+/// read-back), which the fit takes as the launch of every operation.
 ///
 /// Row-major first, every tensor in it: one multiplier for both operands. Then, for each other
 /// candidate `L`, the weights in `L` and the activations row-major (the weights' multiplier,
@@ -154,37 +177,10 @@ pub fn measure_kernels(
     factors: &Factors,
     at: CalibrationShape,
     mut tick: impl FnMut(&str),
-) -> Result<KernelFactors, CalibrationError> {
+) -> Result<(KernelFactors, f64), CalibrationError> {
     let (config, sizes) = (at.config, at.sizes);
     let graph = at.graph()?;
-    // The analytic model with the activations' multipliers `a` and the weights' `w`.
-    let scaled = |a: f64, w: f64| -> Result<Objective<'_>, CalibrationError> {
-        let mut f = factors.clone();
-        f.kernels = KernelFactors {
-            multipliers: KernelKind::ALL
-                .into_iter()
-                .flat_map(|k| {
-                    LayoutChoice::candidates(2).into_iter().flat_map(move |l| {
-                        [
-                            (k, OperandKind::Activation, l, a),
-                            (k, OperandKind::Weight, l, w),
-                        ]
-                    })
-                })
-                .collect(),
-        };
-        let model = CostModel {
-            factors: f,
-            origin: Origin::Calibrated {
-                adapter: gpu.info().to_string(),
-                cache: "fitting the kernel factors".into(),
-            },
-        };
-        Ok(Objective::new(&graph, sizes, &model)?)
-    };
-    let fixed = scaled(0.0, 0.0)?;
-    let activations = scaled(1.0, 0.0)?;
-    let weights = scaled(0.0, 1.0)?;
+    let mut factors = factors.clone();
     // Every tensor row-major; then for each other candidate, the weights in it with the
     // activations row-major, and every tensor in it.
     let row_major = LayoutChoice::RowMajor;
@@ -218,7 +214,40 @@ pub fn measure_kernels(
             )
         })
         .collect();
-    let seconds = node_seconds(gpu, &graph, (config.vocab, sizes), &layouts, &mut tick)?;
+    let timed = node_seconds(gpu, &graph, (config.vocab, sizes), &layouts, &mut tick)?;
+    // The launch: the row-major step's wall-clock time beyond its kernels, per dispatch.
+    let plain = &timed[0];
+    let kernels_time: f64 = plain.nodes.iter().filter(|t| t.is_finite()).sum();
+    factors.dispatch = ((plain.wall - kernels_time) / plain.dispatches.max(1) as f64).max(0.0);
+    let seconds: Vec<&[f64]> = timed.iter().map(|t| &t.nodes[..]).collect();
+    // The analytic model with the activations' multipliers `a` and the weights' `w`.
+    let scaled = |a: f64, w: f64| -> Result<Objective<'_>, CalibrationError> {
+        let mut f = factors.clone();
+        f.kernels = KernelFactors {
+            multipliers: KernelKind::ALL
+                .into_iter()
+                .flat_map(|k| {
+                    LayoutChoice::candidates(2).into_iter().flat_map(move |l| {
+                        [
+                            (k, OperandKind::Activation, l, a),
+                            (k, OperandKind::Weight, l, w),
+                        ]
+                    })
+                })
+                .collect(),
+        };
+        let model = CostModel {
+            factors: f,
+            origin: Origin::Calibrated {
+                adapter: gpu.info().to_string(),
+                cache: "fitting the kernel factors".into(),
+            },
+        };
+        Ok(Objective::new(&graph, sizes, &model)?)
+    };
+    let fixed = scaled(0.0, 0.0)?;
+    let activations = scaled(1.0, 0.0)?;
+    let weights = scaled(0.0, 1.0)?;
     // Each kind's times and predictions under configuration `c`.
     let kinds_at = |c: usize| {
         let assignment = fixed.assignment(&layouts[c].1)?;
@@ -302,5 +331,5 @@ pub fn measure_kernels(
             step: "kernel factors".into(),
             detail,
         })?;
-    Ok(kernels)
+    Ok((kernels, factors.dispatch))
 }

@@ -4,9 +4,6 @@
 //! on a software adapter it takes most of a minute, mostly the training steps of the kernel
 //! factors: see the book's planner chapter):
 //!
-//! - **launch**: what one more dispatch adds to a submission, by the wall clock: many copies of
-//!   a tiny vector recorded into one batch against a few (the submission's own cost, which a
-//!   recorded step pays once, cancels);
 //! - **bandwidth**: a copy of a whole row-major matrix as stored (read and write), by the GPU's
 //!   timestamps;
 //! - **access factors**: the same copy read through the transposed view of a row-major matrix
@@ -19,7 +16,10 @@
 //!
 //! - **kernel factors**: training steps of a small graph under the candidate layouts, each
 //!   operation's kernels timed, fitted to one multiplier per kind of operation, operand
-//!   (activation or weight) and layout ([`kernels`](crate::select::kernels)).
+//!   (activation or weight) and layout ([`kernels`](crate::select::kernels));
+//! - **launch**: what the row-major one of those steps takes by the wall clock beyond its
+//!   kernels' timestamps, per dispatch: the gaps between kernels, and the submission and the
+//!   loss's read-back spread over them, as a training step pays them.
 //!
 //! Every class is found by the same code the planner prices layouts with, so the factors
 //! line up with the classes of the graph's tensors.
@@ -109,17 +109,15 @@ pub enum CalibrationError {
 }
 
 /// The format of the cache file, or of the kernels it times; a change makes every older file
-/// stale (7: the launch measured as a dispatch within a batch, the copies and products by
-/// timestamps alone — on an H100 format 6 priced a launch at a whole submission's 62 µs;
+/// stale (7: the launch measured as the calibration step's wall time beyond its kernels, the
+/// copies and products by timestamps alone — on an H100 format 6 priced a launch at a whole
+/// submission of one gather, 62 µs;
 /// 6: the cooperative GEMM's unmasked whole k-steps; 5: its vector staging and stepped offsets,
 /// and mixed precision's weight copies written by AdamW).
 pub const VERSION: u32 = 7;
 
 /// Side of the square matrices copied.
 const COPY_SIDE: u32 = 1024;
-/// Elements of the tiny vector whose copies time a launch, and how many copies a batch records
-/// (the fewest, the most).
-const TINY: (u32, [usize; 2]) = (64, [16, 256]);
 /// Rows and row length of the softmaxes.
 const SOFTMAX: (u32, u32) = (256, 256);
 /// `m = n = k` of the products.
@@ -388,30 +386,6 @@ fn quickest(mut f: impl FnMut() -> Result<f64, CalibrationError>) -> Result<f64,
     (0..SAMPLES).try_fold(f64::INFINITY, |best, _| Ok(best.min(f()?)))
 }
 
-/// Seconds one more dispatch of `record`'s adds to a batch, by the wall clock: a batch of the
-/// most copies ([`TINY`]) against one of the fewest, over the difference.
-fn time_launch(
-    gpu: &Gpu,
-    step: &str,
-    record: &dyn Fn(&mut Batch<'_>) -> Result<(), CalibrationError>,
-) -> Result<f64, CalibrationError> {
-    let wall = |copies: usize| {
-        quickest(|| {
-            let start = Instant::now();
-            let mut batch = gpu.batch();
-            for _ in 0..copies {
-                record(&mut batch)?;
-            }
-            batch.submit().map_err(gpu_err(step))?;
-            gpu.wait().map_err(gpu_err(step))?;
-            Ok(start.elapsed().as_secs_f64())
-        })
-    };
-    let [few, most] = TINY.1;
-    let (t_few, t_most) = (wall(few)?, wall(most)?);
-    Ok(((t_most - t_few) / (most - few) as f64).max(0.0))
-}
-
 /// Seconds per step that `record` records, from the batch's timings.
 fn time_batch(
     gpu: &Gpu,
@@ -442,11 +416,11 @@ pub fn measure(gpu: &Gpu) -> Result<Factors, CalibrationError> {
 /// [`CostModel::calibrated_at`]).
 pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, CalibrationError> {
     let started = Instant::now();
-    let gathers = 5;
+    let copies = 4;
     let softmaxes = 4;
     let products = 8;
     let bar = ProgressBar::with_draw_target(
-        Some(gathers + softmaxes + products + ticks()),
+        Some(copies + softmaxes + products + ticks()),
         ProgressDrawTarget::hidden(),
     );
     if let Ok(style) = ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} {msg}") {
@@ -475,29 +449,6 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, Calibratio
         step: what.to_owned(),
         detail: e,
     };
-    let vector = |name: &str| {
-        LayoutSpec::new(name)
-            .axis("i", TINY.0)
-            .build()
-            .map_err(|e| measure(step, e.to_string()))
-    };
-    let (tiny_x, tiny_y) = (vector("cal_tiny_x")?, vector("cal_tiny_y")?);
-    let (tx, ty) = (tiny_x.view(), tiny_y.view());
-    let tiny = CopyOp::new(gpu, &tx, &ty).map_err(op_err(step))?;
-    let tiny_len = bound(step, &tx)?.len() as usize;
-    let tiny_buffers = [0.5f32, 0.0].map(|v| GpuBuffer::from_slice(gpu, &vec![v; tiny_len]));
-    let [tiny_src, tiny_dst] = tiny_buffers;
-    let (tiny_src, tiny_dst) = (
-        tiny_src.map_err(gpu_err(step))?,
-        tiny_dst.map_err(gpu_err(step))?,
-    );
-    let tiny_arg =
-        |buffer, view| GpuArg::bound(buffer, view, bound(step, view)?).map_err(gpu_err(step));
-    let (ta, tb) = (tiny_arg(&tiny_src, &tx)?, tiny_arg(&tiny_dst, &ty)?);
-    let dispatch = time_launch(gpu, step, &|b| {
-        tiny.forward(b, &ta, &tb).map_err(op_err(step))
-    })?;
-    tick("launch");
     // The copy from `view` of `m` into the row-major destination, by timestamps.
     let dst_view = dst.layout.view();
     let dst_arg = dst.arg(step, &dst_view)?;
@@ -628,10 +579,11 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, Calibratio
                 .map(|(a, b, sum, k)| (a, b, sum / k as f64))
                 .collect(),
         },
-        dispatch,
+        // Measured with the kernels' steps, below.
+        dispatch: 0.0,
         kernels: KernelFactors::default(),
     };
-    factors.kernels = measure_kernels(gpu, &factors, at, tick)?;
+    (factors.kernels, factors.dispatch) = measure_kernels(gpu, &factors, at, tick)?;
     bar.finish_and_clear();
     factors
         .check()
