@@ -402,11 +402,6 @@ fn time_batch(
     })
 }
 
-/// How many times `t` is the `base` (both kernel times from timestamps, which hold no launch).
-fn ratio(t: f64, base: f64) -> f64 {
-    t / base
-}
-
 /// Measures the factors on `gpu` (see the module docs).
 pub fn measure(gpu: &Gpu) -> Result<Factors, CalibrationError> {
     measure_at(gpu, CALIBRATION)
@@ -471,7 +466,7 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, Calibratio
             .map_err(|e| measure(step, e.to_string()))?;
         // The copy walks the destination's rows: the view's last axis, the matrix's rows.
         let class = m.class(step, 0)?;
-        Ok((class, ratio(copy_of(m, &view)?, copy)))
+        Ok((class, copy_of(m, &view)? / copy))
     };
     let mut measured = Vec::new();
     for m in [&rm, &rt4, &rt8] {
@@ -516,10 +511,7 @@ pub fn measure_at(gpu: &Gpu, at: CalibrationShape) -> Result<Factors, Calibratio
             step: step.to_owned(),
             detail: "no softmax ran over contiguous rows".into(),
         })?;
-    let ratios: Vec<(Class, f64)> = timed
-        .iter()
-        .map(|&(class, t)| (class, ratio(t, base)))
-        .collect();
+    let ratios: Vec<(Class, f64)> = timed.iter().map(|&(class, t)| (class, t / base)).collect();
     let reduce = class_factors(step, &ratios)?;
 
     // Matrix-product rates.

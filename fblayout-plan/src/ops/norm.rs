@@ -173,20 +173,13 @@ fn norm_sample(residual: bool, params: usize, stats: usize) -> Sample {
     Sample { inputs, outputs }
 }
 
-/// The CPU forward's input: `x`, or `x + res` written to `sum` where `residual` (the borrow of
-/// `sum` ends with the returned reference's).
-fn cpu_input<'a>(
-    residual: bool,
-    ins: &'a Ins<'_>,
-    sum: Option<&'a mut Out<'_>>,
+/// The CPU forward's row with a fused residual: `x + res`, written to `sum` and read from it.
+fn cpu_sum<'a>(
+    ins: &Ins<'_>,
+    sum: &'a mut Out<'_>,
 ) -> Result<&'a dyn fblayout_kernels::cpu::Logical<f64>, OpErr> {
-    match (residual, sum) {
-        (true, Some(sum)) => {
-            add_cpu(ins.f("x")?, ins.f("res")?, sum)?;
-            Ok(&*sum)
-        }
-        _ => ins.f("x"),
-    }
+    add_cpu(ins.f("x")?, ins.f("res")?, sum)?;
+    Ok(&*sum)
 }
 
 /// Adds `dsum` to `dx` on the CPU, where the backward carries it.
@@ -336,7 +329,7 @@ impl Contract for LayerNorm {
         let eps = f64::from(self.eps);
         if self.residual {
             let [sum, y, mean, rstd] = outs.outs(["sum", "y", "mean", "rstd"])?;
-            let x = cpu_input(true, ins, Some(sum))?;
+            let x = cpu_sum(ins, sum)?;
             layer_norm_forward_cpu(x, g, b, eps, y, mean, rstd)?;
         } else {
             let [y, mean, rstd] = outs.outs(["y", "mean", "rstd"])?;
@@ -589,7 +582,7 @@ impl Contract for RmsNorm {
         let (g, eps) = (ins.f("gamma")?, f64::from(self.eps));
         if self.residual {
             let [sum, y, rstd] = outs.outs(["sum", "y", "rstd"])?;
-            let x = cpu_input(true, ins, Some(sum))?;
+            let x = cpu_sum(ins, sum)?;
             rms_norm_forward_cpu(x, g, eps, y, rstd)?;
         } else {
             let [y, rstd] = outs.outs(["y", "rstd"])?;
