@@ -11,7 +11,7 @@ use fblayout_core::layout::ElemType;
 use fblayout_kernels::ops::adamw::STEP_SCALARS;
 use fblayout_kernels::ops::{
     AdamWMember, AdamWOp, AdamWTensors, BiasOp, LayerNormOp, LayerNormTensors, NonFiniteOp,
-    NormLaunch, RmsNormOp, RmsNormTensors, RowLaunch, RowSum, SumSquaresOp,
+    NormLaunch, Residual, RmsNormOp, RmsNormTensors, RowLaunch, RowSum, SumSquaresOp,
 };
 use support::{Layout2, gpu_without_subgroups, view_1d, view_1d_dyn, view_2d};
 
@@ -110,6 +110,45 @@ fn stacked_norm_shaders() {
         },
         "_4x16",
     );
+}
+
+#[test]
+fn fused_residual_norm_shaders() {
+    // A residual connection fused into LayerNorm: the forward reads `x` and `res` (an R-Tile)
+    // and writes their sum, stored in f16 and so rounded before it is normalised; the backward,
+    // built over the sum, adds `dsum` to `dx`.
+    let gpu = gpu_without_subgroups();
+    let half = ElemType::F16;
+    let (x, _) = view_2d("x", Layout2::RowMajor, 8, COLS, half);
+    let (res, _) = view_2d("res", Layout2::RTile(4), 8, COLS, half);
+    let (sum, _) = view_2d("sum", Layout2::RowMajor, 8, COLS, half);
+    let (y, _) = view_2d("y", Layout2::RowMajor, 8, COLS, half);
+    let (dsum, _) = view_2d("dsum", Layout2::RowMajor, 8, COLS, half);
+    let gamma = view_1d("gamma", "cols", COLS, ElemType::F32);
+    let beta = view_1d("beta", "cols", COLS, ElemType::F32);
+    let (mean, _) = view_1d_dyn("mean", "rows", 8, ElemType::F32);
+    let (rstd, _) = view_1d_dyn("rstd", "rows", 8, ElemType::F32);
+    let views = |x| LayerNormTensors {
+        x,
+        gamma: &gamma,
+        beta: &beta,
+        y: &y,
+        mean: &mean,
+        rstd: &rstd,
+    };
+    let forward = Residual {
+        sum: Some((&res, &sum)),
+        carry: None,
+    };
+    let backward = Residual {
+        sum: None,
+        carry: Some(&dsum),
+    };
+    let launch = NormLaunch::default();
+    let fwd = LayerNormOp::fused(gpu, &views(&x), &forward, 1e-5, launch).unwrap();
+    let bwd = LayerNormOp::fused(gpu, &views(&sum), &backward, 1e-5, launch).unwrap();
+    insta::assert_snapshot!("add_layer_norm_forward", fwd.shaders()[0].source());
+    insta::assert_snapshot!("layer_norm_backward_add", bwd.shaders()[1].source());
 }
 
 #[test]
