@@ -112,3 +112,78 @@ impl Graph {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fblayout_core::layout::ElemType;
+
+    use crate::graph::{Dim, Graph, GraphError, Op, Role, TensorId};
+
+    /// `a + b → s` pushed, with a norm's weights of `width` and its outputs still to push.
+    fn summed(width: u32) -> (Graph, TensorId, [TensorId; 2], [TensorId; 3]) {
+        let mut g = Graph::new();
+        let rows = [
+            ("batch", Dim::Batch),
+            ("seq", Dim::Seq),
+            ("hidden", Dim::Fixed(8)),
+        ];
+        let stat = [("batch", Dim::Batch), ("seq", Dim::Seq)];
+        let mut t = |name: &str, axes: &[(&str, Dim)], role| {
+            g.add_tensor(name, axes, ElemType::F32, role).unwrap()
+        };
+        let (a, b) = (t("a", &rows, Role::Input), t("b", &rows, Role::Input));
+        let s = t("s", &rows, Role::Activation);
+        let weight = [("hidden", Dim::Fixed(width))];
+        let params = [
+            t("gamma", &weight, Role::Param),
+            t("beta", &weight, Role::Param),
+        ];
+        let outs = [
+            t("y", &rows, Role::Activation),
+            t("mean", &stat, Role::Activation),
+            t("rstd", &stat, Role::Activation),
+        ];
+        g.push(Op::Add, &[a, b], &[s]).unwrap();
+        (g, s, params, outs)
+    }
+
+    const LN: Op = Op::LayerNorm {
+        eps: 1e-5,
+        residual: false,
+    };
+
+    #[test]
+    fn a_norm_after_the_addition_of_its_input_takes_its_place() {
+        let (mut g, s, params, outs) = summed(8);
+        g.push_norm(LN, s, &params, &outs, true).unwrap();
+        assert_eq!(g.nodes().len(), 1);
+        let n = &g.nodes()[0];
+        assert!(matches!(n.op, Op::LayerNorm { residual: true, .. }));
+        // It reads both summands and writes the sum first.
+        assert_eq!(n.outputs[0], s);
+        assert_eq!(n.inputs.len(), 4);
+        // Unfused, the two stay apart.
+        let (mut g, s, params, outs) = summed(8);
+        g.push_norm(LN, s, &params, &outs, false).unwrap();
+        assert_eq!(g.nodes().len(), 2);
+        assert_eq!(g.nodes()[1].op, LN);
+    }
+
+    #[test]
+    fn a_refused_fusion_leaves_the_graph_as_it_was() {
+        // Weights of the wrong width: the fused norm's shape rule refuses it, and the addition
+        // is back in its place.
+        let (mut g, s, params, outs) = summed(5);
+        let before = g.nodes().to_vec();
+        let err = g.push_norm(LN, s, &params, &outs, true).unwrap_err();
+        assert!(matches!(err, GraphError::Shape { .. }), "{err}");
+        assert_eq!(g.nodes(), &before[..]);
+        // Only a norm fuses an addition.
+        let (mut g, s, params, outs) = summed(8);
+        let err = g
+            .push_norm(Op::Linear, s, &params, &outs, true)
+            .unwrap_err();
+        assert!(err.to_string().contains("only a norm"), "{err}");
+        assert_eq!(g.nodes(), &before[..]);
+    }
+}
