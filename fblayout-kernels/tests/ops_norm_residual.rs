@@ -120,8 +120,8 @@ struct Run {
     dbeta: Vec<f64>,
 }
 
-/// Runs the fused forward, then the fused backward over the sum it wrote.
-fn run(gpu: &Gpu, rms: bool, c: &Case) -> Run {
+/// Runs the fused forward, then the fused backward over the sum it wrote, under `launch`.
+fn run(gpu: &Gpu, rms: bool, c: &Case, launch: NormLaunch) -> Run {
     let up = |t: &Tensor| t.upload(gpu);
     let poisoned = |t: &Tensor| t.poisoned(gpu);
     let (xb, rb, gb, bb, dyb, dsb) = (
@@ -168,7 +168,6 @@ fn run(gpu: &Gpu, rms: bool, c: &Case) -> Run {
         sum: None,
         carry: Some(&c.dsum.view),
     };
-    let launch = NormLaunch::default();
     let mut batch = gpu.batch();
     if rms {
         // The forward's kernels read `x`; the backward's read the sum as theirs.
@@ -255,7 +254,7 @@ fn the_fused_forward_writes_the_sum_and_normalises_it() {
                 let what = format!("{} {elem} {layouts:?}", if rms { "rms" } else { "layer" });
                 // 13 rows and 36 columns: partial 8×8 tiles, partial 4×4 row tiles.
                 let c = case(&mut rng, layouts, 13, 36, elem);
-                let got = run(gpu, rms, &c);
+                let got = run(gpu, rms, &c, NormLaunch::default());
                 let (x, res) = (stored(&c.x), stored(&c.res));
                 let want_sum: Vec<f64> = x.iter().zip(&res).map(|(a, b)| a + b).collect();
                 let want_y = norm(rms, &want_sum, &stored(&c.gamma), &stored(&c.beta));
@@ -286,7 +285,7 @@ fn the_fused_backward_matches_finite_differences() {
             };
             let (x, g, b) = (&c.x.values, &c.gamma.values, &c.beta.values);
             let h = 1e-4;
-            let got = run(gpu, rms, &c);
+            let got = run(gpu, rms, &c, NormLaunch::default());
             let tol = 1e-4;
             let want_dx = finite_differences(x, h, |x| loss(x, g, b));
             assert_close(&format!("{what}: dx"), &got.dx, &want_dx, tol);
@@ -370,4 +369,67 @@ fn fused_tensors_that_do_not_fit_are_typed_errors() {
         .forward_fused(&mut batch, &t, Some([&args[6], &short_arg]))
         .unwrap_err();
     assert!(matches!(&err, OpError::Shape { .. }), "{err}");
+}
+
+/// More rows than one dimension of the grid takes workgroups (65 535 on lavapipe and in
+/// WebGPU's default limits): the forward of [`NormLaunch::BASELINE`] takes one row of a
+/// row-major tensor per workgroup, so its grid folds into two dimensions, and the rows past
+/// the first dimension must be summed, normalised and differentiated like the others. The
+/// backward's chunks of rows each add their share of `dγ` and `dβ` over all of them.
+#[test]
+fn more_rows_than_one_grid_dimension_takes() {
+    let gpu = gpu();
+    let max = gpu.max_workgroups_per_dimension();
+    let (rows, cols) = (65_541, 8);
+    if max <= 65_535 {
+        assert!(rows > max, "{rows} rows fill one dimension of {max}");
+    }
+    let mut rng = Rng::new(44);
+    for rms in [false, true] {
+        let what = if rms { "rms" } else { "layer" };
+        let c = case(&mut rng, [Layout2::RowMajor; 5], rows, cols, ElemType::F32);
+        let got = run(gpu, rms, &c, NormLaunch::BASELINE);
+        let (x, res) = (stored(&c.x), stored(&c.res));
+        let (gamma, beta) = (stored(&c.gamma), stored(&c.beta));
+        let sum: Vec<f64> = x.iter().zip(&res).map(|(a, b)| a + b).collect();
+        let tol = tolerance(ElemType::F32, cols as usize);
+        assert_close(&format!("{what}: sum"), &got.sum, &sum, tol);
+        let y = norm(rms, &sum, &gamma, &beta);
+        assert_close(&format!("{what}: y"), &got.y, &y, tol);
+        // Σ dy·y + Σ dsum·s, in f64 from the definitions, over the rows `range`.
+        let loss = |range: std::ops::Range<usize>, x: &[f64], gamma: &[f64], beta: &[f64]| {
+            let span = range.start * cols as usize..range.end * cols as usize;
+            let s: Vec<f64> = x
+                .iter()
+                .zip(&c.res.values[span.clone()])
+                .map(|(a, b)| a + b)
+                .collect();
+            let y = norm(rms, &s, gamma, beta);
+            let through_y: f64 = y
+                .iter()
+                .zip(&c.dy.values[span.clone()])
+                .map(|(a, b)| a * b)
+                .sum();
+            let through_s: f64 = s.iter().zip(&c.dsum.values[span]).map(|(a, b)| a * b).sum();
+            through_y + through_s
+        };
+        let (g, b, h) = (&c.gamma.values, &c.beta.values, 1e-4);
+        // Each row's `dx` depends on that row alone: the first, both sides of the first
+        // dimension's end, and the last.
+        let n = cols as usize;
+        for row in [0, 65_534, 65_535, rows as usize - 1] {
+            let x_row = &c.x.values[row * n..(row + 1) * n];
+            let want = finite_differences(x_row, h, |x| loss(row..row + 1, x, g, b));
+            let got_row = &got.dx[row * n..(row + 1) * n];
+            assert_close(&format!("{what}: dx of row {row}"), got_row, &want, 1e-4);
+        }
+        // The weight gradients sum over every row.
+        let all = 0..rows as usize;
+        let want_dg = finite_differences(g, h, |g| loss(all.clone(), &c.x.values, g, b));
+        assert_close(&format!("{what}: dγ"), &got.dgamma, &want_dg, 1e-4);
+        if !rms {
+            let want_db = finite_differences(b, h, |b| loss(all.clone(), &c.x.values, g, b));
+            assert_close(&format!("{what}: dβ"), &got.dbeta, &want_db, 1e-4);
+        }
+    }
 }
