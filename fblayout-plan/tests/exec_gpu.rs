@@ -85,6 +85,53 @@ fn every_strategys_plan_runs_on_the_gpu_and_matches_the_cpu() {
     }
 }
 
+/// AdamW reads its operands as stored: no plan converts a gradient before its step, which the
+/// GPU records with its group and the overflow checks where the first AdamW node stands (a
+/// per-op plan under column-major weights once did, and the checks read copies not yet
+/// written). A graph converting one by hand is refused, naming the conversion.
+#[test]
+fn no_plan_converts_an_optimizer_input_and_a_graph_that_does_is_refused() {
+    let gpu = gpu();
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = graph(model);
+        for strategy in Strategy::ALL {
+            let p = plan(&g, SIZES, &CostModel::analytic(), strategy).unwrap();
+            let g = p.graph();
+            for c in p.conversions() {
+                let consumer = &g.nodes()[c.consumer.index()];
+                assert!(
+                    !matches!(consumer.op, Op::AdamW { .. }),
+                    "{model:?} {strategy:?}: {c:?}"
+                );
+            }
+        }
+    }
+    let mut g = graph(Model::Encoder);
+    let (at, grad) = g
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.op, Op::AdamW { .. }))
+        .map(|(i, n)| (i, n.inputs[1]))
+        .nth(3)
+        .unwrap();
+    let copy = g
+        .insert_convert(exec_support::node_id(&g, at), grad, "late_copy")
+        .unwrap();
+    let mut layouts = row_major(&g);
+    layouts.truncate(copy.index());
+    layouts.push(LayoutChoice::RowMajor);
+    let memory = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+    let err = GpuStep::new(&gpu, &g, &layouts, &memory, SIZES, ADAMW).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, ExecError::Op { .. })
+            && text.contains("late_copy")
+            && text.contains("after the first AdamW"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_gpu_step_matches_the_cpu_under_any_layouts() {
     let gpu = gpu();

@@ -69,6 +69,14 @@ impl Contract for AdamW {
         Some(KernelKind::AdamW)
     }
 
+    /// Every operand as stored. The GPU records a group of AdamW steps, and the overflow
+    /// checks of their gradients, where the group's first node stands, so a conversion before
+    /// a later member would be read before it is written; and the parameter and its moments
+    /// are updated in place, which a copy can't be.
+    fn reads_stored(&self) -> bool {
+        true
+    }
+
     fn cpu(
         &self,
         ins: &Ins<'_>,

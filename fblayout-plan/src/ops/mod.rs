@@ -330,8 +330,9 @@ pub(crate) trait Contract {
     }
 
     /// Whether it reads every input as stored, with no conversion before it: a backward that
-    /// writes each gradient through the view of the tensor it reads it for, or a kernel that
-    /// reads ids as the step uploads them.
+    /// writes each gradient through the view of the tensor it reads it for, a kernel that
+    /// reads ids as the step uploads them, or an optimizer step (in place, and recorded with
+    /// its group).
     fn reads_stored(&self) -> bool {
         false
     }

@@ -139,6 +139,46 @@ fn build_checks(
         .collect()
 }
 
+/// Checks that every AdamW step's operands are written before the first AdamW node: there
+/// the overflow checks read every gradient, and each group's dispatch reads its members' (a
+/// conversion before a later member, say, would be read before it is written). The contract
+/// keeps the planner from making such a graph (AdamW reads its operands as stored); this
+/// refuses one made by hand.
+fn optimizer_inputs_ready(graph: &Graph) -> Result<(), ExecError> {
+    let nodes = graph.nodes();
+    let is_adamw = |n: &crate::graph::Node| matches!(n.op, Op::AdamW { .. });
+    let Some(first) = nodes.iter().position(is_adamw) else {
+        return Ok(());
+    };
+    for (j, late) in nodes.iter().enumerate().skip(first) {
+        if is_adamw(late) {
+            continue;
+        }
+        let read = nodes[first..]
+            .iter()
+            .filter(|n| is_adamw(n))
+            .flat_map(|n| &n.inputs)
+            .find(|t| late.outputs.contains(t));
+        if let Some(&t) = read {
+            let detail = format!(
+                "`{}` is written by operation {j} ({}), after the first AdamW step (operation \
+                 {first}), where the optimizer's steps and overflow checks are recorded",
+                graph.tensor(t).name,
+                late.op.name()
+            );
+            return Err(ExecError::op(
+                j,
+                late.op.name(),
+                OpError::Shape {
+                    op: "gpu step",
+                    detail,
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The AdamW groups of `kernels` (see [`build_adamw_groups`]).
 fn adamw_groups(
     gpu: &Gpu,
@@ -347,6 +387,7 @@ impl<'g> GpuStep<'g> {
                 section: section(graph, i),
             });
         }
+        optimizer_inputs_ready(graph)?;
         let gate = if gated(graph) {
             let (gate, view) = device_vector(gpu, "grad_overflowed", GATE_VALUES, ElemType::U32)?;
             let checks = build_checks(gpu, graph, &kernels, &view)?;
