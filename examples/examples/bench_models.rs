@@ -290,7 +290,13 @@ fn planned(
     again: Option<Recompute>,
 ) -> Res<(Graph, Vec<LayoutChoice>, MemoryPlan)> {
     let graph = precision.apply(graph).map_err(err)?;
-    let p = plan(&graph, w.sizes, &CostModel::analytic(), Strategy::RowMajor).map_err(err)?;
+    let p = plan(
+        &graph,
+        w.sizes,
+        &CostModel::analytic_for(precision),
+        Strategy::RowMajor,
+    )
+    .map_err(err)?;
     let (g, layouts) = match again {
         Some(what) => recompute(p.graph(), p.layouts(), what).map_err(err)?,
         None => (p.graph().clone(), p.layouts().to_vec()),

@@ -163,7 +163,7 @@ fn run(args: &Args) -> Res<()> {
     let mut cost_models = Vec::new();
     for &precision in precisions {
         let model = if args.analytic {
-            CostModel::analytic()
+            CostModel::analytic_for(precision)
         } else {
             let at = CalibrationShape::new(config, sizes, precision);
             CostModel::calibrated_at(&gpu, default_cache_dir().as_deref(), at).map_err(err)?

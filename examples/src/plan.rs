@@ -265,7 +265,7 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         }
         CostModel::calibrated(&gpu, cache.as_deref()).map_err(PlanCommandError::Calibrate)?
     } else {
-        CostModel::analytic()
+        CostModel::analytic_for(Precision::from(args.precision))
     };
     // Everything that can fail runs before anything is printed.
     let chosen = select::plan(&graph, sizes, &model, args.strategy).map_err(|source| {

@@ -69,7 +69,8 @@ fn the_plan_shows_every_strategy_the_layouts_and_the_peak() {
     );
     // The explanation: every tensor with its layout; the layouts named.
     assert!(out.contains(
-        "guided plan, batch 2 × sequence 16 (analytic cost model, not checked on this adapter)"
+        "guided plan, batch 2 × sequence 16 (analytic cost model, the H100's f32 tables, not \
+         checked on this adapter)"
     ));
     // The analytic model's predictions say they were not checked on the adapter.
     assert!(

@@ -14,8 +14,8 @@ use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::{
-    CALIBRATION, CalibrationShape, Class, CostModel, Factors, KernelKind, OperandKind, Origin,
-    Strategy, plan,
+    CALIBRATION, CalibrationShape, Class, CostModel, Factors, KernelFactors, KernelKind,
+    OperandKind, Origin, Strategy, plan,
 };
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -29,8 +29,9 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// Factors unlike the reference device's, standing for a measurement.
 fn measured() -> Factors {
-    let mut f = Factors::reference();
+    let mut f = Factors::reference(Precision::F32);
     f.bandwidth = 12.5e9;
+    f.access.tiled4 = 1.5;
     f.access.strided = 7.25;
     f.reduce.tiled4 = 2.5;
     f.dispatch = 3e-5;
@@ -74,10 +75,10 @@ fn load(cache: &DiskCache, measurements: &Cell<usize>) -> CostModel {
 fn factors_round_trip_through_the_cache_text() {
     let f = measured();
     assert_eq!(decode(encode(&f).as_bytes()).unwrap(), f);
-    assert_eq!(
-        decode(encode(&Factors::reference()).as_bytes()).unwrap(),
-        Factors::reference()
-    );
+    for precision in [Precision::F32, Precision::Mixed] {
+        let reference = Factors::reference(precision);
+        assert_eq!(decode(encode(&reference).as_bytes()).unwrap(), reference);
+    }
     let bad = encode(&f).replace("bandwidth 12500000000", "bandwidth -1");
     assert!(decode(bad.as_bytes()).unwrap_err().contains("bandwidth"));
     let missing: String = encode(&f)
@@ -154,7 +155,7 @@ fn a_corrupt_cache_is_rebuilt_not_trusted() {
         );
     }
     // A valid envelope around factors that don't check out is rebuilt too.
-    let bad = encode(&measured()).replace("access 1.52", "access 0");
+    let bad = encode(&measured()).replace("access 1.5 ", "access 0 ");
     cache.save(bad.as_bytes()).unwrap();
     let model = load(&cache, &n);
     assert!(
@@ -300,9 +301,7 @@ fn a_missing_kernel_multiplier_falls_back_to_the_other_operand_then_to_one() {
     // Nothing for the kind and layout: the analytic term as it is.
     assert_eq!(f.of(KernelKind::Norm, OperandKind::Activation, cm), 1.0);
     assert_eq!(
-        Factors::reference()
-            .kernels
-            .of(KernelKind::Attention, OperandKind::Weight, rt8),
+        KernelFactors::default().of(KernelKind::Attention, OperandKind::Weight, rt8),
         1.0
     );
 }

@@ -26,7 +26,7 @@
 //! measured ones.
 //!
 //! An operand with no multiplier takes the other operand's of its kind and layout, and one
-//! with neither (the analytic model has none) is 1: the analytic term as it is. A conversion
+//! with neither is 1: the byte and flop term as it is. A conversion
 //! (`Convert`) is priced by the conversion classification and the gather factors, not here.
 
 use std::time::{Duration, Instant};

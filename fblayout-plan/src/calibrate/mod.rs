@@ -42,17 +42,15 @@ use fblayout_kernels::runtime::{Batch, CacheLoad, DiskCache, Gpu, GpuInfo};
 use fblayout_kernels::tensor::GpuArg;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::layouts::LayoutChoice;
 use crate::select::PlanError;
 use crate::select::cost::{
     Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, walk_classes,
 };
-use crate::select::kernels::{
-    CALIBRATION, CalibrationShape, KernelFactors, KernelKind, OperandKind,
-};
+use crate::select::kernels::{CALIBRATION, CalibrationShape, KernelFactors};
 
 mod kernels;
 
+pub use crate::select::text::{decode, encode};
 pub use kernels::{measure_kernels, ticks};
 
 /// Why a calibration failed.
@@ -215,93 +213,6 @@ pub fn load_or_measure(
             source,
         })?;
     Ok(model)
-}
-
-/// The factors as the cache's text: one `name values…` line each, numbers in Rust's
-/// shortest round-trip form.
-pub fn encode(f: &Factors) -> String {
-    let mut s = format!("bandwidth {}\ndispatch {}\n", f.bandwidth, f.dispatch);
-    for (name, c) in [("access", f.access), ("reduce", f.reduce)] {
-        s += &format!("{name} {} {} {}\n", c.tiled4, c.tiled8, c.strided);
-    }
-    for (a, b, r) in &f.matmul.rates {
-        s += &format!(
-            "matmul {} {} {r}\n",
-            crate::select::cost::short(*a),
-            crate::select::cost::short(*b)
-        );
-    }
-    for (kind, operand, layout, m) in &f.kernels.multipliers {
-        s += &format!("kernel {kind} {operand} {} {m}\n", layout.short());
-    }
-    s
-}
-
-/// The factors of the cache's text, checked; why not, when they don't parse or check.
-pub fn decode(data: &[u8]) -> Result<Factors, String> {
-    let text = std::str::from_utf8(data).map_err(|_| "the factors are not text".to_owned())?;
-    let (mut bandwidth, mut dispatch, mut access, mut reduce) = (None, None, None, None);
-    let mut rates = Vec::new();
-    let mut multipliers = Vec::new();
-    let kind = |s: &str| KernelKind::named(s).ok_or_else(|| format!("unknown kernel kind `{s}`"));
-    let operand = |s: &str| OperandKind::named(s).ok_or_else(|| format!("unknown operand `{s}`"));
-    let layout = |s: &str| {
-        LayoutChoice::candidates(2)
-            .into_iter()
-            .find(|l| l.short() == s)
-            .ok_or_else(|| format!("unknown layout `{s}`"))
-    };
-    let class = |s: &str| {
-        Class::ALL
-            .into_iter()
-            .find(|c| crate::select::cost::short(*c) == s)
-            .ok_or_else(|| format!("unknown class `{s}`"))
-    };
-    for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let num = |i: usize| -> Result<f64, String> {
-            words
-                .get(i)
-                .and_then(|w| w.parse::<f64>().ok())
-                .ok_or_else(|| format!("line `{line}` lacks a number"))
-        };
-        let factors = || -> Result<ClassFactors, String> {
-            Ok(ClassFactors {
-                tiled4: num(1)?,
-                tiled8: num(2)?,
-                strided: num(3)?,
-            })
-        };
-        match words.first().copied() {
-            Some("bandwidth") => bandwidth = Some(num(1)?),
-            Some("dispatch") => dispatch = Some(num(1)?),
-            Some("access") => access = Some(factors()?),
-            Some("reduce") => reduce = Some(factors()?),
-            Some("matmul") => rates.push((
-                class(words.get(1).copied().unwrap_or(""))?,
-                class(words.get(2).copied().unwrap_or(""))?,
-                num(3)?,
-            )),
-            Some("kernel") => multipliers.push((
-                kind(words.get(1).copied().unwrap_or(""))?,
-                operand(words.get(2).copied().unwrap_or(""))?,
-                layout(words.get(3).copied().unwrap_or(""))?,
-                num(4)?,
-            )),
-            _ => return Err(format!("unexpected line `{line}`")),
-        }
-    }
-    let missing = |what: &str| format!("the factors lack `{what}`");
-    let factors = Factors {
-        bandwidth: bandwidth.ok_or_else(|| missing("bandwidth"))?,
-        dispatch: dispatch.ok_or_else(|| missing("dispatch"))?,
-        access: access.ok_or_else(|| missing("access"))?,
-        reduce: reduce.ok_or_else(|| missing("reduce"))?,
-        matmul: MatmulRates { rates },
-        kernels: KernelFactors { multipliers },
-    };
-    factors.check()?;
-    Ok(factors)
 }
 
 /// A matrix on the GPU in one layout.

@@ -15,17 +15,19 @@
 //! - **Dispatch**: every kernel launch (a conversion adds one) costs `dispatch` seconds.
 //! - **Kernels**: each operand's bytes and a product's flops are multiplied by the factor that
 //!   timing the real kernels under each layout fitted for the operation's kind, the operand and
-//!   its layout ([`kernels`](super::kernels)); the analytic model has none.
+//!   its layout ([`kernels`](super::kernels)).
 //!
-//! [`CostModel::analytic`] holds the factors of a reference device, the H200 as measured in
-//! `BENCHMARKS.md`; [`CostModel::calibrated`](super::CostModel::calibrated) measures them on
-//! the actual adapter (see [`calibrate`](crate::calibrate)).
+//! [`CostModel::analytic_for`] holds the factors of a reference device, an H100 as the
+//! calibration measured it ([`Factors::reference`]);
+//! [`CostModel::calibrated`](super::CostModel::calibrated) measures them on the actual adapter
+//! (see [`calibrate`](crate::calibrate)).
 
 use std::fmt;
 
 use fblayout_core::layout::{BoundView, TensorLayout};
 
 use super::kernels::KernelFactors;
+use crate::graph::precision::Precision;
 
 /// How a layout lays out the elements along a walked axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -136,40 +138,28 @@ pub struct Factors {
     pub matmul: MatmulRates,
     /// Seconds per kernel launch.
     pub dispatch: f64,
-    /// The multipliers fitted by timing the kernels under each layout (none in the analytic
-    /// model: every term as the analytic model has it).
+    /// The multipliers fitted by timing the kernels under each layout (where one is missing,
+    /// the term as the byte and flop counts have it).
     pub kernels: KernelFactors,
 }
 
 impl Factors {
-    /// The reference device's factors: an NVIDIA H200, from `BENCHMARKS.md` (2026-12-01).
-    ///
-    /// - `bandwidth`: the gather benchmark's copy of 16384² `f32`, 2131 GB/s read + write;
-    /// - `access`: the same run's gathers read through a transposed view, over the copy:
-    ///   an 8×8 R-Tile 1.09× (runs of 8), a 4×4 R-Tile 1.52× (runs of 4), row-major 4.37×
-    ///   (strided);
-    /// - `reduce`: the same (no separate reduction was measured on the reference device);
-    /// - `matmul`: 43.8 TFLOP/s, the 4096³ `f32` product, for every pair: the product stages
-    ///   its tiles through workgroup memory, and there the R-Tile and row-major operands ran
-    ///   within 5 % (41.8 against 43.8 TFLOP/s);
-    /// - `dispatch`: 0 (the analytic model counts bytes and flops only);
-    /// - `kernels`: none (no kernel was timed under each layout).
-    pub fn reference() -> Self {
-        let access = ClassFactors {
-            tiled4: 1.52,
-            tiled8: 1.09,
-            strided: 4.37,
+    /// The reference device's factors for a step in `precision`: an NVIDIA H100 80GB HBM3
+    /// (Vulkan, driver 580.159.04), calibrated on 2026-12-06 at the shipped encoder's shape
+    /// ([`CALIBRATION`](super::kernels::CALIBRATION)'s widths, batch 32 × 128) in each
+    /// precision, by the same [`calibrate`](crate::calibrate) as `--calibrate` (format 7):
+    /// the real kernels timed under each layout, not gathers. In that lease the models'
+    /// predictions were within 16 % of every measured step of the shipped encoder and decoder,
+    /// each strategy's, and ordered the strategies as measured (`BENCHMARKS.md`, "The analytic
+    /// model refitted from an H100's kernels"). The tables are the cache's text
+    /// ([`encode`](crate::calibrate::encode)), in `select/reference/`.
+    pub fn reference(precision: Precision) -> Self {
+        let text = match precision {
+            Precision::F32 => include_str!("reference/h100-f32.txt"),
+            Precision::Mixed => include_str!("reference/h100-mixed.txt"),
         };
-        Self {
-            bandwidth: 2131e9,
-            access,
-            reduce: access,
-            matmul: MatmulRates {
-                rates: vec![(Class::Contiguous, Class::Contiguous, 43.8e12)],
-            },
-            dispatch: 0.0,
-            kernels: KernelFactors::default(),
-        }
+        super::text::decode(text.as_bytes())
+            .unwrap_or_else(|why| panic!("the reference device's {precision:?} factors: {why}"))
     }
 
     /// Seconds to move `bytes` through a walk of `class`.
@@ -206,8 +196,11 @@ impl Factors {
 /// Where a model's factors come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Origin {
-    /// The reference device's ([`Factors::reference`]).
-    Analytic,
+    /// The reference device's ([`Factors::reference`]), for a step in `precision`.
+    Analytic {
+        /// The precision whose tables they are.
+        precision: Precision,
+    },
     /// Measured on an adapter.
     Calibrated {
         /// The adapter and driver.
@@ -220,7 +213,11 @@ pub enum Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Analytic => f.write_str("analytic cost model, not checked on this adapter"),
+            Self::Analytic { precision } => write!(
+                f,
+                "analytic cost model, the H100's {}, not checked on this adapter",
+                precision_name(*precision)
+            ),
             Self::Calibrated { adapter, cache } => write!(f, "calibrated on {adapter} ({cache})"),
         }
     }
@@ -234,12 +231,17 @@ pub struct CostModel {
 }
 
 impl CostModel {
-    /// The analytic model with the reference device's factors: deterministic, for tests,
-    /// snapshots and planning without an adapter.
+    /// The analytic model of an `f32` step ([`analytic_for`](Self::analytic_for)).
     pub fn analytic() -> Self {
+        Self::analytic_for(Precision::F32)
+    }
+
+    /// The analytic model with the reference device's factors for a step in `precision`:
+    /// deterministic, for tests, snapshots and planning without an adapter.
+    pub fn analytic_for(precision: Precision) -> Self {
         Self {
-            factors: Factors::reference(),
-            origin: Origin::Analytic,
+            factors: Factors::reference(precision),
+            origin: Origin::Analytic { precision },
         }
     }
 
@@ -262,19 +264,31 @@ impl CostModel {
     }
 }
 
-/// What the analytic model's output says of its predictions: none was checked on the adapter
-/// that will run the plan, and on its own reference device it got the order of the strategies
-/// wrong (BENCHMARKS.md, "Beside PyTorch on the H200", predicted against measured).
-const UNCHECKED: &str = "  not checked on this adapter: on the H200 itself the guided plan this model prefers \
-(1.23× faster predicted) measured 0.91× row-major's speed in f32 and 0.68× in mixed precision \
-(BENCHMARKS.md); `--calibrate` measures the kernels on this adapter";
+/// The analytic model's reference device.
+const REFERENCE: &str = "reference device: H100";
+
+/// What the analytic model's output says of its predictions: they were checked on the
+/// reference device (BENCHMARKS.md, "The analytic model refitted from an H100's kernels"), not
+/// on the adapter that will run the plan.
+const UNCHECKED: &str = "  not checked on this adapter: on the reference device itself, each strategy's \
+predicted step was within 16 % of the measured one for the shipped encoder and decoder (BENCHMARKS.md); \
+`--calibrate` measures the kernels on this adapter";
+
+/// `precision` as the model's output names it.
+fn precision_name(precision: Precision) -> &'static str {
+    match precision {
+        Precision::F32 => "f32 tables",
+        Precision::Mixed => "mixed-precision tables",
+    }
+}
 
 impl fmt::Display for CostModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let x = &self.factors;
         match &self.origin {
-            Origin::Analytic => {
-                writeln!(f, "cost model: analytic (reference device: H200)")?;
+            Origin::Analytic { precision } => {
+                let tables = precision_name(*precision);
+                writeln!(f, "cost model: analytic ({REFERENCE}, {tables})")?;
                 writeln!(f, "{UNCHECKED}")?;
             }
             Origin::Calibrated { adapter, cache } => {

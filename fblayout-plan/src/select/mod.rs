@@ -59,6 +59,7 @@ pub mod per_op;
 mod plan;
 pub mod svg;
 mod svg_overview;
+pub(crate) mod text;
 
 use std::fmt;
 

@@ -18,7 +18,7 @@
 //! write).
 //!
 //! Each operand's term is multiplied by its kernel factor, by the operation's kind and the
-//! operand's layout ([`kernels`](super::kernels)); the analytic model has none (all 1).
+//! operand's layout ([`kernels`](super::kernels)); 1 where the model has none.
 //!
 //! Two rules come from the kernels, which read a gradient through the view of the tensor it
 //! is the gradient of: a **tie** term over every gradient and its tensor costs nothing when

@@ -21,7 +21,8 @@ use crate::data::{self, DataPosition, Example, classify, text};
 /// The layout strategy of a run on the CPU: the planner's activation-guided choice.
 const CPU_STRATEGY: Strategy = Strategy::Guided;
 /// The layout strategy of a run on the GPU: row-major, which measured faster on the H200 than
-/// the analytic cost model's guided plans (see [`TrainerBuilder::strategy`]).
+/// the earlier analytic cost model's guided plans; the refitted model's were checked on one
+/// H100 only (see [`TrainerBuilder::strategy`]).
 const GPU_STRATEGY: Strategy = Strategy::RowMajor;
 
 /// An error of the executor while doing `what`.
@@ -142,7 +143,12 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         Some(_) => GPU_STRATEGY,
         None => CPU_STRATEGY,
     });
-    let plan = select::plan(&graph, sizes, &CostModel::analytic(), strategy)?;
+    let plan = select::plan(
+        &graph,
+        sizes,
+        &CostModel::analytic_for(s.precision),
+        strategy,
+    )?;
     let recomputed = if s.recompute == Recompute::Nothing {
         None
     } else {
