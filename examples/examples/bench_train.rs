@@ -311,7 +311,15 @@ fn kind(section: &str) -> &'static str {
     match op {
         "linear" | "linear_grad_input" | "linear_grad_weight" => "matmul",
         "attention" | "attention_grad" => "attention",
-        "layer_norm" | "layer_norm_grad" | "rms_norm" | "rms_norm_grad" => "norms",
+        // The residual additions fused into the norms count with the norms.
+        "layer_norm"
+        | "layer_norm_grad"
+        | "rms_norm"
+        | "rms_norm_grad"
+        | "add_layer_norm"
+        | "layer_norm_grad_add"
+        | "add_rms_norm"
+        | "rms_norm_grad_add" => "norms",
         "bias" | "bias_grad" => "bias",
         "cross_entropy" | "cross_entropy_grad" => "cross-entropy",
         "head_loss" | "head_loss_grad" => "fused head",
