@@ -2,8 +2,8 @@
 //!
 //! It builds the training graph of the encoder or the decoder ([`models::build`]), plans every
 //! tensor's layout under all four strategies ([`select::plan`]) with the analytic cost model
-//! or, with `--calibrate`, the model calibrated on the GPU (cached on disk,
-//! [`CostModel::calibrated`]), plans each plan's buffers ([`plan_memory`]), and prints:
+//! or, with `--calibrate`, the model calibrated on the GPU in the step's precision (cached on
+//! disk, [`CostModel::calibrated_at`]), plans each plan's buffers ([`plan_memory`]), and prints:
 //!
 //! - the cost model's factors and where they come from;
 //! - one line per strategy: its predicted step, its conversions and its peak memory, so that
@@ -117,8 +117,8 @@ pub(crate) struct PlanArgs {
     /// The strategy whose plan is shown: row-major, per-op, guided or optimal.
     #[arg(long, default_value = "guided", value_parser = parse_strategy)]
     strategy: Strategy,
-    /// Calibrate the cost model on the GPU (cached on disk per adapter and driver, in
-    /// FBLAYOUT_CACHE_DIR) instead of the analytic model.
+    /// Calibrate the cost model on the GPU, in the step's precision (cached on disk per
+    /// adapter, driver and precision, in FBLAYOUT_CACHE_DIR) instead of the analytic model.
     #[arg(long)]
     calibrate: bool,
     /// Also plan memory with activations recomputed in the backward: `cheap` (elementwise
@@ -245,14 +245,20 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
             model: name,
             source,
         })?;
+    let precision = Precision::from(args.precision);
     let model = if args.calibrate {
         let gpu = Gpu::new().map_err(PlanCommandError::Gpu)?;
         let cache = default_cache_dir();
+        // The small calibration block, in the step's precision.
+        let at = select::CalibrationShape {
+            precision,
+            ..select::CALIBRATION
+        };
         // Measuring takes seconds (tens of them on a software adapter): say so before it
         // starts, where no cache file can spare it.
         let file = cache
             .as_deref()
-            .map(|dir| calibrate::cache_path(dir, gpu.info(), &select::CALIBRATION));
+            .map(|dir| calibrate::cache_path(dir, gpu.info(), &at));
         if !file.as_deref().is_some_and(std::path::Path::is_file) {
             let kept = match &file {
                 Some(file) => format!(
@@ -263,9 +269,9 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
             };
             eprintln!("calibrating the cost model on {} ({kept})", gpu.info().name);
         }
-        CostModel::calibrated(&gpu, cache.as_deref()).map_err(PlanCommandError::Calibrate)?
+        CostModel::calibrated_at(&gpu, cache.as_deref(), at).map_err(PlanCommandError::Calibrate)?
     } else {
-        CostModel::analytic_for(Precision::from(args.precision))
+        CostModel::analytic_for(precision)
     };
     // Everything that can fail runs before anything is printed.
     let chosen = select::plan(&graph, sizes, &model, args.strategy).map_err(|source| {
