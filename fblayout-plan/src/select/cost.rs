@@ -146,8 +146,9 @@ pub struct Factors {
 impl Factors {
     /// The reference device's factors for a step in `precision`: an NVIDIA H100 80GB HBM3
     /// (Vulkan, driver 580.159.04), calibrated on 2026-12-06 at the shipped encoder's shape
-    /// ([`CALIBRATION`](super::kernels::CALIBRATION)'s widths, batch 32 × 128) in each
-    /// precision, by the same [`calibrate`](crate::calibrate) as `--calibrate` (format 7):
+    /// (one block of hidden 384, 12 heads, feed-forward 1536, vocabulary 30 522, batch
+    /// 32 × 128, as `bench_train` calibrates) in each precision, by the same
+    /// [`calibrate`](crate::calibrate) as `--calibrate` (format 7):
     /// the real kernels timed under each layout, not gathers. In that lease the models'
     /// predictions were within 16 % of every measured step of the shipped encoder and decoder,
     /// each strategy's, and ordered the strategies as measured (`BENCHMARKS.md`, "The analytic

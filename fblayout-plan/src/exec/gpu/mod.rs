@@ -139,15 +139,16 @@ fn build_checks(
         .collect()
 }
 
-/// Checks that every AdamW step's operands are written before the first AdamW node: there
-/// the overflow checks read every gradient, and each group's dispatch reads its members' (a
-/// conversion before a later member, say, would be read before it is written). The contract
+/// Checks that every AdamW step's operands are written before the first AdamW node
+/// (`first_adamw`): there the overflow checks read every gradient, and each group's dispatch
+/// reads its members' (a conversion before a later member, say, would be read before it is
+/// written). The contract
 /// keeps the planner from making such a graph (AdamW reads its operands as stored); this
 /// refuses one made by hand.
-fn optimizer_inputs_ready(graph: &Graph) -> Result<(), ExecError> {
+fn optimizer_inputs_ready(graph: &Graph, first_adamw: Option<usize>) -> Result<(), ExecError> {
     let nodes = graph.nodes();
     let is_adamw = |n: &crate::graph::Node| matches!(n.op, Op::AdamW { .. });
-    let Some(first) = nodes.iter().position(is_adamw) else {
+    let Some(first) = first_adamw else {
         return Ok(());
     };
     for (j, late) in nodes.iter().enumerate().skip(first) {
@@ -387,7 +388,11 @@ impl<'g> GpuStep<'g> {
                 section: section(graph, i),
             });
         }
-        optimizer_inputs_ready(graph)?;
+        let first_adamw = graph
+            .nodes()
+            .iter()
+            .position(|n| matches!(n.op, Op::AdamW { .. }));
+        optimizer_inputs_ready(graph, first_adamw)?;
         let gate = if gated(graph) {
             let (gate, view) = device_vector(gpu, "grad_overflowed", GATE_VALUES, ElemType::U32)?;
             let checks = build_checks(gpu, graph, &kernels, &view)?;
@@ -449,10 +454,7 @@ impl<'g> GpuStep<'g> {
                 .map(|i| memory.scratch(i).clone())
                 .collect(),
             planned_params: memory.params_bytes(),
-            first_adamw: graph
-                .nodes()
-                .iter()
-                .position(|n| matches!(n.op, Op::AdamW { .. })),
+            first_adamw,
             forward_end: graph
                 .nodes()
                 .iter()
