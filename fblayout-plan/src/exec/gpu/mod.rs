@@ -142,9 +142,8 @@ fn build_checks(
 /// Checks that every AdamW step's operands are written before the first AdamW node
 /// (`first_adamw`): there the overflow checks read every gradient, and each group's dispatch
 /// reads its members' (a conversion before a later member, say, would be read before it is
-/// written). The contract
-/// keeps the planner from making such a graph (AdamW reads its operands as stored); this
-/// refuses one made by hand.
+/// written). The contract keeps the planner from making such a graph (AdamW reads its
+/// operands as stored); this refuses one made by hand.
 fn optimizer_inputs_ready(graph: &Graph, first_adamw: Option<usize>) -> Result<(), ExecError> {
     let nodes = graph.nodes();
     let is_adamw = |n: &crate::graph::Node| matches!(n.op, Op::AdamW { .. });
