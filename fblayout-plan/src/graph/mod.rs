@@ -15,6 +15,7 @@
 
 mod autodiff;
 mod fold;
+mod fused;
 mod op;
 pub mod optimizer;
 pub mod precision;
@@ -27,7 +28,9 @@ use std::sync::Arc;
 use fblayout_core::layout::ElemType;
 
 pub use autodiff::derive_backward;
-pub use op::{Act, BackwardRule, BackwardStep, HeadLoss, Op, Phase, SharedGrad, Source};
+pub use op::{
+    Act, BackwardRule, BackwardStep, FusedAttention, HeadLoss, Op, Phase, SharedGrad, Source,
+};
 pub use tensor::{Axis, Dim, Role, Sizes, Tensor, TensorId};
 
 /// An operation's handle in its [`Graph`].
@@ -220,6 +223,33 @@ impl Graph {
         inputs: &[TensorId],
         outputs: &[TensorId],
     ) -> Result<NodeId, GraphError> {
+        self.check_operands(op, inputs, outputs)?;
+        let written = self.written();
+        for &t in inputs {
+            let tensor = self.tensor(t);
+            // Inputs, parameters and optimizer state come from outside the step.
+            if !tensor.is_persistent() && !written.contains(&t) {
+                return Err(GraphError::ReadBeforeWrite {
+                    op: op.name(),
+                    tensor: tensor.name.clone(),
+                });
+            }
+        }
+        self.nodes.push(Node {
+            op,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+        });
+        Ok(NodeId(self.nodes.len() as u32 - 1))
+    }
+
+    /// Checks `op`'s arity and its contract's shape rule over `inputs` and `outputs`.
+    fn check_operands(
+        &self,
+        op: Op,
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+    ) -> Result<(), GraphError> {
         let (n_in, n_out) = op.arity();
         for (what, expected, given) in [
             ("inputs", n_in, inputs.len()),
@@ -248,23 +278,7 @@ impl Graph {
                 op: op.name(),
                 detail,
             })?;
-        let written = self.written();
-        for &t in inputs {
-            let tensor = self.tensor(t);
-            // Inputs, parameters and optimizer state come from outside the step.
-            if !tensor.is_persistent() && !written.contains(&t) {
-                return Err(GraphError::ReadBeforeWrite {
-                    op: op.name(),
-                    tensor: tensor.name.clone(),
-                });
-            }
-        }
-        self.nodes.push(Node {
-            op,
-            inputs: inputs.to_vec(),
-            outputs: outputs.to_vec(),
-        });
-        Ok(NodeId(self.nodes.len() as u32 - 1))
+        Ok(())
     }
 
     /// Inserts before operation `at` a copy of `tensor` into a new tensor `name` (shaped and

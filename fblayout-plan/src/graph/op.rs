@@ -116,6 +116,12 @@ pub enum Op {
         /// Whether the forward was causal.
         causal: bool,
     },
+    /// Attention that never stores its probabilities ([`FusedAttention`]): `qkv → out, lse`
+    /// over a fused projection, or `q, k, v[, mask] → out, lse` over separate ones, saving the
+    /// log-sum-exp of each query's scaled scores `lse` `[batch, heads, seq]` (`f32`) in place of
+    /// the probabilities. [`Graph::with_fused_attention`](super::Graph::with_fused_attention)
+    /// makes it from an [`Op::Attention`] or [`Op::AttentionSeparate`] of a training graph.
+    FusedAttention(FusedAttention),
     /// `x, positions, cos, sin → y`: rotary position embedding of every head of `x`
     /// `[batch, seq, heads · head_dim]` by its token's position, from the constant tables `cos`
     /// and `sin` `[max_positions, head_dim / 2]`.
@@ -178,6 +184,9 @@ pub enum Op {
         /// Whether the forward was causal.
         causal: bool,
     },
+    /// The backward of a [`Op::FusedAttention`]: `qkv, out, lse, dout → dqkv`, or `q, k, v[,
+    /// mask], out, lse, dout → dq, dk, dv`, the probabilities recomputed from `lse`.
+    FusedAttentionGrad(FusedAttention),
     /// `dy, positions, cos, sin → dx`: the rotation by the opposite angles.
     RopeGrad {
         /// Heads.
@@ -227,6 +236,23 @@ pub struct HeadLoss {
     /// model), so their gradients are not made. [`derive_backward`](super::derive_backward)
     /// sets it on the backward where nothing wants them; forwards are built without it.
     pub frozen: bool,
+}
+
+/// The parameters of a fused attention ([`Op::FusedAttention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FusedAttention {
+    /// Query heads.
+    pub heads: u32,
+    /// Key/value heads.
+    pub kv_heads: u32,
+    /// Whether a query sees only the keys up to its own position.
+    pub causal: bool,
+    /// Whether the queries, keys and values are separate tensors (else views of one fused
+    /// projection).
+    pub separate: bool,
+    /// Whether a padding mask `mask` `[batch, seq]` of `u32` follows the projections (separate
+    /// ones only; not with `causal`); the backward reads it too.
+    pub padded: bool,
 }
 
 /// How a forward operation's backward reads and writes (see [`Op::backward`]).

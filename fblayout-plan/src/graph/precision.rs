@@ -14,8 +14,9 @@
 //!   updated weight (its fourth output, [`Op::AdamW`]`{ copy: true }`): no conversion runs in
 //!   the step, and the executors make it once where the weight is set. Without an optimizer
 //!   pass an [`Op::Convert`] makes it at the start of the forward;
-//! - the statistics a normalisation saves (mean, reciprocal deviation) and the per-row losses
-//!   stay `f32`, as sums that `f16` would round.
+//! - the statistics a normalisation saves (mean, reciprocal deviation), a fused attention's
+//!   log-sum-exp and the per-row losses stay `f32`, as sums that `f16` would round (each
+//!   contract lists its own).
 //!
 //! The kernels read and write each operand in its own element type and compute in `f32`, so
 //! the rewritten graph runs on the same kernels. Gradients in `f16` need the loss scaled up so
@@ -95,19 +96,19 @@ fn halved(graph: &Graph, role: Role) -> bool {
     }
 }
 
-/// The activations that stay `f32`: the statistics a normalisation saves besides its output
-/// (and a fused residual's sum).
+/// The activations that stay `f32`: the outputs each operation's contract keeps `f32` (a
+/// norm's statistics besides its output, an attention's log-sum-exp).
 fn kept_f32(graph: &Graph) -> Vec<TensorId> {
     graph
         .nodes
         .iter()
-        .filter(|n| matches!(n.op, Op::LayerNorm { .. } | Op::RmsNorm { .. }))
         .flat_map(|n| {
+            let kept = n.op.contract().f32_outputs();
             let roles = n.op.output_roles();
             n.outputs
                 .iter()
                 .zip(roles)
-                .filter(|(_, r)| matches!(*r, "mean" | "rstd"))
+                .filter(|(_, r)| kept.contains(r))
                 .map(|(&t, _)| t)
                 .collect::<Vec<_>>()
         })

@@ -14,7 +14,17 @@
 //! ([`Along::Fixed`]). The kernels take the scores (and in the backward the gradients of the
 //! probabilities and of the scores) as scratch, laid out like the probabilities, with the
 //! partial sums of any product that splits its reduction.
+//!
+//! The fused attention ([`Op::FusedAttention`], `fused` here) has the same projections, context
+//! and masks, and saves the log-sum-exp of each query's scaled scores `lse` `[batch, heads, seq]`
+//! (`f32`) in place of the probabilities: `qkv | q, k, v[, mask] → out, lse`, and its backward
+//! `qkv | q, k, v[, mask], out, lse, dout → dqkv | dq, dk, dv` recomputes the probabilities
+//! from it ([`FlashAttentionOp`]), so it reads the context and, where padded, the mask. Its
+//! kernels take no scratch.
 
+use fblayout_kernels::ops::attention::flash::{
+    FlashAttentionOp, FlashGrads, FlashSaved, flash_backward_cpu, flash_forward_cpu,
+};
 use fblayout_kernels::ops::attention::{
     AttentionSaved, attention_backward_cpu, attention_forward_cpu, attention_forward_keys_cpu,
 };
@@ -31,11 +41,12 @@ use super::{
     REDUCE_TOKENS, Sample, Shapes, Slot, ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
-use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
+use crate::graph::{BackwardRule, BackwardStep, Dim, FusedAttention, Op, Phase, Source};
 use crate::select::KernelKind;
 
 /// `qkv → out, probs`, or its backward `qkv, probs, dout → dqkv`; where `separate`, over
-/// three projections: `q, k, v → out, probs` and `q, k, v, probs, dout → dq, dk, dv`.
+/// three projections: `q, k, v → out, probs` and `q, k, v, probs, dout → dq, dk, dv`; where
+/// `fused`, the fused attention's (see the module docs).
 pub(crate) struct Attention {
     pub(crate) heads: u32,
     pub(crate) kv_heads: u32,
@@ -44,9 +55,40 @@ pub(crate) struct Attention {
     pub(crate) separate: bool,
     /// Whether the forward takes a padding mask `mask` (separate projections only).
     pub(crate) padded: bool,
+    /// Whether the probabilities are never stored ([`Op::FusedAttention`]).
+    pub(crate) fused: bool,
 }
 
 impl Attention {
+    /// The contract of a fused attention's forward, or its backward where `backward`.
+    pub(crate) fn fused(f: FusedAttention, backward: bool) -> Self {
+        Self {
+            heads: f.heads,
+            kv_heads: f.kv_heads,
+            causal: f.causal,
+            backward,
+            separate: f.separate,
+            padded: f.padded,
+            fused: true,
+        }
+    }
+
+    /// The parameters of the fused attention this contract is (or would be).
+    fn fused_params(&self) -> FusedAttention {
+        FusedAttention {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            causal: self.causal,
+            separate: self.separate,
+            padded: self.padded,
+        }
+    }
+
+    /// What the forward saves for the backward: the probabilities, or the log-sum-exp.
+    fn saved(&self) -> &'static str {
+        if self.fused { "lse" } else { "probs" }
+    }
+
     fn qkv(
         &self,
         name: &'static str,
@@ -108,11 +150,15 @@ impl Attention {
 
 impl Contract for Attention {
     fn name(&self) -> &'static str {
-        match (self.separate, self.backward) {
-            (false, false) => "attention",
-            (false, true) => "attention_grad",
-            (true, false) => "attention_separate",
-            (true, true) => "attention_separate_grad",
+        match (self.fused, self.separate, self.backward) {
+            (false, false, false) => "attention",
+            (false, false, true) => "attention_grad",
+            (false, true, false) => "attention_separate",
+            (false, true, true) => "attention_separate_grad",
+            (true, false, false) => "fused_attention",
+            (true, false, true) => "fused_attention_grad",
+            (true, true, false) => "fused_attention_separate",
+            (true, true, true) => "fused_attention_separate_grad",
         }
     }
 
@@ -122,11 +168,17 @@ impl Contract for Attention {
 
     fn inputs(&self) -> Vec<Slot> {
         let mut inputs = self.projections("qkv", ["q", "k", "v"], BEFORE_LAST);
-        if self.backward {
-            inputs.push(Slot::new("probs", ViewRule::Whole, REDUCE_TOKENS));
-            inputs.push(self.heads("dout"));
-        } else if self.padded {
+        if self.padded && (self.fused || !self.backward) {
             inputs.push(Slot::new("mask", ViewRule::Whole, OWN));
+        }
+        if self.backward {
+            if self.fused {
+                inputs.push(self.heads("out"));
+                inputs.push(Slot::new("lse", ViewRule::Whole, OWN));
+            } else {
+                inputs.push(Slot::new("probs", ViewRule::Whole, REDUCE_TOKENS));
+            }
+            inputs.push(self.heads("dout"));
         }
         inputs
     }
@@ -135,7 +187,11 @@ impl Contract for Attention {
         if self.backward {
             self.projections("dqkv", ["dq", "dk", "dv"], LAST)
         } else {
-            vec![self.heads("out"), Slot::new("probs", ViewRule::Whole, LAST)]
+            let saved = if self.fused { OWN } else { LAST };
+            vec![
+                self.heads("out"),
+                Slot::new(self.saved(), ViewRule::Whole, saved),
+            ]
         }
     }
 
@@ -150,10 +206,10 @@ impl Contract for Attention {
             d.rank(r, 3)?;
             d.tokens(r)?;
         }
-        if self.padded && (self.causal || !self.separate || self.backward) {
+        if self.padded && (self.causal || !self.separate || (self.backward && !self.fused)) {
             return Err(
-                "a padding mask is taken by the forward of attention over separate projections, \
-                 and not with a causal mask"
+                "a padding mask is taken by attention over separate projections (by the \
+                 materialised attention's forward only), and not with a causal mask"
                     .into(),
             );
         }
@@ -193,6 +249,12 @@ impl Contract for Attention {
                 d.same("qkv", "dqkv")?;
             }
         }
+        if self.fused {
+            if self.backward {
+                d.same("dout", "out")?;
+            }
+            return d.is("lse", &[Dim::Batch, Dim::Fixed(self.heads), Dim::Seq]);
+        }
         d.is(
             "probs",
             &[Dim::Batch, Dim::Fixed(self.heads), Dim::Seq, Dim::Seq],
@@ -201,7 +263,20 @@ impl Contract for Attention {
 
     fn backward(&self) -> Option<BackwardRule> {
         let (heads, kv_heads, causal) = (self.heads, self.kv_heads, self.causal);
-        let (op, inputs, grads_of) = if self.separate {
+        let (op, inputs, grads_of) = if self.fused {
+            use Source::{Input, Output, OutputGrad};
+            // The projections (and the mask), the context, the log-sum-exp, its gradient.
+            let projections = if self.separate { 3 } else { 1 };
+            let mut inputs: Vec<Source> = (0..projections + usize::from(self.padded))
+                .map(Input)
+                .collect();
+            inputs.extend([Output(0), Output(1), OutputGrad(0)]);
+            (
+                Op::FusedAttentionGrad(self.fused_params()),
+                inputs,
+                (0..projections).collect(),
+            )
+        } else if self.separate {
             use Source::{Input, Output, OutputGrad};
             (
                 Op::AttentionSeparateGrad {
@@ -260,12 +335,20 @@ impl Contract for Attention {
             outputs: vec![
                 Decl::tokens(&[("width", width)], Holds::Written),
                 Decl {
-                    axes: vec![
-                        ("batch", Dim::Batch),
-                        ("heads", Dim::Fixed(self.heads)),
-                        ("query", Dim::Seq),
-                        ("key", Dim::Seq),
-                    ],
+                    axes: if self.fused {
+                        vec![
+                            ("batch", Dim::Batch),
+                            ("heads", Dim::Fixed(self.heads)),
+                            ("query", Dim::Seq),
+                        ]
+                    } else {
+                        vec![
+                            ("batch", Dim::Batch),
+                            ("heads", Dim::Fixed(self.heads)),
+                            ("query", Dim::Seq),
+                            ("key", Dim::Seq),
+                        ]
+                    },
                     holds: Holds::Written,
                 },
             ],
@@ -281,13 +364,26 @@ impl Contract for Attention {
     }
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
-        let probs = s.elements("probs");
         // The queries and the values: views of one fused projection, or their own tensors.
         let (q, v) = if self.separate {
             ("q", "v")
         } else {
             ("qkv", "qkv")
         };
+        if self.fused {
+            // Pairs of a query and a key: `lse`'s elements times the keys.
+            let ctx = if self.backward { "dout" } else { "out" };
+            let pairs = s.elements("lse") * s.extent(ctx, 1);
+            // The forward's QKᵀ and P·V; the backward's eight products of a head per pair:
+            // the scores in each of its three kernels, dP in two, dQ, dK and dV.
+            let products = if self.backward { 8.0 } else { 2.0 };
+            return Some(Product {
+                a: (q, Walk::Last),
+                b: (v, Walk::Last),
+                flops: 2.0 * products * pairs * self.head_dim(s),
+            });
+        }
+        let probs = s.elements("probs");
         Some(if self.backward {
             // dV, dP, dQ and dK: four products the size of one forward product each.
             Product {
@@ -306,6 +402,9 @@ impl Contract for Attention {
     }
 
     fn scratch(&self, s: &Shapes<'_>) -> Result<Scratch, OpErr> {
+        if self.fused {
+            return Ok(Scratch::default());
+        }
         // The context `[batch, seq, heads · head_dim]` (the backward's `dout`, which stands in
         // for it as the kernel is built) gives the extents.
         let ctx = if self.backward { "dout" } else { "out" };
@@ -337,8 +436,16 @@ impl Contract for Attention {
         self.backward
     }
 
+    fn f32_outputs(&self) -> &'static [&'static str] {
+        if self.fused && !self.backward {
+            &["lse"]
+        } else {
+            &[]
+        }
+    }
+
     fn index_bounds(&self) -> Vec<IndexBound> {
-        if !self.padded {
+        if !self.padded || (self.backward && !self.fused) {
             return Vec::new();
         }
         vec![IndexBound {
@@ -358,6 +465,28 @@ impl Contract for Attention {
     ) -> Result<Option<f64>, OpErr> {
         let (q, k, v) = (ins.f("q")?, ins.f("k")?, ins.f("v")?);
         let a = self.shape(q.dims().last().copied().unwrap_or(1) as u32);
+        if self.fused {
+            let keep = if self.padded {
+                Some(ins.int("mask")?)
+            } else {
+                None
+            };
+            if self.backward {
+                let [dq, dk, dv] = outs.outs(["dq", "dk", "dv"])?;
+                let saved = FlashSaved {
+                    q,
+                    k,
+                    v,
+                    out: ins.f("out")?,
+                    lse: ins.f("lse")?,
+                };
+                flash_backward_cpu::<f64>(a, &saved, keep, ins.f("dout")?, [dq, dk, dv])?;
+            } else {
+                let [out, lse] = outs.outs(["out", "lse"])?;
+                flash_forward_cpu::<f64>(a, [q, k, v], keep, out, lse)?;
+            }
+            return Ok(None);
+        }
         if self.backward {
             let [dq, dk, dv] = outs.outs(["dq", "dk", "dv"])?;
             let saved = AttentionSaved {
@@ -383,7 +512,7 @@ impl Contract for Attention {
         args: &Args<&BoundOperand>,
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
-        let [q, k, v, out, scores] = operands(args, self.backward)?.map(|o| &o.view);
+        let [q, k, v, out, scores] = operands(args, self.backward, self.fused)?.map(|o| &o.view);
         let views = AttentionViews {
             q,
             k,
@@ -393,10 +522,21 @@ impl Contract for Attention {
         };
         let head_dim = args.read("q")?.bound.shape().last().copied().unwrap_or(1) as u32;
         let shape = self.shape(head_dim);
-        let op = if self.padded {
-            AttentionOp::with_keep(ctx.gpu, &views, &args.read("mask")?.view, shape)?
+        let keep = if self.padded {
+            Some(&args.read("mask")?.view)
         } else {
-            AttentionOp::new(ctx.gpu, &views, shape)?
+            None
+        };
+        let op = if self.fused {
+            Kind::Fused(Box::new(FlashAttentionOp::new(
+                ctx.gpu, &views, keep, shape,
+            )?))
+        } else if let Some(keep) = keep {
+            Kind::Materialised(Box::new(AttentionOp::with_keep(
+                ctx.gpu, &views, keep, shape,
+            )?))
+        } else {
+            Kind::Materialised(Box::new(AttentionOp::new(ctx.gpu, &views, shape)?))
         };
         Ok(Box::new(Kernel {
             op,
@@ -406,37 +546,41 @@ impl Contract for Attention {
     }
 }
 
-/// A node's queries, keys, values, context and probabilities: the backward's `dout` stands
-/// in for the context, which it does not read.
-fn operands<T>(args: &Args<T>, backward: bool) -> Result<[&T; 5], OpErr> {
-    let out = if backward {
-        args.read("dout")?
-    } else {
-        args.write("out")?
-    };
-    let probs = if backward {
-        args.read("probs")?
-    } else {
-        args.write("probs")?
+/// A node's queries, keys, values, context and what the forward saves (probabilities or
+/// log-sum-exp): the materialised backward's `dout` stands in for the context, which it does
+/// not read.
+fn operands<T>(args: &Args<T>, backward: bool, fused: bool) -> Result<[&T; 5], OpErr> {
+    let (out, saved) = match (backward, fused) {
+        (false, false) => (args.write("out")?, args.write("probs")?),
+        (false, true) => (args.write("out")?, args.write("lse")?),
+        (true, false) => (args.read("dout")?, args.read("probs")?),
+        (true, true) => (args.read("out")?, args.read("lse")?),
     };
     Ok([
         args.read("q")?,
         args.read("k")?,
         args.read("v")?,
         out,
-        probs,
+        saved,
     ])
 }
 
+/// The kernels of a materialised or a fused attention.
+enum Kind {
+    Materialised(Box<AttentionOp>),
+    Fused(Box<FlashAttentionOp>),
+}
+
 struct Kernel {
-    op: AttentionOp,
+    op: Kind,
     backward: bool,
     padded: bool,
 }
 
 impl Kernel {
     fn args<'a>(&self, args: &Args<GpuArg<'a>>) -> Result<AttentionArgs<'a>, OpErr> {
-        let [q, k, v, out, probs] = operands(args, self.backward)?.map(Clone::clone);
+        let fused = matches!(self.op, Kind::Fused(_));
+        let [q, k, v, out, probs] = operands(args, self.backward, fused)?.map(Clone::clone);
         Ok(AttentionArgs {
             q,
             k,
@@ -455,13 +599,30 @@ impl GpuKernel for Kernel {
         _: &RecordCtx<'_>,
     ) -> Result<(), OpErr> {
         let a = self.args(args)?;
-        if self.backward {
-            let (dq, dk, dv) = (args.write("dq")?, args.write("dk")?, args.write("dv")?);
-            self.op.backward(batch, &a, args.read("dout")?, dq, dk, dv)
-        } else if self.padded {
-            self.op.forward_keys(batch, &a, args.read("mask")?)
+        let keep = if self.padded {
+            Some(args.read("mask")?)
         } else {
-            self.op.forward(batch, &a)
+            None
+        };
+        match &self.op {
+            Kind::Fused(op) if self.backward => {
+                let grads = FlashGrads {
+                    dout: args.read("dout")?.clone(),
+                    dq: args.write("dq")?.clone(),
+                    dk: args.write("dk")?.clone(),
+                    dv: args.write("dv")?.clone(),
+                };
+                Ok(op.backward(batch, &a, keep, &grads)?)
+            }
+            Kind::Fused(op) => Ok(op.forward(batch, &a, keep)?),
+            Kind::Materialised(op) if self.backward => {
+                let (dq, dk, dv) = (args.write("dq")?, args.write("dk")?, args.write("dv")?);
+                Ok(op.backward(batch, &a, args.read("dout")?, dq, dk, dv)?)
+            }
+            Kind::Materialised(op) => match keep {
+                Some(keep) => Ok(op.forward_keys(batch, &a, keep)?),
+                None => Ok(op.forward(batch, &a)?),
+            },
         }
     }
 
@@ -471,7 +632,13 @@ impl GpuKernel for Kernel {
         args: &Args<GpuArg<'_>>,
         _: &RecordCtx<'_>,
     ) -> Result<Option<bool>, OpErr> {
-        self.op.tune(gpu, &self.args(args)?)?;
-        Ok(Some(self.op.tensor_cores().contains(&true)))
+        match &self.op {
+            // Its blocks follow from the head size and the device's limits: nothing to time.
+            Kind::Fused(_) => Ok(Some(false)),
+            Kind::Materialised(op) => {
+                op.tune(gpu, &self.args(args)?)?;
+                Ok(Some(op.tensor_cores().contains(&true)))
+            }
+        }
     }
 }

@@ -55,7 +55,7 @@ pub use args::Args;
 pub(crate) use index::{index_limits, uploaded_ids};
 pub use shape::Dims;
 
-use crate::graph::{Act, BackwardRule, Dim, HeadLoss, Op, Phase, Sizes, TensorId};
+use crate::graph::{Act, BackwardRule, Dim, FusedAttention, HeadLoss, Op, Phase, Sizes, TensorId};
 use crate::select::KernelKind;
 
 /// Which axis of an operand neighbouring threads walk.
@@ -337,6 +337,12 @@ pub(crate) trait Contract {
         false
     }
 
+    /// The output roles that stay `f32` in a mixed-precision step: sums that `f16` would round
+    /// (a norm's saved statistics, an attention's log-sum-exp).
+    fn f32_outputs(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The integer roles whose values index into another role.
     fn index_bounds(&self) -> Vec<IndexBound> {
         Vec::new()
@@ -395,6 +401,7 @@ impl Op {
                 backward: false,
                 separate: false,
                 padded: false,
+                fused: false,
             }),
             Self::AttentionGrad {
                 heads,
@@ -407,6 +414,7 @@ impl Op {
                 backward: true,
                 separate: false,
                 padded: false,
+                fused: false,
             }),
             Self::AttentionSeparate {
                 heads,
@@ -420,6 +428,7 @@ impl Op {
                 backward: false,
                 separate: true,
                 padded,
+                fused: false,
             }),
             Self::AttentionSeparateGrad {
                 heads,
@@ -432,7 +441,10 @@ impl Op {
                 backward: true,
                 separate: true,
                 padded: false,
+                fused: false,
             }),
+            Self::FusedAttention(f) => Box::new(attention::Attention::fused(f, false)),
+            Self::FusedAttentionGrad(f) => Box::new(attention::Attention::fused(f, true)),
             Self::Rope { heads } => Box::new(rope::Rope {
                 heads,
                 backward: false,
@@ -574,6 +586,22 @@ pub fn registry() -> Vec<Op> {
             causal: false,
             padded: true,
         },
+        Op::FusedAttention(FUSED_CAUSAL),
+        Op::FusedAttentionGrad(FUSED_CAUSAL),
+        Op::FusedAttention(FusedAttention {
+            heads: 4,
+            kv_heads: 2,
+            causal: false,
+            separate: true,
+            padded: true,
+        }),
+        Op::FusedAttention(FusedAttention {
+            heads: 2,
+            kv_heads: 1,
+            causal: true,
+            separate: true,
+            padded: false,
+        }),
         Op::Rope { heads: 2 },
         Op::RopeGrad { heads: 2 },
         Op::CrossEntropy { ignore_index: 7 },
@@ -605,6 +633,15 @@ pub fn registry() -> Vec<Op> {
     }
     ops
 }
+
+/// A fused, causal, grouped-query attention over a fused projection (the registry's).
+const FUSED_CAUSAL: FusedAttention = FusedAttention {
+    heads: 4,
+    kv_heads: 2,
+    causal: true,
+    separate: false,
+    padded: false,
+};
 
 /// What a sample tensor holds.
 #[derive(Debug, Clone, PartialEq)]

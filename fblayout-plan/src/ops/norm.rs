@@ -267,6 +267,10 @@ fn views<'a>(t: &LayerNormTensors<&&'a BoundOperand>) -> LayerNormTensors<&'a Vi
 }
 
 impl Contract for LayerNorm {
+    fn f32_outputs(&self) -> &'static [&'static str] {
+        &["mean", "rstd"]
+    }
+
     fn name(&self) -> &'static str {
         if self.residual {
             "add_layer_norm"
@@ -526,6 +530,10 @@ impl GpuKernel for LayerNormKernel {
 }
 
 impl Contract for RmsNorm {
+    fn f32_outputs(&self) -> &'static [&'static str] {
+        &["mean", "rstd"]
+    }
+
     fn name(&self) -> &'static str {
         if self.residual {
             "add_rms_norm"

@@ -88,6 +88,7 @@
 //! ```
 
 mod cpu;
+pub mod flash;
 
 use fblayout_core::layout::{ElemType, TensorLayout, View};
 
