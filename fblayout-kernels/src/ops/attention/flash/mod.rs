@@ -20,9 +20,10 @@
 //!
 //! So the memory of an attention is its inputs, its output and `batch · heads · seq_q` sums,
 //! against the `batch · heads · seq_q · seq_k` probabilities the materialised attention saves
-//! and the three scratch tensors of that size its backward takes; the price is recomputing
-//! the scores twice in the backward (seven products of a `head_dim` per pair of token against
-//! the materialised attention's six).
+//! and the three scratch tensors of that size its backward takes. The price is computing
+//! again: per pair of a query and a key, the backward's three kernels take eight products of a
+//! head (the scores in each, `dP` in two, and `dQ`, `dK`, `dV`) where the materialised
+//! backward takes four, ten for the step against six.
 //!
 //! The masks are [`Mask`]'s: causal with an offset, or padding read from `keep` `[batch,
 //! seq_k]` of `u32` ([`Mask::Keys`]; the backward reads it too, to recompute the same
