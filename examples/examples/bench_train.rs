@@ -27,8 +27,20 @@ use fblayout_plan::graph::Sizes;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
 use fblayout_plan::models::{Model, ModelConfig, build};
+use fblayout_plan::select::attention::choose;
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
 use support::{Precisions, Res, compiled_since, err, exit, median, print_adapter};
+
+/// How the attentions keep what their backward reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Attention {
+    /// The probabilities, stored whole (products on tensor cores where the device has them).
+    Materialised,
+    /// One log-sum-exp per query; the backward computes the probabilities again.
+    Fused,
+    /// Each layer as the planner chooses, by predicted time and by `--memory-budget-mib`.
+    Auto,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Which {
@@ -94,6 +106,18 @@ struct Args {
     /// were fused: the baseline of the fused norms.
     #[arg(long)]
     unfused_norms: bool,
+    /// The attentions to measure (comma-separated: materialised, fused, auto), each with
+    /// every strategy and precision, in one run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "materialised"
+    )]
+    attention: Vec<Attention>,
+    /// The peak memory `auto` attention must fit, MiB (default: no limit).
+    #[arg(long, value_name = "MIB")]
+    memory_budget_mib: Option<u64>,
     /// Also list the operations that took the most GPU time in one step, this many per
     /// strategy.
     #[arg(long, default_value_t = 0)]
@@ -119,6 +143,9 @@ const STRATEGIES: [(Strategy, &str); 3] = [
     (Strategy::PerOp, "(b) per-op best + conversions"),
     (Strategy::Guided, "(c) planner (guided)"),
 ];
+
+/// One precision's rows.
+type Measured = (Precision, Vec<Row>);
 
 /// One strategy's measurement.
 struct Row {
@@ -174,60 +201,130 @@ fn run(args: &Args) -> Res<()> {
     for &m in models {
         let built = build(m, config).map_err(err)?;
         let inputs = StepInputs::random(config.vocab, sizes, 11);
-        let mut medians = Vec::new();
-        for (&precision, model) in precisions.iter().zip(&cost_models) {
-            let graph = precision.apply(&built).map_err(err)?;
-            println!(
-                "\n### {m:?} in {precision:?}: {} layers, hidden {}, {} heads, FFN {}, vocabulary {}, batch {} × seq {}\n",
-                config.layers,
-                config.hidden,
-                config.heads,
-                config.ffn,
-                config.vocab,
-                sizes.batch,
-                sizes.seq
-            );
-            let mut rows = Vec::new();
-            let chosen = STRATEGIES
-                .into_iter()
-                .filter(|(s, _)| args.strategies.is_empty() || args.strategies.contains(s));
-            for (strategy, label) in chosen {
-                rows.push(measure(
-                    &gpu, &graph, sizes, model, strategy, label, &inputs, args,
-                )?);
-            }
-            check_losses(&rows, precision)?;
-            print_rows(&rows);
-            for r in rows.iter().filter(|_| args.sections > 0) {
+        // Each attention's rows, by precision.
+        let mut by_attention = Vec::new();
+        for &attention in &args.attention {
+            let mut medians = Vec::new();
+            for (&precision, model) in precisions.iter().zip(&cost_models) {
+                let graph = precision.apply(&built).map_err(err)?;
+                let fused = match attention {
+                    Attention::Materialised => Vec::new(),
+                    Attention::Fused => graph.attentions(),
+                    Attention::Auto => {
+                        let budget = args.memory_budget_mib.map(|m| m << 20);
+                        let c = choose(&graph, sizes, model, Strategy::RowMajor, budget)
+                            .map_err(err)?;
+                        println!(
+                            "planner ({precision:?}): {} of {} attentions fused ({:?}); predicted row-major step {:.2} ms materialised, {:.2} ms fused; peaks {} and {} MiB",
+                            c.fused.len(),
+                            c.attentions,
+                            c.reason,
+                            c.predicted[0] * 1e3,
+                            c.predicted[1] * 1e3,
+                            c.peaks[0] >> 20,
+                            c.peaks[1] >> 20
+                        );
+                        c.fused
+                    }
+                };
+                let graph = graph.with_fused_attention(&fused).map_err(err)?;
                 println!(
-                    "\nThe {} costliest operations of one step, {}:\n",
-                    args.sections, r.label
+                    "\n### {m:?} in {precision:?}, {attention:?} attention: {} layers, hidden {}, {} heads, FFN {}, vocabulary {}, batch {} × seq {}\n",
+                    config.layers,
+                    config.hidden,
+                    config.heads,
+                    config.ffn,
+                    config.vocab,
+                    sizes.batch,
+                    sizes.seq
                 );
-                println!("| operation | GPU ms |\n|---|---:|");
-                for (name, ms) in r.by_section.iter().take(args.sections) {
-                    println!("| {name} | {ms:.3} |");
+                let mut rows = Vec::new();
+                let chosen = STRATEGIES
+                    .into_iter()
+                    .filter(|(s, _)| args.strategies.is_empty() || args.strategies.contains(s));
+                for (strategy, label) in chosen {
+                    rows.push(measure(
+                        &gpu, &graph, sizes, model, strategy, label, &inputs, args,
+                    )?);
+                }
+                check_losses(&rows, precision)?;
+                print_rows(&rows);
+                for r in rows.iter().filter(|_| args.sections > 0) {
+                    println!(
+                        "\nThe {} costliest operations of one step, {}:\n",
+                        args.sections, r.label
+                    );
+                    println!("| operation | GPU ms |\n|---|---:|");
+                    for (name, ms) in r.by_section.iter().take(args.sections) {
+                        println!("| {name} | {ms:.3} |");
+                    }
+                }
+                medians.push((precision, rows));
+            }
+            if let [(_, f32_rows), (_, mixed_rows)] = &medians[..] {
+                println!(
+                    "\n{m:?}, {attention:?} attention, mixed precision against f32 (same run):\n"
+                );
+                println!(
+                    "| strategy | f32 ms | mixed ms | f32 / mixed | first losses f32, mixed |"
+                );
+                println!("|---|---:|---:|---:|---|");
+                for (a, b) in f32_rows.iter().zip(mixed_rows) {
+                    println!(
+                        "| {} | {:.2} | {:.2} | {:.2}× | {:.5}, {:.5} |",
+                        a.label,
+                        a.step_ms,
+                        b.step_ms,
+                        a.step_ms / b.step_ms,
+                        a.first_loss,
+                        b.first_loss
+                    );
                 }
             }
-            medians.push((precision, rows));
+            by_attention.push((attention, medians));
         }
-        if let [(_, f32_rows), (_, mixed_rows)] = &medians[..] {
-            println!("\n{m:?}, mixed precision against f32 (same run):\n");
-            println!("| strategy | f32 ms | mixed ms | f32 / mixed | first losses f32, mixed |");
-            println!("|---|---:|---:|---:|---|");
-            for (a, b) in f32_rows.iter().zip(mixed_rows) {
+        compare_attentions(m, &by_attention);
+    }
+    Ok(())
+}
+
+/// With several attentions measured: each one's steps and peaks against the first's (same
+/// run), per precision and strategy, and the first losses, which must agree as the
+/// precisions' do.
+fn compare_attentions(m: Model, by_attention: &[(Attention, Vec<Measured>)]) {
+    let [(base, base_rows), others @ ..] = by_attention else {
+        return;
+    };
+    for (other, rows) in others {
+        println!("\n{m:?}, {other:?} attention against {base:?} (same run):\n");
+        println!(
+            "| precision | strategy | {base:?} ms | {other:?} ms | {base:?} / {other:?} | peak MiB | attention GPU ms | first losses |"
+        );
+        println!("|---|---|---:|---:|---:|---|---|---|");
+        for ((precision, a_rows), (_, b_rows)) in base_rows.iter().zip(rows) {
+            for (a, b) in a_rows.iter().zip(b_rows) {
+                let attention = |r: &Row| {
+                    r.by_kind
+                        .iter()
+                        .find(|(k, _)| *k == "attention")
+                        .map_or(0.0, |k| k.1)
+                };
                 println!(
-                    "| {} | {:.2} | {:.2} | {:.2}× | {:.5}, {:.5} |",
+                    "| {precision:?} | {} | {:.2} | {:.2} | {:.2}× | {}, {} | {:.3}, {:.3} | {:.5}, {:.5} |",
                     a.label,
                     a.step_ms,
                     b.step_ms,
                     a.step_ms / b.step_ms,
+                    a.peak >> 20,
+                    b.peak >> 20,
+                    attention(a),
+                    attention(b),
                     a.first_loss,
                     b.first_loss
                 );
             }
         }
     }
-    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -310,7 +407,7 @@ fn kind(section: &str) -> &'static str {
     let op = section.split(' ').next().unwrap_or("");
     match op {
         "linear" | "linear_grad_input" | "linear_grad_weight" => "matmul",
-        "attention" | "attention_grad" => "attention",
+        "attention" | "attention_grad" | "fused_attention" | "fused_attention_grad" => "attention",
         // The residual additions fused into the norms count with the norms.
         "layer_norm"
         | "layer_norm_grad"

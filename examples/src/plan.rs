@@ -114,6 +114,14 @@ pub(crate) struct PlanArgs {
     /// tokens at a time instead of storing them whole.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     head_chunk: Option<u32>,
+    /// Which attentions store their probabilities: `materialised` (all), `fused` (none: one
+    /// log-sum-exp per query, the scores computed again in the backward), or `auto` (each
+    /// layer as the planner chooses, by predicted time and by --memory-budget-mib).
+    #[arg(long, value_enum, default_value_t = AttentionArg::Materialised)]
+    attention: AttentionArg,
+    /// The peak memory `--attention auto` must fit, MiB.
+    #[arg(long, value_name = "MIB", requires = "attention")]
+    memory_budget_mib: Option<u64>,
     /// The strategy whose plan is shown: row-major, per-op, guided or optimal.
     #[arg(long, default_value = "guided", value_parser = parse_strategy)]
     strategy: Strategy,
@@ -134,6 +142,17 @@ pub(crate) struct PlanArgs {
     /// With --svg, draw every operation of the step as a row instead of the overview.
     #[arg(long, requires = "svg")]
     svg_table: bool,
+}
+
+/// Which attentions are fused (see `--attention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum AttentionArg {
+    /// Every attention stores its probabilities.
+    Materialised,
+    /// No attention does.
+    Fused,
+    /// The planner chooses each layer.
+    Auto,
 }
 
 /// Why the plan command failed.
@@ -166,6 +185,9 @@ pub(crate) enum PlanCommandError {
         #[source]
         source: PlanError,
     },
+    /// Choosing the attentions failed (or nothing fits the budget).
+    #[error("choosing which attentions to fuse: {0}")]
+    Attention(#[source] select::attention::ChoiceError),
     /// A memory plan failed.
     #[error("the memory plan of the {strategy} plan: {source}")]
     Memory {
@@ -274,6 +296,33 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         CostModel::analytic_for(precision)
     };
     // Everything that can fail runs before anything is printed.
+    let (fused, decision) = match args.attention {
+        AttentionArg::Materialised => (Vec::new(), None),
+        AttentionArg::Fused => (graph.attentions(), None),
+        AttentionArg::Auto => {
+            let budget = args.memory_budget_mib.map(|m| m << 20);
+            let c = select::attention::choose(&graph, sizes, &model, args.strategy, budget)
+                .map_err(PlanCommandError::Attention)?;
+            let line = format!(
+                "attention: {} of {} layers fused ({:?}): predicted step {} materialised, {} \
+                 fused; peak {:.1} MiB materialised, {:.1} MiB fused\n",
+                c.fused.len(),
+                c.attentions,
+                c.reason,
+                seconds(c.predicted[0]),
+                seconds(c.predicted[1]),
+                c.peaks[0] as f64 / f64::from(1 << 20),
+                c.peaks[1] as f64 / f64::from(1 << 20)
+            );
+            (c.fused, Some(line))
+        }
+    };
+    let graph = graph
+        .with_fused_attention(&fused)
+        .map_err(|source| PlanCommandError::Graph {
+            model: name,
+            source,
+        })?;
     let chosen = select::plan(&graph, sizes, &model, args.strategy).map_err(|source| {
         PlanCommandError::Plan {
             strategy: args.strategy,
@@ -353,6 +402,9 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
     )
     .map_err(print)?;
     writeln!(out, "{model}").map_err(print)?;
+    if let Some(line) = &decision {
+        writeln!(out, "{line}").map_err(print)?;
+    }
     writeln!(
         out,
         "strategies: predicted step, conversions, peak memory (* = shown below)"

@@ -23,6 +23,8 @@ use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::models::{Model, ModelConfig, build};
+use fblayout_plan::select::attention::{ChoiceError, Reason, choose};
+use fblayout_plan::select::{CostModel, Factors, Origin, Strategy, plan};
 
 const SIZES: Sizes = Sizes { batch: 2, seq: 5 };
 const VOCAB: u32 = 37;
@@ -253,4 +255,59 @@ fn fusing_anything_but_a_materialised_attention_is_an_error() {
     // An operation past the graph's.
     let past = g.with_fused_attention(&[g.node_ids().last().unwrap()]);
     assert!(past.is_err());
+}
+
+/// The reference factors with memory `speed` times as fast (and launches free): the fused
+/// attention moves fewer bytes and multiplies more, so fast memory favours the materialised
+/// one and slow memory the fused one.
+fn memory_at(speed: f64) -> CostModel {
+    let mut f = Factors::reference(Precision::F32);
+    f.bandwidth *= speed;
+    f.dispatch = 0.0;
+    CostModel::with_factors(
+        f,
+        Origin::Analytic {
+            precision: Precision::F32,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_planner_fuses_by_predicted_time_and_by_memory() {
+    let config = ModelConfig::new(VOCAB, 64, 4).with_ffn(128).with_layers(3);
+    let sizes = Sizes { batch: 4, seq: 64 };
+    let g = build(Model::Encoder, config).unwrap();
+    let all = g.attentions();
+    let choose = |model: &CostModel, budget| choose(&g, sizes, model, Strategy::RowMajor, budget);
+    // Slow memory: the fused attention is predicted faster, and all are fused.
+    let slow = choose(&memory_at(1e-3), None).unwrap();
+    assert_eq!((slow.reason, &slow.fused), (Reason::FusedFaster, &all));
+    assert!(slow.predicted[1] <= slow.predicted[0]);
+    // Fast memory: the materialised one is, and none is fused where nothing limits memory.
+    let fast_model = memory_at(1e3);
+    let fast = choose(&fast_model, None).unwrap();
+    assert_eq!(fast.reason, Reason::MaterialisedFaster);
+    assert!(fast.fused.is_empty() && fast.predicted[0] < fast.predicted[1]);
+    let [materialised, fused] = fast.peaks;
+    assert!(fused < materialised, "{fused} against {materialised}");
+    // A budget just under the materialised peak: the fewest layers, first ones first.
+    let budget = materialised - 1;
+    let tight = choose(&fast_model, Some(budget)).unwrap();
+    assert_eq!(tight.reason, Reason::Budget);
+    let k = tight.fused.len();
+    assert!(k >= 1 && k < all.len(), "{k} of {} fused", all.len());
+    assert_eq!(tight.fused, all[..k]);
+    assert!(tight.peak <= budget);
+    let fewer = g.with_fused_attention(&all[..k - 1]).unwrap();
+    let p = plan(&fewer, sizes, &fast_model, Strategy::RowMajor).unwrap();
+    let peak = plan_memory(p.graph(), p.layouts(), sizes, MemoryOptions::default())
+        .unwrap()
+        .peak_bytes();
+    assert!(peak > budget, "{} layers would have fit", k - 1);
+    // Under the fused peak nothing fits: an error naming both peaks.
+    let err = choose(&fast_model, Some(fused - 1)).unwrap_err();
+    assert!(matches!(err, ChoiceError::OverBudget { .. }), "{err}");
+    assert!(err.to_string().contains(&fused.to_string()), "{err}");
+    assert_eq!(tight.attentions, all.len());
 }

@@ -48,6 +48,7 @@
 //! ```
 
 pub mod access;
+pub mod attention;
 mod cache;
 pub mod cost;
 pub mod exact;

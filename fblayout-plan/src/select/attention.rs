@@ -1,0 +1,181 @@
+//! Which attentions keep their probabilities: chosen per layer, by predicted time and by
+//! memory.
+//!
+//! A materialised attention stores its probabilities `[batch, heads, seq, seq]` from the
+//! forward to the backward and multiplies on the fastest products the device has; a fused one
+//! ([`Op::FusedAttention`](crate::graph::Op::FusedAttention)) keeps one number per query and
+//! computes the scores again in the backward. [`choose`] plans the step both ways with the
+//! same cost model and strategy, and asks the memory planner for both peaks:
+//!
+//! - where every attention fused is predicted no slower, all are fused (less memory too);
+//! - else, where no budget is given or the materialised step fits it, none is;
+//! - else the fewest layers are fused, first layers first, that bring the peak under the
+//!   budget (each saves about the same: every layer's probabilities are alive where the
+//!   backward starts, the step's peak);
+//! - and where even every attention fused is over the budget, that is an error naming both.
+//!
+//! The prediction is the cost model's ([`CostModel`]), as for the layouts; BENCHMARKS.md
+//! records how it compares with the measured steps.
+
+use super::{CostModel, Plan, PlanError, Strategy, plan};
+use crate::graph::{Graph, GraphError, NodeId, Sizes};
+use crate::memory::{MemoryError, MemoryOptions, plan_memory};
+
+/// Why [`choose`] chose as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The graph has no materialised attention.
+    NoAttention,
+    /// Every attention fused is predicted no slower: all are fused.
+    FusedFaster,
+    /// Materialised is predicted faster and fits (or nothing limits memory): none is fused.
+    MaterialisedFaster,
+    /// Materialised is predicted faster but is over the budget: the fewest layers that fit
+    /// are fused.
+    Budget,
+}
+
+/// What [`choose`] decided, with the plan of the chosen graph.
+#[derive(Debug, Clone)]
+pub struct Chosen {
+    /// The plan of the graph with the chosen attentions fused.
+    pub plan: Plan,
+    /// The attentions fused: ids of forward operations in the graph [`choose`] was given (the
+    /// plan's graph has its conversions inserted, so its ids differ).
+    pub fused: Vec<NodeId>,
+    /// The materialised attentions the graph had.
+    pub attentions: usize,
+    /// The predicted step, seconds: every attention materialised, and every one fused.
+    pub predicted: [f64; 2],
+    /// The memory plans' peaks, bytes, likewise.
+    pub peaks: [u64; 2],
+    /// The chosen step's peak, bytes.
+    pub peak: u64,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// Why [`choose`] could not choose.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChoiceError {
+    /// A plan could not be made.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A memory plan could not be made.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// Even with every attention fused, the step is over the budget.
+    #[error(
+        "the step needs {fused} bytes at its peak with every attention fused ({materialised} \
+         with none), over the budget of {budget} bytes: a smaller batch or shorter sequences \
+         would fit"
+    )]
+    OverBudget {
+        /// The budget.
+        budget: u64,
+        /// The peak with every attention materialised.
+        materialised: u64,
+        /// The peak with every attention fused.
+        fused: u64,
+    },
+}
+
+impl From<GraphError> for ChoiceError {
+    fn from(e: GraphError) -> Self {
+        Self::Plan(PlanError::Graph(e))
+    }
+}
+
+/// Chooses which of `graph`'s attentions to fuse (see the module docs) for a step of `sizes`
+/// planned by `strategy` under `model`, its peak under `budget` bytes where one is given.
+pub fn choose(
+    graph: &Graph,
+    sizes: Sizes,
+    model: &CostModel,
+    strategy: Strategy,
+    budget: Option<u64>,
+) -> Result<Chosen, ChoiceError> {
+    let all = graph.attentions();
+    let planned = |fused: &[NodeId]| -> Result<(Plan, u64), ChoiceError> {
+        let g = graph.with_fused_attention(fused)?;
+        let p = plan(&g, sizes, model, strategy)?;
+        let peak =
+            plan_memory(p.graph(), p.layouts(), sizes, MemoryOptions::default())?.peak_bytes();
+        Ok((p, peak))
+    };
+    let (materialised, peak_m) = planned(&[])?;
+    let chosen = |plan: Plan, fused: &[NodeId], peak, predicted, peaks, reason| Chosen {
+        plan,
+        fused: fused.to_vec(),
+        attentions: all.len(),
+        predicted,
+        peaks,
+        peak,
+        reason,
+    };
+    if all.is_empty() {
+        let t = materialised.cost();
+        return Ok(chosen(
+            materialised,
+            &[],
+            peak_m,
+            [t, t],
+            [peak_m; 2],
+            Reason::NoAttention,
+        ));
+    }
+    let (fused, peak_f) = planned(&all)?;
+    let predicted = [materialised.cost(), fused.cost()];
+    let peaks = [peak_m, peak_f];
+    let fits = |peak: u64| budget.is_none_or(|b| peak <= b);
+    if !fits(peak_f) {
+        return Err(ChoiceError::OverBudget {
+            budget: budget.unwrap_or(0),
+            materialised: peak_m,
+            fused: peak_f,
+        });
+    }
+    if predicted[1] <= predicted[0] {
+        return Ok(chosen(
+            fused,
+            &all,
+            peak_f,
+            predicted,
+            peaks,
+            Reason::FusedFaster,
+        ));
+    }
+    if fits(peak_m) {
+        return Ok(chosen(
+            materialised,
+            &[],
+            peak_m,
+            predicted,
+            peaks,
+            Reason::MaterialisedFaster,
+        ));
+    }
+    // Over the budget: the fewest layers, estimated from what each saves, then more until
+    // the plan fits (it does with all of them).
+    let budget = budget.unwrap_or(u64::MAX);
+    let each = (peak_m - peak_f.min(peak_m)) as f64 / all.len() as f64;
+    let mut k = (((peak_m - budget) as f64 / each.max(1.0)).ceil() as usize).clamp(1, all.len());
+    loop {
+        if k == all.len() {
+            return Ok(chosen(
+                fused,
+                &all,
+                peak_f,
+                predicted,
+                peaks,
+                Reason::Budget,
+            ));
+        }
+        let (p, peak) = planned(&all[..k])?;
+        if peak <= budget {
+            return Ok(chosen(p, &all[..k], peak, predicted, peaks, Reason::Budget));
+        }
+        k += 1;
+    }
+}
