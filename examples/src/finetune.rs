@@ -18,6 +18,8 @@ use clap::ValueEnum;
 use fblayout_kernels::GpuError;
 use fblayout_plan::exec::LossScaling;
 use fblayout_plan::lora::LoraConfig;
+
+use crate::plan::AttentionArg;
 use fblayout_plan::memory::Recompute;
 use fblayout_train::{Decay, Event, Task, TrainError, Trainer};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -156,6 +158,15 @@ pub(crate) struct FinetuneArgs {
     /// backward).
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     head_chunk: Option<u32>,
+    /// Which attentions store their probabilities for the backward: `materialised` (all),
+    /// `fused` (none: one number per query, the scores computed again in the backward), or
+    /// `auto` (each layer as the planner chooses, by predicted time and by
+    /// --memory-budget-mib).
+    #[arg(long, value_enum, default_value_t = AttentionArg::Materialised)]
+    attention: AttentionArg,
+    /// The peak memory of a step that `--attention auto` must fit, MiB.
+    #[arg(long, value_name = "MIB")]
+    memory_budget_mib: Option<u64>,
 }
 
 /// Why `fblayout finetune` failed.
@@ -167,6 +178,9 @@ pub(crate) enum FinetuneError {
     /// `--device gpu` and no GPU opened.
     #[error("--device gpu: {0}")]
     Gpu(#[from] GpuError),
+    /// Options that don't go together.
+    #[error("{0}")]
+    Setting(String),
     /// The curves could not be written.
     #[error("{}: {source}", file.display())]
     Io {
@@ -290,6 +304,11 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
         .precision(args.precision.into())
         .tune(!args.no_tune)
         .recompute(args.recompute.unwrap_or_default())
+        .attention(
+            args.attention
+                .fusing(args.memory_budget_mib)
+                .map_err(FinetuneError::Setting)?,
+        )
         .loss_scaling(LossScaling {
             initial: args.loss_scale,
             ..LossScaling::default()

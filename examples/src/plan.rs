@@ -31,6 +31,7 @@ use fblayout_plan::memory::{
     MemoryError, MemoryOptions, MemoryPlan, Recompute, plan_memory, recompute,
 };
 use fblayout_plan::models::{self, Model, ModelConfig};
+use fblayout_plan::select::attention::Fusing;
 use fblayout_plan::select::{self, CostModel, Plan, PlanError, Strategy};
 
 use crate::device::PrecisionArg;
@@ -120,7 +121,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_enum, default_value_t = AttentionArg::Materialised)]
     attention: AttentionArg,
     /// The peak memory `--attention auto` must fit, MiB.
-    #[arg(long, value_name = "MIB", requires = "attention")]
+    #[arg(long, value_name = "MIB")]
     memory_budget_mib: Option<u64>,
     /// The strategy whose plan is shown: row-major, per-op, guided or optimal.
     #[arg(long, default_value = "guided", value_parser = parse_strategy)]
@@ -144,7 +145,7 @@ pub(crate) struct PlanArgs {
     svg_table: bool,
 }
 
-/// Which attentions are fused (see `--attention`).
+/// Which attentions are fused (`--attention`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum AttentionArg {
     /// Every attention stores its probabilities.
@@ -153,6 +154,25 @@ pub(crate) enum AttentionArg {
     Fused,
     /// The planner chooses each layer.
     Auto,
+}
+
+impl AttentionArg {
+    /// What the planner is asked for, with `--memory-budget-mib` (which only `auto` reads:
+    /// with another choice it is an error, not ignored).
+    pub(crate) fn fusing(self, budget_mib: Option<u64>) -> Result<Fusing, String> {
+        match (self, budget_mib) {
+            (Self::Auto, budget) => Ok(Fusing::Auto {
+                budget: budget.map(|m| m.saturating_mul(1 << 20)),
+            }),
+            (_, Some(_)) => Err(
+                "--memory-budget-mib is read by --attention auto, which chooses the layers to \
+                 fuse"
+                    .into(),
+            ),
+            (Self::Materialised, None) => Ok(Fusing::Materialised),
+            (Self::Fused, None) => Ok(Fusing::Fused),
+        }
+    }
 }
 
 /// Why the plan command failed.
@@ -296,27 +316,26 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         CostModel::analytic_for(precision)
     };
     // Everything that can fail runs before anything is printed.
-    let (fused, decision) = match args.attention {
-        AttentionArg::Materialised => (Vec::new(), None),
-        AttentionArg::Fused => (graph.attentions(), None),
-        AttentionArg::Auto => {
-            let budget = args.memory_budget_mib.map(|m| m << 20);
-            let c = select::attention::choose(&graph, sizes, &model, args.strategy, budget)
-                .map_err(PlanCommandError::Attention)?;
-            let line = format!(
-                "attention: {} of {} layers fused ({:?}): predicted step {} materialised, {} \
-                 fused; peak {:.1} MiB materialised, {:.1} MiB fused\n",
-                c.fused.len(),
-                c.attentions,
-                c.reason,
-                seconds(c.predicted[0]),
-                seconds(c.predicted[1]),
-                c.peaks[0] as f64 / f64::from(1 << 20),
-                c.peaks[1] as f64 / f64::from(1 << 20)
-            );
-            (c.fused, Some(line))
-        }
-    };
+    let fusing = args
+        .attention
+        .fusing(args.memory_budget_mib)
+        .map_err(PlanCommandError::Size)?;
+    let c = select::attention::plan_fusing(&graph, sizes, &model, args.strategy, fusing)
+        .map_err(PlanCommandError::Attention)?;
+    let decision = matches!(fusing, Fusing::Auto { .. }).then(|| {
+        format!(
+            "attention: {} of {} layers fused ({:?}): predicted step {} materialised, {} fused; \
+             peak {:.1} MiB materialised, {:.1} MiB fused\n",
+            c.fused.len(),
+            c.attentions,
+            c.reason,
+            seconds(c.predicted[0]),
+            seconds(c.predicted[1]),
+            c.peaks[0] as f64 / f64::from(1 << 20),
+            c.peaks[1] as f64 / f64::from(1 << 20)
+        )
+    });
+    let fused = c.fused;
     let graph = graph
         .with_fused_attention(&fused)
         .map_err(|source| PlanCommandError::Graph {

@@ -23,6 +23,6 @@ mod trainer;
 
 pub use schedule::{Decay, Schedule};
 pub use trainer::{
-    CHECKPOINT_FILE, EXPORT_ADAPTER, EXPORT_DIR, EXPORT_MODEL, EvalResult, Event, LOG_FILE,
+    CHECKPOINT_FILE, EXPORT_ADAPTER, EXPORT_DIR, EXPORT_MODEL, EvalResult, Event, Fusing, LOG_FILE,
     Summary, Task, TrainError, Trainer, TrainerBuilder,
 };

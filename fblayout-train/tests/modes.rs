@@ -11,7 +11,7 @@ use fblayout_plan::lora::{LoraConfig, PEFT_PREFIX};
 use fblayout_plan::memory::Recompute;
 use fblayout_train::log::Record;
 use fblayout_train::{
-    EXPORT_ADAPTER, EXPORT_MODEL, Task, TrainError, Trainer, TrainerBuilder, checkpoint,
+    EXPORT_ADAPTER, EXPORT_MODEL, Fusing, Task, TrainError, Trainer, TrainerBuilder, checkpoint,
 };
 use support::{bert, data, evals, gpt2, losses, rabbits};
 
@@ -389,4 +389,56 @@ fn a_head_chunk_needs_a_language_model_and_a_length() {
     assert!(e.to_string().contains("--task lm"), "{e}");
     let e = lm(&gpt2(), dir.path()).head_chunk(0).build().unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");
+}
+
+#[test]
+fn fused_attention_trains_as_the_materialised_one_and_a_budget_is_kept_or_refused() {
+    // Every attention fused: the same losses and held-out losses to f64's round-off (the
+    // probabilities are computed again, in another order), for the causal GPT-2 and Llama
+    // (grouped-query) and the BERT classifier (padding mask).
+    let llama = support::root().join("tests/fixtures/hf/llama/model");
+    let runs: [(&str, Box<Run>); 3] = [
+        ("GPT-2", Box::new(|out| lm(&gpt2(), out).steps(3))),
+        ("Llama", Box::new(move |out| lm(&llama, out).steps(3))),
+        (
+            "BERT classifier",
+            Box::new(|out| rabbits(&bert(), out).steps(3).eval_every(1)),
+        ),
+    ];
+    for (what, run) in runs {
+        let (kept, fused) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let want = run(kept.path()).build().unwrap().run(|_| {}).unwrap();
+        let got = run(fused.path())
+            .attention(Fusing::Fused)
+            .build()
+            .unwrap()
+            .run(|_| {})
+            .unwrap();
+        let (a, b) = (losses(&got.records), losses(&want.records));
+        assert_eq!(a.len(), 3, "{what}");
+        for (x, y) in a
+            .iter()
+            .zip(&b)
+            .chain(evals(&got.records).iter().zip(&evals(&want.records)))
+        {
+            assert!(close(*x, *y, 1e-12), "{what}: {a:?} fused, {b:?} not");
+        }
+    }
+    // The planner's choice within a budget: a budget nothing fits is an error naming the
+    // peaks, before anything runs; no budget runs.
+    let dir = tempfile::tempdir().unwrap();
+    let e = lm(&gpt2(), dir.path())
+        .attention(Fusing::Auto { budget: Some(1) })
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, TrainError::Attention(_)), "{e}");
+    assert!(e.to_string().contains("over the budget of 1 bytes"), "{e}");
+    let auto = lm(&gpt2(), dir.path())
+        .attention(Fusing::Auto { budget: None })
+        .steps(1)
+        .build()
+        .unwrap()
+        .run(|_| {})
+        .unwrap();
+    assert_eq!(losses(&auto.records).len(), 1);
 }

@@ -33,9 +33,27 @@ pub enum Reason {
     /// Materialised is predicted faster but is over the budget: the fewest layers that fit
     /// are fused.
     Budget,
+    /// Not chosen: every attention or none, as asked ([`plan_fusing`]).
+    Asked,
 }
 
-/// What [`choose`] decided, with the plan of the chosen graph.
+/// Which attentions a step fuses: what a user asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fusing {
+    /// None: every attention stores its probabilities.
+    #[default]
+    Materialised,
+    /// Every one.
+    Fused,
+    /// Each layer as the planner chooses ([`choose`]), the step's peak within `budget` bytes
+    /// where one is given.
+    Auto {
+        /// The most bytes the step may hold at its peak.
+        budget: Option<u64>,
+    },
+}
+
+/// What [`choose`] (or [`plan_fusing`]) decided, with the plan of the chosen graph.
 #[derive(Debug, Clone)]
 pub struct Chosen {
     /// The plan of the graph with the chosen attentions fused.
@@ -53,6 +71,37 @@ pub struct Chosen {
     pub peak: u64,
     /// Why.
     pub reason: Reason,
+}
+
+/// The plan of `graph` with the attentions `fusing` asks for fused: [`choose`] for
+/// [`Fusing::Auto`], else every attention or none, planned once (the other way is not
+/// priced: [`Chosen::predicted`] and [`Chosen::peaks`] hold the one plan's twice, and the
+/// reason is [`Reason::Asked`]).
+pub fn plan_fusing(
+    graph: &Graph,
+    sizes: Sizes,
+    model: &CostModel,
+    strategy: Strategy,
+    fusing: Fusing,
+) -> Result<Chosen, ChoiceError> {
+    let fused = match fusing {
+        Fusing::Auto { budget } => return choose(graph, sizes, model, strategy, budget),
+        Fusing::Materialised => Vec::new(),
+        Fusing::Fused => graph.attentions(),
+    };
+    let g = graph.with_fused_attention(&fused)?;
+    let p = plan(&g, sizes, model, strategy)?;
+    let peak = plan_memory(p.graph(), p.layouts(), sizes, MemoryOptions::default())?.peak_bytes();
+    let t = p.cost();
+    Ok(Chosen {
+        plan: p,
+        attentions: graph.attentions().len(),
+        fused,
+        predicted: [t, t],
+        peaks: [peak, peak],
+        peak,
+        reason: Reason::Asked,
+    })
 }
 
 /// Why [`choose`] could not choose.

@@ -21,6 +21,7 @@ use fblayout_plan::graph::Graph;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::lora::{Lora, LoraConfig};
 use fblayout_plan::memory::{MemoryError, Recompute};
+pub use fblayout_plan::select::attention::Fusing;
 use fblayout_plan::select::{PlanError, Strategy};
 
 use crate::checkpoint::{self, CheckpointError, TrainState};
@@ -70,6 +71,9 @@ pub enum TrainError {
     /// The memory could not be planned.
     #[error("planning the memory: {0}")]
     Memory(#[from] MemoryError),
+    /// Which attentions to fuse could not be chosen, or nothing fits the memory budget.
+    #[error("choosing which attentions to fuse: {0}")]
+    Attention(#[source] fblayout_plan::select::attention::ChoiceError),
     /// The executor failed.
     #[error("{what}: {source}")]
     Exec {
@@ -229,6 +233,7 @@ pub struct TrainerBuilder<'g> {
     tune: bool,
     recompute: Recompute,
     head_chunk: Option<u32>,
+    attention: Fusing,
 }
 
 impl<'g> TrainerBuilder<'g> {
@@ -431,6 +436,17 @@ impl<'g> TrainerBuilder<'g> {
         self
     }
 
+    /// Which attentions store their probabilities for the backward (default
+    /// [`Fusing::Materialised`]: every one). [`Fusing::Fused`] keeps one number per query
+    /// instead and computes the scores again in the backward; [`Fusing::Auto`] lets the
+    /// planner choose each layer by predicted time, fusing the fewest layers that bring the
+    /// step under a memory budget where one is given (an error names both peaks where even
+    /// every attention fused is over it).
+    pub fn attention(mut self, fusing: Fusing) -> Self {
+        self.attention = fusing;
+        self
+    }
+
     /// Another training data file.
     pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
         self.data = file.into();
@@ -531,6 +547,7 @@ impl<'g> Trainer<'g> {
             tune: true,
             recompute: Recompute::Nothing,
             head_chunk: None,
+            attention: Fusing::Materialised,
         }
     }
 

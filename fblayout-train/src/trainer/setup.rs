@@ -10,6 +10,7 @@ use fblayout_plan::exec::{AdamWConfig, CpuStep, ExecError, GpuStep};
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Role, Sizes};
 use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
+use fblayout_plan::select::attention::ChoiceError;
 use fblayout_plan::select::{self, CostModel, Strategy};
 
 use super::executor::Executor;
@@ -143,12 +144,19 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         Some(_) => GPU_STRATEGY,
         None => CPU_STRATEGY,
     });
-    let plan = select::plan(
+    let chosen = select::attention::plan_fusing(
         &graph,
         sizes,
         &CostModel::analytic_for(s.precision),
         strategy,
-    )?;
+        s.attention,
+    )
+    .map_err(|e| match e {
+        ChoiceError::Plan(e) => TrainError::Plan(e),
+        ChoiceError::Memory(e) => TrainError::Memory(e),
+        other => TrainError::Attention(other),
+    })?;
+    let plan = chosen.plan;
     let recomputed = if s.recompute == Recompute::Nothing {
         None
     } else {
