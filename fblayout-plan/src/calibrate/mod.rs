@@ -107,12 +107,14 @@ pub enum CalibrationError {
 }
 
 /// The format of the cache file, or of the kernels it times; a change makes every older file
-/// stale (7: the launch measured as the calibration step's wall time beyond its kernels, the
+/// stale (8: the calibration block timed a second time with its attention fused, for the fused
+/// attention's multipliers; 7: the launch measured as the calibration step's wall time beyond
+/// its kernels, the
 /// copies and products by timestamps alone — on an H100 format 6 priced a launch at a whole
 /// submission of one gather, 62 µs;
 /// 6: the cooperative GEMM's unmasked whole k-steps; 5: its vector staging and stepped offsets,
 /// and mixed precision's weight copies written by AdamW).
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// Side of the square matrices copied.
 const COPY_SIDE: u32 = 1024;

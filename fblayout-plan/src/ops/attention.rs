@@ -356,10 +356,11 @@ impl Contract for Attention {
     }
 
     fn kind(&self) -> Option<KernelKind> {
-        Some(if self.backward {
-            KernelKind::AttentionGrad
-        } else {
-            KernelKind::Attention
+        Some(match (self.fused, self.backward) {
+            (false, false) => KernelKind::Attention,
+            (false, true) => KernelKind::AttentionGrad,
+            (true, false) => KernelKind::FusedAttention,
+            (true, true) => KernelKind::FusedAttentionGrad,
         })
     }
 

@@ -147,13 +147,14 @@ impl Factors {
     /// The reference device's factors for a step in `precision`: an NVIDIA H100 80GB HBM3
     /// (Vulkan, driver 580.159.04), calibrated on 2026-12-06 at the shipped encoder's shape
     /// (one block of hidden 384, 12 heads, feed-forward 1536, vocabulary 30 522, batch
-    /// 32 × 128, as `bench_train` calibrates) in each precision, by the same
-    /// [`calibrate`](crate::calibrate) as `--calibrate` (format 7):
-    /// the real kernels timed under each layout, not gathers. In that lease the models'
-    /// predictions were within 16 % of every measured step of the shipped encoder and decoder,
-    /// each strategy's, and ordered the strategies as measured (`BENCHMARKS.md`, "The analytic
-    /// model refitted from an H100's kernels"). The tables are the cache's text
-    /// ([`encode`](crate::calibrate::encode)), in `select/reference/`.
+    /// 32 × 128, as `bench_train` calibrates, timed once with its attention materialised and
+    /// once fused) in each precision, by the same [`calibrate`](crate::calibrate) as
+    /// `--calibrate` (format 8): the real kernels timed under each layout, not gathers. In
+    /// that lease the predictions were within 14 % of every measured step of the
+    /// shipped encoder and decoder, materialised and fused, and put the fused attention ahead
+    /// as the kernels' timestamps did (`BENCHMARKS.md`, "Fused attention"; the format-7
+    /// tables before them, "The analytic model refitted from an H100's kernels"). The tables
+    /// are the cache's text ([`encode`](crate::calibrate::encode)), in `select/reference/`.
     pub fn reference(precision: Precision) -> Self {
         let text = match precision {
             Precision::F32 => include_str!("reference/h100-f32.txt"),
@@ -269,11 +270,11 @@ impl CostModel {
 const REFERENCE: &str = "reference device: H100";
 
 /// What the analytic model's output says of its predictions: they were checked on the
-/// reference device (BENCHMARKS.md, "The analytic model refitted from an H100's kernels"), not
-/// on the adapter that will run the plan.
-const UNCHECKED: &str = "  not checked on this adapter: on the reference device itself, each strategy's \
-predicted step was within 16 % of the measured one for the shipped encoder and decoder (BENCHMARKS.md); \
-`--calibrate` measures the kernels on this adapter";
+/// reference device (BENCHMARKS.md, "Fused attention"), not on the adapter that will run the
+/// plan.
+const UNCHECKED: &str = "  not checked on this adapter: on the reference device itself, the predicted steps \
+of the shipped encoder and decoder (row-major and guided, attention materialised and fused) were within 14 % \
+of the measured ones (BENCHMARKS.md); `--calibrate` measures the kernels on this adapter";
 
 /// `precision` as the model's output names it.
 fn precision_name(precision: Precision) -> &'static str {

@@ -37,6 +37,10 @@ pub enum KernelKind {
     Attention,
     /// Its backward.
     AttentionGrad,
+    /// The fused attention's forward (the probabilities never stored).
+    FusedAttention,
+    /// Its backward.
+    FusedAttentionGrad,
     /// The cross-entropy forward.
     CrossEntropy,
     /// Its gradient.
@@ -54,7 +58,7 @@ pub enum KernelKind {
 
 impl KernelKind {
     /// Every kind, in order.
-    pub const ALL: [KernelKind; 14] = [
+    pub const ALL: [KernelKind; 16] = [
         Self::Linear,
         Self::LinearGradInput,
         Self::LinearGradWeight,
@@ -63,6 +67,8 @@ impl KernelKind {
         Self::NormGrad,
         Self::Attention,
         Self::AttentionGrad,
+        Self::FusedAttention,
+        Self::FusedAttentionGrad,
         Self::CrossEntropy,
         Self::CrossEntropyGrad,
         Self::Embedding,
@@ -87,6 +93,8 @@ impl KernelKind {
             Self::NormGrad => "norm_grad",
             Self::Attention => "attention",
             Self::AttentionGrad => "attention_grad",
+            Self::FusedAttention => "fused_attention",
+            Self::FusedAttentionGrad => "fused_attention_grad",
             Self::CrossEntropy => "cross_entropy",
             Self::CrossEntropyGrad => "cross_entropy_grad",
             Self::Embedding => "embedding",
@@ -234,9 +242,15 @@ impl CalibrationShape {
         .to_lowercase()
     }
 
-    /// The graph whose kernels are timed.
+    /// The graph whose kernels are timed: the encoder's blocks twice, the second time with
+    /// their attentions fused, so that both attentions' kernels are measured in the same
+    /// steps.
     pub fn graph(&self) -> Result<Graph, PlanError> {
-        let graph = build(Model::Encoder, self.config)?;
+        let layers = self.config.layers;
+        let graph = build(Model::Encoder, self.config.with_layers(2 * layers))?;
+        let attentions = graph.attentions();
+        let fused = attentions.get(layers as usize..).unwrap_or_default();
+        let graph = graph.with_fused_attention(fused)?;
         Ok(self.precision.apply(&graph)?)
     }
 }
