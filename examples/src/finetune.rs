@@ -161,10 +161,11 @@ pub(crate) struct FinetuneArgs {
     /// Which attentions store their probabilities for the backward: `materialised` (all),
     /// `fused` (none: one number per query, the scores computed again in the backward), or
     /// `auto` (each layer as the planner chooses, by predicted time and by
-    /// --memory-budget-mib).
-    #[arg(long, value_enum, default_value_t = AttentionArg::Materialised)]
-    attention: AttentionArg,
-    /// The peak memory of a step that `--attention auto` must fit, MiB.
+    /// --memory-budget-mib) [default: auto on the GPU, materialised on the CPU].
+    #[arg(long, value_enum)]
+    attention: Option<AttentionArg>,
+    /// The peak memory of a step that `--attention auto` must fit, MiB (given alone, it asks
+    /// for `auto`).
     #[arg(long, value_name = "MIB")]
     memory_budget_mib: Option<u64>,
 }
@@ -296,6 +297,18 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
     if let Some(tokens) = args.head_chunk {
         builder = builder.head_chunk(tokens);
     }
+    // A budget alone asks the planner to choose within it.
+    let fusing = match (args.attention, args.memory_budget_mib) {
+        (None, None) => None,
+        (None, Some(_)) => Some(AttentionArg::Auto),
+        (Some(a), _) => Some(a),
+    };
+    if let Some(a) = fusing {
+        let fusing = a
+            .fusing(args.memory_budget_mib)
+            .map_err(FinetuneError::Setting)?;
+        builder = builder.attention(fusing);
+    }
     let gpu = device::open(args.device, args.precision)?;
     if let Some(gpu) = &gpu {
         builder = builder.gpu(gpu);
@@ -304,11 +317,6 @@ pub(crate) fn run(args: &FinetuneArgs) -> Result<(), FinetuneError> {
         .precision(args.precision.into())
         .tune(!args.no_tune)
         .recompute(args.recompute.unwrap_or_default())
-        .attention(
-            args.attention
-                .fusing(args.memory_budget_mib)
-                .map_err(FinetuneError::Setting)?,
-        )
         .loss_scaling(LossScaling {
             initial: args.loss_scale,
             ..LossScaling::default()

@@ -288,6 +288,8 @@ fn help_documents_every_flag() {
         "--no-tune",
         "--recompute",
         "--head-chunk",
+        "--attention",
+        "--memory-budget-mib",
     ] {
         assert!(flags.contains(&flag), "{flag} is not in --help:\n{help}");
     }
@@ -302,4 +304,39 @@ fn help_documents_every_flag() {
             );
         }
     }
+}
+
+#[test]
+fn an_attention_budget_is_kept_or_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    // A budget with every attention fused asked for, rather than chosen: refused.
+    let out = finetune(dir.path(), 4)
+        .args(["--attention", "fused", "--memory-budget-mib", "100"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--memory-budget-mib is read by --attention auto"),
+        "{err}"
+    );
+    // A budget no plan fits (given alone, it asks the planner): refused, naming the peaks.
+    let out = finetune(dir.path(), 4)
+        .args(["--memory-budget-mib", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("over the budget of 1048576 bytes"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Fused on the CPU: the run trains.
+    let out = finetune(dir.path(), 6)
+        .args(["--attention", "fused"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -161,6 +161,26 @@ fn a_fused_head_plans_less_memory_and_reads_an_f16_copy_in_mixed_precision() {
     assert!(!ok && all.contains("--head-chunk"), "{all}");
 }
 
+#[test]
+fn fused_attention_plans_less_memory_and_auto_says_what_it_chose() {
+    let materialised = planned_bytes(&small(&[]).1);
+    let (ok, out, all) = small(&["--attention", "fused"]);
+    assert!(ok, "{all}");
+    // SMALL's probabilities: 2 × 4 heads × 16 × 16 f32 per layer, no longer held.
+    assert!(planned_bytes(&out) < materialised, "{out}");
+    assert!(out.contains("l0.attn.lse"), "{out}");
+    let (ok, out, all) = small(&["--attention", "auto"]);
+    assert!(ok, "{all}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("attention: "))
+        .unwrap_or_else(|| panic!("no decision line:\n{out}"));
+    assert!(
+        line.contains("of 1 layers fused") && line.contains("peak"),
+        "{line}"
+    );
+}
+
 /// `(layout, predicted µs, whether chosen)` of each candidate line of a `--tensor` output.
 fn candidate_lines(out: &str) -> Vec<(String, f64, bool)> {
     let start = out
@@ -264,6 +284,14 @@ fn bad_input_is_an_error_with_its_cause() {
         (
             &["--strategy", "best"][..],
             "no strategy `best`; the strategies are row-major, per-op, guided, optimal",
+        ),
+        (
+            &["--attention", "fused", "--memory-budget-mib", "100"][..],
+            "--memory-budget-mib is read by --attention auto",
+        ),
+        (
+            &["--attention", "auto", "--memory-budget-mib", "1"][..],
+            "over the budget of 1048576 bytes",
         ),
     ] {
         let (ok, _, all) = plan(args);

@@ -10,7 +10,7 @@ use fblayout_plan::exec::{AdamWConfig, CpuStep, ExecError, GpuStep};
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Role, Sizes};
 use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
-use fblayout_plan::select::attention::ChoiceError;
+use fblayout_plan::select::attention::{ChoiceError, Fusing};
 use fblayout_plan::select::{self, CostModel, Strategy};
 
 use super::executor::Executor;
@@ -149,7 +149,10 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         sizes,
         &CostModel::analytic_for(s.precision),
         strategy,
-        s.attention,
+        s.attention.unwrap_or(match s.gpu {
+            Some(_) => Fusing::Auto { budget: None },
+            None => Fusing::Materialised,
+        }),
     )
     .map_err(|e| match e {
         ChoiceError::Plan(e) => TrainError::Plan(e),
