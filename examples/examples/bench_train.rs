@@ -214,16 +214,7 @@ fn run(args: &Args) -> Res<()> {
                         let budget = args.memory_budget_mib.map(|m| m << 20);
                         let c = choose(&graph, sizes, model, Strategy::RowMajor, budget)
                             .map_err(err)?;
-                        println!(
-                            "planner ({precision:?}): {} of {} attentions fused ({:?}); predicted row-major step {:.2} ms materialised, {:.2} ms fused; peaks {} and {} MiB",
-                            c.fused.len(),
-                            c.attentions,
-                            c.reason,
-                            c.predicted[0] * 1e3,
-                            c.predicted[1] * 1e3,
-                            c.peaks[0] >> 20,
-                            c.peaks[1] >> 20
-                        );
+                        println!("planner ({precision:?}): {c}");
                         c.fused
                     }
                 };

@@ -322,19 +322,7 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         .map_err(PlanCommandError::Size)?;
     let c = select::attention::plan_fusing(&graph, sizes, &model, args.strategy, fusing)
         .map_err(PlanCommandError::Attention)?;
-    let decision = matches!(fusing, Fusing::Auto { .. }).then(|| {
-        format!(
-            "attention: {} of {} layers fused ({:?}): predicted step {} materialised, {} fused; \
-             peak {:.1} MiB materialised, {:.1} MiB fused\n",
-            c.fused.len(),
-            c.attentions,
-            c.reason,
-            seconds(c.predicted[0]),
-            seconds(c.predicted[1]),
-            c.peaks[0] as f64 / f64::from(1 << 20),
-            c.peaks[1] as f64 / f64::from(1 << 20)
-        )
-    });
+    let decision = matches!(fusing, Fusing::Auto { .. }).then(|| format!("attention: {c}\n"));
     let fused = c.fused;
     let graph = graph
         .with_fused_attention(&fused)

@@ -176,7 +176,7 @@ fn fused_attention_plans_less_memory_and_auto_says_what_it_chose() {
         .find(|l| l.starts_with("attention: "))
         .unwrap_or_else(|| panic!("no decision line:\n{out}"));
     assert!(
-        line.contains("of 1 layers fused") && line.contains("peak"),
+        line.contains("of 1 attentions fused") && line.contains("peak"),
         "{line}"
     );
 }

@@ -73,6 +73,25 @@ pub struct Chosen {
     pub reason: Reason,
 }
 
+impl std::fmt::Display for Chosen {
+    /// One line: how many layers are fused and why, with both predictions and both peaks.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        write!(
+            f,
+            "{} of {} attentions fused ({:?}): predicted step {:.3} ms materialised, {:.3} ms \
+             fused; peak {:.1} MiB materialised, {:.1} MiB fused",
+            self.fused.len(),
+            self.attentions,
+            self.reason,
+            self.predicted[0] * 1e3,
+            self.predicted[1] * 1e3,
+            mib(self.peaks[0]),
+            mib(self.peaks[1])
+        )
+    }
+}
+
 /// The plan of `graph` with the attentions `fusing` asks for fused: [`choose`] for
 /// [`Fusing::Auto`], else every attention or none, planned once (the other way is not
 /// priced: [`Chosen::predicted`] and [`Chosen::peaks`] hold the one plan's twice, and the

@@ -426,6 +426,22 @@ fn check_extents(
     Ok(known)
 }
 
+/// Checks that each `(role, view, axis)`'s heads axis is a static extent.
+fn static_heads(op: &'static str, heads: [(&str, &View, usize); 3]) -> Result<(), OpError> {
+    for (role, view, axis) in heads {
+        if view.axes()[axis].extent.as_static().is_none() {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "the heads axis `{}` of `{role}` has a run-time extent; heads are static",
+                    view.axes()[axis].name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The static extents of a view's axes (`None` for run-time ones).
 fn static_dims(view: &View) -> Vec<Option<u64>> {
     view.axes().iter().map(|a| a.extent.as_static()).collect()
@@ -527,17 +543,7 @@ impl AttentionOp {
             VIEW_ROLES,
             dims.each_ref().map(Vec::as_slice),
         )?;
-        for (role, view, axis) in [("q", q, 2), ("k", k, 2), ("scores", scores, 1)] {
-            if view.axes()[axis].extent.as_static().is_none() {
-                return Err(OpError::shape(
-                    OP,
-                    format!(
-                        "the heads axis `{}` of `{role}` has a run-time extent; heads are static",
-                        view.axes()[axis].name
-                    ),
-                ));
-            }
-        }
+        static_heads(OP, [("q", q, 2), ("k", k, 2), ("scores", scores, 1)])?;
         let kv = attention.kv_heads;
         let q_side = QuerySide::new(q, kv, group)?;
         let o_side = QuerySide::new(out, kv, group)?;

@@ -86,10 +86,12 @@ use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::{ElemType, View};
 
 use super::super::compiled::{Compiled, same_view};
-use super::super::elementwise::check_same_dims;
+use super::super::elementwise::{check_same_dims, check_same_shape};
 use super::super::error::OpError;
 use super::super::softmax::{Mask, check_float};
-use super::{Attention, AttentionArgs, AttentionViews, arg_dims, check_extents, static_dims};
+use super::{
+    Attention, AttentionArgs, AttentionViews, arg_dims, check_extents, static_dims, static_heads,
+};
 use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
 use shader::{Blocks, NO_KEYS, Pass, Wide};
@@ -163,6 +165,8 @@ impl FlashAttentionOp {
         for (role, view) in [("q", q), ("k", k), ("v", v), ("out", out)] {
             check_float(FORWARD, role, view)?;
         }
+        check_same_shape(FORWARD, ("q", q), &[("out", out)])?;
+        check_same_shape(FORWARD, ("k", k), &[("v", v)])?;
         if lse.layout().elem() != ElemType::F32 {
             return Err(OpError::Unsupported {
                 op: FORWARD,
@@ -179,17 +183,7 @@ impl FlashAttentionOp {
             LSE_ROLES,
             dims.each_ref().map(Vec::as_slice),
         )?;
-        for (role, view, axis) in [("q", q, 2), ("k", k, 2), ("lse", lse, 1)] {
-            if view.axes()[axis].extent.as_static().is_none() {
-                return Err(OpError::shape(
-                    FORWARD,
-                    format!(
-                        "the heads axis `{}` of `{role}` has a run-time extent; heads are static",
-                        view.axes()[axis].name
-                    ),
-                ));
-            }
-        }
+        static_heads(FORWARD, [("q", q, 2), ("k", k, 2), ("lse", lse, 1)])?;
         let head_dim = match head_dim {
             Some(d) if d > 0 => d as u32,
             _ => {
