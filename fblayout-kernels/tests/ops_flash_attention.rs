@@ -13,7 +13,7 @@ use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::attention::flash::{
-    FlashAttentionOp, FlashGrads, FlashSaved, flash_backward_cpu, flash_forward_cpu,
+    FlashAttentionOp, FlashGrads, FlashLaunch, FlashSaved, flash_backward_cpu, flash_forward_cpu,
 };
 use fblayout_kernels::ops::attention::{Attention, AttentionArgs, AttentionViews, qkv_views};
 use fblayout_kernels::ops::softmax::Mask;
@@ -324,12 +324,16 @@ fn cpu_run<T: Real>(p: &Problem) -> Reference {
 /// The GPU's forward and backward in one batch, every output poisoned first; for a fused
 /// projection, dQ, dK and dV go to one gradient buffer of its layout.
 fn gpu_run(gpu: &Gpu, p: &Problem) -> Reference {
-    let op = FlashAttentionOp::new(
-        gpu,
-        &p.views(),
-        p.keep.as_ref().map(|k| &k.view),
-        p.attention,
-    )
+    gpu_run_launched(gpu, p, None)
+}
+
+/// [`gpu_run`] with the kernels launched as `launch` says (else the default).
+fn gpu_run_launched(gpu: &Gpu, p: &Problem, launch: Option<FlashLaunch>) -> Reference {
+    let keep = p.keep.as_ref().map(|k| &k.view);
+    let op = match launch {
+        Some(l) => FlashAttentionOp::with_launch(gpu, &p.views(), keep, p.attention, l),
+        None => FlashAttentionOp::new(gpu, &p.views(), keep, p.attention),
+    }
     .unwrap();
     let (inputs, grads): (Vec<GpuBuffer>, Vec<GpuBuffer>) = match &p.fused {
         Some(fused) => (vec![fused.upload(gpu); 3], vec![fused.poisoned(gpu); 3]),
@@ -543,6 +547,39 @@ fn gpu_spans_several_workgroups_and_blocks() {
 }
 
 #[test]
+fn other_launches_compute_the_same_and_bad_ones_are_refused() {
+    // 70 tokens: with 32 rows a workgroup three workgroups, the last partial; with 128 one,
+    // mostly idle; staged blocks of 8 and 32.
+    let mut rng = Rng::new(17);
+    let case = Case {
+        heads: (4, 2),
+        head_dim: 8,
+        mask: Mask::Causal { offset: 0 },
+        storage: Storage::Fused,
+        seq: 70,
+        elem: ElemType::F32,
+    };
+    let p = Problem::new(&mut rng, case);
+    let want = reference(&p);
+    for (rows, staged) in [(32, 8), (128, 32), (64, 1)] {
+        let launch = FlashLaunch { rows, staged };
+        let got = gpu_run_launched(gpu(), &p, Some(launch));
+        compare(
+            &format!("{launch:?}"),
+            &got,
+            &want,
+            tolerance(ElemType::F32, 280),
+        );
+    }
+    for (rows, staged) in [(48, 8), (32, 64), (64, 0), (512, 8)] {
+        let launch = FlashLaunch { rows, staged };
+        let err = FlashAttentionOp::with_launch(gpu(), &p.views(), None, p.attention, launch)
+            .unwrap_err();
+        assert!(err.to_string().contains("doesn't fit"), "{launch:?}: {err}");
+    }
+}
+
+#[test]
 fn shaders_read_four_wide_where_the_layout_allows() {
     let mut rng = Rng::new(15);
     let case = |storage, head_dim| Case {
@@ -644,4 +681,44 @@ fn bad_input_is_a_typed_error() {
     let mut batch = gpu().batch();
     let err = op.forward(&mut batch, &args, None).unwrap_err();
     assert!(err.to_string().contains("seq_q"), "{err}");
+    // A batch past the grid's third dimension (65 535 workgroups): a typed error, not a
+    // dispatch the device refuses or a wrong answer.
+    let b = 65_536u32;
+    let one = |name: &str, heads: u32| {
+        LayoutSpec::new(name)
+            .dyn_axis("batch")
+            .dyn_axis("seq")
+            .axis("heads", heads)
+            .axis("head_dim", 4)
+            .build()
+            .unwrap()
+            .view()
+    };
+    let (q1, k1, o1) = (one("q", 1), one("k", 1), one("o", 1));
+    let l1 = lse_view(1);
+    let views = AttentionViews {
+        q: &q1,
+        k: &k1,
+        v: &k1,
+        out: &o1,
+        scores: &l1,
+    };
+    let attention = Attention::new(1, 1, 4, Mask::None);
+    let op = FlashAttentionOp::new(gpu(), &views, None, attention).unwrap();
+    let tokens = [("batch", b), ("seq", 1)];
+    let buf = |n: u32| GpuBuffer::zeroed::<f32>(gpu(), n as usize).unwrap();
+    let (bq, bo, bl) = (buf(4 * b), buf(4 * b), buf(b));
+    let args = AttentionArgs {
+        q: GpuArg::new(&bq, &q1, &tokens).unwrap(),
+        k: GpuArg::new(&bq, &k1, &tokens).unwrap(),
+        v: GpuArg::new(&bq, &k1, &tokens).unwrap(),
+        out: GpuArg::new(&bo, &o1, &tokens).unwrap(),
+        probs: GpuArg::new(&bl, &l1, &[("batch", b), ("q", 1)]).unwrap(),
+    };
+    let mut batch = gpu().batch();
+    let err = op.forward(&mut batch, &args, None).unwrap_err();
+    assert!(
+        err.to_string().contains("65535") || err.to_string().contains("grid"),
+        "{err}"
+    );
 }

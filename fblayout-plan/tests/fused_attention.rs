@@ -24,7 +24,7 @@ use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::attention::{ChoiceError, Reason, choose};
-use fblayout_plan::select::{CostModel, Factors, Origin, Strategy, plan};
+use fblayout_plan::select::{CostModel, Factors, KernelKind, Origin, Strategy, plan};
 
 const SIZES: Sizes = Sizes { batch: 2, seq: 5 };
 const VOCAB: u32 = 37;
@@ -257,13 +257,19 @@ fn fusing_anything_but_a_materialised_attention_is_an_error() {
     assert!(past.is_err());
 }
 
-/// The reference factors with memory `speed` times as fast (and launches free): the fused
-/// attention moves fewer bytes and multiplies more, so fast memory favours the materialised
-/// one and slow memory the fused one.
-fn memory_at(speed: f64) -> CostModel {
+/// The reference factors with the fused attention's kernels `slower` times as slow as
+/// measured (their kernel multipliers scaled): above some factor the materialised attention is
+/// predicted faster, below it the fused one.
+fn fused_slower(slower: f64) -> CostModel {
     let mut f = Factors::reference(Precision::F32);
-    f.bandwidth *= speed;
-    f.dispatch = 0.0;
+    for m in &mut f.kernels.multipliers {
+        if matches!(
+            m.0,
+            KernelKind::FusedAttention | KernelKind::FusedAttentionGrad
+        ) {
+            m.3 *= slower;
+        }
+    }
     CostModel::with_factors(
         f,
         Origin::Analytic {
@@ -280,12 +286,14 @@ fn the_planner_fuses_by_predicted_time_and_by_memory() {
     let g = build(Model::Encoder, config).unwrap();
     let all = g.attentions();
     let choose = |model: &CostModel, budget| choose(&g, sizes, model, Strategy::RowMajor, budget);
-    // Slow memory: the fused attention is predicted faster, and all are fused.
-    let slow = choose(&memory_at(1e-3), None).unwrap();
+    // Fused kernels ten times as fast: the fused attention is predicted faster, and all are
+    // fused.
+    let slow = choose(&fused_slower(0.1), None).unwrap();
     assert_eq!((slow.reason, &slow.fused), (Reason::FusedFaster, &all));
     assert!(slow.predicted[1] <= slow.predicted[0]);
-    // Fast memory: the materialised one is, and none is fused where nothing limits memory.
-    let fast_model = memory_at(1e3);
+    // Ten times as slow: the materialised one is, and none is fused where nothing limits
+    // memory.
+    let fast_model = fused_slower(10.0);
     let fast = choose(&fast_model, None).unwrap();
     assert_eq!(fast.reason, Reason::MaterialisedFaster);
     assert!(fast.fused.is_empty() && fast.predicted[0] < fast.predicted[1]);

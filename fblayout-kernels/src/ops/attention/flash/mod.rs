@@ -114,6 +114,19 @@ fn lse_dims(dims: &[Option<u64>]) -> Vec<Option<u64>> {
     d
 }
 
+/// How the fused attention's kernels are launched: the rows (queries or keys) each workgroup
+/// owns, one per invocation, and the rows of the other side staged in workgroup memory at a
+/// time. [`FlashAttentionOp::new`] takes 64 rows and the most staged rows, of 32, 16, 8 and 4,
+/// that fit the device's workgroup memory; [`FlashAttentionOp::with_launch`] takes others (to
+/// time them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlashLaunch {
+    /// Invocations (rows) per workgroup: 32, 64, 128 or 256.
+    pub rows: u32,
+    /// Rows staged at a time: from 1 to `rows`.
+    pub staged: u32,
+}
+
 /// The gradients of a backward: `dout` read through the output's view, `dq`, `dk` and `dv`
 /// written (overwritten) through the views of Q, K and V.
 #[derive(Debug, Clone)]
@@ -153,6 +166,37 @@ impl FlashAttentionOp {
         views: &AttentionViews<&View>,
         keep: Option<&View>,
         attention: Attention,
+    ) -> Result<Self, OpError> {
+        Self::build(gpu, views, keep, attention, None)
+    }
+
+    /// [`new`](Self::new) with the kernels launched as `launch` says: its rows must be 32, 64,
+    /// 128 or 256 (and at most the device's invocations per workgroup), its staged rows from 1
+    /// to the rows, and two staged blocks of head vectors must fit the workgroup memory.
+    pub fn with_launch(
+        gpu: &Gpu,
+        views: &AttentionViews<&View>,
+        keep: Option<&View>,
+        attention: Attention,
+        launch: FlashLaunch,
+    ) -> Result<Self, OpError> {
+        Self::build(gpu, views, keep, attention, Some(launch))
+    }
+
+    /// The launch the kernels were built for.
+    pub fn launch(&self) -> FlashLaunch {
+        FlashLaunch {
+            rows: self.blocks.rows,
+            staged: self.blocks.staged,
+        }
+    }
+
+    fn build(
+        gpu: &Gpu,
+        views: &AttentionViews<&View>,
+        keep: Option<&View>,
+        attention: Attention,
+        launch: Option<FlashLaunch>,
     ) -> Result<Self, OpError> {
         let group = attention.group()?;
         let AttentionViews {
@@ -195,16 +239,46 @@ impl FlashAttentionOp {
             }
         };
         check_keep(attention.mask, keep)?;
-        let limit = gpu.limits().max_compute_workgroup_storage_size;
-        let blocks = Blocks::fitting(head_dim, group, limit).ok_or_else(|| {
-            OpError::shape(
-                FORWARD,
-                format!(
-                    "heads of {head_dim} don't fit the device's {limit} bytes of workgroup \
-                     memory in blocks of four"
-                ),
-            )
-        })?;
+        let limits = gpu.limits();
+        let limit = limits.max_compute_workgroup_storage_size;
+        let blocks = match launch {
+            None => Blocks::fitting(head_dim, group, limit).ok_or_else(|| {
+                OpError::shape(
+                    FORWARD,
+                    format!(
+                        "heads of {head_dim} don't fit the device's {limit} bytes of workgroup \
+                         memory in blocks of four"
+                    ),
+                )
+            })?,
+            Some(FlashLaunch { rows, staged }) => {
+                let blocks = Blocks {
+                    head_dim,
+                    group,
+                    rows,
+                    staged,
+                };
+                let bytes = blocks.workgroup_bytes();
+                if ![32, 64, 128, 256].contains(&rows)
+                    || rows > limits.max_compute_invocations_per_workgroup
+                    || staged == 0
+                    || staged > rows
+                    || bytes > u64::from(limit)
+                {
+                    return Err(OpError::shape(
+                        FORWARD,
+                        format!(
+                            "a launch of {rows} rows staging {staged} (heads of {head_dim}: \
+                             {bytes} bytes of workgroup memory) doesn't fit: rows are 32, 64, \
+                             128 or 256 (at most {}), staged rows 1 to the rows, and the \
+                             device has {limit} bytes",
+                            limits.max_compute_invocations_per_workgroup
+                        ),
+                    ));
+                }
+                blocks
+            }
+        };
         let views = [q, k, v, out, lse].map(Clone::clone);
         let kernels =
             [0, 1, 2, 3].map(|p| build(gpu, Pass::ALL[p], &views, keep, attention, blocks));

@@ -91,11 +91,12 @@ pub(crate) struct Blocks {
 }
 
 impl Blocks {
-    /// Invocations per workgroup.
+    /// Invocations per workgroup by default.
     pub(crate) const ROWS: u32 = 64;
 
-    /// The blocks for heads of `head_dim` under a workgroup memory of `limit` bytes: the
-    /// largest of 32, 16, 8, 4 staged rows that fit, or `None`.
+    /// The default blocks for heads of `head_dim` under a workgroup memory of `limit` bytes:
+    /// [`ROWS`](Self::ROWS) rows, and the largest of 32, 16, 8, 4 staged rows that fit, or
+    /// `None`.
     pub(crate) fn fitting(head_dim: u32, group: u32, limit: u32) -> Option<Self> {
         [32, 16, 8, 4].into_iter().find_map(|staged| {
             let b = Self {
