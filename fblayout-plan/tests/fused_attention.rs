@@ -270,38 +270,39 @@ fn fused_slower(slower: f64) -> CostModel {
             m.3 *= slower;
         }
     }
-    CostModel::with_factors(
-        f,
-        Origin::Analytic {
-            precision: Precision::F32,
-        },
-    )
-    .unwrap()
+    // Timed at the reference's heads of 32, as the graphs below have them.
+    let origin = Origin::Analytic {
+        precision: Precision::F32,
+    };
+    CostModel::with_factors(f, origin)
+        .unwrap()
+        .timed_at_head_dim(32)
 }
 
 #[test]
 fn the_planner_fuses_by_predicted_time_and_by_memory() {
-    let config = ModelConfig::new(VOCAB, 64, 4).with_ffn(128).with_layers(3);
+    // Heads of 32, as the model's attention kernels were timed at.
+    let config = ModelConfig::new(VOCAB, 128, 4).with_ffn(256).with_layers(3);
     let sizes = Sizes { batch: 4, seq: 64 };
     let g = build(Model::Encoder, config).unwrap();
     let all = g.attentions();
-    let choose = |model: &CostModel, budget| choose(&g, sizes, model, Strategy::RowMajor, budget);
+    let pick = |model: &CostModel, budget| choose(&g, sizes, model, Strategy::RowMajor, budget);
     // Fused kernels ten times as fast: the fused attention is predicted faster, and all are
     // fused.
-    let slow = choose(&fused_slower(0.1), None).unwrap();
+    let slow = pick(&fused_slower(0.1), None).unwrap();
     assert_eq!((slow.reason, &slow.fused), (Reason::FusedFaster, &all));
     assert!(slow.predicted[1] <= slow.predicted[0]);
     // Ten times as slow: the materialised one is, and none is fused where nothing limits
     // memory.
     let fast_model = fused_slower(10.0);
-    let fast = choose(&fast_model, None).unwrap();
+    let fast = pick(&fast_model, None).unwrap();
     assert_eq!(fast.reason, Reason::MaterialisedFaster);
     assert!(fast.fused.is_empty() && fast.predicted[0] < fast.predicted[1]);
     let [materialised, fused] = fast.peaks;
     assert!(fused < materialised, "{fused} against {materialised}");
     // A budget just under the materialised peak: the fewest layers, first ones first.
     let budget = materialised - 1;
-    let tight = choose(&fast_model, Some(budget)).unwrap();
+    let tight = pick(&fast_model, Some(budget)).unwrap();
     assert_eq!(tight.reason, Reason::Budget);
     let k = tight.fused.len();
     assert!(k >= 1 && k < all.len(), "{k} of {} fused", all.len());
@@ -314,8 +315,15 @@ fn the_planner_fuses_by_predicted_time_and_by_memory() {
         .peak_bytes();
     assert!(peak > budget, "{} layers would have fit", k - 1);
     // Under the fused peak nothing fits: an error naming both peaks.
-    let err = choose(&fast_model, Some(fused - 1)).unwrap_err();
+    let err = pick(&fast_model, Some(fused - 1)).unwrap_err();
     assert!(matches!(err, ChoiceError::OverBudget { .. }), "{err}");
     assert!(err.to_string().contains(&fused.to_string()), "{err}");
     assert_eq!(tight.attentions, all.len());
+    // Heads of 16, where the kernels were not timed: the prediction is not trusted and nothing
+    // is fused where the step fits, however fast the fused kernels are said to be.
+    let small = build(Model::Encoder, config.with_hidden(64)).unwrap();
+    let unmeasured = choose(&small, sizes, &fused_slower(0.1), Strategy::RowMajor, None).unwrap();
+    assert_eq!(unmeasured.reason, Reason::Unmeasured);
+    assert!(unmeasured.fused.is_empty());
+    assert!(unmeasured.predicted[1] < unmeasured.predicted[0]);
 }

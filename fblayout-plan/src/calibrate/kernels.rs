@@ -242,6 +242,7 @@ pub fn measure_kernels(
                 adapter: gpu.info().to_string(),
                 cache: "fitting the kernel factors".into(),
             },
+            attention_head_dim: None,
         };
         Ok(Objective::new(&graph, sizes, &model)?)
     };

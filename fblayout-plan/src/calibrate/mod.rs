@@ -174,7 +174,9 @@ impl CostModel {
         let info = gpu.info();
         let cache =
             cache_dir.map(|dir| DiskCache::at(cache_path(dir, info, &at), cache_key(info, &at)));
+        let head_dim = at.config.hidden / at.config.heads.max(1);
         load_or_measure(cache.as_ref(), &info.to_string(), || measure_at(gpu, at))
+            .map(|model| model.timed_at_head_dim(head_dim))
     }
 }
 

@@ -7,7 +7,9 @@
 //! computes the scores again in the backward. [`choose`] plans the step both ways with the
 //! same cost model and strategy, and asks the memory planner for both peaks:
 //!
-//! - where every attention fused is predicted no slower, all are fused (less memory too);
+//! - where every attention fused is predicted no slower, all are fused (less memory too), as
+//!   long as the model's attention kernels were timed at the graph's head size (the fused
+//!   kernels' speed against the materialised ones' changes with it: [`Reason::Unmeasured`]);
 //! - else, where no budget is given or the materialised step fits it, none is;
 //! - else the fewest layers are fused, first layers first, that bring the peak under the
 //!   budget (each saves about the same: every layer's probabilities are alive where the
@@ -18,7 +20,7 @@
 //! records how it compares with the measured steps.
 
 use super::{CostModel, Plan, PlanError, Strategy, plan};
-use crate::graph::{Graph, GraphError, NodeId, Sizes};
+use crate::graph::{Dim, Graph, GraphError, NodeId, Op, Sizes};
 use crate::memory::{MemoryError, MemoryOptions, plan_memory};
 
 /// Why [`choose`] chose as it did.
@@ -35,6 +37,11 @@ pub enum Reason {
     Budget,
     /// Not chosen: every attention or none, as asked ([`plan_fusing`]).
     Asked,
+    /// The model's attention kernels were timed at another head size (or one not known) than
+    /// the graph's: its prediction of the fused attention against the materialised one is not
+    /// trusted, so none is fused where the step fits (on an H100 the fused kernels ran 1.33×
+    /// the materialised attention's speed at heads of 32 and 0.53× at heads of 64).
+    Unmeasured,
 }
 
 /// Which attentions a step fuses: what a user asks for.
@@ -155,6 +162,26 @@ impl From<GraphError> for ChoiceError {
     }
 }
 
+/// The head size of each of `graph`'s attentions: its context's width over its heads.
+fn head_dims(graph: &Graph) -> Vec<u32> {
+    graph
+        .attentions()
+        .iter()
+        .filter_map(|&n| {
+            let node = &graph.nodes()[n.index()];
+            let heads = match node.op {
+                Op::Attention { heads, .. } | Op::AttentionSeparate { heads, .. } => heads,
+                _ => return None,
+            };
+            let ctx = graph.tensor(*node.outputs.first()?);
+            match ctx.axes.last()?.dim {
+                Dim::Fixed(width) => Some(width / heads.max(1)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// Chooses which of `graph`'s attentions to fuse (see the module docs) for a step of `sizes`
 /// planned by `strategy` under `model`, its peak under `budget` bytes where one is given.
 pub fn choose(
@@ -204,7 +231,10 @@ pub fn choose(
             fused: peak_f,
         });
     }
-    if predicted[1] <= predicted[0] {
+    let measured = head_dims(graph)
+        .iter()
+        .all(|&d| model.attention_head_dim() == Some(d));
+    if measured && predicted[1] <= predicted[0] {
         return Ok(chosen(
             fused,
             &all,
@@ -215,14 +245,12 @@ pub fn choose(
         ));
     }
     if fits(peak_m) {
-        return Ok(chosen(
-            materialised,
-            &[],
-            peak_m,
-            predicted,
-            peaks,
-            Reason::MaterialisedFaster,
-        ));
+        let reason = if measured {
+            Reason::MaterialisedFaster
+        } else {
+            Reason::Unmeasured
+        };
+        return Ok(chosen(materialised, &[], peak_m, predicted, peaks, reason));
     }
     // Over the budget: the fewest layers, estimated from what each saves, then more until
     // the plan fits (it does with all of them).

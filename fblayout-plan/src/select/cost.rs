@@ -230,7 +230,13 @@ impl fmt::Display for Origin {
 pub struct CostModel {
     pub(crate) factors: Factors,
     pub(crate) origin: Origin,
+    /// The head size at which its attention kernels were timed, where known.
+    pub(crate) attention_head_dim: Option<u32>,
 }
+
+/// The head size of the reference device's calibration (the shipped encoder's: hidden 384
+/// over 12 heads).
+const REFERENCE_HEAD_DIM: u32 = 32;
 
 impl CostModel {
     /// The analytic model of an `f32` step ([`analytic_for`](Self::analytic_for)).
@@ -244,6 +250,7 @@ impl CostModel {
         Self {
             factors: Factors::reference(precision),
             origin: Origin::Analytic { precision },
+            attention_head_dim: Some(REFERENCE_HEAD_DIM),
         }
     }
 
@@ -252,7 +259,25 @@ impl CostModel {
         factors
             .check()
             .map_err(|detail| super::PlanError::Factors { detail })?;
-        Ok(Self { factors, origin })
+        Ok(Self {
+            factors,
+            origin,
+            attention_head_dim: None,
+        })
+    }
+
+    /// This model, its attention kernels said to be timed at heads of `head_dim` (what
+    /// [`choose`](super::attention::choose) compares a graph's heads with before trusting its
+    /// prediction of the fused attention against the materialised one).
+    pub fn timed_at_head_dim(mut self, head_dim: u32) -> Self {
+        self.attention_head_dim = Some(head_dim);
+        self
+    }
+
+    /// The head size at which its attention kernels were timed (the reference device's for
+    /// the analytic model, the calibration shape's for a calibrated one), where known.
+    pub fn attention_head_dim(&self) -> Option<u32> {
+        self.attention_head_dim
     }
 
     /// Its factors.

@@ -92,7 +92,7 @@ pub(crate) struct Blocks {
 
 impl Blocks {
     /// Invocations per workgroup by default.
-    pub(crate) const ROWS: u32 = 64;
+    pub(crate) const ROWS: u32 = 128;
 
     /// The default blocks for heads of `head_dim` under a workgroup memory of `limit` bytes:
     /// [`ROWS`](Self::ROWS) rows, and the largest of 32, 16, 8, 4 staged rows that fit, or
