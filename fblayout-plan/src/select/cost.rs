@@ -152,7 +152,9 @@ impl Factors {
     /// `--calibrate` (format 8): the real kernels timed under each layout, not gathers. In
     /// that lease the predictions were within 14 % of every measured step of the
     /// shipped encoder and decoder, materialised and fused, and put the fused attention ahead
-    /// as the kernels' timestamps did (`BENCHMARKS.md`, "Fused attention"; the format-7
+    /// as the kernels' timestamps did (its kernels then ran 64 rows a workgroup; 128 since,
+    /// which a single layer ran 1.07-1.27× faster: the fused multipliers are high, with the
+    /// same sign) (`BENCHMARKS.md`, "Fused attention"; the format-7
     /// tables before them, "The analytic model refitted from an H100's kernels"). The tables
     /// are the cache's text ([`encode`](crate::calibrate::encode)), in `select/reference/`.
     pub fn reference(precision: Precision) -> Self {
