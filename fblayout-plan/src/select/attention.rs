@@ -3,7 +3,7 @@
 //!
 //! A materialised attention stores its probabilities `[batch, heads, seq, seq]` from the
 //! forward to the backward and multiplies on the fastest products the device has; a fused one
-//! ([`Op::FusedAttention`](crate::graph::Op::FusedAttention)) keeps one number per query and
+//! ([`Op::FusedAttention`]) keeps one number per query and
 //! computes the scores again in the backward. [`choose`] plans the step both ways with the
 //! same cost model and strategy, and asks the memory planner for both peaks:
 //!
