@@ -169,15 +169,19 @@ pub(crate) fn body(pass: Pass, blocks: Blocks, mask: Mask, wide: Wide) -> String
     } else {
         ("fa_k", "fa_v")
     };
+    // `fa_x`: each staged key's mask, or each staged query's log-sum-exp; `fa_y` (dK only):
+    // each staged query's `D = Σ dO ⊙ O`.
     let _ = writeln!(
         w,
         "var<workgroup> {a}: array<vec4<f32>, {staged_vecs}>;
 var<workgroup> {b}: array<vec4<f32>, {staged_vecs}>;
-var<workgroup> fa_x: array<f32, {s}>;
-var<workgroup> fa_y: array<f32, {s}>;
-",
+var<workgroup> fa_x: array<f32, {s}>;",
         s = blocks.staged
     );
+    if pass == Pass::GradK {
+        let _ = writeln!(w, "var<workgroup> fa_y: array<f32, {}>;", blocks.staged);
+    }
+    w.push('\n');
     let _ = writeln!(
         w,
         "@compute @workgroup_size({rows})
@@ -504,8 +508,7 @@ fn grad_kv(pass: Pass, blocks: Blocks) -> String {
     let key = j < sk && fa_keeps(b, jj);
     let istart = fa_query_start(j0w, sq);
     var kk: array<vec4<f32>, {v4}>;
-    var vv: array<vec4<f32>, {v4}>;
-    var acc: array<vec4<f32>, {v4}>;
+{vv}    var acc: array<vec4<f32>, {v4}>;
 {load}    for (var gi = 0u; gi < {group}u; gi = gi + 1u) {{
         let h = kvh * {group}u + gi;
         for (var i0 = istart; i0 < sq; i0 = i0 + {s}u) {{
@@ -531,6 +534,11 @@ fn grad_kv(pass: Pass, blocks: Blocks) -> String {
 {store}    }}
 ",
         n = s * v4,
+        vv = if grad_k {
+            format!("    var vv: array<vec4<f32>, {v4}>;\n")
+        } else {
+            String::new()
+        },
         dd = indent(&dd, 4),
         sdot = indent(
             &unrolled(
