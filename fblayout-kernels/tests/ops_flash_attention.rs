@@ -19,7 +19,7 @@ use fblayout_kernels::ops::attention::{Attention, AttentionArgs, AttentionViews,
 use fblayout_kernels::ops::softmax::Mask;
 use fblayout_kernels::runtime::{Gpu, GpuBuffer};
 use fblayout_kernels::tensor::{GpuArg, HostArg};
-use support::{Rng, Tensor, assert_close, finite_differences, gpu, gpu_elems, tolerance};
+use support::{Rng, Tensor, assert_close, finite_differences, gpu, gpu_elems, lse_view, tolerance};
 
 const BATCH: u32 = 2;
 
@@ -62,17 +62,6 @@ fn head_view(name: &str, heads: u32, head_dim: u32, rtile: bool, elem: ElemType)
         spec.axis("heads", heads).axis("head_dim", head_dim)
     };
     spec.build().unwrap().view()
-}
-
-/// The log-sum-exp `[batch, heads, q]`, f32, row-major.
-fn lse_view(heads: u32) -> View {
-    LayoutSpec::new("lse")
-        .dyn_axis("batch")
-        .axis("heads", heads)
-        .dyn_axis("q")
-        .build()
-        .unwrap()
-        .view()
 }
 
 struct Keep {

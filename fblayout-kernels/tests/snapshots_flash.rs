@@ -9,7 +9,7 @@ mod support;
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::ops::attention::flash::FlashAttentionOp;
 use fblayout_kernels::ops::{Attention, AttentionViews, Mask, qkv_views};
-use support::gpu;
+use support::{gpu, lse_view};
 
 /// `[batch, seq, heads, head_dim]` row-major, batch and seq run-time.
 fn heads(name: &str, heads: u32, head_dim: u32, elem: ElemType) -> View {
@@ -19,17 +19,6 @@ fn heads(name: &str, heads: u32, head_dim: u32, elem: ElemType) -> View {
         .dyn_axis("seq")
         .axis("heads", heads)
         .axis("head_dim", head_dim)
-        .build()
-        .unwrap()
-        .view()
-}
-
-/// The log-sum-exp `[batch, heads, q]`, f32.
-fn lse(heads: u32) -> View {
-    LayoutSpec::new("lse")
-        .dyn_axis("batch")
-        .axis("heads", heads)
-        .dyn_axis("q")
         .build()
         .unwrap()
         .view()
@@ -46,7 +35,7 @@ fn fused_projection_causal_grouped() {
         .unwrap()
         .view();
     let (q, k, v) = qkv_views(&qkv, 4, 2).unwrap();
-    let (out, lse) = (heads("o", 4, 32, ElemType::F16), lse(4));
+    let (out, lse) = (heads("o", 4, 32, ElemType::F16), lse_view(4));
     let views = AttentionViews {
         q: &q,
         k: &k,
@@ -69,7 +58,7 @@ fn separate_padded_scalar() {
         heads("k", 2, 6, ElemType::F32),
         heads("v", 2, 6, ElemType::F32),
     );
-    let (out, lse) = (heads("o", 2, 6, ElemType::F32), lse(2));
+    let (out, lse) = (heads("o", 2, 6, ElemType::F32), lse_view(2));
     let keep = LayoutSpec::new("keep")
         .elem(ElemType::U32)
         .dyn_axis("batch")

@@ -554,3 +554,14 @@ pub fn finite_differences(x: &[f64], h: f64, f: impl Fn(&[f64]) -> f64) -> Vec<f
         })
         .collect()
 }
+
+/// An attention's log-sum-exp `[batch, heads, q]`, `f32`, row-major, batch and q run-time.
+pub fn lse_view(heads: u32) -> View {
+    LayoutSpec::new("lse")
+        .dyn_axis("batch")
+        .axis("heads", heads)
+        .dyn_axis("q")
+        .build()
+        .unwrap()
+        .view()
+}

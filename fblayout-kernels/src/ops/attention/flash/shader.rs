@@ -312,10 +312,11 @@ fn stage_keys(blocks: Blocks, values: bool) -> String {
     )
 }
 
-/// The forward: an online softmax over blocks of keys.
-fn forward(blocks: Blocks) -> String {
-    let (v4, rows, s) = (blocks.vecs(), blocks.rows, blocks.staged);
-    let group = blocks.group;
+/// The lines that open a kernel of one query an invocation: its head `h` (and key/value head
+/// `kvh`), its query `i` (`ii` clamped into the sequence, for loads) and the keys its
+/// workgroup sees (`kend`).
+fn query_rows(blocks: Blocks) -> String {
+    let (rows, group) = (blocks.rows, blocks.group);
     format!(
         "    let h = fa_wg.y;
     let kvh = h / {group}u;
@@ -323,7 +324,15 @@ fn forward(blocks: Blocks) -> String {
     let i = i0 + fa_lid;
     let ii = min(i, sq - 1u);
     let kend = fa_key_end(min(i0 + {rows}u, sq) - 1u, sk);
-    var q: array<vec4<f32>, {v4}>;
+"
+    )
+}
+
+/// The forward: an online softmax over blocks of keys.
+fn forward(blocks: Blocks) -> String {
+    let (v4, s) = (blocks.vecs(), blocks.staged);
+    format!(
+        "{rows_of}    var q: array<vec4<f32>, {v4}>;
     var o: array<vec4<f32>, {v4}>;
 {load_q}    var m = FA_NEG;
     var l = 0.0;
@@ -349,6 +358,7 @@ fn forward(blocks: Blocks) -> String {
 {store}        lse_store(b, h, i, select(FA_NO_KEYS, m + log(l), l > 0.0));
     }}
 ",
+        rows_of = query_rows(blocks),
         load_q = unrolled(v4, "q[{c}] = fa_get_q(b, ii, h, {c}u) * params.scale;"),
         stage = stage_keys(blocks, true),
         dot = indent(
@@ -372,16 +382,9 @@ fn forward(blocks: Blocks) -> String {
 
 /// `dQ = scale · Σ_j dS_ij K_j` per query, `dS = P ⊙ (dP − D)`, `D = Σ dO ⊙ O`.
 fn grad_q(blocks: Blocks) -> String {
-    let (v4, rows, s) = (blocks.vecs(), blocks.rows, blocks.staged);
-    let group = blocks.group;
+    let (v4, s) = (blocks.vecs(), blocks.staged);
     format!(
-        "    let h = fa_wg.y;
-    let kvh = h / {group}u;
-    let i0 = fa_wg.x * {rows}u;
-    let i = i0 + fa_lid;
-    let ii = min(i, sq - 1u);
-    let kend = fa_key_end(min(i0 + {rows}u, sq) - 1u, sk);
-    var q: array<vec4<f32>, {v4}>;
+        "{rows_of}    var q: array<vec4<f32>, {v4}>;
     var g: array<vec4<f32>, {v4}>;
     var dq: array<vec4<f32>, {v4}>;
     var dd4 = vec4<f32>(0.0);
@@ -399,6 +402,7 @@ fn grad_q(blocks: Blocks) -> String {
     if (i < sq) {{
 {store}    }}
 ",
+        rows_of = query_rows(blocks),
         load = unrolled(
             v4,
             "q[{c}] = fa_get_q(b, ii, h, {c}u);\n    g[{c}] = fa_get_dout(b, ii, h, {c}u);\n    dd4 = fma(g[{c}], fa_get_out(b, ii, h, {c}u), dd4);"
