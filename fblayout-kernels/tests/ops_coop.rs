@@ -11,7 +11,7 @@ mod support;
 use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::__private::kernel_source;
 use fblayout_kernels::ops::OpError;
-use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, compile_ahead};
+use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp, Lanes, compile_ahead};
 use fblayout_kernels::ops::matmul::{Extents, Scale, matmul_cpu};
 use fblayout_kernels::runtime::{CacheLoad, CoopScalar, Gpu, GpuOptions};
 use support::{Layout2, Rng, Tensor, assert_close, coop_gpu, gpu, static_2d, tolerance, view_2d};
@@ -653,7 +653,7 @@ fn static_mismatches_are_shape_errors_on_any_device() {
             "{what}: {err}"
         );
         // The same check without a device.
-        let err = kernel_source(a, b, c, CoopConfig::SMALL, 32).unwrap_err();
+        let err = kernel_source(a, b, c, CoopConfig::SMALL, Lanes::new(32)).unwrap_err();
         assert!(matches!(err, OpError::Shape { .. }), "{what}: {err}");
     }
     let (a2, _) = fixed("a", 32, 48, false);
@@ -662,7 +662,7 @@ fn static_mismatches_are_shape_errors_on_any_device() {
     // Matching views pass the check: on a device without the feature the refusal is then
     // about the feature, never the shapes.
     let (b_ok, _) = fixed("b", 48, 16, false);
-    kernel_source(&a2, &b_ok, &c, CoopConfig::SMALL, 32).unwrap();
+    kernel_source(&a2, &b_ok, &c, CoopConfig::SMALL, Lanes::new(32)).unwrap();
     if let Err(err) = CoopMatmulOp::new(gpu, &a2, &b_ok, &c) {
         assert!(matches!(err, OpError::Unsupported { .. }), "{err}");
     }
@@ -923,7 +923,7 @@ fn a_bias_of_the_wrong_shape_is_a_shape_error_on_any_device() {
             bias,
             &c,
             CoopConfig::SMALL,
-            32,
+            Lanes::new(32),
         )
         .unwrap_err();
         assert!(matches!(err, OpError::Shape { .. }), "{err}");

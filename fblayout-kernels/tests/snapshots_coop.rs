@@ -11,7 +11,7 @@ use fblayout_kernels::__private::{
     biased_kernel_source, biased_reduce_kernel_source, kernel_source, reduce_kernel_source,
     staging_orders,
 };
-use fblayout_kernels::ops::coop::{CoopConfig, Order};
+use fblayout_kernels::ops::coop::{CoopConfig, Lanes, Order};
 use fblayout_kernels::runtime::CoopScalar;
 use naga::back::spv;
 use support::{Layout2, static_2d, view_2d};
@@ -77,11 +77,19 @@ fn spirv(a: &View, b: &View, c: &View, config: CoopConfig) -> Vec<u32> {
             reduce_kernel_source(a, b, c).unwrap(),
         );
     }
-    spirv_of(
-        &config.to_string(),
-        kernel_source(a, b, c, config, 32).unwrap(),
-    )
+    let mut words = Vec::new();
+    for lanes in LANES {
+        words = spirv_of(
+            &format!("{config} {lanes:?}"),
+            kernel_source(a, b, c, config, lanes).unwrap(),
+        );
+    }
+    words
 }
+
+/// Subgroups of 32 lanes waiting around their scratch with workgroup barriers, and with
+/// subgroup barriers (a device with subgroup operations).
+const LANES: [Lanes; 2] = [Lanes::new(32), Lanes::new(32).subgroup_barrier(true)];
 
 /// Like [`spirv`], for the biased product with the bias read through `bias`.
 fn spirv_biased(a: &View, b: &View, bias: &View, c: &View, config: CoopConfig) -> Vec<u32> {
@@ -91,10 +99,14 @@ fn spirv_biased(a: &View, b: &View, bias: &View, c: &View, config: CoopConfig) -
             biased_reduce_kernel_source(a, b, bias, c).unwrap(),
         );
     }
-    spirv_of(
-        &format!("{config} biased"),
-        biased_kernel_source(a, b, bias, c, config, 32).unwrap(),
-    )
+    let mut words = Vec::new();
+    for lanes in LANES {
+        words = spirv_of(
+            &format!("{config} biased {lanes:?}"),
+            biased_kernel_source(a, b, bias, c, config, lanes).unwrap(),
+        );
+    }
+    words
 }
 
 /// A `[rows, cols]` f16 view of static extents: row-major, or a row-major `[cols, rows]`
@@ -148,7 +160,7 @@ fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
             }
         }
         for config in CoopConfig::split_space() {
-            let text = kernel_source(&a, &b, &c, config, 32)
+            let text = kernel_source(&a, &b, &c, config, Lanes::new(32))
                 .unwrap()
                 .build()
                 .unwrap()
@@ -162,7 +174,7 @@ fn every_configuration_and_transposition_survives_naga_s_spirv_writer() {
             );
             spirv(&a, &b, &c, config);
             // The biased partial kernel is the unbiased one: the reduction adds the bias.
-            let biased = biased_kernel_source(&a, &b, &bias32, &c, config, 32)
+            let biased = biased_kernel_source(&a, &b, &bias32, &c, config, Lanes::new(32))
                 .unwrap()
                 .build()
                 .unwrap();
@@ -259,7 +271,7 @@ fn fragments_go_straight_into_a_row_or_column_major_c_of_the_accumulator_s_type(
         };
         let a = fixed("a", extent(0, 100), 72, false);
         let b = fixed("b", 72, extent(1, 64), true);
-        let source = kernel_source(&a, &b, c, config, 32)
+        let source = kernel_source(&a, &b, c, config, Lanes::new(32))
             .unwrap()
             .build()
             .unwrap();
@@ -324,10 +336,10 @@ fn operands_the_path_cannot_take_are_refused_with_the_reason() {
         ElemType::F32,
     );
     let (a32, _) = view_2d("a", Layout2::RowMajor, 100, 72, ElemType::F32);
-    let err = kernel_source(&a32, &b, &c, CoopConfig::DEFAULT, 32).unwrap_err();
+    let err = kernel_source(&a32, &b, &c, CoopConfig::DEFAULT, Lanes::new(32)).unwrap_err();
     assert!(err.to_string().contains("f16"), "{err}");
     let (c_bad, _) = view_2d("c", Layout2::RowMajor, 100, 60, ElemType::U32);
-    let err = kernel_source(&a, &b, &c_bad, CoopConfig::DEFAULT, 32).unwrap_err();
+    let err = kernel_source(&a, &b, &c_bad, CoopConfig::DEFAULT, Lanes::new(32)).unwrap_err();
     assert!(err.to_string().contains("f32 or f16"), "{err}");
 }
 
@@ -339,7 +351,7 @@ fn wgsl_snapshots() {
         Layout2::RowMajor,
         ElemType::F32,
     );
-    let small = kernel_source(&a, &b, &c, CoopConfig::SMALL, 32)
+    let small = kernel_source(&a, &b, &c, CoopConfig::SMALL, Lanes::new(32))
         .unwrap()
         .build()
         .unwrap();
@@ -360,7 +372,7 @@ fn wgsl_snapshots() {
         acc: CoopScalar::F32,
         split_k: 1,
     };
-    let t = kernel_source(&a, &b, &c, config, 32)
+    let t = kernel_source(&a, &b, &c, config, Lanes::new(32))
         .unwrap()
         .build()
         .unwrap();
@@ -374,14 +386,14 @@ fn wgsl_snapshots() {
         fblayout_core::layout::Order::RowMajor,
     );
     let (a, b) = (fixed("a", 100, 72, false), fixed("b", 72, 64, false));
-    let direct = kernel_source(&a, &b, &c, CoopConfig::SMALL, 32)
+    let direct = kernel_source(&a, &b, &c, CoopConfig::SMALL, Lanes::new(32))
         .unwrap()
         .build()
         .unwrap();
     insta::assert_snapshot!("coop_row_major_small_direct_store", direct.source());
     // The same, biased: the accumulators start as the bias; the straight store stays.
     let bias = support::view_1d("bias", "cols", 64, ElemType::F32);
-    let biased = biased_kernel_source(&a, &b, &bias, &c, CoopConfig::SMALL, 32)
+    let biased = biased_kernel_source(&a, &b, &bias, &c, CoopConfig::SMALL, Lanes::new(32))
         .unwrap()
         .build()
         .unwrap();
@@ -393,6 +405,48 @@ fn wgsl_snapshots() {
     insta::assert_snapshot!("coop_row_major_small_direct_store_biased", biased.source());
 }
 
+/// On a device with subgroup operations a subgroup waits for its own lanes around its scratch
+/// (the bias seed and the epilogue of an `f16` C, which no fragment can be stored straight
+/// into) with subgroup barriers; only the k-loop's staging, shared by every subgroup, keeps a
+/// workgroup barrier.
+#[test]
+fn subgroup_barrier_wgsl_snapshot() {
+    let (a, b) = (fixed("a", 100, 72, false), fixed("b", 72, 64, false));
+    let c = static_2d(
+        "c",
+        100,
+        64,
+        ElemType::F16,
+        fblayout_core::layout::Order::RowMajor,
+    );
+    let bias = support::view_1d("bias", "cols", 64, ElemType::F32);
+    let config = CoopConfig::SMALL;
+    let lanes = Lanes::new(32).subgroup_barrier(true);
+    let module = biased_kernel_source(&a, &b, &bias, &c, config, lanes)
+        .unwrap()
+        .build()
+        .unwrap();
+    let text = module.source();
+    // The scratch's waits: two per column of fragments (the bias) and two per fragment (C).
+    let fragments = config.frags_m * config.frags_n;
+    let scratch_waits = 2 * config.frags_n + 2 * fragments;
+    assert_eq!(
+        text.matches("subgroupBarrier();").count() as u32,
+        scratch_waits
+    );
+    // Without subgroup operations the same waits are workgroup barriers.
+    let plain = biased_kernel_source(&a, &b, &bias, &c, config, Lanes::new(32))
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(!plain.source().contains("subgroupBarrier"));
+    assert_eq!(
+        plain.source().matches("workgroupBarrier();").count(),
+        text.matches("workgroupBarrier();").count() + scratch_waits as usize
+    );
+    insta::assert_snapshot!("coop_row_major_small_f16_subgroup_barriers", text);
+}
+
 /// Split-k's pair for a weight gradient `dW = Xᵀ·dY`: the kernel writing each part's sums
 /// into the workspace (A read through a transpose), and the reduction writing an f16 C.
 #[test]
@@ -401,7 +455,7 @@ fn split_k_wgsl_snapshots() {
     let (xt, dy) = (fixed("x", 72, 100, true), fixed("dy", 100, 60, false));
     let (dw, _) = view_2d("dw", Layout2::RowMajor, 72, 60, ElemType::F16);
     let config = CoopConfig::SMALL.with_split(4);
-    let partial = kernel_source(&xt, &dy, &dw, config, 32)
+    let partial = kernel_source(&xt, &dy, &dw, config, Lanes::new(32))
         .unwrap()
         .build()
         .unwrap();

@@ -5,7 +5,9 @@
 //! one has a fallback, and turning a feature off is how the fallback is tested:
 //!
 //! - `SUBGROUP`: reductions combine a subgroup's values with `subgroupAdd`/`subgroupMax`;
-//!   without it, through workgroup memory.
+//!   without it, through workgroup memory. `SUBGROUP_BARRIER` comes with it: the tensor-core
+//!   GEMM's subgroups wait for their own lanes around their scratch with `subgroupBarrier()`;
+//!   without it, with workgroup barriers.
 //! - `SHADER_F16`: `f16` tensors; without it, kernels refuse them with an error.
 //! - `TIMESTAMP_QUERY`: [`Batch::submit_timed`](super::Batch::submit_timed) times each dispatch
 //!   on the GPU; without it, by the wall clock around a submission each.
@@ -87,7 +89,10 @@ impl Disabled {
             }
         };
         want(!self.f16, wgpu::Features::SHADER_F16);
-        want(!self.subgroups, wgpu::Features::SUBGROUP);
+        want(
+            !self.subgroups,
+            wgpu::Features::SUBGROUP | wgpu::Features::SUBGROUP_BARRIER,
+        );
         want(!self.timestamps, wgpu::Features::TIMESTAMP_QUERY);
         want(!self.pipeline_cache, wgpu::Features::PIPELINE_CACHE);
         // Fragments hold f16 inputs, so the one is no use without the other.
@@ -228,6 +233,8 @@ pub struct GpuFeatures {
     pub f16: bool,
     /// Subgroup operations in compute shaders.
     pub subgroups: bool,
+    /// `subgroupBarrier()` in compute shaders (with [`subgroups`](Self::subgroups)).
+    pub subgroup_barrier: bool,
     /// The smallest and largest subgroup size the adapter reports.
     pub subgroup_sizes: (u32, u32),
     /// GPU timestamps around compute passes.
@@ -257,6 +264,8 @@ impl GpuFeatures {
         Self {
             f16: device.contains(wgpu::Features::SHADER_F16),
             subgroups: device.contains(wgpu::Features::SUBGROUP),
+            subgroup_barrier: device
+                .contains(wgpu::Features::SUBGROUP | wgpu::Features::SUBGROUP_BARRIER),
             subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
             timestamps: device.contains(wgpu::Features::TIMESTAMP_QUERY),
             pipeline_cache: device.contains(wgpu::Features::PIPELINE_CACHE),

@@ -67,8 +67,8 @@ use fblayout_core::shader::WgslFeatures;
 
 pub use self::ahead::compile_ahead;
 pub use self::config::{CoopConfig, ParseConfigError};
-pub use self::shader::Order;
 use self::shader::{CoopSpec, Direct, Output, Staging, Width};
+pub use self::shader::{Lanes, Order};
 use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
@@ -250,7 +250,7 @@ impl Operands {
 
     /// The GEMM kernel of `config`: into C, or with `split_k > 1` into split-k's partial
     /// sums.
-    fn source(&self, config: CoopConfig, subgroup_size: u32) -> KernelSource {
+    fn source(&self, config: CoopConfig, lanes: Lanes) -> KernelSource {
         let acc_elem = match config.acc {
             CoopScalar::F16 => ElemType::F16,
             _ => ElemType::F32,
@@ -279,7 +279,7 @@ impl Operands {
         };
         let spec = CoopSpec {
             config,
-            subgroup_size,
+            lanes,
             batch_axes: nb,
             a: Staging {
                 stepped: stepped(&self.a, nb + 1),
@@ -304,7 +304,11 @@ impl Operands {
             (Output::C(_), None) => source.operand(c.clone()),
             (Output::C(_), Some(bias)) => source.operand(c.clone()).operand(bias.operand().clone()),
         };
-        source.body(shader::gemm(&spec)).features(FEATURES)
+        let features = WgslFeatures {
+            subgroups: lanes.subgroup_barrier,
+            ..FEATURES
+        };
+        source.body(shader::gemm(&spec)).features(features)
     }
 
     /// Split-k's reduction kernel.
@@ -339,6 +343,9 @@ impl Kernel {
 pub struct CoopMatmulOp {
     operands: Operands,
     subgroup_size: u32,
+    /// Whether the device has subgroup operations, so that a subgroup waits for its own lanes
+    /// around its scratch with `subgroupBarrier()` ([`Lanes`]).
+    subgroup_barrier: bool,
     acc: CoopScalar,
     candidates: Vec<CoopConfig>,
     limits: wgpu::Limits,
@@ -426,6 +433,7 @@ impl CoopMatmulOp {
         let op = Self {
             operands,
             subgroup_size: lo,
+            subgroup_barrier: features.subgroup_barrier,
             acc: fragment.acc,
             candidates,
             limits: gpu.limits().clone(),
@@ -477,6 +485,11 @@ impl CoopMatmulOp {
         }
     }
 
+    /// The subgroups the kernels are generated for.
+    pub fn lanes(&self) -> Lanes {
+        Lanes::new(self.subgroup_size).subgroup_barrier(self.subgroup_barrier)
+    }
+
     /// The accumulator type of the adapter's fragment.
     pub fn accumulator(&self) -> CoopScalar {
         self.acc
@@ -522,7 +535,7 @@ impl CoopMatmulOp {
                 if let Some(why) = config.problem(gpu.limits(), self.subgroup_size, self.orders()) {
                     return Err(OpError::shape(OP, why));
                 }
-                let module = self.operands.source(config, self.subgroup_size).build()?;
+                let module = self.operands.source(config, self.lanes()).build()?;
                 Compiled::from_module(OP, module)
             }
             Kernel::Reduce => {

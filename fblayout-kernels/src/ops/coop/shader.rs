@@ -39,7 +39,12 @@
 //! read from C's index function). Every other block, and every other C, sends each
 //! accumulator through a per-subgroup 16×16 scratch in workgroup memory (`coopStoreT`, two
 //! barriers) and from there to C through `c_store`, guarded by C's extents, so C may have any
-//! layout and any extents; where C grants aligned runs of four along `n` (an `f16` activation
+//! layout and any extents. The scratch is the subgroup's own, so on a device with subgroup
+//! operations its barriers are `subgroupBarrier()` ([`Lanes`]): only its owner waits, where a
+//! `workgroupBarrier()` would hold every subgroup of the workgroup twice per fragment (naga
+//! gives the subgroup barrier acquire-release semantics at subgroup scope; the scratch's
+//! readers are the lanes of the subgroup that stored it, and the crate's GPU tests check every
+//! output element of such products against `f64` sums); where C grants aligned runs of four along `n` (an `f16` activation
 //! of a mixed-precision step, rows padded to a multiple of 8 included), each lane moves four
 //! neighbours per `c_store4`, one index evaluation for four elements.
 //!
@@ -116,12 +121,53 @@ pub(crate) struct Staging {
     pub stepped: bool,
 }
 
+/// The subgroups a kernel is generated for: their size (fixed on the adapter) and how a
+/// subgroup waits for its own lanes around its scratch in workgroup memory (the bias seed and
+/// the guarded epilogue, see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lanes {
+    /// Lanes per subgroup.
+    pub size: u32,
+    /// `subgroupBarrier()` (on devices with subgroup operations): only the subgroup that owns
+    /// the scratch waits, and the others go on multiplying or storing. Otherwise
+    /// `workgroupBarrier()`, which holds every subgroup of the workgroup at each fragment.
+    pub subgroup_barrier: bool,
+}
+
+impl Lanes {
+    /// Subgroups of `size` lanes that wait for each other with workgroup barriers (a device
+    /// without subgroup operations).
+    pub const fn new(size: u32) -> Self {
+        Self {
+            size,
+            subgroup_barrier: false,
+        }
+    }
+
+    /// The same subgroups waiting with `subgroupBarrier()` where `on`.
+    pub const fn subgroup_barrier(self, on: bool) -> Self {
+        Self {
+            subgroup_barrier: on,
+            ..self
+        }
+    }
+
+    /// The statement with which a subgroup waits for its own lanes around its scratch.
+    fn scratch_barrier(self) -> &'static str {
+        if self.subgroup_barrier {
+            "subgroupBarrier();"
+        } else {
+            "workgroupBarrier();"
+        }
+    }
+}
+
 /// What one kernel is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct CoopSpec {
     pub config: CoopConfig,
-    /// Lanes per subgroup (fixed on the adapter).
-    pub subgroup_size: u32,
+    /// The adapter's subgroups.
+    pub lanes: Lanes,
     /// Leading batch axes (0 to 3).
     pub batch_axes: usize,
     pub a: Staging,
@@ -208,7 +254,7 @@ struct Stage {
 
 fn stage(role: &str, staging: Staging, outer: u32, spec: &CoopSpec) -> Stage {
     let c = spec.config;
-    let threads = c.invocations(spec.subgroup_size);
+    let threads = c.invocations(spec.lanes.size);
     let k_step = c.k_step;
     let bc = batch_coords(spec.batch_axes);
     let (row_len, rows) = staged_shape(staging.order, outer, k_step);
@@ -402,7 +448,7 @@ pub(crate) fn gemm(spec: &CoopSpec) -> String {
     let acc = c.acc.wgsl();
     let (bm, bn, bk) = (c.block_m, c.block_n, c.k_step);
     let stages = c.stages;
-    let threads = c.invocations(spec.subgroup_size);
+    let threads = c.invocations(spec.lanes.size);
     let (sg_m, sg_n) = c.subgroup_grid();
     let subgroups = sg_m * sg_n;
     let a_len = staged_elements(spec.a.order, bm, bk);
@@ -418,7 +464,7 @@ var<workgroup> cm_a_tile: array<vec4<f16>, {}>;
 var<workgroup> cm_b_tile: array<vec4<f16>, {}>;",
         spec.a,
         spec.b,
-        spec.subgroup_size,
+        spec.lanes.size,
         vecs(a_len * stages),
         vecs(b_len * stages),
     );
@@ -494,8 +540,8 @@ fn {ENTRY}(
                 bk - 1
             )
         },
-        spec.subgroup_size,
-        spec.subgroup_size,
+        spec.lanes.size,
+        spec.lanes.size,
         16 * c.frags_m,
         16 * c.frags_n,
         vecs(a_row),
@@ -601,6 +647,7 @@ fn {ENTRY}(
 /// column from there (`coopLoadT`, two barriers per column).
 fn bias_seed(spec: &CoopSpec) -> String {
     let c = spec.config;
+    let wait = spec.lanes.scratch_barrier();
     let acc = c.acc.wgsl();
     let mut s = String::from(
         "    // Every accumulator starts as its columns' bias.
@@ -616,13 +663,13 @@ fn bias_seed(spec: &CoopSpec) -> String {
     for j in 0..c.frags_n {
         let _ = writeln!(
             s,
-            "    workgroupBarrier();
+            "    {wait}
     for (var cm_e = cm_lane; cm_e < 256u; cm_e = cm_e + {}u) {{
         let cm_n = min(cm_n0 + cm_sn + {}u + cm_e % 16u, cm_n_last);
         cm_out[cm_bo + cm_e] = {value};
     }}
-    workgroupBarrier();",
-            spec.subgroup_size,
+    {wait}",
+            spec.lanes.size,
             16 * j,
         );
         for i in 0..c.frags_m {
@@ -639,6 +686,7 @@ fn bias_seed(spec: &CoopSpec) -> String {
 /// extents (two barriers per fragment), every line indented by `extra`.
 fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
     let c = spec.config;
+    let wait = spec.lanes.scratch_barrier();
     let nb = spec.batch_axes;
     let bc = batch_coords(nb);
     let mut s = String::new();
@@ -652,11 +700,11 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
         for j in 0..c.frags_n {
             let _ = writeln!(
                 s,
-                "    workgroupBarrier();
+                "    {wait}
     coopStoreT(cm_acc{i}_{j}, &cm_out[cm_o], cm_o_stride);
-    workgroupBarrier();"
+    {wait}"
             );
-            let (sg, fm, fn_) = (spec.subgroup_size, 16 * i, 16 * j);
+            let (sg, fm, fn_) = (spec.lanes.size, 16 * i, 16 * j);
             match spec.c_width {
                 Width::One => {
                     let _ = writeln!(

@@ -5,11 +5,11 @@
 use fblayout_core::kernel::KernelSource;
 use fblayout_core::layout::View;
 
-use super::{CoopConfig, Operands, Order};
+use super::{CoopConfig, Lanes, Operands, Order};
 use crate::ops::error::OpError;
 
-/// The WGSL of the cooperative-matrix GEMM for views `a`, `b`, `c`, `config` and subgroups of
-/// `subgroup_size` lanes, before validation (no device needed: for tests that pass every
+/// The WGSL of the cooperative-matrix GEMM for views `a`, `b`, `c`, `config` and the
+/// subgroups `lanes`, before validation (no device needed: for tests that pass every
 /// shader through naga's validator and SPIR-V writer, and for snapshots). With
 /// `config.split_k > 1` it is the kernel that writes split-k's partial sums
 /// ([`reduce_kernel_source`] is the kernel that adds them into C).
@@ -18,9 +18,9 @@ pub fn kernel_source(
     b: &View,
     c: &View,
     config: CoopConfig,
-    subgroup_size: u32,
+    lanes: Lanes,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, None, c)?.source(config, subgroup_size))
+    Ok(Operands::new(a, b, None, c)?.source(config, lanes))
 }
 
 /// Like [`kernel_source`], for the biased product `C = A·B + bias` (`bias` a rank-1 view
@@ -31,9 +31,9 @@ pub fn biased_kernel_source(
     bias: &View,
     c: &View,
     config: CoopConfig,
-    subgroup_size: u32,
+    lanes: Lanes,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, Some(bias), c)?.source(config, subgroup_size))
+    Ok(Operands::new(a, b, Some(bias), c)?.source(config, lanes))
 }
 
 /// The WGSL of split-k's reduction for views `a`, `b`, `c` (it writes C through `c`), before

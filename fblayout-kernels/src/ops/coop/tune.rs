@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 use super::config::CoopConfig;
 use crate::runtime::{CacheLoad, DiskCache};
 
-/// The stem of the autotune file's name. It names the kernel generator's generation (`k3`:
-/// vector-wide staging, offsets stepped along `k`, unmasked loads for whole k-steps), so that choices timed on an older
-/// generation's kernels are measured again rather than reused.
-pub(crate) const STEM: &str = "coop-autotune-k3";
+/// The stem of the autotune file's name. It names the kernel generator's generation (`k4`:
+/// vector-wide staging, offsets stepped along `k`, unmasked loads for whole k-steps, subgroup
+/// barriers around the subgroups' scratch), so that choices timed on an older generation's
+/// kernels are measured again rather than reused.
+pub(crate) const STEM: &str = "coop-autotune-k4";
 
 /// Problems and the configuration chosen for each.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
