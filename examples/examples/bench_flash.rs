@@ -8,8 +8,11 @@
 //! - **materialised**: [`AttentionOp`], the probabilities `[batch, heads, seq, seq]` stored (in
 //!   the element type), its six products on tensor cores where the device has them and the
 //!   operands are `f16` (tiles tuned first, as a training step does);
-//! - **fused R×S**: [`FlashAttentionOp`] launched with R rows a workgroup and S rows staged
-//!   (`--launches`, default the op's own choice and its neighbours).
+//! - **fused, tensor cores**: [`FlashAttentionOp::tensor_cores`] (`f16`, heads of a multiple
+//!   of 16 up to 64, on a device with cooperative matrices);
+//! - **fused R×S**: [`FlashAttentionOp`]'s shader-core kernels launched with R rows a workgroup
+//!   and S rows staged (`--launches`, default the op's own choice, or 128×32 where the op took
+//!   tensor cores, and their neighbours).
 //!
 //! A pass is the forward and the backward; its time is the wall clock around submitting and
 //! waiting for `--reps` passes in one batch, divided by `--reps`, the median over `--samples`
@@ -173,8 +176,21 @@ fn run(args: &Args) -> Res<()> {
             AttentionOp::new(&gpu, &views(&probs), attention).map_err(err)?,
         )),
     )];
+    match FlashAttentionOp::tensor_cores(&gpu, &views(&lse), None, attention) {
+        Ok(op) => ways.push(("fused, tensor cores".into(), Way::Fused(Box::new(op)))),
+        Err(e) => println!("fused, tensor cores: skipped ({e})"),
+    }
     let default = FlashAttentionOp::new(&gpu, &views(&lse), None, attention).map_err(err)?;
-    let own = default.launch();
+    // The shader-core launches: the op's own, or around 128 rows staging 32 where it took
+    // tensor cores.
+    let own = if default.on_tensor_cores() {
+        FlashLaunch {
+            rows: 128,
+            staged: 32,
+        }
+    } else {
+        default.launch()
+    };
     let launches = if args.launches.is_empty() {
         let mut l = vec![own];
         for (rows, staged) in [

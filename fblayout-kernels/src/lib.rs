@@ -38,6 +38,7 @@ pub use runtime::{AdapterChoice, Binding, Gpu, GpuBuffer, GpuError};
 /// without a device): no stable interface, and no part of the public surface.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::ops::attention::flash::tensor::kernel_sources as flash_tensor_kernel_sources;
     pub use crate::ops::coop::sources::{
         biased_kernel_source, biased_reduce_kernel_source, kernel_source, reduce_kernel_source,
         staging_orders,

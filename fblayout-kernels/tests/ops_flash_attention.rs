@@ -13,13 +13,17 @@ use fblayout_core::layout::{BoundView, ElemType, LayoutSpec, View};
 use fblayout_kernels::cpu::Real;
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::attention::flash::{
-    FlashAttentionOp, FlashGrads, FlashLaunch, FlashSaved, flash_backward_cpu, flash_forward_cpu,
+    FlashAttentionOp, FlashGrads, FlashLaunch, FlashSaved, TENSOR_HEAD_DIM, flash_backward_cpu,
+    flash_forward_cpu,
 };
 use fblayout_kernels::ops::attention::{Attention, AttentionArgs, AttentionViews, qkv_views};
 use fblayout_kernels::ops::softmax::Mask;
 use fblayout_kernels::runtime::{Gpu, GpuBuffer};
 use fblayout_kernels::tensor::{GpuArg, HostArg};
-use support::{Rng, Tensor, assert_close, finite_differences, gpu, gpu_elems, lse_view, tolerance};
+use support::{
+    REQUIRE, Rng, Tensor, assert_close, coop_gpu, finite_differences, gpu, gpu_elems, lse_view,
+    tolerance,
+};
 
 const BATCH: u32 = 2;
 
@@ -313,17 +317,23 @@ fn cpu_run<T: Real>(p: &Problem) -> Reference {
 /// The GPU's forward and backward in one batch, every output poisoned first; for a fused
 /// projection, dQ, dK and dV go to one gradient buffer of its layout.
 fn gpu_run(gpu: &Gpu, p: &Problem) -> Reference {
-    gpu_run_launched(gpu, p, None)
+    let keep = p.keep.as_ref().map(|k| &k.view);
+    gpu_run_op(
+        gpu,
+        p,
+        &FlashAttentionOp::new(gpu, &p.views(), keep, p.attention).unwrap(),
+    )
 }
 
-/// [`gpu_run`] with the kernels launched as `launch` says (else the default).
-fn gpu_run_launched(gpu: &Gpu, p: &Problem, launch: Option<FlashLaunch>) -> Reference {
+/// [`gpu_run`] with the kernels launched as `launch` says.
+fn gpu_run_launched(gpu: &Gpu, p: &Problem, launch: FlashLaunch) -> Reference {
     let keep = p.keep.as_ref().map(|k| &k.view);
-    let op = match launch {
-        Some(l) => FlashAttentionOp::with_launch(gpu, &p.views(), keep, p.attention, l),
-        None => FlashAttentionOp::new(gpu, &p.views(), keep, p.attention),
-    }
-    .unwrap();
+    let op = FlashAttentionOp::with_launch(gpu, &p.views(), keep, p.attention, launch).unwrap();
+    gpu_run_op(gpu, p, &op)
+}
+
+/// The forward and backward of `op` (built for `p`'s views) on `p`'s values.
+fn gpu_run_op(gpu: &Gpu, p: &Problem, op: &FlashAttentionOp) -> Reference {
     let (inputs, grads): (Vec<GpuBuffer>, Vec<GpuBuffer>) = match &p.fused {
         Some(fused) => (vec![fused.upload(gpu); 3], vec![fused.poisoned(gpu); 3]),
         None => (
@@ -507,6 +517,66 @@ fn gpu_matches_the_definitions_for_every_grouping_mask_storage_and_element_type(
     }
 }
 
+/// On a device with tensor cores, `f16` heads of 16, 32 and 64 run on the tensor-core kernels
+/// (`tensor_cores`; `new` takes them from heads of `TENSOR_HEAD_DIM`): every grouping and mask, rows that see no key, each storage, sequences
+/// inside one block of 64, over one block and over two workgroups of 64 queries, against the
+/// definitions. P and dS are rounded to `f16` before their products (as FlashAttention does),
+/// hence twice the `f16` tolerance.
+#[test]
+fn tensor_core_kernels_match_the_definitions() {
+    const TEST: &str = "tensor_core_kernels_match_the_definitions";
+    let Some(gpu) = coop_gpu(TEST) else {
+        return;
+    };
+    let mut rng = Rng::new(21);
+    let storages = [
+        Storage::Separate { rtile: false },
+        Storage::Fused,
+        Storage::Separate { rtile: true },
+    ];
+    let mut ran = 0;
+    for (n, (head_dim, seq)) in [(16, 13), (32, 70), (64, 130), (32, 13)]
+        .into_iter()
+        .enumerate()
+    {
+        for (m, mask) in MASKS.into_iter().enumerate() {
+            let case = Case {
+                heads: HEADS[(n + m) % 3],
+                head_dim,
+                mask,
+                storage: storages[(n + 2 * m) % 3],
+                seq,
+                elem: ElemType::F16,
+            };
+            let p = Problem::new(&mut rng, case);
+            let keep = p.keep.as_ref().map(|k| &k.view);
+            let op = match FlashAttentionOp::tensor_cores(gpu, &p.views(), keep, p.attention) {
+                Ok(op) => op,
+                Err(e) => {
+                    let why = format!("{TEST}: SKIPPED: {}: {e}", gpu.info());
+                    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
+                        panic!("{why}, and {REQUIRE}=1 requires it");
+                    }
+                    eprintln!("{why}");
+                    return;
+                }
+            };
+            assert!(op.on_tensor_cores());
+            assert_eq!(
+                FlashAttentionOp::new(gpu, &p.views(), keep, p.attention)
+                    .unwrap()
+                    .on_tensor_cores(),
+                head_dim >= TENSOR_HEAD_DIM
+            );
+            let got = gpu_run_op(gpu, &p, &op);
+            let tol = 2.0 * tolerance(ElemType::F16, 4 * seq as usize);
+            compare(&format!("tensor cores {case:?}"), &got, &reference(&p), tol);
+            ran += 1;
+        }
+    }
+    assert_eq!(ran, 16);
+}
+
 #[test]
 fn gpu_spans_several_workgroups_and_blocks() {
     // 70 queries: one workgroup of 128 rows, mostly idle, and three blocks of staged keys,
@@ -553,7 +623,7 @@ fn other_launches_compute_the_same_and_bad_ones_are_refused() {
     let want = reference(&p);
     for (rows, staged) in [(32, 8), (64, 32), (64, 1)] {
         let launch = FlashLaunch { rows, staged };
-        let got = gpu_run_launched(gpu(), &p, Some(launch));
+        let got = gpu_run_launched(gpu(), &p, launch);
         compare(
             &format!("{launch:?}"),
             &got,
@@ -567,6 +637,14 @@ fn other_launches_compute_the_same_and_bad_ones_are_refused() {
             .unwrap_err();
         assert!(err.to_string().contains("doesn't fit"), "{launch:?}: {err}");
     }
+    // Tensor cores take f16 heads of a multiple of 16: f32 heads of 8 are refused with the
+    // reason (on a device without cooperative matrices, that one).
+    let err = FlashAttentionOp::tensor_cores(gpu(), &p.views(), None, p.attention).unwrap_err();
+    assert!(
+        matches!(err, OpError::Unsupported { .. })
+            && err.to_string().contains("no tensor-core attention"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -81,9 +81,11 @@
 
 mod cpu;
 mod shader;
+pub(crate) mod tensor;
 
 use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
 use fblayout_core::layout::{ElemType, View};
+use fblayout_core::shader::WgslFeatures;
 
 use super::super::compiled::{Compiled, same_view};
 use super::super::elementwise::{check_same_dims, check_same_shape};
@@ -92,9 +94,10 @@ use super::super::softmax::{Mask, check_float};
 use super::{
     Attention, AttentionArgs, AttentionViews, arg_dims, check_extents, static_dims, static_heads,
 };
-use crate::runtime::{Batch, Gpu};
+use crate::runtime::{Batch, CoopScalar, Gpu};
 use crate::tensor::GpuArg;
 use shader::{Blocks, NO_KEYS, Pass, Wide};
+use tensor::Tiles;
 
 pub use cpu::{FlashSaved, flash_backward_cpu, flash_forward_cpu};
 
@@ -150,9 +153,37 @@ pub struct FlashAttentionOp {
     attention: Attention,
     views: [View; 5],
     keep: Option<View>,
-    blocks: Blocks,
+    cores: Cores,
     /// In [`Pass::ALL`]'s order.
     kernels: [Compiled; 4],
+}
+
+/// How the op was asked to launch its kernels.
+#[derive(Debug, Clone, Copy)]
+enum Launch {
+    /// Tensor cores from heads of [`TENSOR_HEAD_DIM`] where they can, else shader cores.
+    Auto,
+    /// Tensor cores, or an error.
+    Tensor,
+    /// Shader cores, launched so.
+    Shader(FlashLaunch),
+}
+
+/// Which kernels the op runs: on shader cores in `f32` blocks, or on tensor cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cores {
+    Shader(Blocks),
+    Tensor(Tiles),
+}
+
+impl Cores {
+    /// The rows (queries or keys) a workgroup owns.
+    fn rows(self) -> u32 {
+        match self {
+            Self::Shader(blocks) => blocks.rows,
+            Self::Tensor(_) => Tiles::ROWS,
+        }
+    }
 }
 
 impl FlashAttentionOp {
@@ -163,13 +194,30 @@ impl FlashAttentionOp {
     /// Checks the head counts, ranks, element types and static extents as
     /// [`AttentionOp::new`](super::AttentionOp::new) does, that `head_dim` is a static extent,
     /// and that a block of its head vectors fits the device's workgroup memory.
+    ///
+    /// The kernels run on tensor cores ([`tensor_cores`](Self::tensor_cores)) where the device
+    /// and the tensors take them and heads are of at least [`TENSOR_HEAD_DIM`]; otherwise on
+    /// shader cores, launched with 128 rows a workgroup ([`FlashLaunch`]).
     pub fn new(
         gpu: &Gpu,
         views: &AttentionViews<&View>,
         keep: Option<&View>,
         attention: Attention,
     ) -> Result<Self, OpError> {
-        Self::build(gpu, views, keep, attention, None)
+        Self::build(gpu, views, keep, attention, Launch::Auto)
+    }
+
+    /// [`new`](Self::new) on tensor cores at any head size they take: a 16×16×16 fragment of
+    /// `f16` summing in `f32`, subgroups of 32 lanes with subgroup barriers, `f16` Q, K, V and
+    /// O, and heads of a multiple of 16 up to [`TENSOR_BLOCK`]. Where any is missing, an
+    /// [`OpError::Unsupported`] says which.
+    pub fn tensor_cores(
+        gpu: &Gpu,
+        views: &AttentionViews<&View>,
+        keep: Option<&View>,
+        attention: Attention,
+    ) -> Result<Self, OpError> {
+        Self::build(gpu, views, keep, attention, Launch::Tensor)
     }
 
     /// [`new`](Self::new) with the kernels launched as `launch` says: its rows must be 32, 64,
@@ -182,15 +230,27 @@ impl FlashAttentionOp {
         attention: Attention,
         launch: FlashLaunch,
     ) -> Result<Self, OpError> {
-        Self::build(gpu, views, keep, attention, Some(launch))
+        Self::build(gpu, views, keep, attention, Launch::Shader(launch))
     }
 
-    /// The launch the kernels were built for.
+    /// The launch the kernels were built for (on tensor cores: 16 rows a subgroup, blocks of
+    /// [`TENSOR_BLOCK`] staged rows).
     pub fn launch(&self) -> FlashLaunch {
-        FlashLaunch {
-            rows: self.blocks.rows,
-            staged: self.blocks.staged,
+        match self.cores {
+            Cores::Shader(blocks) => FlashLaunch {
+                rows: blocks.rows,
+                staged: blocks.staged,
+            },
+            Cores::Tensor(_) => FlashLaunch {
+                rows: Tiles::ROWS,
+                staged: Tiles::BLOCK,
+            },
         }
+    }
+
+    /// Whether the kernels run on tensor cores (see [`new`](Self::new)).
+    pub fn on_tensor_cores(&self) -> bool {
+        matches!(self.cores, Cores::Tensor(_))
     }
 
     fn build(
@@ -198,7 +258,7 @@ impl FlashAttentionOp {
         views: &AttentionViews<&View>,
         keep: Option<&View>,
         attention: Attention,
-        launch: Option<FlashLaunch>,
+        launch: Launch,
     ) -> Result<Self, OpError> {
         let group = attention.group()?;
         let AttentionViews {
@@ -243,17 +303,33 @@ impl FlashAttentionOp {
         check_keep(attention.mask, keep)?;
         let limits = gpu.limits();
         let limit = limits.max_compute_workgroup_storage_size;
-        let blocks = match launch {
-            None => Blocks::fitting(head_dim, group, limit).ok_or_else(|| {
-                OpError::shape(
-                    FORWARD,
-                    format!(
-                        "heads of {head_dim} don't fit the device's {limit} bytes of workgroup \
+        let tensor = match launch {
+            Launch::Tensor | Launch::Auto => tensor_tiles(gpu, [q, k, v, out], head_dim, group),
+            Launch::Shader(_) => Err(String::new()),
+        };
+        let cores = match (tensor, launch) {
+            (Err(why), Launch::Tensor) => {
+                return Err(OpError::Unsupported {
+                    op: FORWARD,
+                    role: "q",
+                    view: q.name().to_owned(),
+                    why: format!("no tensor-core attention: {why}"),
+                });
+            }
+            (Ok(tiles), Launch::Tensor) => Cores::Tensor(tiles),
+            (Ok(tiles), Launch::Auto) if head_dim >= TENSOR_HEAD_DIM => Cores::Tensor(tiles),
+            (_, Launch::Auto) => {
+                Cores::Shader(Blocks::fitting(head_dim, group, limit).ok_or_else(|| {
+                    OpError::shape(
+                        FORWARD,
+                        format!(
+                            "heads of {head_dim} don't fit the device's {limit} bytes of workgroup \
                          memory in blocks of four"
-                    ),
-                )
-            })?,
-            Some(FlashLaunch { rows, staged }) => {
+                        ),
+                    )
+                })?)
+            }
+            (_, Launch::Shader(FlashLaunch { rows, staged })) => {
                 let blocks = Blocks {
                     head_dim,
                     group,
@@ -278,18 +354,18 @@ impl FlashAttentionOp {
                         ),
                     ));
                 }
-                blocks
+                Cores::Shader(blocks)
             }
         };
         let views = [q, k, v, out, lse].map(Clone::clone);
         let kernels =
-            [0, 1, 2, 3].map(|p| build(gpu, Pass::ALL[p], &views, keep, attention, blocks));
+            [0, 1, 2, 3].map(|p| build(gpu, Pass::ALL[p], &views, keep, attention, cores));
         let [a, b, c, d] = kernels;
         Ok(Self {
             attention,
             views,
             keep: keep.cloned(),
-            blocks,
+            cores,
             kernels: [a?, b?, c?, d?],
         })
     }
@@ -398,7 +474,7 @@ impl FlashAttentionOp {
             scalars.push(("offset", ParamValue::I32(offset)));
         }
         let kernel = &self.kernels[Pass::ALL.iter().position(|&p| p == pass).unwrap_or(0)];
-        let grid = [rows.div_ceil(self.blocks.rows), heads, sequences];
+        let grid = [rows.div_ceil(self.cores.rows()), heads, sequences];
         kernel.record(batch, pass.entry(), args, &scalars, grid)
     }
 
@@ -492,19 +568,114 @@ fn check_keep(mask: Mask, keep: Option<&View>) -> Result<(), OpError> {
     }
 }
 
+/// Rows of the other side the tensor-core kernels stage at a time, and their largest head.
+pub const TENSOR_BLOCK: u32 = Tiles::BLOCK;
+
+/// The smallest head [`FlashAttentionOp::new`] runs on tensor cores. On an H100 at heads of
+/// 64 they took 0.43–0.75× the shader-core kernels' time; at heads of 32 they tied in one
+/// layer and took 1.2× as long inside the training step (`bench_flash`, `bench_train`;
+/// BENCHMARKS.md).
+pub const TENSOR_HEAD_DIM: u32 = 64;
+
+/// The tiles of the tensor-core kernels where `gpu` and the tensors take them: a 16×16×16
+/// fragment of `f16` summing in `f32`, subgroups of 32 lanes with subgroup barriers, `f16` Q,
+/// K, V and O, heads of a multiple of 16 up to [`TENSOR_BLOCK`], and the kernels' workgroup
+/// memory and invocations within the device's limits.
+fn tensor_tiles(gpu: &Gpu, heads: [&View; 4], head_dim: u32, group: u32) -> Result<Tiles, String> {
+    let features = gpu.features();
+    let limits = gpu.limits();
+    let Some(fragment) = features.coop_fragment else {
+        return Err(format!(
+            "the device has no usable cooperative matrices ({features})"
+        ));
+    };
+    if (
+        fragment.m,
+        fragment.n,
+        fragment.k,
+        fragment.ab,
+        fragment.acc,
+    ) != (16, 16, 16, CoopScalar::F16, CoopScalar::F32)
+    {
+        return Err(format!(
+            "the device's fragment is {fragment}, not 16×16×16 of f16 summing in f32"
+        ));
+    }
+    if !features.subgroup_barrier || features.subgroup_sizes != (Tiles::LANES, Tiles::LANES) {
+        return Err(format!(
+            "the kernels need subgroups of {} lanes with subgroup barriers ({features})",
+            Tiles::LANES
+        ));
+    }
+    if let Some(view) = heads.iter().find(|v| v.layout().elem() != ElemType::F16) {
+        return Err(format!(
+            "`{}` stores {}; tensor cores take f16",
+            view.name(),
+            view.layout().elem()
+        ));
+    }
+    let tiles = Tiles::of(head_dim, group).ok_or_else(|| {
+        format!("heads of {head_dim} are not a multiple of 16 up to {TENSOR_BLOCK}")
+    })?;
+    let bytes = tiles.max_workgroup_bytes();
+    if bytes > u64::from(limits.max_compute_workgroup_storage_size)
+        || Tiles::invocations() > limits.max_compute_invocations_per_workgroup
+    {
+        return Err(format!(
+            "the kernels take {bytes} bytes of workgroup memory and {} invocations; the device \
+             has {} and {}",
+            Tiles::invocations(),
+            limits.max_compute_workgroup_storage_size,
+            limits.max_compute_invocations_per_workgroup
+        ));
+    }
+    Ok(tiles)
+}
+
+/// The WGSL features of the tensor-core kernels.
+pub(crate) const TENSOR_FEATURES: WgslFeatures = WgslFeatures {
+    f16: true,
+    subgroups: true,
+    cooperative_matrix: true,
+};
+
 /// Builds the kernel of `pass`.
 fn build(
     gpu: &Gpu,
     pass: Pass,
+    views: &[View; 5],
+    keep: Option<&View>,
+    attention: Attention,
+    cores: Cores,
+) -> Result<Compiled, OpError> {
+    let op = op_of(pass);
+    let source = source(pass, views, keep, attention, cores)?;
+    match cores {
+        Cores::Shader(_) => Compiled::new(op, gpu, source),
+        Cores::Tensor(_) => Ok(Compiled::from_module(
+            op,
+            source.features(TENSOR_FEATURES).build()?,
+        )),
+    }
+}
+
+/// The name of `pass`'s op in errors.
+fn op_of(pass: Pass) -> &'static str {
+    match pass {
+        Pass::Forward => FORWARD,
+        _ => BACKWARD,
+    }
+}
+
+/// The kernel source of `pass`: its operands, scalars and body.
+pub(crate) fn source(
+    pass: Pass,
     [q, k, v, out, lse]: &[View; 5],
     keep: Option<&View>,
     attention: Attention,
-    blocks: Blocks,
-) -> Result<Compiled, OpError> {
-    let op = match pass {
-        Pass::Forward => FORWARD,
-        _ => BACKWARD,
-    };
+    cores: Cores,
+) -> Result<KernelSource, OpError> {
+    let op = op_of(pass);
     let head = |role: &str, view: &View, write: bool| -> Result<Operand, OpError> {
         let o = if write {
             Operand::write(role, view)?
@@ -565,8 +736,11 @@ fn build(
     if let Mask::Causal { .. } = attention.mask {
         source = source.scalar("offset", Scalar::I32);
     }
-    let body = shader::body(pass, blocks, attention.mask, wide);
-    Compiled::new(op, gpu, source.body(body))
+    let body = match cores {
+        Cores::Shader(blocks) => shader::body(pass, blocks, attention.mask, wide),
+        Cores::Tensor(tiles) => tensor::body(pass, tiles, attention.mask, wide),
+    };
+    Ok(source.body(body))
 }
 
 #[cfg(test)]

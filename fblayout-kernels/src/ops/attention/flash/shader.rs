@@ -135,34 +135,8 @@ pub(crate) struct Wide {
 
 /// The WGSL body of `pass` (operands and parameters are declared by the kernel surface).
 pub(crate) fn body(pass: Pass, blocks: Blocks, mask: Mask, wide: Wide) -> String {
-    let mut w = String::new();
+    let mut w = prelude(pass, blocks.head_dim, mask, wide);
     let v4 = blocks.vecs();
-    let _ = writeln!(
-        w,
-        "const FA_NEG: f32 = -3.0e38;\nconst FA_LOW: f32 = -1.0e38;"
-    );
-    let _ = writeln!(w, "const FA_NO_KEYS: f32 = {NO_KEYS:e};");
-    // The getters and putters of head vectors.
-    let roles: Vec<(&str, bool)> = match pass {
-        Pass::Forward => vec![("q", wide.q), ("k", wide.k), ("v", wide.v)],
-        Pass::GradV => vec![("q", wide.q), ("k", wide.k), ("dout", wide.out)],
-        Pass::GradQ | Pass::GradK => vec![
-            ("q", wide.q),
-            ("k", wide.k),
-            ("v", wide.v),
-            ("out", wide.out),
-            ("dout", wide.out),
-        ],
-    };
-    for (role, wide) in roles {
-        w += &getter(role, wide, blocks.head_dim);
-    }
-    let (written, written_wide) = match pass {
-        Pass::Forward => ("out", wide.out),
-        _ => (pass.writes(), wide.grad),
-    };
-    w += &putter(written, written_wide, blocks.head_dim);
-    w += &masks(mask);
     let staged_vecs = blocks.staged * v4;
     let (a, b) = if pass.per_key() {
         ("fa_q", "fa_do")
@@ -560,7 +534,39 @@ fn grad_kv(pass: Pass, blocks: Blocks) -> String {
 }
 
 /// `text` with every line indented by `n` more spaces.
-fn indent(text: &str, n: usize) -> String {
+pub(super) fn indent(text: &str, n: usize) -> String {
     let pad = " ".repeat(n);
     text.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
+/// What every kernel of `pass` starts with, on shader or tensor cores: the constants, the
+/// getters of the head vectors it reads, the putter of the one it writes, and the masks.
+pub(super) fn prelude(pass: Pass, head_dim: u32, mask: Mask, wide: Wide) -> String {
+    let mut w = String::new();
+    let _ = writeln!(
+        w,
+        "const FA_NEG: f32 = -3.0e38;\nconst FA_LOW: f32 = -1.0e38;"
+    );
+    let _ = writeln!(w, "const FA_NO_KEYS: f32 = {NO_KEYS:e};");
+    let roles: Vec<(&str, bool)> = match pass {
+        Pass::Forward => vec![("q", wide.q), ("k", wide.k), ("v", wide.v)],
+        Pass::GradV => vec![("q", wide.q), ("k", wide.k), ("dout", wide.out)],
+        Pass::GradQ | Pass::GradK => vec![
+            ("q", wide.q),
+            ("k", wide.k),
+            ("v", wide.v),
+            ("out", wide.out),
+            ("dout", wide.out),
+        ],
+    };
+    for (role, wide) in roles {
+        w += &getter(role, wide, head_dim);
+    }
+    let (written, written_wide) = match pass {
+        Pass::Forward => ("out", wide.out),
+        _ => (pass.writes(), wide.grad),
+    };
+    w += &putter(written, written_wide, head_dim);
+    w += &masks(mask);
+    w
 }
