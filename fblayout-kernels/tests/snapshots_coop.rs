@@ -16,36 +16,6 @@ use fblayout_kernels::runtime::CoopScalar;
 use naga::back::spv;
 use support::{Layout2, static_2d, view_2d};
 
-/// The SPIR-V options wgpu's Vulkan backend uses on a device with f16 and cooperative
-/// matrices (capabilities included), for SPIR-V 1.6.
-fn spv_options() -> spv::Options<'static> {
-    let capabilities: naga::FastHashSet<spv::Capability> = [
-        spv::Capability::Shader,
-        spv::Capability::Matrix,
-        spv::Capability::Float16,
-        spv::Capability::Int64,
-        spv::Capability::GroupNonUniform,
-        spv::Capability::CooperativeMatrixKHR,
-        spv::Capability::VulkanMemoryModel,
-    ]
-    .into_iter()
-    .collect();
-    spv::Options {
-        lang_version: (1, 6),
-        capabilities: Some(capabilities),
-        bounds_check_policies: naga::proc::BoundsCheckPolicies {
-            index: naga::proc::BoundsCheckPolicy::Restrict,
-            buffer: naga::proc::BoundsCheckPolicy::Restrict,
-            image_load: naga::proc::BoundsCheckPolicy::Restrict,
-            binding_array: naga::proc::BoundsCheckPolicy::Unchecked,
-        },
-        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::Polyfill,
-        force_loop_bounding: true,
-        use_storage_input_output_16: true,
-        ..spv::Options::default()
-    }
-}
-
 /// A and B in f16 and C in `c_elem`, each in one of the layouts.
 fn views(la: Layout2, lb: Layout2, lc: Layout2, c_elem: ElemType) -> (View, View, View) {
     let (a, _) = view_2d("a", la, 100, 72, ElemType::F16);
@@ -60,7 +30,7 @@ fn spirv_of(what: &str, source: fblayout_core::kernel::KernelSource) -> Vec<u32>
     let words = spv::write_vec(
         module.module().naga_module(),
         module.module().naga_info(),
-        &spv_options(),
+        &support::coop_spv_options(),
         None,
     )
     .unwrap_or_else(|e| panic!("{what}: the SPIR-V writer failed: {e}"));

@@ -6,23 +6,10 @@
 
 mod support;
 
-use fblayout_core::layout::{ElemType, LayoutSpec, View};
+use fblayout_core::layout::{ElemType, LayoutSpec};
 use fblayout_kernels::ops::attention::flash::FlashAttentionOp;
 use fblayout_kernels::ops::{Attention, AttentionViews, Mask, qkv_views};
-use support::{gpu, lse_view};
-
-/// `[batch, seq, heads, head_dim]` row-major, batch and seq run-time.
-fn heads(name: &str, heads: u32, head_dim: u32, elem: ElemType) -> View {
-    LayoutSpec::new(name)
-        .elem(elem)
-        .dyn_axis("batch")
-        .dyn_axis("seq")
-        .axis("heads", heads)
-        .axis("head_dim", head_dim)
-        .build()
-        .unwrap()
-        .view()
-}
+use support::{gpu, heads_view, lse_view};
 
 #[test]
 fn fused_projection_causal_grouped() {
@@ -35,7 +22,7 @@ fn fused_projection_causal_grouped() {
         .unwrap()
         .view();
     let (q, k, v) = qkv_views(&qkv, 4, 2).unwrap();
-    let (out, lse) = (heads("o", 4, 32, ElemType::F16), lse_view(4));
+    let (out, lse) = (heads_view("o", 4, 32, ElemType::F16), lse_view(4));
     let views = AttentionViews {
         q: &q,
         k: &k,
@@ -54,11 +41,11 @@ fn fused_projection_causal_grouped() {
 #[test]
 fn separate_padded_scalar() {
     let (q, k, v) = (
-        heads("q", 2, 6, ElemType::F32),
-        heads("k", 2, 6, ElemType::F32),
-        heads("v", 2, 6, ElemType::F32),
+        heads_view("q", 2, 6, ElemType::F32),
+        heads_view("k", 2, 6, ElemType::F32),
+        heads_view("v", 2, 6, ElemType::F32),
     );
-    let (out, lse) = (heads("o", 2, 6, ElemType::F32), lse_view(2));
+    let (out, lse) = (heads_view("o", 2, 6, ElemType::F32), lse_view(2));
     let keep = LayoutSpec::new("keep")
         .elem(ElemType::U32)
         .dyn_axis("batch")

@@ -13,40 +13,11 @@ use fblayout_core::layout::{ElemType, LayoutSpec, View};
 use fblayout_kernels::__private::flash_tensor_kernel_sources;
 use fblayout_kernels::ops::{Attention, Mask, qkv_views};
 use naga::back::spv;
-use support::lse_view;
+use support::{coop_spv_options, heads_view, lse_view};
 
-/// The SPIR-V options wgpu's Vulkan backend uses on a device with f16, subgroups and
-/// cooperative matrices.
-fn spv_options() -> spv::Options<'static> {
-    let capabilities: naga::FastHashSet<spv::Capability> = [
-        spv::Capability::Shader,
-        spv::Capability::Float16,
-        spv::Capability::GroupNonUniform,
-        spv::Capability::GroupNonUniformShuffle,
-        spv::Capability::CooperativeMatrixKHR,
-        spv::Capability::VulkanMemoryModel,
-    ]
-    .into_iter()
-    .collect();
-    spv::Options {
-        lang_version: (1, 6),
-        capabilities: Some(capabilities),
-        use_storage_input_output_16: true,
-        ..spv::Options::default()
-    }
-}
-
-/// `[batch, seq, heads, head_dim]` f16, row-major, batch and seq run-time.
+/// `[batch, seq, heads, head_dim]` of f16.
 fn heads(name: &str, heads: u32, head_dim: u32) -> View {
-    LayoutSpec::new(name)
-        .elem(ElemType::F16)
-        .dyn_axis("batch")
-        .dyn_axis("seq")
-        .axis("heads", heads)
-        .axis("head_dim", head_dim)
-        .build()
-        .unwrap()
-        .view()
+    heads_view(name, heads, head_dim, ElemType::F16)
 }
 
 fn keep() -> View {
@@ -89,7 +60,7 @@ fn spirv(views: &[View; 5], keep: Option<&View>, attention: Attention, d: u32) -
         let spirv = spv::write_vec(
             module.module().naga_module(),
             module.module().naga_info(),
-            &spv_options(),
+            &coop_spv_options(),
             None,
         )
         .unwrap_or_else(|e| panic!("d {d} {attention:?}: the SPIR-V writer failed: {e}"));

@@ -7,7 +7,7 @@ mod support;
 
 use fblayout_core::layout::{ElemType, LayoutSpec, Order, View};
 use fblayout_kernels::ops::{RopeOp, RopeViews, qkv_views};
-use support::{gpu, static_2d};
+use support::{gpu, heads_view, static_2d};
 
 fn snapshot(name: &str, x: &View, y: &View, tables: Order, wide: bool) {
     let positions = LayoutSpec::new("positions")
@@ -32,21 +32,12 @@ fn snapshot(name: &str, x: &View, y: &View, tables: Order, wide: bool) {
     insta::assert_snapshot!(format!("{name}__rope_forward"), op.shaders()[0]);
 }
 
-/// `[batch, seq, heads, head_dim]` row-major, batch and seq run-time.
-fn heads(name: &str, heads: u32, head_dim: u32) -> View {
-    LayoutSpec::new(name)
-        .dyn_axis("batch")
-        .dyn_axis("seq")
-        .axis("heads", heads)
-        .axis("head_dim", head_dim)
-        .build()
-        .unwrap()
-        .view()
-}
-
 #[test]
 fn row_major() {
-    let (x, y) = (heads("x", 32, 128), heads("y", 32, 128));
+    let (x, y) = (
+        heads_view("x", 32, 128, ElemType::F32),
+        heads_view("y", 32, 128, ElemType::F32),
+    );
     snapshot("row_major", &x, &y, Order::RowMajor, true);
 }
 
@@ -60,6 +51,6 @@ fn fused_query() {
         .unwrap()
         .view();
     let (q, _, _) = qkv_views(&qkv, 8, 2).unwrap();
-    let y = heads("q_rot", 8, 64);
+    let y = heads_view("q_rot", 8, 64, ElemType::F32);
     snapshot("fused_query", &q, &y, Order::ColMajor, false);
 }

@@ -565,3 +565,50 @@ pub fn lse_view(heads: u32) -> View {
         .unwrap()
         .view()
 }
+
+/// `[batch, seq, heads, head_dim]` of `elem`, row-major, batch and seq run-time (attention's
+/// heads, RoPE's input).
+pub fn heads_view(name: &str, heads: u32, head_dim: u32, elem: ElemType) -> View {
+    LayoutSpec::new(name)
+        .elem(elem)
+        .dyn_axis("batch")
+        .dyn_axis("seq")
+        .axis("heads", heads)
+        .axis("head_dim", head_dim)
+        .build()
+        .unwrap()
+        .view()
+}
+
+/// The SPIR-V options wgpu's Vulkan backend uses on a device with f16, subgroups and
+/// cooperative matrices (capabilities included), for SPIR-V 1.6: for the tests that pass
+/// shaders a machine without those features can't run through naga's SPIR-V writer.
+pub fn coop_spv_options() -> naga::back::spv::Options<'static> {
+    use naga::back::spv;
+    let capabilities: naga::FastHashSet<spv::Capability> = [
+        spv::Capability::Shader,
+        spv::Capability::Matrix,
+        spv::Capability::Float16,
+        spv::Capability::Int64,
+        spv::Capability::GroupNonUniform,
+        spv::Capability::GroupNonUniformShuffle,
+        spv::Capability::CooperativeMatrixKHR,
+        spv::Capability::VulkanMemoryModel,
+    ]
+    .into_iter()
+    .collect();
+    spv::Options {
+        lang_version: (1, 6),
+        capabilities: Some(capabilities),
+        bounds_check_policies: naga::proc::BoundsCheckPolicies {
+            index: naga::proc::BoundsCheckPolicy::Restrict,
+            buffer: naga::proc::BoundsCheckPolicy::Restrict,
+            image_load: naga::proc::BoundsCheckPolicy::Restrict,
+            binding_array: naga::proc::BoundsCheckPolicy::Unchecked,
+        },
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::Polyfill,
+        force_loop_bounding: true,
+        use_storage_input_output_16: true,
+        ..spv::Options::default()
+    }
+}

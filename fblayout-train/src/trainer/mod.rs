@@ -444,7 +444,8 @@ impl<'g> TrainerBuilder<'g> {
     /// is `Auto` without a budget on the GPU, which fuses where the cost model's attention
     /// kernels were timed at the model's head size and the fused ones predicted faster (the
     /// reference H100's tables: heads of 32, MiniLM's; on that H100 the fused kernels ran
-    /// 1.33× the materialised attention's speed there and 0.53× at heads of 64), and
+    /// 1.3× the materialised attention's speed there, and at heads of 64 0.75–1.16× on
+    /// tensor cores), and
     /// `Materialised` on the CPU, whose `f64` twin of the fused attention only adds the
     /// recomputation.
     pub fn attention(mut self, fusing: Fusing) -> Self {

@@ -30,8 +30,15 @@
 //! probabilities). A query that sees no key writes 0 (as the materialised softmax's all-zero
 //! row does) and saves a log-sum-exp of `3·10³⁸`, so that its recomputed probabilities are 0.
 //!
-//! The kernels sum in `f32` on any device (see the `shader` module for their blocks).
-//! [`flash_forward_cpu`] and [`flash_backward_cpu`] compute the same in `f64`.
+//! The kernels sum in `f32` on any device. They come in two sets with the same operands and
+//! grids: on shader cores, one invocation a row (the `shader` module), and on tensor cores,
+//! 16 rows a subgroup, the products on cooperative matrices and the softmax on the subgroup's
+//! scratch (the `tensor` module; `f16` tensors, heads of a multiple of 16 up to
+//! [`TENSOR_BLOCK`], P and dS rounded to `f16` before their products).
+//! [`FlashAttentionOp::new`] takes tensor cores from heads of [`TENSOR_HEAD_DIM`], where they
+//! were measured faster; [`FlashAttentionOp::tensor_cores`] and
+//! [`FlashAttentionOp::with_launch`] pick one set. [`flash_forward_cpu`] and
+//! [`flash_backward_cpu`] compute the same in `f64`.
 //!
 //! ```no_run
 //! use fblayout_core::layout::LayoutSpec;

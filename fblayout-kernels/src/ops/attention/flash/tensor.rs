@@ -364,6 +364,32 @@ fn store_fragments(
     s
 }
 
+/// Opens the loop over blocks of keys of the query-side kernels (closed by the caller): the
+/// keys staged with their values, and whether each is a token in range (`fa_x`, 1 or 0).
+fn key_blocks(tiles: Tiles) -> String {
+    format!(
+        "    for (var j0 = 0u; j0 < kend; j0 = j0 + {block}u) {{
+        workgroupBarrier();
+{stage}        if (fa_lid < {block}u) {{
+            let j = j0 + fa_lid;
+            fa_x[fa_lid] = select(0.0, 1.0, j < sk && fa_keeps(b, min(j, sk - 1u)));
+        }}
+        workgroupBarrier();
+",
+        block = Tiles::BLOCK,
+        stage = indent(
+            &stage_block(
+                tiles,
+                &[("fa_k", "k"), ("fa_v", "v")],
+                "j0",
+                "sk - 1u",
+                "kvh"
+            ),
+            4
+        ),
+    )
+}
+
 /// The forward: an online softmax over blocks of keys, 16 queries a subgroup.
 fn forward(tiles: Tiles) -> String {
     let group = tiles.group;
@@ -383,27 +409,10 @@ fn forward(tiles: Tiles) -> String {
         s,
         "    var o: array<vec4<f32>, {}>;
     var m = FA_NEG;
-    var l = 0.0;
-    for (var j0 = 0u; j0 < kend; j0 = j0 + {block}u) {{
-        workgroupBarrier();
-{stage}        if (fa_lid < {block}u) {{
-            let j = j0 + fa_lid;
-            fa_x[fa_lid] = select(0.0, 1.0, j < sk && fa_keeps(b, min(j, sk - 1u)));
-        }}
-        workgroupBarrier();",
-        half_d / 4,
-        block = Tiles::BLOCK,
-        stage = indent(
-            &stage_block(
-                tiles,
-                &[("fa_k", "k"), ("fa_v", "v")],
-                "j0",
-                "sk - 1u",
-                "kvh"
-            ),
-            4
-        ),
+    var l = 0.0;",
+        half_d / 4
     );
+    s += &key_blocks(tiles);
     // S = Q·Kᵀ, 16 queries × a block of keys, into the scratch.
     for j in 0..Tiles::BLOCK / 16 {
         let _ = writeln!(s, "        var sc{j}: {C};");
@@ -571,27 +580,7 @@ fn grad_q(tiles: Tiles) -> String {
     for c in 0..tiles.slices() {
         let _ = writeln!(s, "    var dq{c}: {C};");
     }
-    let _ = writeln!(
-        s,
-        "    for (var j0 = 0u; j0 < kend; j0 = j0 + {block}u) {{
-        workgroupBarrier();
-{stage}        if (fa_lid < {block}u) {{
-            let j = j0 + fa_lid;
-            fa_x[fa_lid] = select(0.0, 1.0, j < sk && fa_keeps(b, min(j, sk - 1u)));
-        }}
-        workgroupBarrier();",
-        block = Tiles::BLOCK,
-        stage = indent(
-            &stage_block(
-                tiles,
-                &[("fa_k", "k"), ("fa_v", "v")],
-                "j0",
-                "sk - 1u",
-                "kvh"
-            ),
-            4
-        ),
-    );
+    s += &key_blocks(tiles);
     for j in 0..Tiles::BLOCK / 16 {
         let _ = writeln!(s, "        var sc{j}: {C};\n        var dp{j}: {C};");
         s += &product(&format!("sc{j}"), "qf", "fa_k", j, tiles.slices(), true);
