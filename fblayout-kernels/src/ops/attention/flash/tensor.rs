@@ -720,3 +720,70 @@ fn grad_kv(pass: Pass, tiles: Tiles) -> String {
     s.push('\n');
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use fblayout_core::layout::{ElemType, LayoutSpec, View};
+
+    use super::super::super::super::softmax::Mask;
+    use super::super::super::Attention;
+    use super::{Pass, Tiles, kernel_sources};
+
+    fn heads(name: &str, heads: u32, d: u32) -> View {
+        LayoutSpec::new(name)
+            .elem(ElemType::F16)
+            .dyn_axis("batch")
+            .dyn_axis("seq")
+            .axis("heads", heads)
+            .axis("head_dim", d)
+            .build()
+            .unwrap()
+            .view()
+    }
+
+    /// The workgroup memory the device's limit is checked against is what each kernel
+    /// declares, as naga lays it out.
+    #[test]
+    fn the_fit_check_counts_the_workgroup_memory_each_kernel_declares() {
+        for d in [16, 32, 48, 64] {
+            for (h, kv) in [(2, 2), (4, 1)] {
+                let lse = LayoutSpec::new("lse")
+                    .dyn_axis("batch")
+                    .axis("heads", h)
+                    .dyn_axis("q")
+                    .build()
+                    .unwrap()
+                    .view();
+                let views = [
+                    heads("q", h, d),
+                    heads("k", kv, d),
+                    heads("v", kv, d),
+                    heads("o", h, d),
+                    lse,
+                ];
+                let attention = Attention::new(h, kv, d, Mask::Causal { offset: 0 });
+                let sources = kernel_sources(&views, None, attention, d).unwrap().unwrap();
+                let tiles = Tiles::of(d, h / kv).unwrap();
+                for (pass, source) in Pass::ALL.into_iter().zip(sources) {
+                    let built = source.build().unwrap();
+                    let module = built.module().naga_module();
+                    let mut layouter = naga::proc::Layouter::default();
+                    layouter.update(module.to_ctx()).unwrap();
+                    let declared: u64 = module
+                        .global_variables
+                        .iter()
+                        .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+                        .map(|(_, g)| u64::from(layouter[g.ty].size))
+                        .sum();
+                    assert_eq!(
+                        declared,
+                        tiles.workgroup_bytes(pass),
+                        "{pass:?}, heads of {d}"
+                    );
+                }
+                // Heads of 64 fit the 48 KiB most devices with tensor cores grant.
+                assert!(tiles.max_workgroup_bytes() <= 48 << 10, "heads of {d}");
+            }
+        }
+    }
+}
