@@ -126,11 +126,11 @@ fn lse_dims(dims: &[Option<u64>]) -> Vec<Option<u64>> {
 
 /// How the fused attention's kernels are launched: the rows (queries or keys) each workgroup
 /// owns, one per invocation, and the rows of the other side staged in workgroup memory at a
-/// time. [`FlashAttentionOp::new`] takes 128 rows and the most staged rows, of 32, 16, 8 and 4,
-/// that fit the device's workgroup memory (on an H100, at heads of 32, 128 rows staging 32 ran
-/// 1.33× the materialised attention's speed, 64 rows 1.05–1.24×, 256 rows 0.73×:
-/// `bench_flash`, BENCHMARKS.md); [`FlashAttentionOp::with_launch`] takes others (to time
-/// them).
+/// time. On shader cores [`FlashAttentionOp::new`] takes 128 rows and the most staged rows, of
+/// 32, 16, 8 and 4, that fit the device's workgroup memory (on an H100, at heads of 32, 128
+/// rows staging 32 ran 1.33× the materialised attention's speed, 64 rows 1.05–1.24×, 256 rows
+/// 0.73×: `bench_flash`, BENCHMARKS.md); [`FlashAttentionOp::with_launch`] takes others (to
+/// time them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlashLaunch {
     /// Invocations (rows) per workgroup: 32, 64, 128 or 256.
