@@ -310,33 +310,31 @@ impl FlashAttentionOp {
         check_keep(attention.mask, keep)?;
         let limits = gpu.limits();
         let limit = limits.max_compute_workgroup_storage_size;
-        let tensor = match launch {
-            Launch::Tensor | Launch::Auto => tensor_tiles(gpu, [q, k, v, out], head_dim, group),
-            Launch::Shader(_) => Err(String::new()),
-        };
-        let cores = match (tensor, launch) {
-            (Err(why), Launch::Tensor) => {
-                return Err(OpError::Unsupported {
-                    op: FORWARD,
-                    role: "q",
-                    view: q.name().to_owned(),
-                    why: format!("no tensor-core attention: {why}"),
-                });
+        let heads = [q, k, v, out];
+        let cores = match launch {
+            Launch::Tensor => {
+                Cores::Tensor(tensor_tiles(gpu, heads, head_dim, group).map_err(|why| {
+                    OpError::Unsupported {
+                        op: FORWARD,
+                        role: "q",
+                        view: q.name().to_owned(),
+                        why: format!("no tensor-core attention: {why}"),
+                    }
+                })?)
             }
-            (Ok(tiles), Launch::Tensor) => Cores::Tensor(tiles),
-            (Ok(tiles), Launch::Auto) if head_dim >= TENSOR_HEAD_DIM => Cores::Tensor(tiles),
-            (_, Launch::Auto) => {
-                Cores::Shader(Blocks::fitting(head_dim, group, limit).ok_or_else(|| {
+            Launch::Auto => match tensor_tiles(gpu, heads, head_dim, group) {
+                Ok(tiles) if head_dim >= TENSOR_HEAD_DIM => Cores::Tensor(tiles),
+                _ => Cores::Shader(Blocks::fitting(head_dim, group, limit).ok_or_else(|| {
                     OpError::shape(
                         FORWARD,
                         format!(
-                            "heads of {head_dim} don't fit the device's {limit} bytes of workgroup \
-                         memory in blocks of four"
+                            "heads of {head_dim} don't fit the device's {limit} bytes of \
+                             workgroup memory in blocks of four"
                         ),
                     )
-                })?)
-            }
-            (_, Launch::Shader(FlashLaunch { rows, staged })) => {
+                })?),
+            },
+            Launch::Shader(FlashLaunch { rows, staged }) => {
                 let blocks = Blocks {
                     head_dim,
                     group,
