@@ -577,9 +577,9 @@ fn check_keep(mask: Mask, keep: Option<&View>) -> Result<(), OpError> {
 pub const TENSOR_BLOCK: u32 = Tiles::BLOCK;
 
 /// The smallest head [`FlashAttentionOp::new`] runs on tensor cores. On an H100 at heads of
-/// 64 they took 0.43–0.75× the shader-core kernels' time; at heads of 32 they tied in one
-/// layer and took 1.2× as long inside the training step (`bench_flash`, `bench_train`;
-/// BENCHMARKS.md).
+/// 64 they took 0.43–0.75× the shader-core kernels' time; at heads of 32 they tied them in
+/// one layer (once faster, with a causal mask) and took 1.2× as long inside the training step
+/// (`bench_flash`, `bench_train`; BENCHMARKS.md).
 pub const TENSOR_HEAD_DIM: u32 = 64;
 
 /// The tiles of the tensor-core kernels where `gpu` and the tensors take them: a 16×16×16
