@@ -18,7 +18,8 @@ use fblayout_kernels::ops::softmax::Mask;
 use fblayout_kernels::runtime::{Gpu, GpuBuffer, Scratch};
 use fblayout_kernels::tensor::{GpuArg, HostArg};
 use support::{
-    Rng, Tensor, assert_close, coop_gpu, finite_differences, gpu, gpu_elems, gpus, tolerance,
+    Rng, Tensor, assert_close, coop_gpu, finite_differences, gpu, gpu_elems, gpus, keep_view,
+    tolerance,
 };
 
 /// Batch, sequence (no tile of 4 or 8 divides 13) and head size.
@@ -148,13 +149,7 @@ impl Keep {
     /// Random 0s and 1s, key 0 of every batch kept (so every row sees a key), and the last
     /// three keys of batch 1 padding.
     fn random(rng: &mut Rng, seq_k: u32) -> Self {
-        let view = LayoutSpec::new("keep")
-            .elem(ElemType::U32)
-            .dyn_axis("batch")
-            .dyn_axis("k")
-            .build()
-            .unwrap()
-            .view();
+        let view = keep_view();
         let bound = view.bind(&[("batch", BATCH), ("k", seq_k)]).unwrap();
         let values = (0..BATCH * seq_k)
             .map(|i| {

@@ -21,8 +21,8 @@ use fblayout_kernels::ops::softmax::Mask;
 use fblayout_kernels::runtime::{Gpu, GpuBuffer};
 use fblayout_kernels::tensor::{GpuArg, HostArg};
 use support::{
-    REQUIRE, Rng, Tensor, assert_close, coop_gpu, finite_differences, gpu, gpu_elems, lse_view,
-    tolerance,
+    REQUIRE, Rng, Tensor, assert_close, coop_gpu, finite_differences, gpu, gpu_elems, keep_view,
+    lse_view, qkv_view, tolerance,
 };
 
 const BATCH: u32 = 2;
@@ -102,14 +102,7 @@ impl Problem {
             ),
             Storage::Fused => {
                 let hidden = (heads + 2 * kv_heads) * d;
-                let view = LayoutSpec::new("qkv")
-                    .elem(elem)
-                    .dyn_axis("batch")
-                    .dyn_axis("seq")
-                    .axis("hidden", hidden)
-                    .build()
-                    .unwrap()
-                    .view();
+                let view = qkv_view(hidden, elem);
                 let fused = random(rng, view);
                 let (qv, kv, vv) = qkv_views(&fused.view, heads, kv_heads).unwrap();
                 (
@@ -133,13 +126,7 @@ impl Problem {
         // Padding: key 0 of sequence 0 kept, its last three keys padding; sequence 1 all padding
         // when `seq` is short (its rows see no key), else random.
         let keep = (case.mask == Mask::Keys).then(|| {
-            let view = LayoutSpec::new("keep")
-                .elem(ElemType::U32)
-                .dyn_axis("batch")
-                .dyn_axis("k")
-                .build()
-                .unwrap()
-                .view();
+            let view = keep_view();
             let bound = view.bind(&[("batch", BATCH), ("k", seq)]).unwrap();
             let values = (0..BATCH * seq)
                 .map(|e| match (e / seq, e % seq) {
@@ -708,13 +695,7 @@ fn bad_input_is_a_typed_error() {
     let err = FlashAttentionOp::new(gpu(), &views, None, p.attention).unwrap_err();
     assert!(err.to_string().contains("heads"), "{err}");
     // A padding mask without `Mask::Keys`, and `Mask::Keys` without one.
-    let keep = LayoutSpec::new("keep")
-        .elem(ElemType::U32)
-        .dyn_axis("batch")
-        .dyn_axis("k")
-        .build()
-        .unwrap()
-        .view();
+    let keep = keep_view();
     let err = FlashAttentionOp::new(gpu(), &p.views(), Some(&keep), p.attention).unwrap_err();
     assert!(err.to_string().contains("Mask::Keys"), "{err}");
     let keys = Attention {

@@ -6,21 +6,14 @@
 
 mod support;
 
-use fblayout_core::layout::{ElemType, LayoutSpec};
+use fblayout_core::layout::ElemType;
 use fblayout_kernels::ops::attention::flash::FlashAttentionOp;
 use fblayout_kernels::ops::{Attention, AttentionViews, Mask, qkv_views};
-use support::{gpu, heads_view, lse_view};
+use support::{gpu, heads_view, keep_view, lse_view, qkv_view};
 
 #[test]
 fn fused_projection_causal_grouped() {
-    let qkv = LayoutSpec::new("qkv")
-        .elem(ElemType::F16)
-        .dyn_axis("batch")
-        .dyn_axis("seq")
-        .axis("hidden", (4 + 2 * 2) * 32)
-        .build()
-        .unwrap()
-        .view();
+    let qkv = qkv_view((4 + 2 * 2) * 32, ElemType::F16);
     let (q, k, v) = qkv_views(&qkv, 4, 2).unwrap();
     let (out, lse) = (heads_view("o", 4, 32, ElemType::F16), lse_view(4));
     let views = AttentionViews {
@@ -46,13 +39,7 @@ fn separate_padded_scalar() {
         heads_view("v", 2, 6, ElemType::F32),
     );
     let (out, lse) = (heads_view("o", 2, 6, ElemType::F32), lse_view(2));
-    let keep = LayoutSpec::new("keep")
-        .elem(ElemType::U32)
-        .dyn_axis("batch")
-        .dyn_axis("k")
-        .build()
-        .unwrap()
-        .view();
+    let keep = keep_view();
     let views = AttentionViews {
         q: &q,
         k: &k,

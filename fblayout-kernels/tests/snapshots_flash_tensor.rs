@@ -9,39 +9,22 @@
 
 mod support;
 
-use fblayout_core::layout::{ElemType, LayoutSpec, View};
+use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::__private::flash_tensor_kernel_sources;
 use fblayout_kernels::ops::{Attention, Mask, qkv_views};
 use naga::back::spv;
-use support::{coop_spv_options, heads_view, lse_view};
+use support::{coop_spv_options, heads_view, keep_view, lse_view, qkv_view};
 
 /// `[batch, seq, heads, head_dim]` of f16.
 fn heads(name: &str, heads: u32, head_dim: u32) -> View {
     heads_view(name, heads, head_dim, ElemType::F16)
 }
 
-fn keep() -> View {
-    LayoutSpec::new("keep")
-        .elem(ElemType::U32)
-        .dyn_axis("batch")
-        .dyn_axis("k")
-        .build()
-        .unwrap()
-        .view()
-}
-
 /// Q, K, V and O of `h` query and `kv` key/value heads of `d`: separate tensors, or three
 /// views of one fused projection.
 fn views(h: u32, kv: u32, d: u32, fused: bool) -> [View; 5] {
     let (q, k, v) = if fused {
-        let qkv = LayoutSpec::new("qkv")
-            .elem(ElemType::F16)
-            .dyn_axis("batch")
-            .dyn_axis("seq")
-            .axis("hidden", (h + 2 * kv) * d)
-            .build()
-            .unwrap()
-            .view();
+        let qkv = qkv_view((h + 2 * kv) * d, ElemType::F16);
         qkv_views(&qkv, h, kv).unwrap()
     } else {
         (heads("q", h, d), heads("k", kv, d), heads("v", kv, d))
@@ -77,7 +60,7 @@ fn every_kernel_survives_naga_s_validator_and_spirv_writer() {
             for mask in [Mask::None, Mask::Causal { offset: 2 }, Mask::Keys] {
                 for fused in [false, true] {
                     let views = views(h, kv, d, fused);
-                    let keep = keep();
+                    let keep = keep_view();
                     let keep = (mask == Mask::Keys).then_some(&keep);
                     assert!(spirv(&views, keep, Attention::new(h, kv, d, mask), d) > 0);
                     built += 4;

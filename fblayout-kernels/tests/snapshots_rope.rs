@@ -7,7 +7,7 @@ mod support;
 
 use fblayout_core::layout::{ElemType, LayoutSpec, Order, View};
 use fblayout_kernels::ops::{RopeOp, RopeViews, qkv_views};
-use support::{gpu, heads_view, static_2d};
+use support::{gpu, heads_view, qkv_view, static_2d};
 
 fn snapshot(name: &str, x: &View, y: &View, tables: Order, wide: bool) {
     let positions = LayoutSpec::new("positions")
@@ -43,13 +43,7 @@ fn row_major() {
 
 #[test]
 fn fused_query() {
-    let qkv = LayoutSpec::new("qkv")
-        .dyn_axis("batch")
-        .dyn_axis("seq")
-        .axis("hidden", (8 + 2 * 2) * 64)
-        .build()
-        .unwrap()
-        .view();
+    let qkv = qkv_view((8 + 2 * 2) * 64, ElemType::F32);
     let (q, _, _) = qkv_views(&qkv, 8, 2).unwrap();
     let y = heads_view("q_rot", 8, 64, ElemType::F32);
     snapshot("fused_query", &q, &y, Order::ColMajor, false);

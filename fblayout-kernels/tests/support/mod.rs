@@ -566,6 +566,29 @@ pub fn lse_view(heads: u32) -> View {
         .view()
 }
 
+/// An attention's padding mask `[batch, k]` of `u32` (nonzero: a token), batch and k run-time.
+pub fn keep_view() -> View {
+    LayoutSpec::new("keep")
+        .elem(ElemType::U32)
+        .dyn_axis("batch")
+        .dyn_axis("k")
+        .build()
+        .unwrap()
+        .view()
+}
+
+/// A fused projection `qkv` `[batch, seq, hidden]` of `elem`, row-major, batch and seq run-time.
+pub fn qkv_view(hidden: u32, elem: ElemType) -> View {
+    LayoutSpec::new("qkv")
+        .elem(elem)
+        .dyn_axis("batch")
+        .dyn_axis("seq")
+        .axis("hidden", hidden)
+        .build()
+        .unwrap()
+        .view()
+}
+
 /// `[batch, seq, heads, head_dim]` of `elem`, row-major, batch and seq run-time (attention's
 /// heads, RoPE's input).
 pub fn heads_view(name: &str, heads: u32, head_dim: u32, elem: ElemType) -> View {
