@@ -265,6 +265,84 @@ fn the_gradient_is_the_same_bits_on_every_run() {
     assert_eq!(bits(&runs[0]), bits(&runs[2]));
 }
 
+/// Work recorded once over a batch of ids reads every later batch refilled into the same
+/// buffers: the lookup and the overwriting gradient, with more, fewer and as many ids in use
+/// as the batch they were recorded with (the GPU step records them at its first step).
+#[test]
+fn work_recorded_once_reads_every_refill() {
+    let gpu = gpu();
+    let mut rng = Rng::new(6);
+    let (vocab, tokens) = (300, 97);
+    let (table, out) = tensors(
+        &mut rng,
+        Layout2::RowMajor,
+        Layout2::RowMajor,
+        (vocab, HIDDEN, tokens),
+        ElemType::F32,
+    );
+    let batches: Vec<Vec<u32>> = vec![
+        ids(&mut rng, tokens, vocab),
+        vec![5; tokens as usize],
+        (0..tokens).map(|t| vocab - 1 - 3 * t).collect(),
+        ids(&mut rng, tokens, vocab),
+    ];
+    let op = EmbeddingOp::new(gpu, &table.view, &out.view).unwrap();
+    let mut token_ids = TokenIds::new(gpu, &batches[0], vocab).unwrap();
+    let dout = Tensor::random(&mut rng, out.view.clone(), out.bind.clone(), -1.0, 1.0);
+    let (tb, ob, db, dt) = (
+        table.upload(gpu),
+        out.poisoned(gpu),
+        dout.upload(gpu),
+        table.poisoned(gpu),
+    );
+    let mut batch = gpu.batch();
+    let ids_arg = token_ids.ids().unwrap();
+    op.forward(&mut batch, &ids_arg, &table.gpu_arg(&tb), &out.gpu_arg(&ob))
+        .unwrap();
+    op.backward(
+        &mut batch,
+        &token_ids,
+        &dout.gpu_arg(&db),
+        &table.gpu_arg(&dt),
+        false,
+    )
+    .unwrap();
+    let mut recording = batch.finish().unwrap();
+    for (k, batch_ids) in batches.iter().enumerate() {
+        if k > 0 {
+            token_ids.refill(batch_ids).unwrap();
+        }
+        recording.submit().unwrap();
+        let what = format!("batch {k} ({} ids in use)", token_ids.used());
+        assert_close(
+            &format!("{what}: out"),
+            &out.download(&ob),
+            &cpu_forward::<f32>(batch_ids, &table, &out),
+            0.0,
+        );
+        assert_close(
+            &format!("{what}: dtable"),
+            &table.download(&dt),
+            &cpu_backward::<f32>(batch_ids, &dout, &table, false),
+            tolerance(ElemType::F32, batch_ids.len()),
+        );
+    }
+    // A refill that fails (an id past the vocabulary) leaves the last batch in place.
+    let mut bad = batches[3].clone();
+    bad[10] = vocab;
+    assert!(matches!(
+        token_ids.refill(&bad),
+        Err(OpError::OutOfRange { .. })
+    ));
+    recording.submit().unwrap();
+    assert_close(
+        "after a refused refill: dtable",
+        &table.download(&dt),
+        &cpu_backward::<f32>(&batches[3], &dout, &table, false),
+        tolerance(ElemType::F32, tokens as usize),
+    );
+}
+
 #[test]
 fn an_id_out_of_range_is_an_error_on_the_host_and_nan_on_the_gpu() {
     let gpu = gpu();

@@ -92,6 +92,8 @@ pub struct TokenIds {
     rows: GpuBuffer,
     starts: GpuBuffer,
     positions: GpuBuffer,
+    /// The host's `[vocab]` slots, all `UNUSED`, kept for the next refill's index.
+    spare: Vec<u32>,
 }
 
 impl TokenIds {
@@ -110,8 +112,10 @@ impl TokenIds {
             rows: GpuBuffer::scratch::<u32>(gpu, rows)?,
             starts: GpuBuffer::scratch::<u32>(gpu, starts)?,
             positions: GpuBuffer::scratch::<u32>(gpu, positions)?,
+            spare: Vec::new(),
         };
         uploaded.upload(&index, ids)?;
+        uploaded.spare = index.into_slot();
         Ok(uploaded)
     }
 
@@ -152,8 +156,10 @@ impl TokenIds {
                 ),
             ));
         }
-        let index = TokenIndex::new(ids, self.vocab)?;
-        self.upload(&index, ids)
+        let index = TokenIndex::build(ids, self.vocab, std::mem::take(&mut self.spare))?;
+        self.upload(&index, ids)?;
+        self.spare = index.into_slot();
+        Ok(())
     }
 
     /// Writes `ids` and their `index` into the buffers (the index's vectors padded with zeros
@@ -197,12 +203,21 @@ impl TokenIds {
         )?)
     }
 
-    /// The index as kernel arguments: slot, rows, starts, positions.
-    fn index_args(&self) -> Result<[GpuArg<'_>; 4], OpError> {
+    /// The index as kernel arguments: slot, rows, starts, positions. Where `in_use`, `rows`
+    /// and `starts` are as long as this batch's ids in use (a kernel walking the rows in use);
+    /// else as long as their buffers, the same for every batch, so that work recorded once
+    /// stays right for every refill (a kernel that finds a row's tokens through `slot`, which
+    /// never points past the rows in use).
+    fn index_args(&self, in_use: bool) -> Result<[GpuArg<'_>; 4], OpError> {
+        let rows = if in_use {
+            self.used
+        } else {
+            Self::lengths(self.tokens, self.vocab)[2] as u32
+        };
         Ok([
             GpuArg::new(&self.slot, &self.views.slot, &[("vocab", self.vocab)])?,
-            GpuArg::new(&self.rows, &self.views.rows, &[("used", self.used)])?,
-            GpuArg::new(&self.starts, &self.views.starts, &[("used", self.used + 1)])?,
+            GpuArg::new(&self.rows, &self.views.rows, &[("used", rows)])?,
+            GpuArg::new(&self.starts, &self.views.starts, &[("used", rows + 1)])?,
             GpuArg::new(
                 &self.positions,
                 &self.views.positions,
@@ -222,6 +237,13 @@ struct TokenIndex {
 
 impl TokenIndex {
     fn new(ids: &[u32], vocab: u32) -> Result<Self, OpError> {
+        Self::build(ids, vocab, Vec::new())
+    }
+
+    /// The index of `ids`, its slots written into `slot` where that is a `[vocab]` vector of
+    /// `UNUSED` (one [`into_slot`](Self::into_slot) gave back), else into a new one. Its cost
+    /// is in the tokens and the ids in use, not in the vocabulary.
+    fn build(ids: &[u32], vocab: u32, mut slot: Vec<u32>) -> Result<Self, OpError> {
         if ids.is_empty() || u32::try_from(ids.len()).is_err() || vocab == 0 {
             return Err(OpError::shape(
                 FORWARD,
@@ -232,19 +254,27 @@ impl TokenIndex {
             ));
         }
         check_ids(ids, vocab)?;
-        let mut count = vec![0u32; vocab as usize];
-        for &id in ids {
-            count[id as usize] += 1;
+        if slot.len() != vocab as usize {
+            slot = vec![UNUSED; vocab as usize];
         }
-        let mut slot = vec![UNUSED; vocab as usize];
+        // The ids in use, in increasing order, each given its place among them.
         let mut rows = Vec::new();
-        let mut starts = vec![0u32];
-        for (v, &c) in count.iter().enumerate() {
-            if c > 0 {
-                slot[v] = rows.len() as u32;
-                rows.push(v as u32);
-                starts.push(starts[starts.len() - 1] + c);
+        for &id in ids {
+            if slot[id as usize] == UNUSED {
+                slot[id as usize] = 0;
+                rows.push(id);
             }
+        }
+        rows.sort_unstable();
+        for (s, &v) in rows.iter().enumerate() {
+            slot[v as usize] = s as u32;
+        }
+        let mut starts = vec![0u32; rows.len() + 1];
+        for &id in ids {
+            starts[slot[id as usize] as usize + 1] += 1;
+        }
+        for s in 1..starts.len() {
+            starts[s] += starts[s - 1];
         }
         // Counting sort by id, stable: each id's tokens stay in increasing order.
         let mut next: Vec<u32> = starts[..starts.len() - 1].to_vec();
@@ -260,6 +290,16 @@ impl TokenIndex {
             starts,
             positions,
         })
+    }
+
+    /// The slots set back to `UNUSED` (only the rows in use are touched), for the next
+    /// [`build`](Self::build).
+    fn into_slot(self) -> Vec<u32> {
+        let mut slot = self.slot;
+        for &v in &self.rows {
+            slot[v as usize] = UNUSED;
+        }
+        slot
     }
 }
 
@@ -372,6 +412,10 @@ impl EmbeddingOp {
     /// Records `dtable[v, :] (+)= Σ_{t : ids[t] = v} dout[t, :]`: overwriting every row of
     /// `dtable` (zeros where no token has the id) or, when `accumulate`, adding to the rows the
     /// ids use and leaving the others as they are.
+    ///
+    /// Without `accumulate` the recorded work reads whatever ids [`TokenIds::refill`] last put
+    /// in the buffers, so it may be recorded once for every batch; with it, its grid is the
+    /// number of ids in use, so it must be recorded again after each refill.
     pub fn backward(
         &self,
         batch: &mut Batch<'_>,
@@ -392,7 +436,7 @@ impl EmbeddingOp {
                 ),
             ));
         }
-        let [slot, rows, starts, positions] = ids.index_args()?;
+        let [slot, rows, starts, positions] = ids.index_args(accumulate)?;
         let index = [("starts", &starts), ("positions", &positions)];
         let (kernel, entry, walk, walked) = if accumulate {
             (

@@ -7,8 +7,8 @@ use fblayout_kernels::tensor::{HostArg, HostArgMut};
 
 use super::views::{BoundGraph, bind_graph};
 use super::{
-    AdamWConfig, ExecError, StepInputs, check_indices, check_settable, check_values,
-    initial_values, input_values,
+    AdamWConfig, ExecError, InputBounds, StepInputs, check_settable, check_values, initial_values,
+    input_values,
 };
 use crate::graph::{Graph, Phase, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
@@ -36,6 +36,8 @@ pub struct CpuStep {
     nodes: Vec<Args<Arg>>,
     /// Every tensor as declared, bound.
     whole: Vec<BoundView>,
+    /// The index bounds that read each input, checked every step.
+    input_bounds: InputBounds,
     buffer_of: Vec<Option<usize>>,
     /// The floating-point buffers, by the plan's buffer index.
     buffers: Vec<Vec<f64>>,
@@ -111,6 +113,7 @@ impl CpuStep {
         Ok(Self {
             graph: graph.clone(),
             nodes,
+            input_bounds: InputBounds::new(graph, &whole),
             whole,
             buffer_of,
             buffers,
@@ -365,7 +368,7 @@ impl CpuStep {
             }
             let bound = &self.whole[t.index()];
             let values = input_values(tensor, inputs, bound)?;
-            check_indices(&self.graph, &self.whole, t, values)?;
+            self.input_bounds.check(&self.graph, t, values)?;
             let store = self.ints[t.index()]
                 .as_mut()
                 .ok_or_else(|| ExecError::Value {

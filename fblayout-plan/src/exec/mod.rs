@@ -47,7 +47,7 @@ pub use scaling::{LossScaleState, LossScaling};
 use crate::graph::{Graph, Role, Sizes, Tensor, TensorId};
 use crate::layouts::{LayoutChoice, StorageError};
 use crate::memory::MemoryError;
-use crate::ops::index_limits;
+use crate::ops::{IndexBound, first_uploaded, index_limits};
 
 /// AdamW's hyper-parameters (the kernels' own type): the executor supplies them, with the step
 /// number, at run time.
@@ -331,34 +331,65 @@ pub(crate) fn input_values<'a>(
     Ok(values)
 }
 
-/// Checks the values of input `t` against every index bound that reads it: an id past its
-/// table or a label past the vocabulary is an error naming the tensor, the position and the
-/// limit, before anything runs.
-pub(crate) fn check_indices(
-    graph: &Graph,
-    whole: &[BoundView],
-    t: TensorId,
-    values: &[u32],
-) -> Result<(), ExecError> {
-    for (node, bound, limit) in index_limits(graph, whole, t) {
-        let bad = values
-            .iter()
-            .enumerate()
-            .find(|&(_, &v)| v >= limit && Some(v) != bound.except);
-        if let Some((position, &value)) = bad {
-            let op = graph.nodes()[node].op;
-            let allowed = bound
-                .except
-                .map_or_else(String::new, |e| format!(" (or {e}, which is ignored)"));
-            return Err(ExecError::Value {
-                tensor: graph.tensor(t).name.clone(),
-                detail: format!(
-                    "value {value} at position {position} is out of range: operation {node} \
-                     (`{op}`) reads it as `{}` into `{}`, so it must be below {limit}{allowed}",
-                    bound.ids, bound.into
-                ),
-            });
-        }
+/// The index bounds that read each input of a graph ([`index_limits`]): found once, when an
+/// executor is built, and checked against every step's inputs (walking the graph's contracts
+/// for each input, each step, took most of the GPU step's host time).
+#[derive(Debug, Clone)]
+pub(crate) struct InputBounds {
+    /// By tensor: each bound's node, the bound, and the extent its values must stay below.
+    limits: Vec<Vec<(usize, IndexBound, u32)>>,
+}
+
+impl InputBounds {
+    /// The bounds of every input of `graph`, bound as `whole`.
+    pub(crate) fn new(graph: &Graph, whole: &[BoundView]) -> Self {
+        let limits = graph
+            .ids()
+            .map(|t| {
+                if graph.tensor(t).role == Role::Input {
+                    index_limits(graph, whole, t)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        Self { limits }
     }
-    Ok(())
+
+    /// Checks the values of input `t` against every index bound that reads it: an id past its
+    /// table or a label past the vocabulary is an error naming the tensor, the position and
+    /// the limit, before anything runs.
+    pub(crate) fn check(
+        &self,
+        graph: &Graph,
+        t: TensorId,
+        values: &[u32],
+    ) -> Result<(), ExecError> {
+        for &(node, bound, limit) in &self.limits[t.index()] {
+            let bad = values
+                .iter()
+                .enumerate()
+                .find(|&(_, &v)| v >= limit && Some(v) != bound.except);
+            if let Some((position, &value)) = bad {
+                let op = graph.nodes()[node].op;
+                let allowed = bound
+                    .except
+                    .map_or_else(String::new, |e| format!(" (or {e}, which is ignored)"));
+                return Err(ExecError::Value {
+                    tensor: graph.tensor(t).name.clone(),
+                    detail: format!(
+                        "value {value} at position {position} is out of range: operation {node} \
+                         (`{op}`) reads it as `{}` into `{}`, so it must be below {limit}{allowed}",
+                        bound.ids, bound.into
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Where a GPU kernel reads input `t` uploaded with its index ([`first_uploaded`]).
+    pub(crate) fn uploaded(&self, t: TensorId) -> Option<(usize, u32)> {
+        first_uploaded(&self.limits[t.index()])
+    }
 }

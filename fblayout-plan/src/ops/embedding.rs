@@ -181,7 +181,8 @@ fn ids_into(table: &'static str) -> IndexBound {
     }
 }
 
-/// The lookup or its gradient, reading the ids the step uploaded.
+/// The lookup or its gradient, reading the ids the step uploaded: refilled in the same buffers
+/// every step, so that what it records once stays right (the gradient overwrites `dtable`).
 struct Lookup {
     op: EmbeddingOp,
     backward: bool,
@@ -202,9 +203,5 @@ impl GpuKernel for Lookup {
             self.op
                 .forward(batch, &ids.ids()?, args.read("table")?, args.write("out")?)
         }
-    }
-
-    fn changes_per_step(&self) -> bool {
-        true
     }
 }

@@ -32,12 +32,6 @@ pub(crate) trait GpuKernel {
         Ok(None)
     }
 
-    /// Whether what it records changes from step to step (the token ids it reads uploaded):
-    /// then it is recorded again each step.
-    fn changes_per_step(&self) -> bool {
-        false
-    }
-
     /// Whether what it records depends on the loss scale ([`RecordCtx::loss_scale`]): then it
     /// is recorded again in the steps after the scale moved (rarely: on an overflow, or after
     /// the scaling's interval of steps without one).

@@ -59,8 +59,14 @@ pub(crate) fn uploaded_ids(
     whole: &[BoundView],
     t: TensorId,
 ) -> Option<(usize, u32)> {
-    index_limits(graph, whole, t)
-        .into_iter()
+    first_uploaded(&index_limits(graph, whole, t))
+}
+
+/// Of an input's index bounds (from [`index_limits`]), the first whose kernel reads it
+/// uploaded with its index: its node and the rows of the table it indexes.
+pub(crate) fn first_uploaded(limits: &[(usize, IndexBound, u32)]) -> Option<(usize, u32)> {
+    limits
+        .iter()
         .find(|(_, bound, _)| bound.uploaded)
-        .map(|(node, _, rows)| (node, rows))
+        .map(|&(node, _, rows)| (node, rows))
 }

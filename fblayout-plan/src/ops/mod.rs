@@ -52,7 +52,7 @@ use fblayout_kernels::runtime::Scratch;
 
 pub(crate) use adamw::{AdamWGroup, build_adamw_groups, record_adamw_group};
 pub use args::Args;
-pub(crate) use index::{index_limits, uploaded_ids};
+pub(crate) use index::{first_uploaded, index_limits, uploaded_ids};
 pub use shape::Dims;
 
 use crate::graph::{Act, BackwardRule, Dim, FusedAttention, HeadLoss, Op, Phase, Sizes, TensorId};

@@ -36,14 +36,14 @@ use fblayout_kernels::tensor::GpuArg;
 use super::scaling::{LossScaleState, LossScaler, LossScaling};
 use super::views::{BoundGraph, BoundOperand, bind_graph};
 use super::{
-    AdamWConfig, ExecError, StepInputs, check_indices, check_values, initial_values, input_values,
+    AdamWConfig, ExecError, InputBounds, StepInputs, check_values, initial_values, input_values,
 };
 use crate::graph::{Graph, Op, Phase, Role, Sizes, TensorId};
 use crate::layouts::LayoutChoice;
 use crate::memory::MemoryPlan;
 use crate::memory::held::{GATE_VALUES, gated};
 use crate::ops::gpu::{BuildCtx, GpuKernel, RecordCtx, Shared};
-use crate::ops::{AdamWGroup, Args, build_adamw_groups, record_adamw_group, uploaded_ids};
+use crate::ops::{AdamWGroup, Args, build_adamw_groups, record_adamw_group};
 
 /// A step's recording, with the range of items each node recorded.
 type Recorded<'g> = (Recording<'g>, Vec<Range<usize>>);
@@ -247,6 +247,8 @@ pub struct GpuStep<'g> {
     graph: Graph,
     kernels: Vec<NodeKernel>,
     whole: Vec<BoundView>,
+    /// The index bounds that read each input, checked every step.
+    input_bounds: InputBounds,
     buffer_of: Vec<Option<usize>>,
     buffers: Vec<GpuBuffer>,
     persistent: Vec<bool>,
@@ -427,6 +429,7 @@ impl<'g> GpuStep<'g> {
             gpu,
             graph: graph.clone(),
             kernels,
+            input_bounds: InputBounds::new(graph, &whole),
             whole,
             buffer_of: graph
                 .ids()
@@ -930,13 +933,12 @@ impl<'g> GpuStep<'g> {
         self.scaling.as_ref().map_or(1.0, |s| s.scaler.scale())
     }
 
-    /// Whether node `i` records something that changed since the step was recorded (its
-    /// kernel says): uploaded token ids every step, the loss scale where it moved.
+    /// Whether node `i` records something that changed since the step was recorded: the loss
+    /// scale, where it moved and the node's kernel reads it. (The token ids are refilled in
+    /// the same buffers, and nothing recorded depends on which ids they hold.)
     fn changes_per_step(&self, i: usize) -> bool {
-        let kernel = &self.kernels[i].kernel;
-        kernel.changes_per_step()
-            || (kernel.reads_loss_scale()
-                && self.loss_scale_now().to_bits() != self.recorded_scale.to_bits())
+        self.kernels[i].kernel.reads_loss_scale()
+            && self.loss_scale_now().to_bits() != self.recorded_scale.to_bits()
     }
 
     /// The recorded step with every node that [changes per step](Self::changes_per_step)
@@ -975,7 +977,7 @@ impl<'g> GpuStep<'g> {
             }
             let bound = &self.whole[t.index()];
             let values = input_values(tensor, inputs, bound)?;
-            check_indices(&self.graph, &self.whole, t, values)?;
+            self.input_bounds.check(&self.graph, t, values)?;
             if let Some(b) = self.buffer_of[t.index()] {
                 let buffer = &self.buffers[b];
                 // Where each logical element sits: the same every step, so found once (the
@@ -994,15 +996,19 @@ impl<'g> GpuStep<'g> {
                     .write(&self.scratch)
                     .map_err(|e| ExecError::gpu("writing an input", e))?;
             }
-            if let Some((node, rows)) = uploaded_ids(&self.graph, &self.whole, t) {
-                let ids = match self.token_ids[t.index()].take() {
-                    Some(mut ids) => ids.refill(values).map(|()| ids),
-                    None => TokenIds::new(self.gpu, values, rows),
+            if let Some((node, rows)) = self.input_bounds.uploaded(t) {
+                let failed =
+                    |source| ExecError::op(node, self.graph.nodes()[node].op.name(), source);
+                match &mut self.token_ids[t.index()] {
+                    // The same buffers: what was recorded over them reads the new ids.
+                    Some(ids) => ids.refill(values).map_err(failed)?,
+                    slot @ None => {
+                        *slot = Some(TokenIds::new(self.gpu, values, rows).map_err(failed)?);
+                        // New buffers: nothing recorded before reads them.
+                        self.recorded = None;
+                        self.next = None;
+                    }
                 }
-                .map_err(|source| {
-                    ExecError::op(node, self.graph.nodes()[node].op.name(), source)
-                })?;
-                self.token_ids[t.index()] = Some(ids);
             }
         }
         Ok(())
