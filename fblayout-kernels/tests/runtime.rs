@@ -208,6 +208,28 @@ fn odd_sized_and_empty_buffers_round_trip() {
 }
 
 #[test]
+fn several_buffers_come_back_in_one_read() {
+    let gpu = gpu();
+    let odd = GpuBuffer::from_slice(gpu, &[1u8, 2, 3, 4, 5]).unwrap();
+    let empty = GpuBuffer::from_slice::<u8>(gpu, &[]).unwrap();
+    let words = GpuBuffer::from_slice(gpu, &[7u32, 8, 9]).unwrap();
+    let last = GpuBuffer::from_slice(gpu, &[255u8; 3]).unwrap();
+    let all = GpuBuffer::read_back_all::<u8>(&[&odd, &empty, &words, &last]).unwrap();
+    let word_bytes: Vec<u8> = [7u32, 8, 9].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    assert_eq!(
+        all,
+        vec![vec![1, 2, 3, 4, 5], vec![], word_bytes, vec![255; 3]]
+    );
+    assert_eq!(
+        GpuBuffer::read_back_all::<u32>(&[&words, &words]).unwrap(),
+        vec![vec![7, 8, 9]; 2]
+    );
+    assert!(GpuBuffer::read_back_all::<u32>(&[]).unwrap().is_empty());
+    let err = GpuBuffer::read_back_all::<u32>(&[&words, &odd]).unwrap_err();
+    assert!(matches!(err, GpuError::BadInput { .. }), "{err:?}");
+}
+
+#[test]
 fn buffers_beyond_the_device_limits_are_refused() {
     let gpu = gpu();
     let limit = gpu

@@ -323,6 +323,86 @@ impl GpuBuffer {
     }
 }
 
+impl GpuBuffer {
+    /// Copies several buffers of one device back to the CPU in one submission and one wait
+    /// (one round trip where [`read_back`](Self::read_back) takes one each), as elements of
+    /// `T`; every buffer's length must be a multiple of `size_of::<T>()`.
+    pub fn read_back_all<T: bytemuck::Pod>(
+        buffers: &[&GpuBuffer],
+    ) -> Result<Vec<Vec<T>>, GpuError> {
+        let size = std::mem::size_of::<T>() as u64;
+        let Some(first) = buffers.first() else {
+            return Ok(Vec::new());
+        };
+        let what = || {
+            format!(
+                "{} buffers as {}",
+                buffers.len(),
+                std::any::type_name::<T>()
+            )
+        };
+        if size == 0 {
+            return Err(GpuError::bad_input(
+                "GpuBuffer::read_back_all",
+                "a type of no bytes",
+            ));
+        }
+        if let Some(b) = buffers.iter().find(|b| !b.len_bytes.is_multiple_of(size)) {
+            return Err(GpuError::bad_input(
+                "GpuBuffer::read_back_all",
+                format!(
+                    "a buffer holds {} bytes, not a whole number of {} ({size} bytes)",
+                    b.len_bytes,
+                    std::any::type_name::<T>()
+                ),
+            ));
+        }
+        if buffers.iter().any(|b| !b.device.eq(&first.device)) {
+            return Err(GpuError::bad_input(
+                "GpuBuffer::read_back_all",
+                "the buffers are on different devices",
+            ));
+        }
+        // Each buffer's place in the staging buffer: copies start at multiples of 4 bytes.
+        let mut starts = Vec::with_capacity(buffers.len());
+        let mut end = 0;
+        for b in buffers {
+            starts.push(end);
+            end += padded(b.len_bytes);
+        }
+        let staging = scoped(&first.device, what, || {
+            let staging = first.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("fblayout read-back"),
+                size: end,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut encoder =
+                first
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("read-back"),
+                    });
+            for (b, &at) in buffers.iter().zip(&starts) {
+                if b.len_bytes > 0 {
+                    encoder.copy_buffer_to_buffer(b.buffer(), 0, &staging, at, padded(b.len_bytes));
+                }
+            }
+            first.queue.submit([encoder.finish()]);
+            staging
+        })?;
+        let bytes: Vec<u8> = map_read(&first.device, &staging, end as usize, what)?;
+        Ok(buffers
+            .iter()
+            .zip(&starts)
+            .map(|(b, &at)| {
+                let at = at as usize;
+                bytemuck::pod_collect_to_vec(&bytes[at..at + b.len_bytes as usize])
+            })
+            .collect())
+    }
+}
+
 /// Maps `staging` (a `MAP_READ` buffer) once the work queued so far is done and reads its
 /// first `len` bytes as `T`s.
 pub(crate) fn map_read<T: bytemuck::Pod>(

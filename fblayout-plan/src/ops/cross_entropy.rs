@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use fblayout_core::layout::View;
+use fblayout_kernels::GpuBuffer;
 use fblayout_kernels::ops::cross_entropy::{cross_entropy_backward_cpu, cross_entropy_forward_cpu};
 use fblayout_kernels::ops::{CrossEntropyOp, CrossEntropyState};
 use fblayout_kernels::runtime::Batch;
@@ -218,7 +219,7 @@ impl GpuKernel for Kernel {
         self.backward
     }
 
-    fn loss(&self) -> Option<Result<f32, OpErr>> {
-        (!self.backward).then(|| self.saved.state.mean())
+    fn loss(&self) -> Option<&GpuBuffer> {
+        (!self.backward).then(|| self.saved.state.mean_buffer())
     }
 }

@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use fblayout_kernels::GpuBuffer;
 use fblayout_kernels::ops::TokenIds;
 use fblayout_kernels::runtime::{Batch, Gpu};
 use fblayout_kernels::tensor::GpuArg;
@@ -39,8 +40,9 @@ pub(crate) trait GpuKernel {
         false
     }
 
-    /// The mean loss it computed in the last step, where it computes one.
-    fn loss(&self) -> Option<Result<f32, OpErr>> {
+    /// The buffer of the mean loss (one `f32`) it computes each step, where it computes one:
+    /// the executor reads every such buffer, and the overflow flag, in one read-back.
+    fn loss(&self) -> Option<&GpuBuffer> {
         None
     }
 

@@ -702,7 +702,7 @@ impl GpuKernel for Kernel {
         self.backward
     }
 
-    fn loss(&self) -> Option<Result<f32, OpErr>> {
-        (!self.backward).then(|| self.saved.all.mean())
+    fn loss(&self) -> Option<&GpuBuffer> {
+        (!self.backward).then(|| self.saved.all.mean_buffer())
     }
 }

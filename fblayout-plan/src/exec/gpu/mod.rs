@@ -756,12 +756,7 @@ impl<'g> GpuStep<'g> {
         let submitted = recorded.0.submit_range(0..end);
         self.recorded = Some(recorded);
         submitted.map_err(|e| ExecError::gpu("submitting the forward", e))?;
-        let mut loss = 0.0;
-        for (i, node) in self.kernels[..self.forward_end].iter().enumerate() {
-            if let Some(mean) = node.kernel.loss() {
-                loss += mean.map_err(|source| ExecError::op(i, "cross_entropy", source))?;
-            }
-        }
+        let (loss, _) = self.read_loss(self.forward_end, false)?;
         Ok(loss)
     }
 
@@ -827,13 +822,7 @@ impl<'g> GpuStep<'g> {
             self.next = Some(ahead);
         }
         self.recorded = Some(recorded);
-        let mut loss = 0.0;
-        for (i, node) in self.kernels.iter().enumerate() {
-            if let Some(mean) = node.kernel.loss() {
-                loss += mean.map_err(|source| ExecError::op(i, "cross_entropy", source))?;
-            }
-        }
-        let overflowed = self.overflowed()?;
+        let (loss, overflowed) = self.read_loss(self.kernels.len(), true)?;
         if let Some(scaling) = &mut self.scaling {
             scaling.applied = scaling.scaler.scale();
             scaling.skipped = scaling.scaler.update(overflowed);
@@ -858,19 +847,23 @@ impl<'g> GpuStep<'g> {
         Ok((loss, timings))
     }
 
-    /// Whether the last submission's overflow checks found a gradient not finite (waits for
-    /// the GPU); `false` without checks.
-    fn overflowed(&self) -> Result<bool, ExecError> {
-        match &self.gate {
-            Some(gate) => {
-                let flag: Vec<u32> = gate
-                    .gate
-                    .read_back()
-                    .map_err(|e| ExecError::gpu("reading the gradients' overflow flag", e))?;
-                Ok(flag[0] != 0)
-            }
-            None => Ok(false),
+    /// The mean losses of the first `nodes` nodes' kernels, summed, and with `flag`, whether
+    /// the last submission's overflow checks found a gradient not finite (`false` without
+    /// checks): read back together, in one wait for the GPU.
+    pub(super) fn read_loss(&self, nodes: usize, flag: bool) -> Result<(f32, bool), ExecError> {
+        let mut buffers: Vec<&GpuBuffer> = self.kernels[..nodes]
+            .iter()
+            .filter_map(|node| node.kernel.loss())
+            .collect();
+        let losses = buffers.len();
+        if flag && let Some(gate) = &self.gate {
+            buffers.push(&gate.gate);
         }
+        let values = GpuBuffer::read_back_all::<u32>(&buffers)
+            .map_err(|e| ExecError::gpu("reading the loss and the overflow flag", e))?;
+        let loss = values[..losses].iter().map(|v| f32::from_bits(v[0])).sum();
+        let overflowed = values[losses..].iter().any(|v| v[0] != 0);
+        Ok((loss, overflowed))
     }
 
     /// Records the whole step: every node, with the range of items each one recorded, and the

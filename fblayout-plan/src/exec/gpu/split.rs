@@ -61,12 +61,7 @@ impl GpuStep<'_> {
         if let Some(scaling) = &mut self.scaling {
             scaling.applied = scaling.scaler.scale();
         }
-        let mut loss = 0.0;
-        for (i, node) in self.kernels.iter().enumerate() {
-            if let Some(mean) = node.kernel.loss() {
-                loss += mean.map_err(|source| ExecError::op(i, "cross_entropy", source))?;
-            }
-        }
+        let (loss, _) = self.read_loss(self.kernels.len(), false)?;
         Ok(loss)
     }
 
@@ -145,7 +140,7 @@ impl GpuStep<'_> {
         });
         self.recorded = Some(recorded);
         submitted?;
-        let overflowed = self.overflowed()?;
+        let (_, overflowed) = self.read_loss(0, true)?;
         if let Some(scaling) = &mut self.scaling {
             scaling.skipped = scaling.scaler.update(overflowed);
             if scaling.skipped {
