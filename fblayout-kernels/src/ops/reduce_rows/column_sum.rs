@@ -254,25 +254,10 @@ fn column_sum_entry(x: &str, walk: &Walk, sink: Sink<'_>) -> String {
     if walk.fast == 1 {
         // Lanes hold `w` columns each and walk the chunk's rows `across` at a time.
         let _ = writeln!(s, "    let c = wg.x * {span}u + wk_fast;");
-        // Four rows a lane per trip, into four sums, so that each lane has four loads in
-        // flight (one a trip left the column sums far under the memory's bandwidth); then the
-        // chunk's last rows one at a time.
         let _ = writeln!(
             s,
-            "    var acc1 = {ty}(0.0);\n    var acc2 = {ty}(0.0);\n    var acc3 = {ty}(0.0);\n    \
-             var r = r0 + wk_across;\n    \
-             for (; r + {} < r1; r = r + {}u) {{\n        \
-             acc = acc + {x}_get{w}(r, c);\n        \
-             acc1 = acc1 + {x}_get{w}(r + {across}u, c);\n        \
-             acc2 = acc2 + {x}_get{w}(r + {}u, c);\n        \
-             acc3 = acc3 + {x}_get{w}(r + {}u, c);\n    }}\n    \
-             for (; r < r1; r = r + {across}u) {{\n        \
-             acc = acc + {x}_get{w}(r, c);\n    }}\n    \
-             acc = (acc + acc1) + (acc2 + acc3);",
-            format!("{}u", 3 * across),
-            4 * across,
-            2 * across,
-            3 * across,
+            "    for (var r = r0 + wk_across; r < r1; r = r + {across}u) {{\n        \
+             acc = acc + {x}_get{w}(r, c);\n    }}"
         );
         let _ = writeln!(s, "    cs_tile[lid] = acc;\n    workgroupBarrier();");
         let _ = writeln!(
