@@ -242,7 +242,7 @@ impl TokenIndex {
 
     /// The index of `ids`, its slots written into `slot` where that is a `[vocab]` vector of
     /// `UNUSED` (one [`into_slot`](Self::into_slot) gave back), else into a new one. Its cost
-    /// is in the tokens and the ids in use, not in the vocabulary.
+    /// is in the tokens and the ids in use, and a bit of the vocabulary's each.
     fn build(ids: &[u32], vocab: u32, mut slot: Vec<u32>) -> Result<Self, OpError> {
         if ids.is_empty() || u32::try_from(ids.len()).is_err() || vocab == 0 {
             return Err(OpError::shape(
@@ -257,15 +257,20 @@ impl TokenIndex {
         if slot.len() != vocab as usize {
             slot = vec![UNUSED; vocab as usize];
         }
-        // The ids in use, in increasing order, each given its place among them.
-        let mut rows = Vec::new();
+        // The ids in use, in increasing order (the set bits of a bitset of the vocabulary,
+        // read word by word), each given its place among them.
+        let mut in_use = vec![0u64; (vocab as usize).div_ceil(64)];
         for &id in ids {
-            if slot[id as usize] == UNUSED {
-                slot[id as usize] = 0;
-                rows.push(id);
+            in_use[id as usize / 64] |= 1 << (id % 64);
+        }
+        let mut rows = Vec::new();
+        for (w, &word) in in_use.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                rows.push(w as u32 * 64 + bits.trailing_zeros());
+                bits &= bits - 1;
             }
         }
-        rows.sort_unstable();
         for (s, &v) in rows.iter().enumerate() {
             slot[v as usize] = s as u32;
         }
