@@ -13,7 +13,11 @@
 //! timed. Then each runs `--warmup-ms` of steps, and the median of `--samples` steps is
 //! reported (wall clock around one submission and the loss's read-back), with the host's part
 //! of it (writing the inputs, re-recording what changes per step, submitting), the kernels' GPU
-//! time summed from one timed step, the peak memory of its plan and the predicted cost.
+//! time summed from one timed step, the peak memory of its plan and the predicted cost. A
+//! second median times a training loop that knows its next batch: steps on two batches in
+//! turn, each writing the other's inputs while the GPU runs it
+//! ([`GpuStep::step_then_load`]), so that only recording and submitting stay before each
+//! submission.
 
 mod support;
 
@@ -154,6 +158,8 @@ struct Row {
     conversions: usize,
     peak: u64,
     step_ms: f64,
+    /// The median step that loads the next batch's inputs while the GPU runs it.
+    then_load_ms: f64,
     /// The host's median milliseconds of a step before its submission: in all, writing the
     /// inputs, recording, encoding and submitting.
     host_ms: [f64; 4],
@@ -200,7 +206,8 @@ fn run(args: &Args) -> Res<()> {
     }
     for &m in models {
         let built = build(m, config).map_err(err)?;
-        let inputs = StepInputs::random(config.vocab, sizes, 11);
+        // The batch every step runs on, and a second for the steps that load the next batch.
+        let inputs = [11, 12].map(|seed| StepInputs::random(config.vocab, sizes, seed));
         // Each attention's rows, by precision.
         let mut by_attention = Vec::new();
         for &attention in &args.attention {
@@ -326,9 +333,10 @@ fn measure(
     model: &CostModel,
     strategy: Strategy,
     label: &'static str,
-    inputs: &StepInputs,
+    batches: &[StepInputs; 2],
     args: &Args,
 ) -> Res<Row> {
+    let inputs = &batches[0];
     let p = plan(graph, sizes, model, strategy).map_err(err)?;
     // With `--recompute`, the planned graph with its cheap activations made again in the
     // backward (the prediction stays the plan's, without the operations run again).
@@ -379,6 +387,17 @@ fn measure(
         let h = step.host_time();
         host.push([h.total(), h.inputs, h.recording, h.submission].map(|d| d.as_secs_f64() * 1e3));
     }
+    // Two batches in turn, each step writing the next one's inputs while the GPU runs it.
+    let mut then_load = Vec::with_capacity(args.samples);
+    for k in 0..=args.samples.max(1) {
+        let t = Instant::now();
+        step.step_then_load(&batches[k % 2], &batches[(k + 1) % 2])
+            .map_err(err)?;
+        // The first loads its own inputs.
+        if k > 0 {
+            then_load.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
     let (_, timings) = step.step_timed(inputs).map_err(err)?;
     Ok(Row {
         label,
@@ -386,6 +405,7 @@ fn measure(
         conversions: p.conversions().len(),
         peak: memory.peak_bytes(),
         step_ms: median(times),
+        then_load_ms: median(then_load),
         host_ms: std::array::from_fn(|k| median(host.iter().map(|h| h[k]).collect())),
         first_loss,
         by_kind: by_kind(&timings),
@@ -483,14 +503,14 @@ fn print_rows(rows: &[Row]) {
     let tag = |r: &Row| r.label.split(' ').next().unwrap_or(r.label).to_owned();
     let second = rows.get(1).map_or("—".to_owned(), tag);
     println!(
-        "| strategy | step ms (median) | {0} / this | {second} / this | host ms (inputs / record / submit) | kernels ms | peak MiB | peak vs {0} | conversions | predicted ms |",
+        "| strategy | step ms (median) | {0} / this | {second} / this | host ms (inputs / record / submit) | step ms, next batch loaded during it | kernels ms | peak MiB | peak vs {0} | conversions | predicted ms |",
         tag(&rows[0])
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     for r in rows {
         println!(
-            "| {} | {:.2} | {} | {} | {:.2} ({:.2} / {:.2} / {:.2}) | {:.2} | {:.0} | {:.2}× | {} | {:.2} |",
+            "| {} | {:.2} | {} | {} | {:.2} ({:.2} / {:.2} / {:.2}) | {:.2} | {:.2} | {:.0} | {:.2}× | {} | {:.2} |",
             r.label,
             r.step_ms,
             ratio(Some(a), r),
@@ -499,6 +519,7 @@ fn print_rows(rows: &[Row]) {
             r.host_ms[1],
             r.host_ms[2],
             r.host_ms[3],
+            r.then_load_ms,
             r.by_kind.iter().map(|(_, ms)| ms).sum::<f64>(),
             mib(r.peak),
             r.peak as f64 / rows[0].peak as f64,

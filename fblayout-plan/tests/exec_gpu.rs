@@ -183,8 +183,8 @@ fn a_second_step_moves_on_and_mismatched_gradient_layouts_are_refused() {
 #[test]
 fn steps_submitted_again_track_the_cpu_over_new_batches() {
     // The first step records everything; later ones submit that recording again with only
-    // AdamW's step number and the embeddings' new token ids recorded anew. Three steps on three
-    // different batches must follow the CPU's three steps.
+    // AdamW's step number written anew (the embeddings read the token ids refilled into the
+    // same buffers). Three steps on three different batches must follow the CPU's three steps.
     let gpu = gpu();
     for model in [Model::Encoder, Model::Decoder] {
         let g = graph(model);
@@ -205,6 +205,54 @@ fn steps_submitted_again_track_the_cpu_over_new_batches() {
                 &on_cpu.read(name).unwrap(),
             );
             assert!(e <= TOLERANCE, "{model:?}: `{name}` after 3 steps: {e:e}");
+        }
+    }
+}
+
+#[test]
+fn steps_that_load_the_next_batch_while_the_gpu_runs_track_the_cpu() {
+    // `step_then_load` writes the next batch's inputs while the GPU runs a step. Four steps so,
+    // with an evaluation of another batch between two of them (which loads its own inputs, so
+    // the next step loads its batch again), the last one given a next batch that is refused:
+    // the step given that batch then reports it, and nothing moves.
+    let gpu = gpu();
+    for model in [Model::Encoder, Model::Decoder] {
+        let g = graph(model);
+        let (mut on_gpu, mut on_cpu) = both_steps(&gpu, &g, &family_layouts(&g, 5));
+        let batches: Vec<StepInputs> = (21..26)
+            .map(|seed| StepInputs::random(SMALL.vocab, SIZES, seed))
+            .collect();
+        let mut bad = batches[4].clone();
+        bad.ids[2] = SMALL.vocab;
+        let close = |what: &str, got: f32, want: f64| {
+            let got = f64::from(got);
+            assert!(
+                (got - want).abs() <= TOLERANCE * want.abs(),
+                "{model:?} {what}: loss {got} vs {want}"
+            );
+        };
+        for k in 0..4 {
+            let next = if k == 3 { &bad } else { &batches[k + 1] };
+            let got = on_gpu.step_then_load(&batches[k], next).unwrap();
+            close(&format!("step {k}"), got, on_cpu.step(&batches[k]).unwrap());
+            if k == 1 {
+                let got = on_gpu.evaluate(&batches[4]).unwrap();
+                close("evaluation", got, on_cpu.evaluate(&batches[4]).unwrap());
+            }
+        }
+        let before = persistent_values(&g, &on_gpu);
+        let err = on_gpu.step(&bad).unwrap_err().to_string();
+        assert!(err.contains("`ids`") && err.contains("position 2"), "{err}");
+        assert_eq!(on_gpu.steps(), 4);
+        assert_eq!(
+            persistent_values(&g, &on_gpu),
+            before,
+            "a refused step moved something"
+        );
+        for p in g.params() {
+            let name = &g.tensor(p).name;
+            let e = relative_error(&on_gpu.read(name).unwrap(), &on_cpu.read(name).unwrap());
+            assert!(e <= TOLERANCE, "{model:?}: `{name}` after 4 steps: {e:e}");
         }
     }
 }

@@ -271,6 +271,9 @@ pub struct GpuStep<'g> {
     token_ids: Vec<Option<TokenIds>>,
     /// Each input's physical offset of every logical element, found at the first step.
     input_offsets: HashMap<TensorId, Vec<usize>>,
+    /// The inputs the last step wrote for the next one while the GPU ran it
+    /// ([`step_then_load`](Self::step_then_load)), until anything else loads inputs.
+    preloaded: Option<StepInputs>,
     /// Loss scaling, where the graph has `f16` gradients.
     scaling: Option<Scaling>,
     /// The AdamW steps' gate, where the graph has any.
@@ -447,6 +450,7 @@ impl<'g> GpuStep<'g> {
             host: HostTime::default(),
             token_ids: Vec::new(),
             input_offsets: HashMap::new(),
+            preloaded: None,
             scaling,
             gate,
             step_scalars,
@@ -727,13 +731,32 @@ impl<'g> GpuStep<'g> {
 
     /// One training step on `inputs`, submitted once; returns the loss before the update.
     pub fn step(&mut self, inputs: &StepInputs) -> Result<f32, ExecError> {
-        let (loss, _) = self.run(inputs, false)?;
+        let (loss, _) = self.run(inputs, false, None)?;
+        Ok(loss)
+    }
+
+    /// [`step`](Self::step) on `inputs`, and while the GPU runs it, the next step's inputs
+    /// `next` checked and written: for a training loop that knows its next batch, whose next
+    /// step then submits at once instead of waiting for the host to load its inputs. (The
+    /// writes land after this step's work in the queue's order, so nothing this step reads
+    /// changes under it.)
+    ///
+    /// Where the next call's inputs are not `next`, or anything else loads inputs in between
+    /// ([`evaluate`](Self::evaluate), [`forward_backward`](Self::forward_backward)), they are
+    /// loaded as usual. Where `next` is refused (an id out of range), nothing is kept, and the
+    /// step given those inputs reports it.
+    pub fn step_then_load(
+        &mut self,
+        inputs: &StepInputs,
+        next: &StepInputs,
+    ) -> Result<f32, ExecError> {
+        let (loss, _) = self.run(inputs, false, Some(next))?;
         Ok(loss)
     }
 
     /// [`step`](Self::step), timing every dispatch (one section per operation).
     pub fn step_timed(&mut self, inputs: &StepInputs) -> Result<(f32, Vec<Timing>), ExecError> {
-        self.run(inputs, true)
+        self.run(inputs, true, None)
     }
 
     /// The forward alone on `inputs`, submitted once: the loss, with no gradient computed and
@@ -778,9 +801,16 @@ impl<'g> GpuStep<'g> {
         Ok(recorded)
     }
 
-    fn run(&mut self, inputs: &StepInputs, timed: bool) -> Result<(f32, Vec<Timing>), ExecError> {
+    fn run(
+        &mut self,
+        inputs: &StepInputs,
+        timed: bool,
+        then: Option<&StepInputs>,
+    ) -> Result<(f32, Vec<Timing>), ExecError> {
         let start = Instant::now();
-        self.load(inputs)?;
+        if self.preloaded.take().as_ref() != Some(inputs) {
+            self.load(inputs)?;
+        }
         let loaded = start.elapsed();
         let adam_step = self.steps + 1;
         let mut recorded = self.recording()?;
@@ -822,6 +852,12 @@ impl<'g> GpuStep<'g> {
             self.next = Some(ahead);
         }
         self.recorded = Some(recorded);
+        // While the GPU runs this step, the next one's inputs (see `step_then_load`).
+        if let Some(then) = then
+            && self.load(then).is_ok()
+        {
+            self.preloaded = Some(then.clone());
+        }
         let (loss, overflowed) = self.read_loss(self.kernels.len(), true)?;
         if let Some(scaling) = &mut self.scaling {
             scaling.applied = scaling.scaler.scale();
@@ -962,6 +998,7 @@ impl<'g> GpuStep<'g> {
     /// index bound that reads them, and the ids of every input a kernel reads uploaded, with
     /// their index, into `token_ids` (by tensor; the same buffers every step).
     fn load(&mut self, inputs: &StepInputs) -> Result<(), ExecError> {
+        self.preloaded = None;
         self.token_ids.resize_with(self.whole.len(), || None);
         for t in self.graph.ids() {
             let tensor = self.graph.tensor(t);
