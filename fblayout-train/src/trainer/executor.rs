@@ -74,6 +74,22 @@ impl Executor<'_> {
         }
     }
 
+    /// [`step`](Self::step) on `inputs`, and while the GPU runs it, `next`'s inputs written for
+    /// the step after ([`GpuStep::step_then_load`]); on the CPU, the step alone.
+    pub(super) fn step_then_load(
+        &mut self,
+        inputs: &StepInputs,
+        next: &StepInputs,
+    ) -> Result<(f64, bool), ExecError> {
+        match self {
+            Self::Cpu(cpu) => cpu.step(inputs).map(|loss| (loss, false)),
+            Self::Gpu(gpu) => {
+                let loss = gpu.step_then_load(inputs, next)?;
+                Ok((f64::from(loss), gpu.last_step_skipped()))
+            }
+        }
+    }
+
     /// The forward alone on `inputs`: the loss; the kept outputs can be read after it.
     pub(super) fn evaluate(&mut self, inputs: &StepInputs) -> Result<f64, ExecError> {
         match self {

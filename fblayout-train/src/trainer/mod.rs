@@ -16,7 +16,7 @@ use fblayout_hf::export::ExportError;
 use fblayout_hf::graph::GraphError;
 use fblayout_hf::{ModelDir, ModelDirError};
 use fblayout_kernels::Gpu;
-use fblayout_plan::exec::{ExecError, LossScaling};
+use fblayout_plan::exec::{ExecError, LossScaling, StepInputs};
 use fblayout_plan::graph::Graph;
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::lora::{Lora, LoraConfig};
@@ -511,6 +511,9 @@ pub struct Trainer<'g> {
     peak_bytes: u64,
     plan_summary: String,
     started: Instant,
+    /// The next step's batch (its inputs and counted tokens), drawn while the GPU ran the last
+    /// step so that its inputs were written then (see `train_step`).
+    pending: Option<(StepInputs, u64)>,
 }
 
 impl<'g> Trainer<'g> {
@@ -644,11 +647,11 @@ impl<'g> Trainer<'g> {
             let step = self.state.step + 1;
             let lr = schedule.rate(self.state.step);
             let started = Instant::now();
-            let (loss, tokens, skipped) = self.train_step(&mut batches, step, lr)?;
+            let (loss, tokens, skipped, position) = self.train_step(&mut batches, step, lr)?;
             self.state.step = step;
             self.state.adam_steps = self.exec.steps();
             self.state.skipped += u32::from(skipped);
-            self.state.position = batches.position();
+            self.state.position = position;
             final_loss = Some(loss);
             log.write(Record::Step { step, loss, lr })
                 .map_err(io(&log_file))?;

@@ -316,5 +316,6 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         peak_bytes: memory.peak_bytes(),
         plan_summary,
         started,
+        pending: None,
     })
 }

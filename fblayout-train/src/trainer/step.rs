@@ -6,7 +6,7 @@ use fblayout_plan::models::bert::class_labels;
 use super::metrics::{LOGITS, correct};
 use super::setup::exec;
 use super::{EvalResult, Task, TrainError, Trainer};
-use crate::data::{Batches, Example, IGNORED};
+use crate::data::{Batches, DataPosition, Example, IGNORED};
 
 /// The error of step `step` where the executor found a loss or gradient not finite.
 fn non_finite(step: u32, what: &str) -> impl FnOnce(ExecError) -> TrainError + '_ {
@@ -75,30 +75,46 @@ impl Trainer<'_> {
     }
 
     /// Step `step` at learning rate `lr`: its loss (the mean over its micro-batches), the
-    /// tokens it trained on, and whether its update was skipped (mixed precision's scaled
-    /// gradients overflowed). A loss that is not finite stops the run, skipped or not: the
-    /// model has diverged, and no scale mends that.
+    /// tokens it trained on, whether its update was skipped (mixed precision's scaled
+    /// gradients overflowed), and where the data stands after its batches (what a checkpoint
+    /// after it records). A loss that is not finite stops the run, skipped or not: the model
+    /// has diverged, and no scale mends that.
+    ///
+    /// A step of one batch draws the next step's batch too, where one follows, and has the
+    /// executor write its inputs while the GPU runs this step
+    /// ([`Executor::step_then_load`](super::executor::Executor::step_then_load));
+    /// the next step takes it from `pending`. Batches are drawn in the same order either way,
+    /// and the position returned is the one after this step's own batch.
     pub(super) fn train_step(
         &mut self,
         batches: &mut Batches,
         step: u32,
         lr: f64,
-    ) -> Result<(f64, u64, bool), TrainError> {
+    ) -> Result<(f64, u64, bool, DataPosition), TrainError> {
         self.exec.set_learning_rate(lr);
         let s = &self.settings;
         if s.accumulate == 1 && s.clip.is_none() {
-            let (inputs, tokens) = self.next_inputs(batches);
-            let (loss, skipped) = self
-                .exec
-                .step(&inputs)
-                .map_err(non_finite(step, "the step"))?;
+            let (inputs, tokens) = match self.pending.take() {
+                Some(drawn) => drawn,
+                None => self.next_inputs(batches),
+            };
+            let position = batches.position();
+            let result = if step < self.settings.steps {
+                let next = self.next_inputs(batches);
+                let result = self.exec.step_then_load(&inputs, &next.0);
+                self.pending = Some(next);
+                result
+            } else {
+                self.exec.step(&inputs)
+            };
+            let (loss, skipped) = result.map_err(non_finite(step, "the step"))?;
             if !loss.is_finite() {
                 return Err(TrainError::NonFinite {
                     step,
                     what: format!("loss ({loss})"),
                 });
             }
-            return Ok((loss, tokens, skipped));
+            return Ok((loss, tokens, skipped, position));
         }
         let (micro, clip) = (s.accumulate, s.clip);
         let next: Vec<(StepInputs, u64)> = (0..micro).map(|_| self.next_inputs(batches)).collect();
@@ -147,7 +163,7 @@ impl Trainer<'_> {
             // f64) nothing explains it, and the run stops.
             if self.exec.skips_overflows() {
                 self.exec.skip().map_err(exec("skipping the step"))?;
-                return Ok((loss * mean, tokens, true));
+                return Ok((loss * mean, tokens, true, batches.position()));
             }
             let name = params
                 .iter()
@@ -172,7 +188,7 @@ impl Trainer<'_> {
             .set_grads(&grads)
             .map_err(exec("setting the gradients"))?;
         let skipped = self.exec.update().map_err(non_finite(step, "the update"))?;
-        Ok((loss * mean, tokens, skipped))
+        Ok((loss * mean, tokens, skipped, batches.position()))
     }
 
     /// Evaluates the held-out set after step `step`: the mean loss over its labels and, for a
