@@ -99,6 +99,9 @@ struct Workload {
     graph: Graph,
     sizes: Sizes,
     inputs: StepInputs,
+    /// A second batch, for the steps that load the next batch while the GPU runs
+    /// ([`GpuStep::step_then_load`]).
+    next: StepInputs,
     targets: [&'static str; 2],
 }
 
@@ -136,11 +139,19 @@ fn minilm(small: bool) -> Res<Workload> {
             (0..n).map(|i| (i % sizes.seq as usize) as u32).collect(),
         )
         .with("labels", bert::class_labels(&classes, sizes.seq as usize));
+    // The same tokens in the opposite order, with the other classes.
+    let reversed: Vec<u32> = inputs.ids.iter().rev().copied().collect();
+    let flipped: Vec<u32> = classes.iter().map(|c| 1 - c).collect();
+    let next = inputs
+        .clone()
+        .with("ids", reversed)
+        .with("labels", bert::class_labels(&flipped, sizes.seq as usize));
     Ok(Workload {
         name: "MiniLM classification",
         graph: bert::forward(&config).map_err(err)?,
         sizes,
         inputs,
+        next,
         targets: ["query", "value"],
     })
 }
@@ -174,6 +185,7 @@ fn llama_workload(small: bool, head_chunk: Option<u32>) -> Res<Workload> {
         graph: llama::forward(&config).map_err(err)?,
         sizes,
         inputs: StepInputs::random(vocab, sizes, 11),
+        next: StepInputs::random(vocab, sizes, 12),
         targets: ["q_proj", "v_proj"],
     })
 }
@@ -183,6 +195,11 @@ struct Row {
     what: String,
     trainable: u64,
     step_ms: f64,
+    /// The host's median milliseconds before each submission (writing the inputs,
+    /// recording, submitting).
+    host_ms: f64,
+    /// The median step on two batches in turn, each loading the other while the GPU runs it.
+    then_load_ms: f64,
     tokens_per_s: f64,
     peak: u64,
     first_loss: f32,
@@ -243,9 +260,11 @@ fn run(args: &Args) -> Res<()> {
                 };
                 let row = measure(gpu, &graph, w, precision, what, args)?;
                 println!(
-                    "{}: {:.2} ms, {:.0} tokens/s, peak {:.0} MiB, first loss {:.4}, tuned in {:.1} s",
+                    "{}: {:.2} ms (host {:.2}; {:.2} loading the next batch during it), {:.0} tokens/s, peak {:.0} MiB, first loss {:.4}, tuned in {:.1} s",
                     row.what,
                     row.step_ms,
+                    row.host_ms,
+                    row.then_load_ms,
                     row.tokens_per_s,
                     mib(row.peak),
                     row.first_loss,
@@ -259,15 +278,17 @@ fn run(args: &Args) -> Res<()> {
         return Ok(());
     }
     println!(
-        "\n| workload | trainable parameters | step ms (median) | tokens/s | peak MiB (plan) | first loss | tuning s |"
+        "\n| workload | trainable parameters | step ms (median) | host ms | step ms, next batch loaded during it | tokens/s | peak MiB (plan) | first loss | tuning s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.2} | {:.0} | {:.0} | {:.4} | {:.1} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.4} | {:.1} |",
             r.what,
             r.trainable,
             r.step_ms,
+            r.host_ms,
+            r.then_load_ms,
             r.tokens_per_s,
             mib(r.peak),
             r.first_loss,
@@ -341,12 +362,26 @@ fn measure(
         step.step(&w.inputs).map_err(err)?;
     }
     let mut times = Vec::with_capacity(args.samples);
+    let mut host = Vec::with_capacity(args.samples);
     for _ in 0..args.samples.max(1) {
         let t = Instant::now();
         step.step(&w.inputs).map_err(err)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
+        host.push(step.host_time().total().as_secs_f64() * 1e3);
     }
     let step_ms = median(times);
+    // Two batches in turn, each step writing the other's inputs while the GPU runs it (the
+    // first loads its own).
+    let batches = [&w.inputs, &w.next];
+    let mut then_load = Vec::with_capacity(args.samples);
+    for k in 0..=args.samples.max(1) {
+        let t = Instant::now();
+        step.step_then_load(batches[k % 2], batches[(k + 1) % 2])
+            .map_err(err)?;
+        if k > 0 {
+            then_load.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
     let trainable = g
         .params()
         .into_iter()
@@ -356,6 +391,8 @@ fn measure(
         what,
         trainable,
         step_ms,
+        host_ms: median(host),
+        then_load_ms: median(then_load),
         tokens_per_s: f64::from(w.sizes.batch * w.sizes.seq) / (step_ms / 1e3),
         peak: memory.peak_bytes(),
         first_loss,
