@@ -30,7 +30,9 @@ use fblayout_plan::memory::{MemoryOptions, MemoryPlan, Recompute, plan_memory, r
 use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::select::{CostModel, Strategy, plan};
-use support::{Precisions, Res, Rng, compiled_since, err, exit, median, print_adapter};
+use support::{
+    Precisions, Res, Rng, by_kind, by_section, compiled_since, err, exit, median, print_adapter,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Which {
@@ -87,6 +89,10 @@ struct Args {
     /// check on a software adapter.
     #[arg(long)]
     small: bool,
+    /// After the timed steps, one step timed dispatch by dispatch: its GPU time by kind of
+    /// operation and its this many costliest operations (0: not timed).
+    #[arg(long, default_value_t = 0)]
+    sections: usize,
 }
 
 fn main() -> ExitCode {
@@ -370,6 +376,23 @@ fn measure(
         host.push(step.host_time().total().as_secs_f64() * 1e3);
     }
     let step_ms = median(times);
+    if args.sections > 0 {
+        let (_, timings) = step.step_timed(&w.inputs).map_err(err)?;
+        println!("\n{what}: GPU time of one step by kind of operation (ms):\n");
+        println!("| kind | ms |\n|---|---:|");
+        for (kind, ms) in by_kind(&timings) {
+            println!("| {kind} | {ms:.3} |");
+        }
+        println!(
+            "\n{what}: the {} costliest operations (ms):\n",
+            args.sections
+        );
+        println!("| operation | ms |\n|---|---:|");
+        for (name, ms) in by_section(&timings).iter().take(args.sections) {
+            println!("| {name} | {ms:.3} |");
+        }
+        println!();
+    }
     // Two batches in turn, each step writing the other's inputs while the GPU runs it (the
     // first loads its own).
     let batches = [&w.inputs, &w.next];

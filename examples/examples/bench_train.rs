@@ -33,7 +33,9 @@ use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
 use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::attention::choose;
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
-use support::{Precisions, Res, compiled_since, err, exit, median, print_adapter};
+use support::{
+    Precisions, Res, by_kind, by_section, compiled_since, err, exit, median, print_adapter,
+};
 
 /// How the attentions keep what their backward reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -411,60 +413,6 @@ fn measure(
         by_kind: by_kind(&timings),
         by_section: by_section(&timings),
     })
-}
-
-/// The kind of operation a section (`"<op> <first output>"`) belongs to.
-fn kind(section: &str) -> &'static str {
-    let op = section.split(' ').next().unwrap_or("");
-    match op {
-        "linear" | "linear_grad_input" | "linear_grad_weight" => "matmul",
-        "attention" | "attention_grad" | "fused_attention" | "fused_attention_grad" => "attention",
-        // The residual additions fused into the norms count with the norms.
-        "layer_norm"
-        | "layer_norm_grad"
-        | "rms_norm"
-        | "rms_norm_grad"
-        | "add_layer_norm"
-        | "layer_norm_grad_add"
-        | "add_rms_norm"
-        | "rms_norm_grad_add" => "norms",
-        "bias" | "bias_grad" => "bias",
-        "cross_entropy" | "cross_entropy_grad" => "cross-entropy",
-        "head_loss" | "head_loss_grad" => "fused head",
-        "embedding" | "embedding_grad" => "embedding",
-        "adamw" => "AdamW",
-        "loss_scaling" => "overflow checks",
-        "convert" => "conversions",
-        _ => "elementwise",
-    }
-}
-
-/// GPU milliseconds by kind of operation, largest first.
-fn by_kind(timings: &[fblayout_plan::exec::Timing]) -> Vec<(&'static str, f64)> {
-    let mut sums: Vec<(&'static str, f64)> = Vec::new();
-    for t in timings {
-        let k = kind(t.section.as_deref().unwrap_or(""));
-        match sums.iter_mut().find(|(name, _)| *name == k) {
-            Some((_, ms)) => *ms += t.nanos / 1e6,
-            None => sums.push((k, t.nanos / 1e6)),
-        }
-    }
-    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
-    sums
-}
-
-/// GPU milliseconds by section (one operation of the graph), largest first.
-fn by_section(timings: &[fblayout_plan::exec::Timing]) -> Vec<(String, f64)> {
-    let mut sums: Vec<(String, f64)> = Vec::new();
-    for t in timings {
-        let name = t.section.as_deref().unwrap_or(&t.label);
-        match sums.iter_mut().find(|(n, _)| n == name) {
-            Some((_, ms)) => *ms += t.nanos / 1e6,
-            None => sums.push((name.to_owned(), t.nanos / 1e6)),
-        }
-    }
-    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
-    sums
 }
 
 /// Every strategy computes the same first step in other layouts: their losses must agree (to

@@ -963,6 +963,56 @@ mod batches_pool_and_cache {
         }
     }
 
+    #[test]
+    fn a_batch_of_more_dispatches_than_one_query_set_holds_is_timed() {
+        // Two timestamps a dispatch: more than 2048 dispatches need a second query set (a
+        // Llama-family step has thousands).
+        let gpu = gpu();
+        let kernel = scale_kernel(gpu);
+        let x = GpuBuffer::from_slice(gpu, &[1.0f32; 64]).unwrap();
+        let y = GpuBuffer::scratch::<f32>(gpu, 64).unwrap();
+        let mut batch = gpu.batch();
+        let dispatches = wgpu::QUERY_SET_MAX_QUERIES as usize / 2 + 7;
+        for i in 0..dispatches {
+            if i == dispatches - 1 {
+                batch.section("last");
+            }
+            batch
+                .dispatch(
+                    &kernel,
+                    "main",
+                    &[("x", &x), ("y", &y)],
+                    &params(64, 1.0),
+                    [1, 1, 1],
+                )
+                .unwrap();
+        }
+        let timings = batch.submit_timed().unwrap();
+        assert_eq!(timings.len(), dispatches);
+        assert_eq!(timings[dispatches - 1].section.as_deref(), Some("last"));
+        for t in &timings {
+            assert!(t.nanos >= 0.0 && t.nanos.is_finite(), "{t:?}");
+            assert_eq!(t.gpu_timestamps, gpu.features().timestamps);
+        }
+        // The dispatches ran: `y` holds what one of them writes.
+        let once = GpuBuffer::scratch::<f32>(gpu, 64).unwrap();
+        let mut batch = gpu.batch();
+        batch
+            .dispatch(
+                &kernel,
+                "main",
+                &[("x", &x), ("y", &once)],
+                &params(64, 1.0),
+                [1, 1, 1],
+            )
+            .unwrap();
+        batch.submit().unwrap();
+        assert_eq!(
+            y.read_back::<f32>().unwrap(),
+            once.read_back::<f32>().unwrap()
+        );
+    }
+
     fn temp_dir(name: &str) -> std::path::PathBuf {
         let dir =
             std::env::temp_dir().join(format!("fblayout-runtime-{name}-{}", std::process::id()));

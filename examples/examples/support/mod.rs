@@ -1,5 +1,5 @@
-//! What the benchmark programs share: their error type, exit codes, a deterministic generator
-//! and medians. Each program uses part of it.
+//! What the benchmark programs share: their error type, exit codes, a deterministic generator,
+//! medians, and a timed step's GPU time by kind of operation and by operation. Each program uses part of it.
 #![allow(dead_code)] // each benchmark program compiles this module and uses only part of it
 
 use std::process::ExitCode;
@@ -92,4 +92,63 @@ pub(crate) fn compiled_since(
         (now.waited - before.waited).as_secs_f64(),
         (now.compiling - before.compiling).as_secs_f64()
     )
+}
+
+/// The kind of operation a section (`"<op> <first output>"`) belongs to.
+pub(crate) fn kind(section: &str) -> &'static str {
+    let op = section.split(' ').next().unwrap_or("");
+    match op {
+        "linear" | "linear_grad_input" | "linear_grad_weight" => "matmul",
+        "attention"
+        | "attention_grad"
+        | "attention_separate"
+        | "attention_separate_grad"
+        | "fused_attention"
+        | "fused_attention_grad" => "attention",
+        // The residual additions fused into the norms count with the norms.
+        "layer_norm"
+        | "layer_norm_grad"
+        | "rms_norm"
+        | "rms_norm_grad"
+        | "add_layer_norm"
+        | "layer_norm_grad_add"
+        | "add_rms_norm"
+        | "rms_norm_grad_add" => "norms",
+        "bias" | "bias_grad" => "bias",
+        "cross_entropy" | "cross_entropy_grad" => "cross-entropy",
+        "head_loss" | "head_loss_grad" => "fused head",
+        "embedding" | "embedding_grad" => "embedding",
+        "adamw" => "AdamW",
+        "loss_scaling" => "overflow checks",
+        "convert" => "conversions",
+        _ => "elementwise",
+    }
+}
+
+/// GPU milliseconds by kind of operation, largest first.
+pub(crate) fn by_kind(timings: &[fblayout_plan::exec::Timing]) -> Vec<(&'static str, f64)> {
+    let mut sums: Vec<(&'static str, f64)> = Vec::new();
+    for t in timings {
+        let k = kind(t.section.as_deref().unwrap_or(""));
+        match sums.iter_mut().find(|(name, _)| *name == k) {
+            Some((_, ms)) => *ms += t.nanos / 1e6,
+            None => sums.push((k, t.nanos / 1e6)),
+        }
+    }
+    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+    sums
+}
+
+/// GPU milliseconds by section (one operation of the graph), largest first.
+pub(crate) fn by_section(timings: &[fblayout_plan::exec::Timing]) -> Vec<(String, f64)> {
+    let mut sums: Vec<(String, f64)> = Vec::new();
+    for t in timings {
+        let name = t.section.as_deref().unwrap_or(&t.label);
+        match sums.iter_mut().find(|(n, _)| n == name) {
+            Some((_, ms)) => *ms += t.nanos / 1e6,
+            None => sums.push((name.to_owned(), t.nanos / 1e6)),
+        }
+    }
+    sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+    sums
 }

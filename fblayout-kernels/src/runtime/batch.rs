@@ -752,11 +752,21 @@ impl<'g> Recording<'g> {
             gpu.device(),
             || "timestamp queries".to_owned(),
             || {
-                let set = gpu.device().create_query_set(&wgpu::QuerySetDescriptor {
-                    label: Some("fblayout timestamps"),
-                    ty: wgpu::QueryType::Timestamp,
-                    count: queries,
-                });
+                // A query set holds at most `QUERY_SET_MAX_QUERIES` (an even number, so that a
+                // dispatch's two timestamps share a set): a step of thousands of dispatches
+                // takes several, each resolved into its place in one buffer.
+                let per_set = wgpu::QUERY_SET_MAX_QUERIES;
+                let sets: Vec<(wgpu::QuerySet, u32)> = (0..queries.div_ceil(per_set))
+                    .map(|k| {
+                        let count = per_set.min(queries - k * per_set);
+                        let set = gpu.device().create_query_set(&wgpu::QuerySetDescriptor {
+                            label: Some("fblayout timestamps"),
+                            ty: wgpu::QueryType::Timestamp,
+                            count,
+                        });
+                        (set, count)
+                    })
+                    .collect();
                 let bytes = u64::from(queries) * 8;
                 let resolve = gpu.device().create_buffer(&wgpu::BufferDescriptor {
                     label: Some("fblayout timestamps"),
@@ -779,9 +789,9 @@ impl<'g> Recording<'g> {
                                 encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                                     label: Some(&d.label),
                                     timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                                        query_set: &set,
-                                        beginning_of_pass_write_index: Some(q),
-                                        end_of_pass_write_index: Some(q + 1),
+                                        query_set: &sets[(q / per_set) as usize].0,
+                                        beginning_of_pass_write_index: Some(q % per_set),
+                                        end_of_pass_write_index: Some(q % per_set + 1),
                                     }),
                                 });
                             run(&mut pass, d, self.groups[at].as_ref());
@@ -790,7 +800,12 @@ impl<'g> Recording<'g> {
                         other => record_transfer(&mut encoder, other),
                     }
                 }
-                encoder.resolve_query_set(&set, 0..queries, &resolve, 0);
+                for (k, (set, count)) in sets.iter().enumerate() {
+                    // Each set's place is a multiple of 4096 × 8 bytes, so of the resolve
+                    // alignment (256).
+                    let at = u64::from(k as u32 * per_set) * 8;
+                    encoder.resolve_query_set(set, 0..*count, &resolve, at);
+                }
                 encoder.copy_buffer_to_buffer(&resolve, 0, &readback, 0, bytes);
                 gpu.queue().submit([encoder.finish()]);
                 (resolve, readback)
