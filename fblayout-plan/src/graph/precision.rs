@@ -12,8 +12,10 @@
 //!   `f16`; the weight gradient is still written `f32`. Where the graph has the weight's AdamW
 //!   step, the copy is kept across steps ([`Role::ParamCopy`]) and the step writes it with the
 //!   updated weight (its fourth output, [`Op::AdamW`]`{ copy: true }`): no conversion runs in
-//!   the step, and the executors make it once where the weight is set. Without an optimizer
-//!   pass an [`Op::Convert`] makes it at the start of the forward;
+//!   the step, and the executors make it once where the weight is set. A frozen weight
+//!   ([`Role::Frozen`], LoRA's base model) never changes in a step, so its copy is kept too,
+//!   made where the weight is set and by nothing in the step. Otherwise (a trained weight
+//!   without an optimizer pass) an [`Op::Convert`] makes it at the start of the forward;
 //! - the statistics a normalisation saves (mean, reciprocal deviation), a fused attention's
 //!   log-sum-exp and the per-row losses stay `f32`, as sums that `f16` would round (each
 //!   contract lists its own).
@@ -142,8 +144,8 @@ fn linear_weights(graph: &Graph) -> Vec<TensorId> {
 }
 
 /// Gives weight `w` an `f16` copy `<w>.f16`, read by every product that read `w`: written by
-/// `w`'s AdamW step where the graph has one (a [`Role::ParamCopy`]), else converted before its
-/// first reader.
+/// `w`'s AdamW step where the graph has one (a [`Role::ParamCopy`]), kept as it was made where
+/// `w` is frozen (also a [`Role::ParamCopy`]), else converted before its first reader.
 fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
     let reads = |n: &Node| copied_weight(n).is_some_and(|k| n.inputs[k] == w);
     let Some(first) = g.nodes.iter().position(reads) else {
@@ -154,17 +156,21 @@ fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
         .nodes
         .iter()
         .position(|n| n.op == Op::AdamW { copy: false } && n.inputs[0] == w);
+    let kept = |g: &mut Graph, name: String| {
+        let t = g.tensor(w).clone();
+        let axes: Vec<(&str, super::Dim)> =
+            t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
+        g.add_tensor(name, &axes, ElemType::F16, Role::ParamCopy { of: w })
+    };
     let (copy, from) = match step {
         Some(step) => {
-            let t = g.tensor(w).clone();
-            let axes: Vec<(&str, super::Dim)> =
-                t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
-            let copy = g.add_tensor(name, &axes, ElemType::F16, Role::ParamCopy { of: w })?;
+            let copy = kept(g, name)?;
             let node = &mut g.nodes[step];
             node.op = Op::AdamW { copy: true };
             node.outputs.push(copy);
             (copy, first)
         }
+        None if g.tensor(w).role == Role::Frozen => (kept(g, name)?, first),
         None => {
             // The first reader is the forward product, so the copy is made in the forward.
             let copy = g.insert_convert(super::NodeId(first as u32), w, name)?;
@@ -265,9 +271,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn without_an_optimizer_pass_each_weight_is_converted_in_the_forward() {
-        // Nothing would keep a persistent copy up to date: the forward makes it.
+    /// An embedding, a head `w` and a cross-entropy, no backward yet (and no optimizer pass):
+    /// the graph and `w`.
+    fn embedding_head() -> (Graph, TensorId) {
         let mut g = Graph::new();
         let tokens = [("batch", Dim::Batch), ("seq", Dim::Seq)];
         let ids = g
@@ -309,6 +315,13 @@ mod tests {
             ignore_index: u32::MAX,
         };
         g.push(ce, &[logits, labels], &[loss]).unwrap();
+        (g, w)
+    }
+
+    #[test]
+    fn without_an_optimizer_pass_each_weight_is_converted_in_the_forward() {
+        // Nothing would keep a persistent copy up to date: the forward makes it.
+        let (mut g, w) = embedding_head();
         crate::graph::derive_backward(&mut g).unwrap();
         let m = mixed(&g).unwrap();
         assert!(m.copies_of(w).is_empty());
@@ -323,6 +336,33 @@ mod tests {
         assert_eq!(m.tensor(copy).elem, ElemType::F16);
         assert_eq!(m.tensor(copy).role, Role::Activation);
         assert_eq!(m.nodes().len(), g.nodes().len() + 1);
+    }
+
+    #[test]
+    fn a_frozen_weights_copy_is_kept_and_nothing_in_the_step_converts_it() {
+        // LoRA's base weights: they never change in a step, so their copy is made where they
+        // are set, not converted at every step's start.
+        let (mut g, w) = embedding_head();
+        g.freeze(w).unwrap();
+        crate::graph::derive_backward(&mut g).unwrap();
+        let m = mixed(&g).unwrap();
+        let [copy] = m.copies_of(w)[..] else {
+            panic!("{:?}", m.copies_of(w));
+        };
+        assert_eq!(m.tensor(copy).elem, ElemType::F16);
+        assert!(m.tensor(copy).is_persistent());
+        assert!(!m.nodes().iter().any(|n| matches!(n.op, Op::Convert { .. })));
+        assert!(!m.nodes().iter().any(|n| n.outputs.contains(&copy)));
+        // Both products that read `w` read the copy.
+        let readers: Vec<Op> = m
+            .nodes()
+            .iter()
+            .filter(|n| n.inputs.contains(&copy))
+            .map(|n| n.op)
+            .collect();
+        assert_eq!(readers, [Op::Linear, Op::LinearGradInput]);
+        assert!(!m.nodes().iter().any(|n| n.inputs.contains(&w)));
+        assert_eq!(m.nodes().len(), g.nodes().len());
     }
 
     #[test]
