@@ -98,7 +98,12 @@ pub(crate) fn compiled_since(
 pub(crate) fn kind(section: &str) -> &'static str {
     let op = section.split(' ').next().unwrap_or("");
     match op {
-        "linear" | "linear_grad_input" | "linear_grad_weight" => "matmul",
+        "linear"
+        | "linear_grad_input"
+        | "linear_grad_weight"
+        | "linear_t"
+        | "linear_t_grad_input"
+        | "linear_t_grad_weight" => "matmul",
         "attention"
         | "attention_grad"
         | "attention_separate"

@@ -287,43 +287,10 @@ impl GpuBuffer {
     /// Copies the buffer back to the CPU as elements of `T`, waiting for the GPU work queued so
     /// far. The buffer's length must be a multiple of `size_of::<T>()`.
     pub fn read_back<T: bytemuck::Pod>(&self) -> Result<Vec<T>, GpuError> {
-        let size = std::mem::size_of::<T>() as u64;
-        let what = || format!("{} bytes as {}", self.len_bytes, std::any::type_name::<T>());
-        if size == 0 || !self.len_bytes.is_multiple_of(size) {
-            return Err(GpuError::bad_input(
-                "GpuBuffer::read_back",
-                format!(
-                    "the buffer holds {} bytes, not a whole number of {} ({size} bytes)",
-                    self.len_bytes,
-                    std::any::type_name::<T>()
-                ),
-            ));
-        }
-        if self.len_bytes == 0 {
-            return Ok(Vec::new());
-        }
-        let copy_size = padded(self.len_bytes);
-        let staging = scoped(&self.device, what, || {
-            let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("fblayout read-back"),
-                size: copy_size,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            let mut encoder = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("read-back"),
-                });
-            encoder.copy_buffer_to_buffer(self.buffer(), 0, &staging, 0, copy_size);
-            self.queue.submit([encoder.finish()]);
-            staging
-        })?;
-        map_read(&self.device, &staging, self.len_bytes as usize, what)
+        let mut all = Self::read_back_all::<T>(&[self])?;
+        Ok(all.pop().unwrap_or_default())
     }
-}
 
-impl GpuBuffer {
     /// Copies several buffers of one device back to the CPU in one submission and one wait
     /// (one round trip where [`read_back`](Self::read_back) takes one each), as elements of
     /// `T`; every buffer's length must be a multiple of `size_of::<T>()`.
