@@ -1,9 +1,10 @@
 //! The GPU executor: every kernel of the graph built once for its views, buffers from the memory
 //! plan, and a whole training step recorded into one batch and submitted once. The first step
-//! records every dispatch; later steps submit that [`Recording`] again, with only the nodes
-//! whose work changes from step to step (the embeddings' token ids; AdamW reads its step
-//! number from the device) recorded anew and put in place, and its commands encoded while the
-//! GPU runs the step before, so the host's part of a step is small.
+//! records every dispatch; later steps submit that [`Recording`] again (the inputs and the
+//! embeddings' token ids are written into the same buffers, AdamW reads its step number from
+//! the device, and only the nodes that read a loss scale that moved are recorded anew and put
+//! in place), its commands encoded while the GPU runs the step before, so the host's part of a
+//! step is small; [`GpuStep::step_then_load`] writes the next step's inputs during this one.
 //!
 //! The recording keeps everything its dispatches bind, so the kernels' scratch comes from one
 //! [`Workspace`] the memory plan sized ([`MemoryPlan::workspace`]): each node borrows its
