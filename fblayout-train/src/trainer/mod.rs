@@ -637,6 +637,9 @@ impl<'g> Trainer<'g> {
             decay: s.decay,
         };
         let mut batches = Batches::new(self.train.len(), s.seed, true, self.state.position);
+        // A batch drawn ahead belongs to the iterator it came from: this run draws afresh from
+        // the position after the last step done.
+        self.pending = None;
         on_event(Event::Started {
             done: self.state.step,
             total: s.steps,
