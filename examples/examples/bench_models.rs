@@ -32,6 +32,7 @@ use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::select::{CostModel, Strategy, plan};
 use support::{
     Precisions, Res, Rng, by_kind, by_section, compiled_since, err, exit, median, print_adapter,
+    then_load_ms,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -393,18 +394,7 @@ fn measure(
         }
         println!();
     }
-    // Two batches in turn, each step writing the other's inputs while the GPU runs it (the
-    // first loads its own).
-    let batches = [&w.inputs, &w.next];
-    let mut then_load = Vec::with_capacity(args.samples);
-    for k in 0..=args.samples.max(1) {
-        let t = Instant::now();
-        step.step_then_load(batches[k % 2], batches[(k + 1) % 2])
-            .map_err(err)?;
-        if k > 0 {
-            then_load.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
+    let then_load = then_load_ms(&mut step, [&w.inputs, &w.next], args.samples)?;
     let trainable = g
         .params()
         .into_iter()
@@ -415,7 +405,7 @@ fn measure(
         trainable,
         step_ms,
         host_ms: median(host),
-        then_load_ms: median(then_load),
+        then_load_ms: then_load,
         tokens_per_s: f64::from(w.sizes.batch * w.sizes.seq) / (step_ms / 1e3),
         peak: memory.peak_bytes(),
         first_loss,

@@ -35,6 +35,7 @@ use fblayout_plan::select::attention::choose;
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
 use support::{
     Precisions, Res, by_kind, by_section, compiled_since, err, exit, median, print_adapter,
+    then_load_ms,
 };
 
 /// How the attentions keep what their backward reads.
@@ -389,17 +390,7 @@ fn measure(
         let h = step.host_time();
         host.push([h.total(), h.inputs, h.recording, h.submission].map(|d| d.as_secs_f64() * 1e3));
     }
-    // Two batches in turn, each step writing the next one's inputs while the GPU runs it.
-    let mut then_load = Vec::with_capacity(args.samples);
-    for k in 0..=args.samples.max(1) {
-        let t = Instant::now();
-        step.step_then_load(&batches[k % 2], &batches[(k + 1) % 2])
-            .map_err(err)?;
-        // The first loads its own inputs.
-        if k > 0 {
-            then_load.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
+    let then_load = then_load_ms(&mut step, [&batches[0], &batches[1]], args.samples)?;
     let (_, timings) = step.step_timed(inputs).map_err(err)?;
     Ok(Row {
         label,
@@ -407,7 +398,7 @@ fn measure(
         conversions: p.conversions().len(),
         peak: memory.peak_bytes(),
         step_ms: median(times),
-        then_load_ms: median(then_load),
+        then_load_ms: then_load,
         host_ms: std::array::from_fn(|k| median(host.iter().map(|h| h[k]).collect())),
         first_loss,
         by_kind: by_kind(&timings),

@@ -1,5 +1,6 @@
 //! What the benchmark programs share: their error type, exit codes, a deterministic generator,
-//! medians, and a timed step's GPU time by kind of operation and by operation. Each program uses part of it.
+//! medians, a timed step's GPU time by kind of operation and by operation, and the loop that
+//! loads the next batch during each step. Each program uses part of it.
 #![allow(dead_code)] // each benchmark program compiles this module and uses only part of it
 
 use std::process::ExitCode;
@@ -156,4 +157,25 @@ pub(crate) fn by_section(timings: &[fblayout_plan::exec::Timing]) -> Vec<(String
     }
     sums.sort_by(|a, b| b.1.total_cmp(&a.1));
     sums
+}
+
+/// The median milliseconds of `samples` steps (at least 1) on the two batches `batches` in
+/// turn, each step writing the other batch's inputs while the GPU runs it
+/// ([`GpuStep::step_then_load`](fblayout_plan::exec::GpuStep::step_then_load)); one step
+/// before them loads its own inputs and is not counted.
+pub(crate) fn then_load_ms(
+    step: &mut fblayout_plan::exec::GpuStep<'_>,
+    batches: [&fblayout_plan::exec::StepInputs; 2],
+    samples: usize,
+) -> Res<f64> {
+    let mut times = Vec::with_capacity(samples.max(1));
+    for k in 0..=samples.max(1) {
+        let t = std::time::Instant::now();
+        step.step_then_load(batches[k % 2], batches[(k + 1) % 2])
+            .map_err(err)?;
+        if k > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(median(times))
 }
