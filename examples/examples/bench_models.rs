@@ -8,7 +8,8 @@
 //!
 //! Every step is a whole training step of the GPU executor: forward, backward and AdamW over
 //! the trainable parameters, planned with unified row-major layouts and placed by the memory
-//! planner. The first step's loss must be finite, then `--warmup-ms` of steps run, and the
+//! planner, its attentions materialised, fused, or as the planner chooses (`--attention`, a
+//! row each). The first step's loss must be finite, then `--warmup-ms` of steps run, and the
 //! median of `--samples` steps (wall clock around one submission and the loss's read-back) is
 //! reported as milliseconds and tokens per second, with the plan's peak memory.
 //! `python/peer_models.py` runs the same workloads in PyTorch + transformers (+ peft).
@@ -29,7 +30,8 @@ use fblayout_plan::lora::{LoraConfig, apply};
 use fblayout_plan::memory::{MemoryOptions, MemoryPlan, Recompute, plan_memory, recompute};
 use fblayout_plan::models::bert::{self, BertConfig};
 use fblayout_plan::models::llama::{self, LlamaConfig};
-use fblayout_plan::select::{CostModel, Strategy, plan};
+use fblayout_plan::select::attention::{Fusing, plan_fusing};
+use fblayout_plan::select::{CostModel, Strategy};
 use support::{
     Precisions, Res, Rng, by_kind, by_section, compiled_since, err, exit, median, print_adapter,
     then_load_ms,
@@ -40,6 +42,17 @@ enum Which {
     Minilm,
     Llama,
     Both,
+}
+
+/// How the attentions keep what their backward reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Attention {
+    /// The probabilities, stored whole.
+    Materialised,
+    /// One log-sum-exp per query; the backward computes the probabilities again.
+    Fused,
+    /// Each layer as the planner chooses under the analytic cost model.
+    Auto,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -78,6 +91,15 @@ struct Args {
     /// at a time instead of storing them whole.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     head_chunk: Option<u32>,
+    /// The attentions to measure (comma-separated: materialised, fused, auto), each a row of
+    /// every precision and tuning, in one run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "materialised"
+    )]
+    attention: Vec<Attention>,
     /// Make activations again in the backward instead of keeping them from the forward:
     /// `cheap` (elementwise operations and normalisations), or `attention` (those and
     /// attention's probabilities).
@@ -248,9 +270,12 @@ fn run(args: &Args) -> Res<()> {
             }
             derive_backward(&mut graph).map_err(err)?;
             add_adamw(&mut graph).map_err(err)?;
-            for &precision in precisions {
+            for (&precision, &attention) in precisions
+                .iter()
+                .flat_map(|p| args.attention.iter().map(move |a| (p, a)))
+            {
                 let what = format!(
-                    "{}, {}, {precision:?}, batch {} × {}",
+                    "{}, {}, {precision:?}, {attention:?} attention, batch {} × {}",
                     w.name,
                     if with_lora {
                         format!("LoRA r{}", args.rank)
@@ -261,11 +286,11 @@ fn run(args: &Args) -> Res<()> {
                     w.sizes.seq
                 );
                 let Some(gpu) = &gpu else {
-                    let (_, _, memory) = planned(&graph, w, precision, args.recompute)?;
+                    let (_, _, memory) = planned(&graph, w, precision, attention, args.recompute)?;
                     println!("{what}: peak {:.0} MiB (plan)", mib(memory.peak_bytes()));
                     continue;
                 };
-                let row = measure(gpu, &graph, w, precision, what, args)?;
+                let row = measure(gpu, &graph, w, (precision, attention), what, args)?;
                 println!(
                     "{}: {:.2} ms (host {:.2}; {:.2} loading the next batch during it), {:.0} tokens/s, peak {:.0} MiB, first loss {:.4}, tuned in {:.1} s",
                     row.what,
@@ -309,22 +334,27 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// `graph` in `precision` (with the activations `again` names recomputed), its layouts
-/// (unified row-major) and its memory plan.
+/// `graph` in `precision` with its attentions as `attention` asks (and the activations
+/// `again` names recomputed), its layouts (unified row-major) and its memory plan.
 fn planned(
     graph: &Graph,
     w: &Workload,
     precision: Precision,
+    attention: Attention,
     again: Option<Recompute>,
 ) -> Res<(Graph, Vec<LayoutChoice>, MemoryPlan)> {
     let graph = precision.apply(graph).map_err(err)?;
-    let p = plan(
-        &graph,
-        w.sizes,
-        &CostModel::analytic_for(precision),
-        Strategy::RowMajor,
-    )
-    .map_err(err)?;
+    let model = CostModel::analytic_for(precision);
+    let fusing = match attention {
+        Attention::Materialised => Fusing::Materialised,
+        Attention::Fused => Fusing::Fused,
+        Attention::Auto => Fusing::Auto { budget: None },
+    };
+    let chosen = plan_fusing(&graph, w.sizes, &model, Strategy::RowMajor, fusing).map_err(err)?;
+    if attention == Attention::Auto {
+        println!("planner ({precision:?}): {chosen}");
+    }
+    let p = chosen.plan;
     let (g, layouts) = match again {
         Some(what) => recompute(p.graph(), p.layouts(), what).map_err(err)?,
         None => (p.graph().clone(), p.layouts().to_vec()),
@@ -337,11 +367,11 @@ fn measure(
     gpu: &Gpu,
     graph: &Graph,
     w: &Workload,
-    precision: Precision,
+    (precision, attention): (Precision, Attention),
     what: String,
     args: &Args,
 ) -> Res<Row> {
-    let (g, layouts, memory) = planned(graph, w, precision, args.recompute)?;
+    let (g, layouts, memory) = planned(graph, w, precision, attention, args.recompute)?;
     let mut step =
         GpuStep::new(gpu, &g, &layouts, &memory, w.sizes, AdamWConfig::default()).map_err(err)?;
     step.upload_params(7).map_err(err)?;

@@ -110,7 +110,9 @@ pub(crate) fn kind(section: &str) -> &'static str {
         | "attention_separate"
         | "attention_separate_grad"
         | "fused_attention"
-        | "fused_attention_grad" => "attention",
+        | "fused_attention_grad"
+        | "fused_attention_separate"
+        | "fused_attention_separate_grad" => "attention",
         // The residual additions fused into the norms count with the norms.
         "layer_norm"
         | "layer_norm_grad"
