@@ -549,6 +549,9 @@ fn tensor_core_kernels_match_the_definitions() {
                 }
             };
             assert!(op.on_tensor_cores());
+            // dK and dV in one kernel where they are separate buffers: every storage but the
+            // fused projection's.
+            assert!(op.grad_kv_shader().is_some());
             assert_eq!(
                 FlashAttentionOp::new(gpu, &p.views(), keep, p.attention)
                     .unwrap()

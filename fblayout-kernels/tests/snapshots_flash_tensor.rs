@@ -1,9 +1,10 @@
-//! The fused attention's tensor-core kernels without a device: every one of the four, for heads
+//! The fused attention's tensor-core kernels without a device: every one of the five (forward,
+//! `dQ`, `dK`, `dV`, and `dK` with `dV`), for heads
 //! of 16, 32, 48 and 64, every mask, multi-head and grouped-query attention, separate tensors
 //! and a fused projection, passes naga's validator (cooperative matrices and subgroup
 //! operations) and its SPIR-V writer (naga 30's writer panics on a `coopLoad` whose index or
 //! stride is not a `let`: this catches it on machines without tensor cores); heads the kernels
-//! don't take give no kernels; and the four kernels of a causal, grouped-query attention over a
+//! don't take give no kernels; and the five kernels of a causal, grouped-query attention over a
 //! fused projection are snapshotted. What they compute is checked on a GPU with tensor cores by
 //! `ops_flash_attention`, against `f64` definitions.
 
@@ -32,7 +33,7 @@ fn views(h: u32, kv: u32, d: u32, fused: bool) -> [View; 5] {
     [q, k, v, heads("o", h, d), lse_view(h)]
 }
 
-/// The SPIR-V of each of the four kernels (validated by naga on the way).
+/// The SPIR-V of each of the five kernels (validated by naga on the way).
 fn spirv(views: &[View; 5], keep: Option<&View>, attention: Attention, d: u32) -> usize {
     let sources = flash_tensor_kernel_sources(views, keep, attention, d)
         .unwrap()
@@ -63,12 +64,12 @@ fn every_kernel_survives_naga_s_validator_and_spirv_writer() {
                     let keep = keep_view();
                     let keep = (mask == Mask::Keys).then_some(&keep);
                     assert!(spirv(&views, keep, Attention::new(h, kv, d, mask), d) > 0);
-                    built += 4;
+                    built += 5;
                 }
             }
         }
     }
-    assert_eq!(built, 4 * 3 * 3 * 2 * 4);
+    assert_eq!(built, 4 * 3 * 3 * 2 * 5);
 }
 
 #[test]
@@ -92,7 +93,8 @@ fn fused_projection_causal_grouped_snapshots() {
     let sources = flash_tensor_kernel_sources(&views, None, attention, 32)
         .unwrap()
         .unwrap();
-    let names = ["forward", "grad_q", "grad_k", "grad_v"];
+    let names = ["forward", "grad_q", "grad_k", "grad_v", "grad_kv"];
+    assert_eq!(sources.len(), names.len());
     for (name, source) in names.iter().zip(sources) {
         let module = source.build().unwrap();
         insta::assert_snapshot!(

@@ -16,14 +16,16 @@
 //!   query heads that share a key/value head. Three kernels: one per query for `dQ`, one per
 //!   key for each of `dK` and `dV`, so each writes one gradient and none needs atomics or a
 //!   scratch buffer (for a fused projection, `dK` and `dV` are views of one buffer, which one
-//!   dispatch can't write twice).
+//!   dispatch doesn't write through twice). On tensor cores, where `dK` and `dV` are different
+//!   buffers (separate tensors, as after RoPE), one kernel per key writes both, making the
+//!   scores, `P` and `dP` once for the two: two kernels.
 //!
 //! So the memory of an attention is its inputs, its output and `batch · heads · seq_q` sums,
 //! against the `batch · heads · seq_q · seq_k` probabilities the materialised attention saves
 //! and the three scratch tensors of that size its backward takes. The price is computing
 //! again: per pair of a query and a key, the backward's three kernels take eight products of a
-//! head (the scores in each, `dP` in two, and `dQ`, `dK`, `dV`) where the materialised
-//! backward takes four, ten for the step against six.
+//! head (the scores in each, `dP` in two, and `dQ`, `dK`, `dV`), its two kernels seven, where
+//! the materialised backward takes four: ten or nine for the step against six.
 //!
 //! The masks are [`Mask`]'s: causal with an offset, or padding read from `keep` `[batch,
 //! seq_k]` of `u32` ([`Mask::Keys`]; the backward reads it too, to recompute the same
@@ -161,8 +163,8 @@ pub struct FlashAttentionOp {
     views: [View; 5],
     keep: Option<View>,
     cores: Cores,
-    /// In [`Pass::ALL`]'s order.
-    kernels: [Compiled; 4],
+    /// In the order of [`Cores::passes`].
+    kernels: Vec<Compiled>,
 }
 
 /// How the op was asked to launch its kernels.
@@ -184,6 +186,14 @@ pub(crate) enum Cores {
 }
 
 impl Cores {
+    /// The kernels of the set: [`Pass::SHADER`] or [`Pass::TENSOR`].
+    fn passes(self) -> &'static [Pass] {
+        match self {
+            Self::Shader(_) => &Pass::SHADER,
+            Self::Tensor(_) => &Pass::TENSOR,
+        }
+    }
+
     /// The rows (queries or keys) a workgroup owns.
     fn rows(self) -> u32 {
         match self {
@@ -363,15 +373,17 @@ impl FlashAttentionOp {
             }
         };
         let views = [q, k, v, out, lse].map(Clone::clone);
-        let kernels =
-            [0, 1, 2, 3].map(|p| build(gpu, Pass::ALL[p], &views, keep, attention, cores));
-        let [a, b, c, d] = kernels;
+        let kernels = cores
+            .passes()
+            .iter()
+            .map(|&pass| build(gpu, pass, &views, keep, attention, cores))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             attention,
             views,
             keep: keep.cloned(),
             cores,
-            kernels: [a?, b?, c?, d?],
+            kernels,
         })
     }
 
@@ -382,7 +394,20 @@ impl FlashAttentionOp {
 
     /// The WGSL of the forward, `dQ`, `dK` and `dV` kernels (validated by naga when built).
     pub fn shaders(&self) -> [&str; 4] {
-        self.kernels.each_ref().map(|k| k.module().source())
+        Pass::SHADER.map(|pass| self.kernel(pass).map_or("", |k| k.module().source()))
+    }
+
+    /// The WGSL of the tensor-core kernel that writes `dK` and `dV` together (what
+    /// [`backward`](Self::backward) runs where the two are different buffers), `None` on
+    /// shader cores.
+    pub fn grad_kv_shader(&self) -> Option<&str> {
+        self.kernel(Pass::GradKV).map(|k| k.module().source())
+    }
+
+    /// The kernel of `pass`, where the op's set has one.
+    fn kernel(&self, pass: Pass) -> Option<&Compiled> {
+        let at = self.cores.passes().iter().position(|&p| p == pass)?;
+        self.kernels.get(at)
     }
 
     /// Records the forward: `out` and the log-sum-exp (`args.probs`, through the `scores`
@@ -430,11 +455,17 @@ impl FlashAttentionOp {
             check_same_dims(BACKWARD, &roles, given.iter().map(|a| a.dims()))?;
         }
         let (h, kv) = (self.attention.heads, self.attention.kv_heads);
-        for (pass, grad, grid) in [
-            (Pass::GradQ, &grads.dq, [sq, h, b]),
-            (Pass::GradK, &grads.dk, [sk, kv, b]),
-            (Pass::GradV, &grads.dv, [sk, kv, b]),
-        ] {
+        // dK and dV in one kernel where the set has it and they are different buffers (a fused
+        // projection's are views of one, which one dispatch doesn't write through twice).
+        let together = self.kernel(Pass::GradKV).is_some()
+            && grads.dk.buffer().buffer() != grads.dv.buffer().buffer();
+        let key_side: &[(Pass, &[&GpuArg<'_>])] = if together {
+            &[(Pass::GradKV, &[&grads.dk, &grads.dv])]
+        } else {
+            &[(Pass::GradK, &[&grads.dk]), (Pass::GradV, &[&grads.dv])]
+        };
+        let query_side: (Pass, &[&GpuArg<'_>]) = (Pass::GradQ, &[&grads.dq]);
+        for &(pass, written) in std::iter::once(&query_side).chain(key_side) {
             let mut bound: Vec<(&'static str, &GpuArg<'_>)> = self
                 .bound(args, keep)
                 .into_iter()
@@ -445,7 +476,12 @@ impl FlashAttentionOp {
             }
             bound.push(("lse", &args.probs));
             bound.push(("dout", &grads.dout));
-            bound.push((pass.writes(), grad));
+            bound.extend(pass.writes().iter().copied().zip(written.iter().copied()));
+            let grid = if pass.per_key() {
+                [sk, kv, b]
+            } else {
+                [sq, h, b]
+            };
             self.record(batch, pass, &bound, grid)?;
         }
         Ok(())
@@ -478,7 +514,12 @@ impl FlashAttentionOp {
         if let Mask::Causal { offset } = self.attention.mask {
             scalars.push(("offset", ParamValue::I32(offset)));
         }
-        let kernel = &self.kernels[Pass::ALL.iter().position(|&p| p == pass).unwrap_or(0)];
+        let kernel = self.kernel(pass).ok_or_else(|| {
+            OpError::shape(
+                op_of(pass),
+                format!("the op's kernels have no `{}`", pass.entry()),
+            )
+        })?;
         let grid = [rows.div_ceil(self.cores.rows()), heads, sequences];
         kernel.record(batch, pass.entry(), args, &scalars, grid)
     }
@@ -704,12 +745,14 @@ pub(crate) fn source(
         _ => {
             operands.push(Operand::read("lse", lse)?);
             operands.push(head("dout", out, false)?);
-            let of = match pass {
-                Pass::GradQ => q,
-                Pass::GradK => k,
-                _ => v,
-            };
-            operands.push(head(pass.writes(), of, true)?);
+            for &grad in pass.writes() {
+                let of = match grad {
+                    "dq" => q,
+                    "dk" => k,
+                    _ => v,
+                };
+                operands.push(head(grad, of, true)?);
+            }
         }
     }
     if let Some(keep) = keep {
@@ -729,9 +772,9 @@ pub(crate) fn source(
         out: match pass {
             Pass::Forward => wide_of("out"),
             Pass::GradV => wide_of("dout"),
-            Pass::GradQ | Pass::GradK => wide_of("out") && wide_of("dout"),
+            Pass::GradQ | Pass::GradK | Pass::GradKV => wide_of("out") && wide_of("dout"),
         },
-        grad: wide_of(pass.writes()),
+        grads: [0, 1].map(|at| pass.writes().get(at).is_some_and(|role| wide_of(role))),
     };
     let mut source = KernelSource::new(op);
     for o in operands {

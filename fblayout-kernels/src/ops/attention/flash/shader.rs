@@ -1,5 +1,5 @@
-//! The WGSL of the fused attention's four kernels (see the parent module for what each
-//! computes).
+//! The WGSL of the fused attention's four kernels on shader cores (see the parent module for
+//! what each computes).
 //!
 //! Every kernel gives one invocation one row: a query (the forward and `dQ`) or a key (`dK`,
 //! `dV`), whose head vectors it keeps in registers as `vec4<f32>`s, `⌈head_dim/4⌉` of them,
@@ -26,8 +26,9 @@ pub(crate) const FORWARD_ENTRY: &str = "flash_forward";
 pub(crate) const GRAD_Q_ENTRY: &str = "flash_grad_q";
 pub(crate) const GRAD_K_ENTRY: &str = "flash_grad_k";
 pub(crate) const GRAD_V_ENTRY: &str = "flash_grad_v";
+pub(crate) const GRAD_KV_ENTRY: &str = "flash_grad_kv";
 
-/// Which of the four kernels.
+/// Which kernel: the shader cores run [`Pass::SHADER`], the tensor cores [`Pass::TENSOR`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pass {
     /// `O` and the log-sum-exp, per query.
@@ -38,10 +39,23 @@ pub(crate) enum Pass {
     GradK,
     /// `dV`, per key.
     GradV,
+    /// `dK` and `dV` together, per key (tensor cores only): the scores, probabilities and
+    /// `dP` made once for both.
+    GradKV,
 }
 
 impl Pass {
-    pub(crate) const ALL: [Pass; 4] = [Self::Forward, Self::GradQ, Self::GradK, Self::GradV];
+    /// The shader cores' kernels.
+    pub(crate) const SHADER: [Pass; 4] = [Self::Forward, Self::GradQ, Self::GradK, Self::GradV];
+    /// The tensor cores' kernels: the shader cores' four, and `dK` with `dV` where they are
+    /// different buffers.
+    pub(crate) const TENSOR: [Pass; 5] = [
+        Self::Forward,
+        Self::GradQ,
+        Self::GradK,
+        Self::GradV,
+        Self::GradKV,
+    ];
 
     pub(crate) fn entry(self) -> &'static str {
         match self {
@@ -49,30 +63,32 @@ impl Pass {
             Self::GradQ => GRAD_Q_ENTRY,
             Self::GradK => GRAD_K_ENTRY,
             Self::GradV => GRAD_V_ENTRY,
+            Self::GradKV => GRAD_KV_ENTRY,
         }
     }
 
     /// Whether an invocation owns a key (else a query).
     pub(crate) fn per_key(self) -> bool {
-        matches!(self, Self::GradK | Self::GradV)
+        matches!(self, Self::GradK | Self::GradV | Self::GradKV)
     }
 
     /// The operands it reads, besides the padding mask `keep`.
     pub(crate) fn reads(self) -> &'static [&'static str] {
         match self {
             Self::Forward => &["q", "k", "v"],
-            Self::GradQ | Self::GradK => &["q", "k", "v", "out", "lse", "dout"],
+            Self::GradQ | Self::GradK | Self::GradKV => &["q", "k", "v", "out", "lse", "dout"],
             Self::GradV => &["q", "k", "lse", "dout"],
         }
     }
 
-    /// The operand it writes (the forward also writes `lse`).
-    pub(crate) fn writes(self) -> &'static str {
+    /// The operands it writes (the forward also writes `lse`).
+    pub(crate) fn writes(self) -> &'static [&'static str] {
         match self {
-            Self::Forward => "out",
-            Self::GradQ => "dq",
-            Self::GradK => "dk",
-            Self::GradV => "dv",
+            Self::Forward => &["out"],
+            Self::GradQ => &["dq"],
+            Self::GradK => &["dk"],
+            Self::GradV => &["dv"],
+            Self::GradKV => &["dk", "dv"],
         }
     }
 }
@@ -129,8 +145,9 @@ pub(crate) struct Wide {
     pub k: bool,
     pub v: bool,
     pub out: bool,
-    /// The gradient written (`dq`, `dk` or `dv`: the view of `q`, `k` or `v`).
-    pub grad: bool,
+    /// The gradients written, in [`Pass::writes`]'s order (`dq`, `dk` or `dv`: the view of
+    /// `q`, `k` or `v`; the second only for [`Pass::GradKV`]'s `dv`).
+    pub grads: [bool; 2],
 }
 
 /// The WGSL body of `pass` (operands and parameters are declared by the kernel surface).
@@ -173,6 +190,8 @@ fn {entry}(
         Pass::Forward => forward(blocks),
         Pass::GradQ => grad_q(blocks),
         Pass::GradK | Pass::GradV => grad_kv(pass, blocks),
+        // Built only for the tensor cores (`Pass::TENSOR`), whose body is `tensor::body`.
+        Pass::GradKV => unreachable!("the shader cores run Pass::SHADER"),
     };
     w += "}\n";
     w
@@ -551,7 +570,7 @@ pub(super) fn prelude(pass: Pass, head_dim: u32, mask: Mask, wide: Wide) -> Stri
     let roles: Vec<(&str, bool)> = match pass {
         Pass::Forward => vec![("q", wide.q), ("k", wide.k), ("v", wide.v)],
         Pass::GradV => vec![("q", wide.q), ("k", wide.k), ("dout", wide.out)],
-        Pass::GradQ | Pass::GradK => vec![
+        Pass::GradQ | Pass::GradK | Pass::GradKV => vec![
             ("q", wide.q),
             ("k", wide.k),
             ("v", wide.v),
@@ -562,11 +581,13 @@ pub(super) fn prelude(pass: Pass, head_dim: u32, mask: Mask, wide: Wide) -> Stri
     for (role, wide) in roles {
         w += &getter(role, wide, head_dim);
     }
-    let (written, written_wide) = match pass {
-        Pass::Forward => ("out", wide.out),
-        _ => (pass.writes(), wide.grad),
-    };
-    w += &putter(written, written_wide, head_dim);
+    for (at, written) in pass.writes().iter().enumerate() {
+        let written_wide = match pass {
+            Pass::Forward => wide.out,
+            _ => wide.grads[at],
+        };
+        w += &putter(written, written_wide, head_dim);
+    }
     w += &masks(mask);
     w
 }

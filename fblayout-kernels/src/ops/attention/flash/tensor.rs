@@ -37,26 +37,27 @@ use super::shader::{Pass, Wide, indent, prelude};
 use super::{Cores, TENSOR_FEATURES, source};
 
 /// The tensor-core kernels' WGSL for `views` (`[q, k, v, out, lse]`), before validation and
-/// without a device: for the crate's tests, which pass them through naga's validator and
-/// SPIR-V writer (reached through [`__private`](crate::__private)). `None` where heads of
-/// `head_dim` are not a multiple of 16 up to [`TENSOR_BLOCK`](super::TENSOR_BLOCK).
+/// without a device, in [`Pass::TENSOR`]'s order (forward, `dQ`, `dK`, `dV`, `dK` with `dV`):
+/// for the crate's tests, which pass them through naga's validator and SPIR-V writer (reached
+/// through [`__private`](crate::__private)). `None` where heads of `head_dim` are not a
+/// multiple of 16 up to [`TENSOR_BLOCK`](super::TENSOR_BLOCK).
 pub fn kernel_sources(
     views: &[View; 5],
     keep: Option<&View>,
     attention: Attention,
     head_dim: u32,
-) -> Result<Option<[KernelSource; 4]>, OpError> {
+) -> Result<Option<Vec<KernelSource>>, OpError> {
     let Some(tiles) = Tiles::of(head_dim, attention.group()?) else {
         return Ok(None);
     };
-    let [a, b, c, d] =
-        Pass::ALL.map(|pass| source(pass, views, keep, attention, Cores::Tensor(tiles)));
-    Ok(Some([
-        a?.features(TENSOR_FEATURES),
-        b?.features(TENSOR_FEATURES),
-        c?.features(TENSOR_FEATURES),
-        d?.features(TENSOR_FEATURES),
-    ]))
+    Pass::TENSOR
+        .iter()
+        .map(|&pass| {
+            source(pass, views, keep, attention, Cores::Tensor(tiles))
+                .map(|s| s.features(TENSOR_FEATURES))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// The sizes the tensor-core kernels are generated for.
@@ -111,17 +112,23 @@ impl Tiles {
         }
     }
 
+    /// Sets of a subgroup's own rows of `pass`: two for [`Pass::GradKV`] (`Pᵀ` and `dSᵀ`).
+    fn own_sets(pass: Pass) -> u32 {
+        if pass == Pass::GradKV { 2 } else { 1 }
+    }
+
     /// Bytes of workgroup memory the kernel of `pass` declares.
     pub(crate) fn workgroup_bytes(&self, pass: Pass) -> u64 {
         let staged = 2 * Self::BLOCK * self.staged_row() * 2;
         let numbers = 2 * Self::BLOCK * 4;
-        let own = Self::SUBGROUPS * (16 * self.own_row() * 2 + Self::scratch(pass) * 4);
+        let own = Self::SUBGROUPS
+            * (Self::own_sets(pass) * 16 * self.own_row() * 2 + Self::scratch(pass) * 4);
         u64::from(staged + numbers + own)
     }
 
-    /// The largest of the four kernels' workgroup memory.
+    /// The largest of the kernels' workgroup memory.
     pub(crate) fn max_workgroup_bytes(&self) -> u64 {
-        Pass::ALL
+        Pass::TENSOR
             .iter()
             .map(|&p| self.workgroup_bytes(p))
             .max()
@@ -171,12 +178,20 @@ var<workgroup> {b}: array<vec4<f16>, {staged}>;
 var<workgroup> fa_x: array<f32, {block}>;
 var<workgroup> fa_y: array<f32, {block}>;
 var<workgroup> fa_p: array<vec4<f16>, {own_len}>;
-var<workgroup> fa_s: array<f32, {scratch}>;
-",
+var<workgroup> fa_s: array<f32, {scratch}>;",
         staged = block * sr / 4,
         own_len = subgroups * 16 * own / 4,
         scratch = subgroups * Tiles::scratch(pass),
     );
+    if pass == Pass::GradKV {
+        // `dSᵀ` beside `Pᵀ` in `fa_p`.
+        let _ = writeln!(
+            w,
+            "var<workgroup> fa_d: array<vec4<f16>, {}>;",
+            subgroups * 16 * own / 4
+        );
+    }
+    w.push('\n');
     let _ = writeln!(
         w,
         "@compute @workgroup_size({threads})
@@ -222,7 +237,7 @@ fn {entry}(
     w += &match pass {
         Pass::Forward => forward(tiles),
         Pass::GradQ => grad_q(tiles),
-        Pass::GradK | Pass::GradV => grad_kv(pass, tiles),
+        Pass::GradK | Pass::GradV | Pass::GradKV => grad_kv(pass, tiles),
     };
     w += "}\n";
     w
@@ -313,14 +328,15 @@ fn product(acc: &str, x: &str, array: &str, col: u32, kks: u32, transposed: bool
     s
 }
 
-/// Loads the subgroup's own rows (16 × BLOCK of `f16`) as the `A` fragments `pf0..pf3`.
-fn own_block_fragments() -> String {
+/// Loads the subgroup's own rows of `array` (16 × BLOCK of `f16`) as the `A` fragments
+/// `{name}0..{name}3`.
+fn own_block_fragments(array: &str, name: &str) -> String {
     let mut s = String::new();
     for kk in 0..Tiles::BLOCK / 16 {
         let _ = writeln!(
             s,
-            "        let pf_at{kk} = pbase + {off}u;
-        let pf{kk} = coopLoadT<{A}>(&fa_p[pf_at{kk}], fa_own);",
+            "        let {name}_at{kk} = pbase + {off}u;
+        let {name}{kk} = coopLoadT<{A}>(&{array}[{name}_at{kk}], fa_own);",
             off = 4 * kk
         );
     }
@@ -465,7 +481,7 @@ fn forward(tiles: Tiles) -> String {
         subgroupBarrier();
         // P·V, 16 queries × a head, into the scratch.
 {}",
-        own_block_fragments()
+        own_block_fragments("fa_p", "pf")
     );
     for c in 0..tiles.slices() {
         let _ = writeln!(s, "        var pv{c}: {C};");
@@ -518,13 +534,13 @@ fn forward(tiles: Tiles) -> String {
 }
 
 /// The lines that turn the two 16×16 fragments in the scratch (the scores at `srow`, and
-/// `dP` 256 further where `value` reads `{dp}`) into the lane's 8 values of `P` or `dS`, stored
-/// as `f16` into the subgroup's row at block column `16·frag + 8·hf`. `value`, `seen` and
-/// `lse` are templates of `{p}` (the probability), `{dp}` and `{cc}` (the column in the
-/// block). Unrolled, so that every value is a register.
-fn scratch_to_own(frag: u32, value: &str, seen: &str, lse: &str) -> String {
+/// `dP` 256 further where a value reads `{dp}`) into the lane's 8 values of `P` or `dS`, each
+/// `(array, value)` of `outs` stored as `f16` into the subgroup's row of `array` at block
+/// column `16·frag + 8·hf`. Each value, `seen` and `lse` are templates of `{p}` (the
+/// probability), `{dp}` and `{cc}` (the column in the block). Unrolled, so that every value is
+/// a register.
+fn scratch_to_own(frag: u32, outs: &[(&str, &str)], seen: &str, lse: &str) -> String {
     let mut s = String::new();
-    let mut ys = Vec::new();
     for c in 0..8u32 {
         let n = format!("{frag}_{c}");
         let cc = format!("cc{n}");
@@ -536,20 +552,25 @@ fn scratch_to_own(frag: u32, value: &str, seen: &str, lse: &str) -> String {
             lse = lse.replace("{cc}", &cc),
             seen = seen.replace("{cc}", &cc),
         );
-        ys.push(
-            value
-                .replace("{cc}", &cc)
-                .replace("{p}", &format!("p{n}"))
-                .replace("{dp}", &format!("fa_s[srow + {}u]", 256 + c)),
-        );
     }
-    for c4 in 0..2usize {
-        let _ = writeln!(
-            s,
-            "        fa_p[prow + {at}u] = vec4<f16>(vec4<f32>({}));",
-            ys[4 * c4..4 * c4 + 4].join(", "),
-            at = 4 * frag as usize + c4,
-        );
+    for (array, value) in outs {
+        let ys: Vec<String> = (0..8u32)
+            .map(|c| {
+                let n = format!("{frag}_{c}");
+                value
+                    .replace("{cc}", &format!("cc{n}"))
+                    .replace("{p}", &format!("p{n}"))
+                    .replace("{dp}", &format!("fa_s[srow + {}u]", 256 + c))
+            })
+            .collect();
+        for c4 in 0..2usize {
+            let _ = writeln!(
+                s,
+                "        {array}[prow + {at}u] = vec4<f16>(vec4<f32>({}));",
+                ys[4 * c4..4 * c4 + 4].join(", "),
+                at = 4 * frag as usize + c4,
+            );
+        }
     }
     s
 }
@@ -596,13 +617,13 @@ fn grad_q(tiles: Tiles) -> String {
         );
         s += &scratch_to_own(
             j,
-            "{p} * ({dp} - dd)",
+            &[("fa_p", "{p} * ({dp} - dd)")],
             "fa_x[{cc}] != 0.0 && fa_causal(i, j0 + {cc})",
             "lse",
         );
     }
     s.push_str("        subgroupBarrier();\n");
-    s += &own_block_fragments();
+    s += &own_block_fragments("fa_p", "pf");
     for c in 0..tiles.slices() {
         s += &product(&format!("dq{c}"), "pf", "fa_k", c, Tiles::BLOCK / 16, false);
     }
@@ -612,11 +633,15 @@ fn grad_q(tiles: Tiles) -> String {
     s
 }
 
-/// `dK = scale · dSᵀ·Q` or `dV = Pᵀ·dO` per key, over the queries of every head of its
-/// group, 16 keys a subgroup.
+/// `dK = scale · dSᵀ·Q` or `dV = Pᵀ·dO` per key, or both ([`Pass::GradKV`]: the scores,
+/// `P` and `dP` made once for the two), over the queries of every head of its group, 16 keys
+/// a subgroup.
 fn grad_kv(pass: Pass, tiles: Tiles) -> String {
     let (group, v4) = (tiles.group, tiles.vecs());
-    let grad_k = pass == Pass::GradK;
+    // What the pass writes: dK (needs dP, so V and D), dV, or both.
+    let both = pass == Pass::GradKV;
+    let grad_k = pass == Pass::GradK || both;
+    let grad_v = pass == Pass::GradV || both;
     let mut s = format!(
         "    let kvh = fa_wg.y;
     let j0w = fa_wg.x * {rows}u;
@@ -631,8 +656,14 @@ fn grad_kv(pass: Pass, tiles: Tiles) -> String {
     if grad_k {
         s += &own_fragments(tiles, "v", "vf", "j0w + sg * 16u", "sk - 1u", "kvh");
     }
+    // `dk{c}` and `dv{c}`: the sums of each gradient written.
     for c in 0..tiles.slices() {
-        let _ = writeln!(s, "    var acc{c}: {C};");
+        if grad_k {
+            let _ = writeln!(s, "    var dk{c}: {C};");
+        }
+        if grad_v {
+            let _ = writeln!(s, "    var dv{c}: {C};");
+        }
     }
     // Each staged query's log-sum-exp and (dK) its D = Σ dO ⊙ O.
     let dd = if grad_k {
@@ -670,6 +701,18 @@ fn grad_kv(pass: Pass, tiles: Tiles) -> String {
             8
         ),
     );
+    // Per 16 staged queries: Sᵀ (and dPᵀ) on tensor cores, through the scratch into Pᵀ (dV)
+    // and dSᵀ (dK) in the subgroup's own rows.
+    let mut outs = Vec::new();
+    if grad_v {
+        outs.push(("fa_p", "{p}"));
+    }
+    if grad_k {
+        outs.push((
+            if both { "fa_d" } else { "fa_p" },
+            "{p} * ({dp} - fa_y[{cc}])",
+        ));
+    }
     let mut inner = String::new();
     for qf in 0..Tiles::BLOCK / 16 {
         let _ = writeln!(inner, "        var st{qf}: {C};");
@@ -694,29 +737,41 @@ fn grad_kv(pass: Pass, tiles: Tiles) -> String {
         inner.push_str("        subgroupBarrier();\n");
         inner += &scratch_to_own(
             qf,
-            if grad_k {
-                "{p} * ({dp} - fa_y[{cc}])"
-            } else {
-                "{p}"
-            },
+            &outs,
             "key && i0 + {cc} < sq && fa_causal(i0 + {cc}, j)",
             "fa_x[{cc}]",
         );
     }
     inner.push_str("        subgroupBarrier();\n");
-    inner += &own_block_fragments();
-    let with = if grad_k { "fa_q" } else { "fa_do" };
-    for c in 0..tiles.slices() {
-        inner += &product(&format!("acc{c}"), "pf", with, c, Tiles::BLOCK / 16, false);
+    // dV += Pᵀ·dO, dK += dSᵀ·Q, the staged blocks read as stored.
+    if grad_v {
+        inner += &own_block_fragments("fa_p", "pf");
+        for c in 0..tiles.slices() {
+            inner += &product(
+                &format!("dv{c}"),
+                "pf",
+                "fa_do",
+                c,
+                Tiles::BLOCK / 16,
+                false,
+            );
+        }
+    }
+    if grad_k {
+        let (array, name) = if both { ("fa_d", "df") } else { ("fa_p", "pf") };
+        inner += &own_block_fragments(array, name);
+        for c in 0..tiles.slices() {
+            inner += &product(&format!("dk{c}"), name, "fa_q", c, Tiles::BLOCK / 16, false);
+        }
     }
     s += &indent(&inner, 4);
     s.push_str("        }\n    }\n");
-    let (role, factor) = if grad_k {
-        ("dk", " * params.scale")
-    } else {
-        ("dv", "")
-    };
-    s += &store_fragments(tiles, "acc", role, "j", "kvh", "j < sk", factor);
+    if grad_k {
+        s += &store_fragments(tiles, "dk", "dk", "j", "kvh", "j < sk", " * params.scale");
+    }
+    if grad_v {
+        s += &store_fragments(tiles, "dv", "dv", "j", "kvh", "j < sk", "");
+    }
     s.push('\n');
     s
 }
@@ -764,7 +819,7 @@ mod tests {
                 let attention = Attention::new(h, kv, d, Mask::Causal { offset: 0 });
                 let sources = kernel_sources(&views, None, attention, d).unwrap().unwrap();
                 let tiles = Tiles::of(d, h / kv).unwrap();
-                for (pass, source) in Pass::ALL.into_iter().zip(sources) {
+                for (pass, source) in Pass::TENSOR.into_iter().zip(sources) {
                     let built = source.build().unwrap();
                     let module = built.module().naga_module();
                     let mut layouter = naga::proc::Layouter::default();
