@@ -88,10 +88,14 @@ impl LinearOp {
     ) -> Result<Self, OpError> {
         let (x_t, w_t) = (transposed(x)?, transposed(w)?);
         transposed(y)?;
+        let forward = match b {
+            Some(b) => Product::new_biased(gpu, x, w, b, y)?,
+            None => Product::new(gpu, x, w, y)?,
+        };
         Ok(Self {
-            forward: Product::linear(gpu, x, w, b, y)?,
-            grad_x: Product::linear(gpu, y, &w_t, None, x)?,
-            grad_w: Product::linear(gpu, &x_t, y, None, w)?,
+            forward,
+            grad_x: Product::new(gpu, y, &w_t, x)?,
+            grad_w: Product::new(gpu, &x_t, y, w)?,
             x_t,
             w_t,
         })

@@ -6,14 +6,6 @@
 //! `beta`; a biased product always overwrites); anything else runs on the `f32`-summing GEMM,
 //! which every device has. The linear
 //! layer's three products and attention's six are built from this.
-//!
-//! A linear layer's product with a side of at most [`THIN`] known when it is built (LoRA's
-//! rank-8 products: `x·Aᵀ`, `u·Bᵀ` and both adapters' weight gradients) runs on the
-//! `f32`-summing GEMM too ([`Product::linear`]): the tensor-core blocks are 32 to 256 wide and
-//! 16×16 fragments deep, so such a product computes 2 to 16 times what it needs and walks its
-//! long side in few workgroups. On an H100 (BENCHMARKS.md) the tensor-core kernels took 21 to
-//! 36 µs for each of the Llama-family LoRA step's 420 rank-8 products, longer than its
-//! 576 × 192 projection's 18 µs.
 
 use std::sync::Arc;
 
@@ -58,41 +50,21 @@ pub(crate) struct Product {
     coop: Option<Arc<CoopMatmulOp>>,
 }
 
-/// The widest side (rows, columns or reduction) of a linear layer's product that runs on the
-/// `f32`-summing GEMM though the device has tensor cores (see the module docs).
-pub(crate) const THIN: u64 = 16;
-
-/// Whether the product `c = a·b` has a side of at most [`THIN`] known from its views: `m` (A's
-/// and C's rows), `n` (B's and C's columns) or `k` (A's columns, B's rows), a static extent
-/// of any of the views that holds it.
-fn thin(a: &View, b: &View, c: &View) -> bool {
-    let rank = c.axes().len();
-    if rank < 2 || a.axes().len() != rank || b.axes().len() != rank {
-        return false;
-    }
-    let (m, n) = (rank - 2, rank - 1);
-    [(a, m), (c, m), (b, n), (c, n), (a, n), (b, m)]
-        .iter()
-        .any(|(v, i)| v.axes()[*i].extent.as_static().is_some_and(|e| e <= THIN))
-}
-
 impl Product {
     /// The product `c = a·b` of the three views.
     pub(crate) fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, None, c, true)
+        Self::new_with(gpu, a, b, None, c)
     }
 
-    /// A linear layer's product `c = a·b`, or `c = a·b + bias` (`bias[n]` in every row, `c`
-    /// overwritten) where given: like [`new`](Self::new), but on the `f32`-summing GEMM where
-    /// a side is at most [`THIN`] (see the module docs).
-    pub(crate) fn linear(
+    /// The biased product `c = a·b + bias` (`bias[n]` in every row, `c` overwritten).
+    pub(crate) fn new_biased(
         gpu: &Gpu,
         a: &View,
         b: &View,
-        bias: Option<&View>,
+        bias: &View,
         c: &View,
     ) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, bias, c, !thin(a, b, c))
+        Self::new_with(gpu, a, b, Some(bias), c)
     }
 
     fn new_with(
@@ -101,14 +73,13 @@ impl Product {
         b: &View,
         bias: Option<&View>,
         c: &View,
-        cores: bool,
     ) -> Result<Self, OpError> {
         let f32 = match bias {
             Some(bias) => MatmulOp::new_biased(gpu, a, b, bias, c)?,
             None => MatmulOp::new(gpu, a, b, c)?,
         };
         let halves = may_run_on_cores([a, b].map(|v| v.layout().elem()));
-        let coop = if cores && halves && gpu.features().coop_fragment.is_some() {
+        let coop = if halves && gpu.features().coop_fragment.is_some() {
             let built = match bias {
                 Some(bias) => CoopMatmulOp::new_biased(gpu, a, b, bias, c),
                 None => CoopMatmulOp::new(gpu, a, b, c),
@@ -248,50 +219,4 @@ fn shortlist(config: &CoopConfig, acc: crate::runtime::CoopScalar, narrow: bool)
             && TUNE_K_STEPS.contains(&config.k_step)
             && config.stages == 1
             && config.acc == acc)
-}
-
-#[cfg(test)]
-mod tests {
-    use fblayout_core::layout::{LayoutSpec, View};
-
-    use super::thin;
-
-    /// A row-major `[rows, cols]` view, `rows` dynamic where `None`.
-    fn matrix(name: &str, rows: Option<u32>, cols: u32) -> View {
-        let spec = LayoutSpec::new(name);
-        let spec = match rows {
-            Some(r) => spec.axis("rows", r),
-            None => spec.dyn_axis("rows"),
-        };
-        spec.axis("cols", cols).build().unwrap().view()
-    }
-
-    /// The sides of a linear layer's three products, as LoRA's rank-8 adapters and a
-    /// projection have them: tokens are a run-time extent, the rest static.
-    #[test]
-    fn a_static_side_of_16_or_less_makes_a_product_thin() {
-        let t = |v: &View| v.transpose("rows", "cols").unwrap();
-        // x [tokens, 576] · Aᵀ [576, 8] → [tokens, 8]: n is 8.
-        let (x, a_t, xa) = (
-            matrix("x", None, 576),
-            matrix("a_t", Some(576), 8),
-            matrix("xa", None, 8),
-        );
-        assert!(thin(&x, &a_t, &xa));
-        // xa [tokens, 8] · B [8, 576]: k is 8.
-        let (b, y) = (matrix("b", Some(8), 576), matrix("y", None, 576));
-        assert!(thin(&xa, &b, &y));
-        // The weight gradient xᵀ [576, tokens] · dxa [tokens, 8] → [576, 8]: n is 8.
-        assert!(thin(&t(&x), &xa, &a_t));
-        // A projection's products: 576 × 192 over run-time tokens.
-        let (w, y) = (matrix("w", Some(576), 192), matrix("y", None, 192));
-        assert!(!thin(&x, &w, &y));
-        assert!(!thin(&y, &t(&w), &x));
-        assert!(!thin(&t(&x), &y, &w));
-        // 16 is thin, 17 is not.
-        for (cols, want) in [(16, true), (17, false)] {
-            let (w, y) = (matrix("w", Some(576), cols), matrix("y", None, cols));
-            assert_eq!(thin(&x, &w, &y), want, "{cols}");
-        }
-    }
 }
