@@ -1,7 +1,8 @@
 //! LoRA in mixed precision. Frozen base weights stay `f32`, and so do the gradients a kernel
-//! writes of them anyway (a normalisation's scale and shift): the GPU step of a LoRA graph in
-//! mixed precision runs, and its first loss agrees with the CPU executor's `f64` step of the
-//! same graph in `f32`.
+//! writes of them anyway (a normalisation's scale and shift); the adapters' `A` and `B`, read
+//! transposed, get `f16` copies that their AdamW steps write, so the adapters' products
+//! multiply `f16` factors; the GPU step of a LoRA graph in mixed precision runs, and its first
+//! loss agrees with the CPU executor's `f64` step of the same graph in `f32`.
 
 mod exec_support;
 
@@ -9,7 +10,7 @@ use fblayout_core::layout::ElemType;
 use fblayout_plan::exec::{AdamWConfig, CpuStep, GpuStep, StepInputs};
 use fblayout_plan::graph::optimizer::add_adamw;
 use fblayout_plan::graph::precision::Precision;
-use fblayout_plan::graph::{Graph, Role, Sizes, derive_backward};
+use fblayout_plan::graph::{Graph, Op, Role, Sizes, derive_backward};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::lora::{LoraConfig, apply};
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
@@ -52,6 +53,66 @@ fn cases() -> Vec<(&'static str, Graph, StepInputs)> {
     );
     let llama_inputs = StepInputs::random(VOCAB, SIZES, 5).with("positions", positions);
     vec![("BERT", bert, bert_inputs), ("Llama", llama, llama_inputs)]
+}
+
+#[test]
+fn the_adapters_products_multiply_f16_copies_their_adamw_steps_write() {
+    for (what, g, _) in cases() {
+        let mixed = Precision::Mixed.apply(&g).unwrap();
+        let adapters: Vec<_> = mixed
+            .params()
+            .into_iter()
+            .filter(|&p| mixed.tensor(p).name.contains(".lora_"))
+            .collect();
+        assert_eq!(
+            adapters.len(),
+            8,
+            "{what}: two layers, two targets, A and B"
+        );
+        for p in adapters {
+            let name = &mixed.tensor(p).name;
+            let [copy] = mixed.copies_of(p)[..] else {
+                panic!("{what}: `{name}` has {:?}", mixed.copies_of(p));
+            };
+            assert_eq!(mixed.tensor(copy).elem, ElemType::F16, "{what}: `{name}`");
+            // Written by the weight's AdamW step, read by the forward product and the input
+            // gradient (none for the first layer's `A`: nothing before it trains); the weight
+            // gradient stays f32.
+            let writers: Vec<Op> = mixed
+                .nodes()
+                .iter()
+                .filter(|n| n.outputs.contains(&copy))
+                .map(|n| n.op)
+                .collect();
+            assert_eq!(writers, [Op::AdamW { copy: true }], "{what}: `{name}`");
+            let readers: Vec<Op> = mixed
+                .nodes()
+                .iter()
+                .filter(|n| n.inputs.contains(&copy))
+                .map(|n| n.op)
+                .collect();
+            let first_layer = name.contains(".layer.0.") || name.contains(".layers.0.");
+            let want: &[Op] = if first_layer && name.contains(".lora_A") {
+                &[Op::LinearT]
+            } else {
+                &[Op::LinearT, Op::LinearTGradInput]
+            };
+            assert_eq!(readers, want, "{what}: `{name}`");
+            let grad = mixed
+                .tensors()
+                .iter()
+                .find(|t| t.role == Role::Grad { of: p })
+                .unwrap();
+            assert_eq!(grad.elem, ElemType::F32, "{what}: `{}`", grad.name);
+        }
+        for n in mixed.nodes() {
+            if matches!(n.op, Op::LinearT | Op::LinearTGradInput) {
+                for &t in &n.inputs {
+                    assert_eq!(mixed.tensor(t).elem, ElemType::F16, "{what}: {}", n.op);
+                }
+            }
+        }
+    }
 }
 
 #[test]

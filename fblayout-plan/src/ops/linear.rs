@@ -158,6 +158,12 @@ impl Contract for Linear {
         (!self.transposed).then_some("w")
     }
 
+    fn copied_weight(&self) -> Option<&'static str> {
+        // Transposed too (LoRA's `A` and `B`, a tied head's table): the product's factors are
+        // both `f16` only with the copy.
+        Some("w")
+    }
+
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {
         let (walk, d_out) = if self.transposed {
             (Walk::Last, s.extent("w", 1))
@@ -255,6 +261,10 @@ impl Contract for LinearGradInput {
 
     fn linear_weight(&self) -> Option<&'static str> {
         (!self.transposed).then_some("w")
+    }
+
+    fn copied_weight(&self) -> Option<&'static str> {
+        Some("w")
     }
 
     fn product(&self, s: &Shapes<'_>) -> Option<Product> {

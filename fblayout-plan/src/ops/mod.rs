@@ -318,7 +318,8 @@ pub(crate) trait Contract {
 
     /// The role its product reads as a weight that mixed precision gives an `f16` copy (see
     /// [`precision`](crate::graph::precision)), so that both factors of the product are `f16`:
-    /// its linear weight (a table read transposed is read as stored).
+    /// its linear weight by default (the linear layers' products name theirs also where they
+    /// read it transposed: LoRA's `A` and `B`, a tied head's table).
     fn copied_weight(&self) -> Option<&'static str> {
         self.linear_weight()
     }
