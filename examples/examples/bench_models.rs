@@ -33,8 +33,8 @@ use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::select::attention::{Fusing, plan_fusing};
 use fblayout_plan::select::{CostModel, Strategy};
 use support::{
-    Precisions, Res, Rng, by_kind, by_section, compiled_since, err, exit, median, print_adapter,
-    then_load_ms,
+    Attention, AttentionArg, Precisions, Res, Rng, by_kind, by_section, compiled_since, err, exit,
+    median, print_adapter, then_load_ms,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,17 +42,6 @@ enum Which {
     Minilm,
     Llama,
     Both,
-}
-
-/// How the attentions keep what their backward reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Attention {
-    /// The probabilities, stored whole.
-    Materialised,
-    /// One log-sum-exp per query; the backward computes the probabilities again.
-    Fused,
-    /// Each layer as the planner chooses under the analytic cost model.
-    Auto,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -91,15 +80,8 @@ struct Args {
     /// at a time instead of storing them whole.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     head_chunk: Option<u32>,
-    /// The attentions to measure (comma-separated: materialised, fused, auto), each a row of
-    /// every precision and tuning, in one run.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "materialised"
-    )]
-    attention: Vec<Attention>,
+    #[command(flatten)]
+    attention: AttentionArg,
     /// Make activations again in the backward instead of keeping them from the forward:
     /// `cheap` (elementwise operations and normalisations), or `attention` (those and
     /// attention's probabilities).
@@ -272,7 +254,7 @@ fn run(args: &Args) -> Res<()> {
             add_adamw(&mut graph).map_err(err)?;
             for (&precision, &attention) in precisions
                 .iter()
-                .flat_map(|p| args.attention.iter().map(move |a| (p, a)))
+                .flat_map(|p| args.attention.attention.iter().map(move |a| (p, a)))
             {
                 let what = format!(
                     "{}, {}, {precision:?}, {attention:?} attention, batch {} × {}",

@@ -34,20 +34,9 @@ use fblayout_plan::models::{Model, ModelConfig, build};
 use fblayout_plan::select::attention::choose;
 use fblayout_plan::select::{CalibrationShape, CostModel, Strategy, plan};
 use support::{
-    Precisions, Res, by_kind, by_section, compiled_since, err, exit, median, print_adapter,
-    then_load_ms,
+    Attention, AttentionArg, Precisions, Res, by_kind, by_section, compiled_since, err, exit,
+    median, print_adapter, then_load_ms,
 };
-
-/// How the attentions keep what their backward reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Attention {
-    /// The probabilities, stored whole (products on tensor cores where the device has them).
-    Materialised,
-    /// One log-sum-exp per query; the backward computes the probabilities again.
-    Fused,
-    /// Each layer as the planner chooses, by predicted time and by `--memory-budget-mib`.
-    Auto,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Which {
@@ -113,15 +102,8 @@ struct Args {
     /// were fused: the baseline of the fused norms.
     #[arg(long)]
     unfused_norms: bool,
-    /// The attentions to measure (comma-separated: materialised, fused, auto), each with
-    /// every strategy and precision, in one run.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "materialised"
-    )]
-    attention: Vec<Attention>,
+    #[command(flatten)]
+    attention: AttentionArg,
     /// The peak memory `auto` attention must fit, MiB (default: no limit).
     #[arg(long, value_name = "MIB")]
     memory_budget_mib: Option<u64>,
@@ -213,7 +195,7 @@ fn run(args: &Args) -> Res<()> {
         let inputs = [11, 12].map(|seed| StepInputs::random(config.vocab, sizes, seed));
         // Each attention's rows, by precision.
         let mut by_attention = Vec::new();
-        for &attention in &args.attention {
+        for &attention in &args.attention.attention {
             let mut medians = Vec::new();
             for (&precision, model) in precisions.iter().zip(&cost_models) {
                 let graph = precision.apply(&built).map_err(err)?;

@@ -1,6 +1,7 @@
 //! What the benchmark programs share: their error type, exit codes, a deterministic generator,
-//! medians, a timed step's GPU time by kind of operation and by operation, and the loop that
-//! loads the next batch during each step. Each program uses part of it.
+//! medians, the training benchmarks' attention and precision choices, a timed step's GPU time
+//! by kind of operation and by operation, and the loop that loads the next batch during each
+//! step. Each program uses part of it.
 #![allow(dead_code)] // each benchmark program compiles this module and uses only part of it
 
 use std::process::ExitCode;
@@ -44,6 +45,32 @@ impl Rng {
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// How a training benchmark's attentions keep what their backward reads (`--attention`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Attention {
+    /// The probabilities, stored whole (products on tensor cores where the device has them).
+    Materialised,
+    /// One log-sum-exp per query; the backward computes the probabilities again.
+    Fused,
+    /// Each layer as the planner chooses, by predicted time (and the memory budget where one
+    /// is given).
+    Auto,
+}
+
+/// The training benchmarks' `--attention` option (flattened into their arguments).
+#[derive(clap::Args, Debug)]
+pub(crate) struct AttentionArg {
+    /// The attentions to measure (comma-separated: materialised, fused, auto), each a row of
+    /// every precision (and strategy, or tuning), in one run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "materialised"
+    )]
+    pub(crate) attention: Vec<Attention>,
 }
 
 /// The element types a training benchmark's steps run in (`--precision`).
