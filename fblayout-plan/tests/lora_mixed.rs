@@ -57,6 +57,7 @@ fn cases() -> Vec<(&'static str, Graph, StepInputs)> {
 
 #[test]
 fn the_adapters_products_multiply_f16_copies_their_adamw_steps_write() {
+    // And the scaling, a constant, keeps its copy as a frozen weight does.
     for (what, g, _) in cases() {
         let mixed = Precision::Mixed.apply(&g).unwrap();
         let adapters: Vec<_> = mixed
@@ -105,6 +106,14 @@ fn the_adapters_products_multiply_f16_copies_their_adamw_steps_write() {
                 .unwrap();
             assert_eq!(grad.elem, ElemType::F32, "{what}: `{}`", grad.name);
         }
+        // The scaling's copy is kept too: nothing in the step converts anything.
+        assert!(
+            !mixed
+                .nodes()
+                .iter()
+                .any(|n| matches!(n.op, Op::Convert { .. })),
+            "{what}"
+        );
         for n in mixed.nodes() {
             if matches!(n.op, Op::LinearT | Op::LinearTGradInput) {
                 for &t in &n.inputs {

@@ -104,10 +104,16 @@ impl CpuStep {
             if let (Role::State { .. }, Some(b)) = (graph.tensor(t).role, buffer_of[t.index()]) {
                 buffers[b].fill(0.0);
             }
-            if let (Some(values), Some(b)) = (graph.constant(t), buffer_of[t.index()]) {
-                let (bound, buffer) = (&whole[t.index()], &mut buffers[b]);
-                check_values(&graph.tensor(t).name, values.len(), bound)?;
-                bound.for_each(|i, _, off| buffer[off as usize] = values[i]);
+            // A constant, and its copy where mixed precision keeps one.
+            if let Some(values) = graph.constant(t) {
+                for c in std::iter::once(t).chain(graph.copies_of(t)) {
+                    let Some(b) = buffer_of[c.index()] else {
+                        continue;
+                    };
+                    let (bound, buffer) = (&whole[c.index()], &mut buffers[b]);
+                    check_values(&graph.tensor(c).name, values.len(), bound)?;
+                    bound.for_each(|i, _, off| buffer[off as usize] = values[i]);
+                }
             }
         }
         Ok(Self {

@@ -14,7 +14,8 @@
 //!   updated weight (its fourth output, [`Op::AdamW`]`{ copy: true }`): no conversion runs in
 //!   the step, and the executors make it once where the weight is set. A frozen weight
 //!   ([`Role::Frozen`], LoRA's base model) never changes in a step, so its copy is kept too,
-//!   made where the weight is set and by nothing in the step. Otherwise (a trained weight
+//!   made where the weight is set and by nothing in the step; so is a constant's (LoRA's
+//!   scaling), made where the executors store the constant. Otherwise (a trained weight
 //!   without an optimizer pass) an [`Op::Convert`] makes it at the start of the forward;
 //! - the statistics a normalisation saves (mean, reciprocal deviation), a fused attention's
 //!   log-sum-exp and the per-row losses stay `f32`, as sums that `f16` would round (each
@@ -145,7 +146,8 @@ fn linear_weights(graph: &Graph) -> Vec<TensorId> {
 
 /// Gives weight `w` an `f16` copy `<w>.f16`, read by every product that read `w`: written by
 /// `w`'s AdamW step where the graph has one (a [`Role::ParamCopy`]), kept as it was made where
-/// `w` is frozen (also a [`Role::ParamCopy`]), else converted before its first reader.
+/// `w` is frozen or a constant (also a [`Role::ParamCopy`]), else converted before its first
+/// reader.
 fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
     let reads = |n: &Node| copied_weight(n).is_some_and(|k| n.inputs[k] == w);
     let Some(first) = g.nodes.iter().position(reads) else {
@@ -170,7 +172,9 @@ fn copy_to_f16(g: &mut Graph, w: TensorId) -> Result<(), GraphError> {
             node.outputs.push(copy);
             (copy, first)
         }
-        None if g.tensor(w).role == Role::Frozen => (kept(g, name)?, first),
+        None if matches!(g.tensor(w).role, Role::Frozen | Role::Constant) => {
+            (kept(g, name)?, first)
+        }
         None => {
             // The first reader is the forward product, so the copy is made in the forward.
             let copy = g.insert_convert(super::NodeId(first as u32), w, name)?;

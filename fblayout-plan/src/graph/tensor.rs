@@ -94,9 +94,10 @@ pub enum Role {
     /// A value set from outside once and kept across steps, never trained nor differentiated:
     /// a constant table (RoPE's cosines and sines).
     Constant,
-    /// A copy of a parameter in another element type, kept across steps: written by the
-    /// parameter's AdamW step with the updated values (and by the executor wherever the
-    /// parameter is set), read in its place (mixed precision's `f16` weights).
+    /// A copy of a parameter (or of a constant) in another element type, kept across steps:
+    /// written by the parameter's AdamW step with the updated values (and by the executor
+    /// wherever the parameter or constant is set), read in its place (mixed precision's `f16`
+    /// weights).
     ParamCopy {
         /// The parameter it is a copy of.
         of: TensorId,
