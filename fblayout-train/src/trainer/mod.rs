@@ -445,9 +445,11 @@ impl<'g> TrainerBuilder<'g> {
     /// kernels were timed at the model's head size and the fused ones predicted faster (the
     /// reference H100's tables: heads of 32, MiniLM's; on that H100 the fused kernels ran
     /// 1.3× the materialised attention's speed there, and at heads of 64 0.75–1.16× on
-    /// tensor cores), and
-    /// `Materialised` on the CPU, whose `f64` twin of the fused attention only adds the
-    /// recomputation.
+    /// tensor cores in one layer), and `Materialised` on the CPU, whose `f64` twin of the
+    /// fused attention only adds the recomputation. A Llama-family model (heads of 64,
+    /// separate Q, K and V after RoPE) at long sequences gains from asking for `Fused`: its
+    /// LoRA step at 8 × 512 ran 1.08× faster fused on an H100, at 0.75× the peak memory
+    /// (BENCHMARKS.md).
     pub fn attention(mut self, fusing: Fusing) -> Self {
         self.attention = Some(fusing);
         self
