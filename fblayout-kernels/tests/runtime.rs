@@ -652,7 +652,9 @@ mod batches_pool_and_cache {
     use super::gpu;
     use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue, Scalar};
     use fblayout_core::layout::LayoutSpec;
-    use fblayout_kernels::runtime::{CacheLoad, Disabled, Gpu, GpuBuffer, GpuError, GpuOptions};
+    use fblayout_kernels::runtime::{
+        Batch, CacheLoad, Disabled, Gpu, GpuBuffer, GpuError, GpuOptions,
+    };
 
     /// `y = x · k + i` over a run-time number of elements, with `k` a scalar parameter.
     fn scale_kernel(gpu: &Gpu) -> KernelModule {
@@ -672,6 +674,25 @@ mod batches_pool_and_cache {
             )
             .build()
             .unwrap()
+    }
+
+    /// Records the scale kernel (`y = x · k + i`) over `n` elements, in `groups` workgroups.
+    fn scale(
+        batch: &mut Batch<'_>,
+        kernel: &KernelModule,
+        (x, y): (&GpuBuffer, &GpuBuffer),
+        (n, k): (u32, f32),
+        groups: u32,
+    ) {
+        batch
+            .dispatch(
+                kernel,
+                "main",
+                &[("x", x), ("y", y)],
+                &params(n, k),
+                [groups, 1, 1],
+            )
+            .unwrap();
     }
 
     fn params(n: u32, k: f32) -> [(&'static str, ParamValue); 3] {
@@ -794,24 +815,8 @@ mod batches_pool_and_cache {
         let b = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
         let c = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
         let mut batch = gpu.batch();
-        batch
-            .dispatch(
-                &kernel,
-                "main",
-                &[("x", &a), ("y", &b)],
-                &params(n, 2.0),
-                [1, 1, 1],
-            )
-            .unwrap();
-        batch
-            .dispatch(
-                &kernel,
-                "main",
-                &[("x", &b), ("y", &c)],
-                &params(n, 3.0),
-                [1, 1, 1],
-            )
-            .unwrap();
+        scale(&mut batch, &kernel, (&a, &b), (n, 2.0), 1);
+        scale(&mut batch, &kernel, (&b, &c), (n, 3.0), 1);
         batch.copy(&c, &a, u64::from(n) * 4).unwrap();
         batch.clear(&b);
         batch.submit().unwrap();
@@ -897,24 +902,8 @@ mod batches_pool_and_cache {
             let h = GpuBuffer::scratch::<f32>(gpu, 1000).unwrap();
             let y = GpuBuffer::scratch::<f32>(gpu, 1000).unwrap();
             let mut batch = gpu.batch();
-            batch
-                .dispatch(
-                    &kernel,
-                    "main",
-                    &[("x", &x), ("y", &h)],
-                    &params(1000, 2.0),
-                    [16, 1, 1],
-                )
-                .unwrap();
-            batch
-                .dispatch(
-                    &kernel,
-                    "main",
-                    &[("x", &h), ("y", &y)],
-                    &params(1000, 0.5),
-                    [16, 1, 1],
-                )
-                .unwrap();
+            scale(&mut batch, &kernel, (&x, &h), (1000, 2.0), 16);
+            scale(&mut batch, &kernel, (&h, &y), (1000, 0.5), 16);
             batch.submit().unwrap();
             y.read_back::<f32>().unwrap()
         };
@@ -942,15 +931,7 @@ mod batches_pool_and_cache {
             if i == 1 {
                 batch.section("second");
             }
-            batch
-                .dispatch(
-                    &kernel,
-                    "main",
-                    &[("x", &x), ("y", &y)],
-                    &params(4096, 1.0),
-                    [64, 1, 1],
-                )
-                .unwrap();
+            scale(&mut batch, &kernel, (&x, &y), (4096, 1.0), 64);
         }
         let timings = batch.submit_timed().unwrap();
         assert_eq!(timings.len(), 3);
@@ -977,15 +958,7 @@ mod batches_pool_and_cache {
             if i == dispatches - 1 {
                 batch.section("last");
             }
-            batch
-                .dispatch(
-                    &kernel,
-                    "main",
-                    &[("x", &x), ("y", &y)],
-                    &params(64, 1.0),
-                    [1, 1, 1],
-                )
-                .unwrap();
+            scale(&mut batch, &kernel, (&x, &y), (64, 1.0), 1);
         }
         let timings = batch.submit_timed().unwrap();
         assert_eq!(timings.len(), dispatches);
@@ -997,15 +970,7 @@ mod batches_pool_and_cache {
         // The dispatches ran: `y` holds what one of them writes.
         let once = GpuBuffer::scratch::<f32>(gpu, 64).unwrap();
         let mut batch = gpu.batch();
-        batch
-            .dispatch(
-                &kernel,
-                "main",
-                &[("x", &x), ("y", &once)],
-                &params(64, 1.0),
-                [1, 1, 1],
-            )
-            .unwrap();
+        scale(&mut batch, &kernel, (&x, &once), (64, 1.0), 1);
         batch.submit().unwrap();
         assert_eq!(
             y.read_back::<f32>().unwrap(),
@@ -1045,15 +1010,7 @@ mod batches_pool_and_cache {
             let x = GpuBuffer::from_slice(gpu, &[2.0f32; 64]).unwrap();
             let y = GpuBuffer::scratch::<f32>(gpu, 64).unwrap();
             let mut batch = gpu.batch();
-            batch
-                .dispatch(
-                    &kernel,
-                    "main",
-                    &[("x", &x), ("y", &y)],
-                    &params(64, 3.0),
-                    [1, 1, 1],
-                )
-                .unwrap();
+            scale(&mut batch, &kernel, (&x, &y), (64, 3.0), 1);
             batch.submit().unwrap();
             y.read_back::<f32>().unwrap()
         };
@@ -1109,15 +1066,7 @@ mod batches_pool_and_cache {
         let x = GpuBuffer::from_slice(&gpu, &[1.0f32; 64]).unwrap();
         let y = GpuBuffer::scratch::<f32>(&gpu, 64).unwrap();
         let mut batch = gpu.batch();
-        batch
-            .dispatch(
-                &kernel,
-                "main",
-                &[("x", &x), ("y", &y)],
-                &params(64, 1.0),
-                [1, 1, 1],
-            )
-            .unwrap();
+        scale(&mut batch, &kernel, (&x, &y), (64, 1.0), 1);
         let t = batch.submit_timed().unwrap();
         assert!(!t[0].gpu_timestamps && t[0].nanos > 0.0);
         println!(
@@ -1206,15 +1155,7 @@ mod batches_pool_and_cache {
         let y = GpuBuffer::scratch::<f32>(gpu, n as usize).unwrap();
         let c = GpuBuffer::from_slice(gpu, &vec![7.0f32; n as usize]).unwrap();
         let mut batch = gpu.batch();
-        batch
-            .dispatch(
-                &kernel,
-                "main",
-                &[("x", &x), ("y", &y)],
-                &params(n, 2.0),
-                [1, 1, 1],
-            )
-            .unwrap();
+        scale(&mut batch, &kernel, (&x, &y), (n, 2.0), 1);
         batch.clear(&c);
         let mut recording = batch.finish().unwrap();
         let message = |e: GpuError| e.to_string();
