@@ -13,39 +13,15 @@ use fblayout_kernels::ops::matmul::{
 };
 use fblayout_kernels::runtime::GpuBuffer;
 use fblayout_kernels::tensor::GpuArg;
-use support::{Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, tolerance, view_2d};
+use support::{
+    Layout2, Rng, Tensor, assert_close, gpu, gpu_elems, matmul_reference as reference, tolerance,
+    view_2d,
+};
 
 /// Rows and columns of C, and the reduction: odd, so no tile or vector divides them.
 const M: u32 = 13;
 const N: u32 = 20;
 const K: u32 = 37;
-
-/// `alpha · Σ_k A[.., i, k] · B[.., k, j] + beta · C[.., i, j]` on dense row-major values, by
-/// the definition; the batch is everything before the last two axes.
-fn reference(a: &Tensor, b: &Tensor, c: Option<&Tensor>, scale: Scale) -> Vec<f64> {
-    let (da, db) = (a.dims(), b.dims());
-    let r = da.len();
-    let (m, k, n) = (da[r - 2], da[r - 1], db[r - 1]);
-    let products: usize = da[..r - 2].iter().product();
-    let mut out = vec![0.0; products * m * n];
-    for p in 0..products {
-        for i in 0..m {
-            for j in 0..n {
-                let mut sum = 0.0;
-                for kk in 0..k {
-                    sum += a.values[(p * m + i) * k + kk] * b.values[(p * k + kk) * n + j];
-                }
-                let at = (p * m + i) * n + j;
-                let old = match c {
-                    Some(c) if scale.beta != 0.0 => f64::from(scale.beta) * c.values[at],
-                    _ => 0.0,
-                };
-                out[at] = f64::from(scale.alpha) * sum + old;
-            }
-        }
-    }
-    out
-}
 
 /// The CPU twin in `T`: C starts as `c`'s values (or NaN when `c` is poisoned).
 fn cpu<T: fblayout_kernels::cpu::Real>(

@@ -635,3 +635,35 @@ pub fn coop_spv_options() -> naga::back::spv::Options<'static> {
         ..spv::Options::default()
     }
 }
+
+/// `alpha · Σ_k A[.., i, k] · B[.., k, j] + beta · C[.., i, j]` on dense row-major values, by
+/// the definition; the batch is everything before the last two axes.
+pub fn matmul_reference(
+    a: &Tensor,
+    b: &Tensor,
+    c: Option<&Tensor>,
+    scale: fblayout_kernels::ops::matmul::Scale,
+) -> Vec<f64> {
+    let (da, db) = (a.dims(), b.dims());
+    let r = da.len();
+    let (m, k, n) = (da[r - 2], da[r - 1], db[r - 1]);
+    let products: usize = da[..r - 2].iter().product();
+    let mut out = vec![0.0; products * m * n];
+    for p in 0..products {
+        for i in 0..m {
+            for j in 0..n {
+                let mut sum = 0.0;
+                for kk in 0..k {
+                    sum += a.values[(p * m + i) * k + kk] * b.values[(p * k + kk) * n + j];
+                }
+                let at = (p * m + i) * n + j;
+                let old = match c {
+                    Some(c) if scale.beta != 0.0 => f64::from(scale.beta) * c.values[at],
+                    _ => 0.0,
+                };
+                out[at] = f64::from(scale.alpha) * sum + old;
+            }
+        }
+    }
+    out
+}

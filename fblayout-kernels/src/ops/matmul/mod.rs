@@ -15,8 +15,10 @@
 //!   register-blocked inner loop serves every layout.
 //! - [`linear`]: [`LinearOp`], `y = x·w` and its backward `dx = dy·wᵀ`, `dw = xᵀ·dy`, built from
 //!   the three declarations.
-//! - `product`: one product on the `f32`-summing GEMM, or on tensor cores where it can run
-//!   there (the linear layer's and attention's products).
+//! - [`narrow`]: [`NarrowMatmulOp`], products with a side of at most 16 (LoRA's rank-`r`
+//!   factors), bound by memory, on kernels shaped for that.
+//! - `product`: one product on the `f32`-summing GEMM, on the narrow kernels, or on tensor
+//!   cores where it can run there (the linear layer's and attention's products).
 //! - [`cpu`]: the CPU twin, blocked and parallel, in `f64`.
 //!
 //! A biased product ([`MatmulOp::new_biased`]) overwrites C with `A·B + bias`, `bias[n]` added
@@ -60,6 +62,7 @@
 
 pub mod cpu;
 pub mod linear;
+pub mod narrow;
 mod product;
 mod shader;
 pub mod tiling;
@@ -79,6 +82,7 @@ use crate::tensor::GpuArg;
 
 pub use cpu::matmul_cpu;
 pub use linear::LinearOp;
+pub use narrow::NarrowMatmulOp;
 pub use product::Output;
 pub(crate) use product::Product;
 pub use tiling::{DEFAULT_COMPUTE_UNITS, GemmShape, TileConfig, Tiling};

@@ -1,7 +1,10 @@
-//! One product of a layer: the `f32`-summing [`MatmulOp`], and the tensor-core
-//! [`CoopMatmulOp`] where it can run there.
+//! One product of a layer: the `f32`-summing [`MatmulOp`], the [`NarrowMatmulOp`] of a product
+//! with a narrow side, and the tensor-core [`CoopMatmulOp`] where it can run there.
 //!
-//! A product runs on tensor cores when the device has cooperative matrices, both factors are
+//! A product with a side of at most [`NARROW`](super::narrow::NARROW) (a static extent) and no
+//! bias runs on the narrow kernels, whatever its factors and output: the GEMMs' tiles would
+//! compute mostly padding (LoRA's rank-8 products took 21–36 µs on tensor cores at 8 × 512
+//! tokens). Otherwise a product runs on tensor cores when the device has cooperative matrices, both factors are
 //! `f16` and it overwrites its output with factor 1 (the cooperative kernel has no `alpha` or
 //! `beta`; a biased product always overwrites); anything else runs on the `f32`-summing GEMM,
 //! which every device has. The linear
@@ -11,7 +14,7 @@ use std::sync::Arc;
 
 use fblayout_core::layout::{ElemType, View};
 
-use super::{GemmShape, MatmulOp, Scale};
+use super::{GemmShape, MatmulOp, NarrowMatmulOp, Scale};
 use crate::ops::coop::{CoopConfig, CoopMatmulOp};
 use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
@@ -47,6 +50,7 @@ fn may_run_on_cores(factors: [ElemType; 2]) -> bool {
 #[derive(Debug, Clone)]
 pub(crate) struct Product {
     f32: MatmulOp,
+    narrow: Option<Arc<NarrowMatmulOp>>,
     coop: Option<Arc<CoopMatmulOp>>,
 }
 
@@ -78,8 +82,17 @@ impl Product {
             Some(bias) => MatmulOp::new_biased(gpu, a, b, bias, c)?,
             None => MatmulOp::new(gpu, a, b, c)?,
         };
+        let narrow = match bias {
+            Some(_) => None,
+            None => match NarrowMatmulOp::new(gpu, a, b, c) {
+                Ok(op) => Some(Arc::new(op)),
+                // No narrow side: a GEMM runs.
+                Err(OpError::Unsupported { .. }) => None,
+                Err(other) => return Err(other),
+            },
+        };
         let halves = may_run_on_cores([a, b].map(|v| v.layout().elem()));
-        let coop = if halves && gpu.features().coop_fragment.is_some() {
+        let coop = if narrow.is_none() && halves && gpu.features().coop_fragment.is_some() {
             let built = match bias {
                 Some(bias) => CoopMatmulOp::new_biased(gpu, a, b, bias, c),
                 None => CoopMatmulOp::new(gpu, a, b, c),
@@ -93,18 +106,18 @@ impl Product {
         } else {
             None
         };
-        Ok(Self { f32, coop })
+        Ok(Self { f32, narrow, coop })
     }
 
     /// The most scratch a product of `shape` whose factors are of the element types `factors`
-    /// takes on any device: the `f32`-summing GEMM's, or where the factors may run on tensor
-    /// cores the larger of its and the cooperative GEMM's (see their `scratch`).
+    /// takes on any device: the larger of the `f32`-summing GEMM's and the narrow kernels', and
+    /// where the factors may run on tensor cores the cooperative GEMM's (see their `scratch`).
     pub(crate) fn scratch(shape: GemmShape, factors: [ElemType; 2]) -> Result<Scratch, OpError> {
-        let f32 = MatmulOp::scratch(shape)?;
-        if !may_run_on_cores(factors) {
-            return Ok(f32);
+        let mut each = vec![MatmulOp::scratch(shape)?, NarrowMatmulOp::scratch(shape)?];
+        if may_run_on_cores(factors) {
+            each.push(CoopMatmulOp::scratch(shape)?);
         }
-        Ok(Scratch::covering([&f32, &CoopMatmulOp::scratch(shape)?]))
+        Ok(Scratch::covering(each.iter()))
     }
 
     /// The `f32`-summing GEMM (also what checks a call's arguments).
@@ -133,8 +146,8 @@ impl Product {
         }
     }
 
-    /// Records the product, on tensor cores where it can run there (an error for a biased
-    /// product: see [`record_biased`](Self::record_biased)).
+    /// Records the product, on the narrow kernels or on tensor cores where it runs there (an
+    /// error for a biased product: see [`record_biased`](Self::record_biased)).
     pub(crate) fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -143,8 +156,9 @@ impl Product {
         c: &GpuArg<'_>,
         out: Output,
     ) -> Result<(), OpError> {
-        match (&self.coop, out) {
-            (Some(coop), Output::Overwrite) => coop.record(batch, a, b, c),
+        match (&self.narrow, &self.coop, out) {
+            (Some(narrow), _, _) => narrow.record(batch, a, b, c, out.scale()),
+            (None, Some(coop), Output::Overwrite) => coop.record(batch, a, b, c),
             _ => self.f32.record(batch, a, b, c, out.scale()),
         }
     }

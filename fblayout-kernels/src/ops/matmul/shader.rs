@@ -92,21 +92,21 @@ pub(crate) struct GemmSpec {
     pub bias_wide: bool,
 }
 
-const LANES: [&str; 4] = ["x", "y", "z", "w"];
+pub(super) const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
 /// `mm_b0, mm_b1, ` for the batch coordinates (empty without batch axes).
-fn batch_coords(batch_axes: usize) -> String {
+pub(super) fn batch_coords(batch_axes: usize) -> String {
     (0..batch_axes).map(|d| format!("mm_b{d}, ")).collect()
 }
 
 /// `mm_b0: u32, ...` for helper signatures.
-fn batch_params(batch_axes: usize) -> String {
+pub(super) fn batch_params(batch_axes: usize) -> String {
     (0..batch_axes).map(|d| format!("mm_b{d}: u32, ")).collect()
 }
 
 /// Statements decoding `var mm_z` into the batch coordinates of the batch axes of operand
 /// `role`, last fastest.
-fn decode_batch(s: &mut String, role: &str, batch_axes: usize) {
+pub(super) fn decode_batch(s: &mut String, role: &str, batch_axes: usize) {
     for d in (1..batch_axes).rev() {
         let _ = writeln!(
             s,
@@ -121,7 +121,7 @@ fn decode_batch(s: &mut String, role: &str, batch_axes: usize) {
 /// The statement storing `value` into C at `coords` (`c_store4` when `wide`), finished as
 /// `finish` says: with `Scaled`, `value` has been multiplied by `alpha` and `beta · C` is added
 /// where `beta` is not zero; with `Biased`, `value` already holds its bias.
-fn store_c(finish: Finish, wide: bool, coords: &str, value: &str, ind: &str) -> String {
+pub(super) fn store_c(finish: Finish, wide: bool, coords: &str, value: &str, ind: &str) -> String {
     let (store, load) = if wide {
         ("c_store4", "c_load4")
     } else {
@@ -163,7 +163,12 @@ fn bias_helper(bias_wide: bool) -> String {
 /// The helpers that write four rows × four columns of C at `(mm_m, mm_n)` (rows `mm_r0..3`,
 /// each a `vec4` over the columns), masked to C's extents, finished as `finish` says
 /// (`bias_wide`: the bias is read four at a time where it can be).
-fn write_block(store: Store, batch_axes: usize, finish: Finish, bias_wide: bool) -> String {
+pub(super) fn write_block(
+    store: Store,
+    batch_axes: usize,
+    finish: Finish,
+    bias_wide: bool,
+) -> String {
     let bp = batch_params(batch_axes);
     let bc = batch_coords(batch_axes);
     let m_dim = format!("c_dim{batch_axes}()");

@@ -1,0 +1,364 @@
+//! Products with a narrow side: C has at most [`NARROW`] rows or columns, or the reduction
+//! at most [`NARROW`] elements, a static extent.
+//!
+//! A LoRA adapter of rank `r` multiplies by `r`-wide matrices: `u = x·Aᵀ` and `du = dδ·B` have
+//! `r` columns, `dA = duᵀ·x` has `r` rows, `dB = dδᵀ·u` `r` columns, and `δ = u·Bᵀ` and
+//! `dx += du·A` reduce over `r`. On the GEMMs' tiles (64 or more wide, on tensor cores or in
+//! `f32`) such products compute mostly padding and leave most of the device idle. They are
+//! bound by memory instead, and these kernels are shaped for that:
+//!
+//! - **thin** (C has at most 16 columns, or rows): the wide operand is streamed once, each
+//!   workgroup a block of its rows, its invocations splitting the reduction between them
+//!   (reading neighbouring memory along whichever axis the operand is contiguous in); the
+//!   narrow operand's chunk of `k` is staged in workgroup memory. When the blocks are too few
+//!   to fill the device (a weight gradient, reduced over every token), the reduction is split
+//!   between workgroups too, into the GEMM's partial sums, which its
+//!   [`Reduction`](super::Reduction) adds and finishes.
+//! - **short** (`k` at most 16): every invocation computes 4 × 4 outputs, each a sum of `k`
+//!   products unrolled in registers, written through the GEMM's epilogue.
+//!
+//! Either computes `C = alpha · A·B + beta · C` through views of any layout, with the batch
+//! axes of [`MatmulOp`](super::MatmulOp), summing in `f32`; [`Product`](super::Product) runs
+//! a product here whenever it has a narrow side and no bias.
+
+mod shader;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
+use fblayout_core::layout::View;
+
+use self::shader::{Geometry, INVOCATIONS, SHORT_TILE, ShortSpec, Side, ThinOut, ThinSpec};
+use super::shader::Staging;
+use super::{
+    DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, check_static_extents,
+    check_writable, finish_scalars, gemm_shape, split_parts, storage_problem, vectorized,
+};
+use crate::ops::compiled::Compiled;
+use crate::ops::error::OpError;
+use crate::runtime::{Batch, Gpu, Scratch};
+use crate::tensor::GpuArg;
+
+const OP: &str = "matmul narrow";
+
+/// The widest side these kernels take as narrow.
+pub const NARROW: u32 = 16;
+
+/// The fewest chunks of `k` a part of a split reduction sums, so that a part does more than
+/// stage its chunk.
+const MIN_CHUNKS_PER_PART: u32 = 2;
+
+/// Which narrow kernel a product runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A narrow side of C: `width` columns ([`Side::N`]) or rows ([`Side::M`]).
+    Thin {
+        side: Side,
+        width: u32,
+        wide: Staging,
+    },
+    /// A short reduction of `k` elements.
+    Short { k: u32, a: Staging, b_wide: bool },
+}
+
+/// Which kernel of an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kernel {
+    Direct,
+    Partial,
+    Reduce,
+}
+
+/// A product with a narrow side, built for the views of A, B and C (see the module docs).
+#[derive(Debug, Clone)]
+pub struct NarrowMatmulOp {
+    kind: Kind,
+    a: Operand,
+    b: Operand,
+    partial: Operand,
+    reduction: Reduction,
+    batch_axes: usize,
+    kernels: Arc<Mutex<HashMap<Kernel, Arc<Compiled>>>>,
+}
+
+/// The static extent of axis `axis` of `view` where it is at most [`NARROW`].
+fn narrow_extent(view: &View, axis: usize) -> Option<u32> {
+    let e = view.axes()[axis].extent.as_static()?;
+    u32::try_from(e).ok().filter(|&e| (1..=NARROW).contains(&e))
+}
+
+/// The staging of an operand asked for wide accesses along `outer`, then `k`.
+fn staging(operand: &Operand, outer: usize) -> Staging {
+    match operand.vector_axis() {
+        Some(axis) if axis == outer => Staging::Outer,
+        Some(_) => Staging::K,
+        None => Staging::Scalar,
+    }
+}
+
+impl NarrowMatmulOp {
+    /// The product reading A and B through `a` and `b` and writing C through `c`, where `k`,
+    /// C's columns or C's rows (preferred in that order) have a static extent of at most
+    /// [`NARROW`]; [`OpError::Unsupported`] where none has. Checks the views as
+    /// [`MatmulOp::new`](super::MatmulOp::new) does and builds the direct kernel, so a problem
+    /// with the views shows here.
+    pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        let nb = check_static_extents(OP, a, b, c)?;
+        for (role, v) in [("a", a), ("b", b), ("c", c)] {
+            if let Some(why) = storage_problem(v.layout().elem(), gpu.features().f16) {
+                return Err(OpError::Unsupported {
+                    op: OP,
+                    role,
+                    view: v.name().to_owned(),
+                    why,
+                });
+            }
+        }
+        check_writable(c)?;
+        let reduction = Reduction::new(c, nb, None)?;
+        let (m_axis, k_axis, n_axis) = (nb, nb + 1, nb + 1);
+        let (kind, a, b) = if let Some(k) = narrow_extent(a, k_axis) {
+            let (a, _) = vectorized(Operand::read("a", a)?, &[m_axis, k_axis]);
+            let (b, _) = vectorized(Operand::read("b", b)?, &[n_axis]);
+            let kind = Kind::Short {
+                k,
+                a: staging(&a, m_axis),
+                b_wide: b.vector_axis().is_some(),
+            };
+            (kind, a, b)
+        } else if let Some(width) = narrow_extent(c, n_axis) {
+            let (a, _) = vectorized(Operand::read("a", a)?, &[m_axis, k_axis]);
+            let wide = staging(&a, m_axis);
+            let kind = Kind::Thin {
+                side: Side::N,
+                width,
+                wide,
+            };
+            (kind, a, Operand::read("b", b)?)
+        } else if let Some(width) = narrow_extent(c, m_axis) {
+            // B is `[k, n]`: its wide side is `n`, its last axis.
+            let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
+            let wide = staging(&b, nb + 1);
+            let kind = Kind::Thin {
+                side: Side::M,
+                width,
+                wide,
+            };
+            (kind, Operand::read("a", a)?, b)
+        } else {
+            return Err(OpError::Unsupported {
+                op: OP,
+                role: "c",
+                view: c.name().to_owned(),
+                why: format!(
+                    "neither k, C's rows nor C's columns has a static extent of at most {NARROW}"
+                ),
+            });
+        };
+        let partial = Operand::write("partial", reduction.partial_view())?.vectorized(3);
+        let op = Self {
+            kind,
+            a,
+            b,
+            partial,
+            reduction,
+            batch_axes: nb,
+            kernels: Arc::default(),
+        };
+        op.kernel(gpu, Kernel::Direct)?;
+        Ok(op)
+    }
+
+    /// The most scratch [`record`](Self::record) takes for a product of `shape` whichever
+    /// narrow kernel its views choose: the partial sums of a thin product's split reduction
+    /// ([`Self::parts`]), none for a short one.
+    pub fn scratch(shape: GemmShape) -> Result<Scratch, OpError> {
+        let mut scratch = Vec::new();
+        for (narrow, wide) in [(shape.n, shape.m), (shape.m, shape.n)] {
+            if narrow > NARROW {
+                continue;
+            }
+            for staged in [Staging::K, Staging::Outer, Staging::Scalar] {
+                let (parts, _) = Self::parts(shape.batch, wide, shape.k, Geometry::of(staged));
+                if parts > 1 {
+                    scratch.push(Reduction::workspace_scratch(
+                        shape.batch,
+                        parts,
+                        shape.m,
+                        shape.n,
+                    )?);
+                }
+            }
+        }
+        Ok(Scratch::covering(scratch.iter()))
+    }
+
+    /// How a thin product's reduction of `k` is split between workgroups: into enough parts
+    /// that the `products × ⌈wide / rows⌉` blocks of its wide side fill twice
+    /// [`DEFAULT_COMPUTE_UNITS`] workgroups, each part at least [`MIN_CHUNKS_PER_PART`] chunks of
+    /// `k` ([`split_parts`]: the parts and the length of each).
+    fn parts(products: u32, wide: u32, k: u32, geometry: Geometry) -> (u32, u32) {
+        let blocks = u64::from(products) * u64::from(wide.div_ceil(geometry.rows()));
+        let target = 2 * u64::from(DEFAULT_COMPUTE_UNITS);
+        let requested = target.div_ceil(blocks.max(1)).min(u64::from(u32::MAX)) as u32;
+        let most = k.div_ceil(MIN_CHUNKS_PER_PART * geometry.k_chunk()).max(1);
+        split_parts(k, requested.min(most), geometry.k_chunk())
+    }
+
+    /// The WGSL of the kernel that writes C (for snapshots and inspection).
+    pub fn source(&self, gpu: &Gpu) -> Result<String, OpError> {
+        Ok(self
+            .kernel(gpu, Kernel::Direct)?
+            .module()
+            .source()
+            .to_owned())
+    }
+
+    /// The kernel `which`, built on first use.
+    fn kernel(&self, gpu: &Gpu, which: Kernel) -> Result<Arc<Compiled>, OpError> {
+        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = kernels.get(&which) {
+            return Ok(Arc::clone(k));
+        }
+        let nb = self.batch_axes;
+        let operands = KernelSource::new(OP)
+            .operand(self.a.clone())
+            .operand(self.b.clone());
+        let scaled = |source: KernelSource| {
+            source
+                .operand(self.reduction.c.clone())
+                .scalar("alpha", Scalar::F32)
+                .scalar("beta", Scalar::F32)
+        };
+        let (op, source) = match (which, self.kind) {
+            (Kernel::Reduce, _) => (Reduction::OP, self.reduction.source()),
+            (Kernel::Direct, Kind::Short { k, a, b_wide }) => {
+                let spec = ShortSpec {
+                    k,
+                    batch_axes: nb,
+                    a,
+                    b_wide,
+                    store: self.reduction.store,
+                };
+                (OP, scaled(operands).body(shader::short(&spec)))
+            }
+            (Kernel::Partial, Kind::Short { .. }) => {
+                return Err(OpError::shape(
+                    OP,
+                    "a short reduction is never split between workgroups",
+                ));
+            }
+            (_, Kind::Thin { side, width, wide }) => {
+                let out = if which == Kernel::Direct {
+                    ThinOut::Direct
+                } else {
+                    ThinOut::Partial
+                };
+                let spec = ThinSpec {
+                    side,
+                    width,
+                    wide,
+                    batch_axes: nb,
+                    out,
+                };
+                let source = match out {
+                    ThinOut::Direct => scaled(operands),
+                    ThinOut::Partial => operands
+                        .operand(self.partial.clone())
+                        .scalar("splits", Scalar::U32)
+                        .scalar("split_len", Scalar::U32),
+                };
+                (OP, source.body(shader::thin(&spec)))
+            }
+        };
+        let compiled = Arc::new(Compiled::new(op, gpu, source)?);
+        kernels.insert(which, Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    /// The checked extents of a call: views first (each argument must be read through the view
+    /// the op was built for), then shapes.
+    pub fn extents(
+        &self,
+        gpu: &Gpu,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<Extents, OpError> {
+        Extents::of_call(&*self.kernel(gpu, Kernel::Direct)?, a, b, c)
+    }
+
+    /// Records `C = alpha · A·B + beta · C`.
+    pub fn record(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        scale: Scale,
+    ) -> Result<(), OpError> {
+        let gpu = batch.gpu();
+        let extents = self.extents(gpu, a, b, c)?;
+        let shape = gemm_shape(&extents)?;
+        if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
+            return Ok(());
+        }
+        let (grid_xy, split, split_len) = match self.kind {
+            Kind::Short { .. } => (
+                [shape.n.div_ceil(SHORT_TILE), shape.m.div_ceil(SHORT_TILE)],
+                1,
+                shape.k,
+            ),
+            Kind::Thin { side, wide, .. } => {
+                let geometry = Geometry::of(wide);
+                let big = match side {
+                    Side::N => shape.m,
+                    Side::M => shape.n,
+                };
+                let (split, split_len) = Self::parts(shape.batch, big, shape.k, geometry);
+                ([big.div_ceil(geometry.rows()), 1], split, split_len)
+            }
+        };
+        let max = gpu.max_workgroups_per_dimension();
+        let grid = [grid_xy[0], grid_xy[1], shape.batch.saturating_mul(split)];
+        if grid.iter().any(|&g| g > max) {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "{extents:?} needs a grid of {grid:?} workgroups of {INVOCATIONS}; the device \
+                     allows {max} per dimension"
+                ),
+            ));
+        }
+        if split == 1 {
+            let kernel = self.kernel(gpu, Kernel::Direct)?;
+            let scalars = finish_scalars(false, scale);
+            return kernel.record(
+                batch,
+                shader::ENTRY,
+                &[("a", a), ("b", b), ("c", c)],
+                &scalars,
+                grid,
+            );
+        }
+        let partial_kernel = self.kernel(gpu, Kernel::Partial)?;
+        let reduce = self.kernel(gpu, Kernel::Reduce)?;
+        let (scratch, bound) =
+            self.reduction
+                .workspace(batch, shape.batch, split, shape.m, shape.n)?;
+        let partial = GpuArg::bound(&scratch, self.partial.view(), bound)?;
+        partial_kernel.record(
+            batch,
+            shader::ENTRY,
+            &[("a", a), ("b", b), ("partial", &partial)],
+            &[
+                ("splits", ParamValue::U32(split)),
+                ("split_len", ParamValue::U32(split_len)),
+            ],
+            grid,
+        )?;
+        self.reduction
+            .record(&reduce, batch, &partial, c, None, scale, shape)
+    }
+}
