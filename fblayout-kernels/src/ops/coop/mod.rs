@@ -61,7 +61,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
+use fblayout_core::kernel::{KernelSource, Operand, Scalar};
 use fblayout_core::layout::{ElemType, Order as MemoryOrder, View};
 use fblayout_core::shader::WgslFeatures;
 
@@ -73,8 +73,8 @@ use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::matmul::{
-    Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, check_static_extents,
-    check_writable, split_parts,
+    Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun,
+    check_static_extents, check_writable, split_parts,
 };
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch, threads};
 use crate::tensor::GpuArg;
@@ -738,20 +738,23 @@ impl CoopMatmulOp {
         }
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
         let (rows, cols) = workspace_extents(config, shape).ok_or_else(too_big)?;
-        let reduction = &self.operands.reduction;
-        let (scratch, bound) = reduction.workspace(batch, shape.batch, split, rows, cols)?;
-        let partial = GpuArg::bound(&scratch, reduction.partial_view(), bound)?;
-        kernel.record(
-            batch,
-            shader::ENTRY,
-            &[("a", a), ("b", b), ("partial", &partial)],
-            &[
-                ("splits", ParamValue::U32(split)),
-                ("split_len", ParamValue::U32(split_len)),
-            ],
+        let run = SplitRun {
+            parts: split,
+            len: split_len,
+            rows,
+            cols,
             grid,
-        )?;
-        reduction.record(&reduce, batch, &partial, c, bias, Scale::OVERWRITE, shape)
+        };
+        self.operands.reduction.record_split(
+            batch,
+            [&kernel, &reduce],
+            shader::ENTRY,
+            [a, b, c],
+            bias,
+            Scale::OVERWRITE,
+            shape,
+            run,
+        )
     }
 
     /// The most scratch the op takes for a product of `shape` on any device (the partial sums

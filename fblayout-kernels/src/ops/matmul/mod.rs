@@ -561,6 +561,50 @@ impl Reduction {
     }
 }
 
+/// One product's split-k: its parts and the length of each along `k`, the rows and columns of
+/// each part's partial sums, and the grid of the kernel that writes them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SplitRun {
+    pub parts: u32,
+    pub len: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub grid: [u32; 3],
+}
+
+impl Reduction {
+    /// Records both halves of split-k for `shape`: `partial` (entry `entry`; operands `a`, `b`
+    /// and `partial`; scalars `splits` and `split_len`) writes the partial sums of `run`'s parts
+    /// into a [`workspace`](Self::workspace), then `reduce` finishes them into C as
+    /// [`record`](Self::record) does.
+    #[allow(clippy::too_many_arguments)] // one argument per operand and kernel of the two halves
+    pub(crate) fn record_split(
+        &self,
+        batch: &mut Batch<'_>,
+        [partial, reduce]: [&Compiled; 2],
+        entry: &str,
+        [a, b, c]: [&GpuArg<'_>; 3],
+        bias: Option<&GpuArg<'_>>,
+        scale: Scale,
+        shape: GemmShape,
+        run: SplitRun,
+    ) -> Result<(), OpError> {
+        let (scratch, bound) = self.workspace(batch, shape.batch, run.parts, run.rows, run.cols)?;
+        let sums = GpuArg::bound(&scratch, self.partial_view(), bound)?;
+        partial.record(
+            batch,
+            entry,
+            &[("a", a), ("b", b), ("partial", &sums)],
+            &[
+                ("splits", ParamValue::U32(run.parts)),
+                ("split_len", ParamValue::U32(run.len)),
+            ],
+            run.grid,
+        )?;
+        self.record(reduce, batch, &sums, c, bias, scale, shape)
+    }
+}
+
 /// Why a product's operand can't be stored as `elem` (`f16_ok`: the device has `f16`), if it
 /// can't: products are of `f32` or `f16` elements.
 fn storage_problem(elem: ElemType, f16_ok: bool) -> Option<String> {
@@ -976,24 +1020,25 @@ impl MatmulOp {
             let scalars = finish_scalars(bias.is_some(), scale);
             return gemm.record(batch, shader::ENTRY, &args, &scalars, grid);
         }
-        let partial_kernel = self.kernel(gpu, Kernel::Partial(config))?;
+        let partial = self.kernel(gpu, Kernel::Partial(config))?;
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
-        let (scratch, bound) =
-            self.reduction
-                .workspace(batch, shape.batch, split, shape.m, shape.n)?;
-        let partial = GpuArg::bound(&scratch, self.partial.view(), bound)?;
-        partial_kernel.record(
-            batch,
-            shader::ENTRY,
-            &[("a", a), ("b", b), ("partial", &partial)],
-            &[
-                ("splits", ParamValue::U32(split)),
-                ("split_len", ParamValue::U32(split_len)),
-            ],
+        let run = SplitRun {
+            parts: split,
+            len: split_len,
+            rows: shape.m,
+            cols: shape.n,
             grid,
-        )?;
-        self.reduction
-            .record(&reduce, batch, &partial, c, bias, scale, shape)
+        };
+        self.reduction.record_split(
+            batch,
+            [&partial, &reduce],
+            shader::ENTRY,
+            [a, b, c],
+            bias,
+            scale,
+            shape,
+            run,
+        )
     }
 }
 

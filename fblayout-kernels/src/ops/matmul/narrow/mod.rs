@@ -26,13 +26,13 @@ mod shader;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fblayout_core::kernel::{KernelSource, Operand, ParamValue, Scalar};
+use fblayout_core::kernel::{KernelSource, Operand, Scalar};
 use fblayout_core::layout::View;
 
 use self::shader::{Geometry, INVOCATIONS, SHORT_TILE, ShortSpec, Side, ThinOut, ThinSpec};
 use super::shader::Staging;
 use super::{
-    DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, check_static_extents,
+    DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_static_extents,
     check_writable, finish_scalars, gemm_shape, split_parts, storage_problem, vectorized,
 };
 use crate::ops::compiled::Compiled;
@@ -342,23 +342,24 @@ impl NarrowMatmulOp {
                 grid,
             );
         }
-        let partial_kernel = self.kernel(gpu, Kernel::Partial)?;
+        let partial = self.kernel(gpu, Kernel::Partial)?;
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
-        let (scratch, bound) =
-            self.reduction
-                .workspace(batch, shape.batch, split, shape.m, shape.n)?;
-        let partial = GpuArg::bound(&scratch, self.partial.view(), bound)?;
-        partial_kernel.record(
-            batch,
-            shader::ENTRY,
-            &[("a", a), ("b", b), ("partial", &partial)],
-            &[
-                ("splits", ParamValue::U32(split)),
-                ("split_len", ParamValue::U32(split_len)),
-            ],
+        let run = SplitRun {
+            parts: split,
+            len: split_len,
+            rows: shape.m,
+            cols: shape.n,
             grid,
-        )?;
-        self.reduction
-            .record(&reduce, batch, &partial, c, None, scale, shape)
+        };
+        self.reduction.record_split(
+            batch,
+            [&partial, &reduce],
+            shader::ENTRY,
+            [a, b, c],
+            None,
+            scale,
+            shape,
+            run,
+        )
     }
 }
