@@ -283,6 +283,41 @@ fn batched_products_read_permuted_views() {
 }
 
 #[test]
+fn more_blocks_of_rows_than_a_grid_dimension_holds_fold_into_a_second() {
+    // A row-major A is read four elements of k at a time, in blocks of 8 rows a workgroup:
+    // past 8 × the device's limit of workgroups per dimension, the blocks take two dimensions.
+    let gpu = gpu();
+    let m = 8 * gpu.max_workgroups_per_dimension() + 37;
+    let mut rng = Rng::new(38);
+    let a = matrix(
+        &mut rng,
+        "a",
+        Layout2::RowMajor,
+        (m, 20),
+        true,
+        ElemType::F32,
+    );
+    let b = matrix(
+        &mut rng,
+        "b",
+        Layout2::RowMajor,
+        (20, 2),
+        true,
+        ElemType::F32,
+    );
+    let c = matrix(
+        &mut rng,
+        "c",
+        Layout2::RowMajor,
+        (m, 2),
+        true,
+        ElemType::F32,
+    );
+    assert!(runs(&a, &b, &c, "wide operand `a` loaded K"));
+    check(&format!("{m} rows"), &a, &b, &c, Scale::OVERWRITE);
+}
+
+#[test]
 fn a_product_without_a_narrow_side_is_unsupported() {
     let mut rng = Rng::new(37);
     let a = matrix(

@@ -317,7 +317,9 @@ impl NarrowMatmulOp {
                     Side::M => shape.n,
                 };
                 let (split, split_len) = Self::parts(shape.batch, big, shape.k, geometry);
-                ([big.div_ceil(geometry.rows()), 1], split, split_len)
+                let blocks = big.div_ceil(geometry.rows());
+                let x = blocks.min(gpu.max_workgroups_per_dimension());
+                ([x, blocks.div_ceil(x)], split, split_len)
             }
         };
         let max = gpu.max_workgroups_per_dimension();

@@ -146,8 +146,11 @@ var<workgroup> nw_red: array<vec4<f32>, {INVOCATIONS}>;
 @compute @workgroup_size({INVOCATIONS})
 fn {ENTRY}(
     @builtin(workgroup_id) nw_wg: vec3<u32>,
+    @builtin(num_workgroups) nw_groups: vec3<u32>,
     @builtin(local_invocation_index) nw_lid: u32,
 ) {{
+    // The blocks of rows are folded into the grid's x and y (a dispatch's x is limited).
+    let nw_block = nw_wg.x + nw_wg.y * nw_groups.x;
     let nw_big_len = {big_dim};
     let nw_thin_len = {thin_dim};
     let nw_k_len = a_dim{}();
@@ -183,7 +186,7 @@ fn {ENTRY}(
         s,
         "    let nw_tr = {tr};
     let nw_tk = {tk};
-    let nw_row = nw_wg.x * {}u + nw_tr * {}u;
+    let nw_row = nw_block * {}u + nw_tr * {}u;
     let nw_big_last = max(nw_big_len, 1u) - 1u;
     let nw_big_last4 = nw_big_last - nw_big_last % 4u;
     let nw_thin_last = max(nw_thin_len, 1u) - 1u;
