@@ -26,6 +26,8 @@ use support::{
 const BATCH: u32 = 2;
 const SEQ: u32 = 13;
 const HEAD_DIM: u32 = 8;
+/// A head width past the narrow kernels' 16, whose products run on tensor cores.
+const WIDE_HEAD_DIM: u32 = 24;
 
 /// Query heads and key/value heads: multi-head, grouped-query (groups of 2) and multi-query.
 const HEADS: [(u32, u32); 3] = [(4, 4), (4, 2), (4, 1)];
@@ -55,11 +57,13 @@ struct Case {
     storage: Storage,
     scores_rtile: bool,
     elem: ElemType,
+    /// [`HEAD_DIM`], a narrow side of every product (the narrow kernels take them), or wider.
+    head_dim: u32,
 }
 
 /// `[batch, seq, heads, head_dim]` with run-time batch and seq: row-major, or R-Tile with 4×4
 /// tiles over seq and head_dim (head_dim the forward axis, seq padded).
-fn separate_view(name: &str, heads: u32, rtile: bool, elem: ElemType) -> View {
+fn separate_view(name: &str, heads: u32, head_dim: u32, rtile: bool, elem: ElemType) -> View {
     let spec = LayoutSpec::new(name)
         .elem(elem)
         .dyn_axis("batch")
@@ -67,13 +71,13 @@ fn separate_view(name: &str, heads: u32, rtile: bool, elem: ElemType) -> View {
     let spec = if rtile {
         spec.tile(4, true)
             .axis("heads", heads)
-            .axis("head_dim", HEAD_DIM)
+            .axis("head_dim", head_dim)
             .tile(4, true)
             .rtile()
             .reduce_forward(["head_dim"])
             .reduce_backward(["seq"])
     } else {
-        spec.axis("heads", heads).axis("head_dim", HEAD_DIM)
+        spec.axis("heads", heads).axis("head_dim", head_dim)
     };
     spec.build().unwrap().view()
 }
@@ -179,20 +183,32 @@ impl Problem {
     fn new(rng: &mut Rng, case: Case, (seq_q, seq_k): (u32, u32)) -> Self {
         let (heads, kv_heads) = case.heads;
         let elem = case.elem;
-        let attention = Attention::new(heads, kv_heads, HEAD_DIM, case.mask);
+        let attention = Attention::new(heads, kv_heads, case.head_dim, case.mask);
         let random =
             |rng: &mut Rng, view: View, seq| Tensor::random(rng, view, tokens(seq), -1.0, 1.0);
         let (q, k, v, fused, rtile) = match case.storage {
             Storage::Separate { rtile } => (
-                random(rng, separate_view("q", heads, rtile, elem), seq_q),
-                random(rng, separate_view("k", kv_heads, rtile, elem), seq_k),
-                random(rng, separate_view("v", kv_heads, rtile, elem), seq_k),
+                random(
+                    rng,
+                    separate_view("q", heads, case.head_dim, rtile, elem),
+                    seq_q,
+                ),
+                random(
+                    rng,
+                    separate_view("k", kv_heads, case.head_dim, rtile, elem),
+                    seq_k,
+                ),
+                random(
+                    rng,
+                    separate_view("v", kv_heads, case.head_dim, rtile, elem),
+                    seq_k,
+                ),
                 None,
                 rtile,
             ),
             Storage::Fused { rtile } => {
                 assert_eq!(seq_q, seq_k, "a fused projection has one sequence");
-                let hidden = (heads + 2 * kv_heads) * HEAD_DIM;
+                let hidden = (heads + 2 * kv_heads) * case.head_dim;
                 let fused = random(rng, fused_view(hidden, rtile, elem), seq_q);
                 let (qv, kv, vv) = qkv_views(&fused.view, heads, kv_heads).unwrap();
                 (
@@ -204,7 +220,7 @@ impl Problem {
                 )
             }
         };
-        let out_view = separate_view("o", heads, rtile, elem);
+        let out_view = separate_view("o", heads, case.head_dim, rtile, elem);
         let out = Tensor::random(rng, out_view, tokens(seq_q), -1.0, 1.0);
         let dout = out.with_values(rng.values(out.values.len(), -1.0, 1.0));
         let bind = vec![
@@ -487,6 +503,7 @@ fn every_case(elems: &[ElemType]) -> Vec<Case> {
                             storage,
                             scores_rtile,
                             elem,
+                            head_dim: HEAD_DIM,
                         });
                     }
                 }
@@ -526,6 +543,7 @@ fn a_causal_row_sums_to_one_over_its_keys_and_is_zero_past_them() {
         storage: Storage::Fused { rtile: true },
         scores_rtile: true,
         elem: ElemType::F32,
+        head_dim: HEAD_DIM,
     };
     let p = Problem::new(&mut rng, case, (SEQ, SEQ));
     let (_, probs) = cpu_forward::<f64>(&p);
@@ -556,6 +574,7 @@ fn backward_matches_finite_differences_in_f64() {
                     storage,
                     scores_rtile: storage != Storage::Separate { rtile: false },
                     elem: ElemType::F32,
+                    head_dim: HEAD_DIM,
                 };
                 let p = Problem::new(&mut rng, case, small);
                 let (_, probs) = cpu_forward::<f64>(&p);
@@ -637,8 +656,9 @@ fn gpu_matches_cpu_for_every_head_grouping_mask_storage_and_element_type() {
 
 /// In f16, on a device with cooperative matrices, all six products run on tensor cores (the
 /// scale is the softmax's, so each is a plain product), before and after their tiles are
-/// tuned, and still match the CPU twin. Skipped elsewhere (it says so), and a failure there
-/// with `FBLAYOUT_REQUIRE_COOP=1`.
+/// tuned, and still match the CPU twin, at heads of [`WIDE_HEAD_DIM`] (at [`HEAD_DIM`] every
+/// product has a narrow side, which the narrow kernels take). Skipped elsewhere (it says so),
+/// and a failure there with `FBLAYOUT_REQUIRE_COOP=1`.
 #[test]
 fn f16_products_run_on_tensor_cores_where_the_device_has_them() {
     let Some(gpu) = coop_gpu("attention on tensor cores") else {
@@ -661,6 +681,7 @@ fn f16_products_run_on_tensor_cores_where_the_device_has_them() {
             storage,
             scores_rtile,
             elem: ElemType::F16,
+            head_dim: WIDE_HEAD_DIM,
         };
         let p = Problem::new(&mut rng, case, (SEQ, SEQ));
         let op = AttentionOp::new(gpu, &p.views(), p.attention).unwrap();
@@ -687,6 +708,7 @@ fn cross_attention_with_other_key_lengths_and_both_reduction_paths() {
                 storage: Storage::Separate { rtile: true },
                 scores_rtile: true,
                 elem: ElemType::F32,
+                head_dim: HEAD_DIM,
             };
             let p = Problem::new(&mut rng, case, (9, SEQ));
             let (want_out, want_probs) = reference(&p);
@@ -724,6 +746,7 @@ fn a_padding_mask_hides_its_keys_forward_and_backward() {
                 storage,
                 scores_rtile,
                 elem,
+                head_dim: HEAD_DIM,
             };
             let p = Problem::new(&mut rng, case, (seq_q, SEQ));
             if elem == ElemType::F32 {
@@ -763,6 +786,7 @@ fn a_padding_mask_hides_its_keys_forward_and_backward() {
             storage,
             scores_rtile: true,
             elem: ElemType::F32,
+            head_dim: HEAD_DIM,
         };
         let p = Problem::new(&mut rng, case, (6, 6));
         let (_, probs) = cpu_forward::<f64>(&p);
@@ -793,6 +817,7 @@ fn long_sequences_split_their_products_within_the_reported_scratch() {
         storage: Storage::Separate { rtile: false },
         scores_rtile: false,
         elem: ElemType::F32,
+        head_dim: HEAD_DIM,
     };
     let p = Problem::new(&mut rng, case, (1024, 1024));
     let (_, [_, backward]) = gpu_run_taking(gpu(), &p, false);
@@ -833,7 +858,7 @@ fn qkv_views_read_the_slots_of_the_fused_projection() {
     assert!(matches!(err, OpError::Shape { .. }), "{err}");
     let err = qkv_views(&fused, 4, 3).unwrap_err();
     assert!(matches!(err, OpError::Shape { .. }), "{err}");
-    let err = qkv_views(&separate_view("x", 4, false, ElemType::F32), 1, 1).unwrap_err();
+    let err = qkv_views(&separate_view("x", 4, HEAD_DIM, false, ElemType::F32), 1, 1).unwrap_err();
     assert!(matches!(err, OpError::Shape { .. }), "{err}");
 }
 
@@ -847,6 +872,7 @@ fn bad_input_is_a_typed_error_and_records_nothing() {
         storage: Storage::Separate { rtile: false },
         scores_rtile: false,
         elem: ElemType::F32,
+        head_dim: HEAD_DIM,
     };
     let p = Problem::new(&mut rng, case, (SEQ, SEQ));
     let views = p.views();
@@ -953,7 +979,7 @@ fn bad_input_is_a_typed_error_and_records_nothing() {
         p.attention,
     );
     // Integer elements.
-    let qi = separate_view("q", 4, false, ElemType::U32);
+    let qi = separate_view("q", 4, HEAD_DIM, false, ElemType::U32);
     let err = AttentionOp::new(gpu, &AttentionViews { q: &qi, ..views }, p.attention).unwrap_err();
     assert!(matches!(err, OpError::Unsupported { .. }), "{err}");
 

@@ -3,8 +3,9 @@
 //!
 //! A product with a side of at most [`NARROW`](super::narrow::NARROW) (a static extent) and no
 //! bias runs on the narrow kernels, whatever its factors and output: the GEMMs' tiles would
-//! compute mostly padding (LoRA's rank-8 products took 21–36 µs on tensor cores at 8 × 512
-//! tokens). Otherwise a product runs on tensor cores when the device has cooperative matrices, both factors are
+//! compute mostly padding (LoRA's rank-8 products took 18–32 µs on tensor cores at 8 × 512
+//! tokens on an H100, against 12–29 µs narrow; see BENCHMARKS.md). Otherwise a product runs on
+//! tensor cores when the device has cooperative matrices, both factors are
 //! `f16` and it overwrites its output with factor 1 (the cooperative kernel has no `alpha` or
 //! `beta`; a biased product always overwrites); anything else runs on the `f32`-summing GEMM,
 //! which every device has. The linear

@@ -105,6 +105,23 @@ impl NarrowMatmulOp {
     /// with the views shows here.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
         let nb = check_static_extents(OP, a, b, c)?;
+        let (m_axis, k_axis, n_axis) = (nb, nb + 1, nb + 1);
+        // The narrow side first, from the views alone: most products have none, and are
+        // refused before anything is built for them.
+        let Some((narrow, extent)) = [(a, k_axis), (c, n_axis), (c, m_axis)]
+            .iter()
+            .enumerate()
+            .find_map(|(i, &(v, axis))| narrow_extent(v, axis).map(|e| (i, e)))
+        else {
+            return Err(OpError::Unsupported {
+                op: OP,
+                role: "c",
+                view: c.name().to_owned(),
+                why: format!(
+                    "neither k, C's rows nor C's columns has a static extent of at most {NARROW}"
+                ),
+            });
+        };
         for (role, v) in [("a", a), ("b", b), ("c", c)] {
             if let Some(why) = storage_problem(v.layout().elem(), gpu.features().f16) {
                 return Err(OpError::Unsupported {
@@ -117,44 +134,37 @@ impl NarrowMatmulOp {
         }
         check_writable(c)?;
         let reduction = Reduction::new(c, nb, None)?;
-        let (m_axis, k_axis, n_axis) = (nb, nb + 1, nb + 1);
-        let (kind, a, b) = if let Some(k) = narrow_extent(a, k_axis) {
-            let (a, _) = vectorized(Operand::read("a", a)?, &[m_axis, k_axis]);
-            let (b, _) = vectorized(Operand::read("b", b)?, &[n_axis]);
-            let kind = Kind::Short {
-                k,
-                a: staging(&a, m_axis),
-                b_wide: b.vector_axis().is_some(),
-            };
-            (kind, a, b)
-        } else if let Some(width) = narrow_extent(c, n_axis) {
-            let (a, _) = vectorized(Operand::read("a", a)?, &[m_axis, k_axis]);
-            let wide = staging(&a, m_axis);
-            let kind = Kind::Thin {
-                side: Side::N,
-                width,
-                wide,
-            };
-            (kind, a, Operand::read("b", b)?)
-        } else if let Some(width) = narrow_extent(c, m_axis) {
-            // B is `[k, n]`: its wide side is `n`, its last axis.
-            let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
-            let wide = staging(&b, nb + 1);
-            let kind = Kind::Thin {
-                side: Side::M,
-                width,
-                wide,
-            };
-            (kind, Operand::read("a", a)?, b)
-        } else {
-            return Err(OpError::Unsupported {
-                op: OP,
-                role: "c",
-                view: c.name().to_owned(),
-                why: format!(
-                    "neither k, C's rows nor C's columns has a static extent of at most {NARROW}"
-                ),
-            });
+        // In the order found: a short `k`, few columns, few rows.
+        let (kind, a, b) = match narrow {
+            0 => {
+                let (a, _) = vectorized(Operand::read("a", a)?, &[m_axis, k_axis]);
+                let (b, _) = vectorized(Operand::read("b", b)?, &[n_axis]);
+                let kind = Kind::Short {
+                    k: extent,
+                    a: staging(&a, m_axis),
+                    b_wide: b.vector_axis().is_some(),
+                };
+                (kind, a, b)
+            }
+            1 => {
+                let (a, _) = vectorized(Operand::read("a", a)?, &[m_axis, k_axis]);
+                let kind = Kind::Thin {
+                    side: Side::N,
+                    width: extent,
+                    wide: staging(&a, m_axis),
+                };
+                (kind, a, Operand::read("b", b)?)
+            }
+            _ => {
+                // B is `[k, n]`: its wide side is `n`, its last axis.
+                let (b, _) = vectorized(Operand::read("b", b)?, &[n_axis, nb]);
+                let kind = Kind::Thin {
+                    side: Side::M,
+                    width: extent,
+                    wide: staging(&b, n_axis),
+                };
+                (kind, Operand::read("a", a)?, b)
+            }
         };
         let partial = Operand::write("partial", reduction.partial_view())?.vectorized(3);
         let op = Self {
