@@ -73,7 +73,7 @@ use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::matmul::{
-    Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun,
+    Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_grid,
     check_static_extents, check_writable, split_parts,
 };
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch, threads};
@@ -721,15 +721,7 @@ impl CoopMatmulOp {
             shape.m.div_ceil(config.block_m),
         );
         let grid = [blocks_n, blocks_m, shape.batch.saturating_mul(split)];
-        let max = gpu.max_workgroups_per_dimension();
-        if grid.iter().any(|&g| g > max) {
-            return Err(OpError::shape(
-                OP,
-                format!(
-                    "{e:?} under {config} needs a grid of {grid:?} workgroups; the device allows {max} per dimension"
-                ),
-            ));
-        }
+        check_grid(OP, gpu, grid, format!("{e:?} under {config}"))?;
         let kernel = self.kernel(gpu, Kernel::gemm(config, split))?;
         if split == 1 {
             let mut args = vec![("a", a), ("b", b), ("c", c)];

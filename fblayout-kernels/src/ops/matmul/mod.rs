@@ -561,6 +561,26 @@ impl Reduction {
     }
 }
 
+/// Fails unless `grid` fits the device's limit of workgroups per dimension: a shape error of
+/// `op` naming `what` (the problem, and how it is cut) and the grid it needed.
+pub(crate) fn check_grid(
+    op: &'static str,
+    gpu: &Gpu,
+    grid: [u32; 3],
+    what: impl std::fmt::Display,
+) -> Result<(), OpError> {
+    let max = gpu.max_workgroups_per_dimension();
+    if grid.iter().all(|&g| g <= max) {
+        return Ok(());
+    }
+    Err(OpError::shape(
+        op,
+        format!(
+            "{what} needs a grid of {grid:?} workgroups; the device allows {max} per dimension"
+        ),
+    ))
+}
+
 /// One product's split-k: its parts and the length of each along `k`, the rows and columns of
 /// each part's partial sums, and the grid of the kernel that writes them.
 #[derive(Debug, Clone, Copy)]
@@ -998,21 +1018,12 @@ impl MatmulOp {
         let config = plan.config;
         // Split-k: each part reduces a whole number of k-steps into the partial sums.
         let (split, split_len) = split_parts(shape.k, plan.split_k, config.k_step);
-        let max = gpu.max_workgroups_per_dimension();
         let grid = [
             shape.n.div_ceil(config.tile_n),
             shape.m.div_ceil(config.tile_m),
             shape.batch.saturating_mul(split),
         ];
-        if grid.iter().any(|&g| g > max) {
-            return Err(OpError::shape(
-                OP,
-                format!(
-                    "{extents:?} under {plan} needs a grid of {grid:?} workgroups; the device \
-                     allows {max} per dimension"
-                ),
-            ));
-        }
+        check_grid(OP, gpu, grid, format!("{extents:?} under {plan}"))?;
         if split == 1 {
             let gemm = self.kernel(gpu, Kernel::Gemm(config))?;
             let mut args = vec![("a", a), ("b", b), ("c", c)];

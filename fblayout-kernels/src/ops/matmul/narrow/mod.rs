@@ -29,11 +29,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use fblayout_core::kernel::{KernelSource, Operand, Scalar};
 use fblayout_core::layout::View;
 
-use self::shader::{Geometry, INVOCATIONS, SHORT_TILE, ShortSpec, Side, ThinOut, ThinSpec};
+use self::shader::{Geometry, SHORT_TILE, ShortSpec, Side, ThinOut, ThinSpec};
 use super::shader::Staging;
 use super::{
-    DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_static_extents,
-    check_writable, finish_scalars, gemm_shape, split_parts, storage_problem, vectorized,
+    DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_grid,
+    check_static_extents, check_writable, finish_scalars, gemm_shape, split_parts, storage_problem,
+    vectorized,
 };
 use crate::ops::compiled::Compiled;
 use crate::ops::error::OpError;
@@ -332,17 +333,8 @@ impl NarrowMatmulOp {
                 ([x, blocks.div_ceil(x)], split, split_len)
             }
         };
-        let max = gpu.max_workgroups_per_dimension();
         let grid = [grid_xy[0], grid_xy[1], shape.batch.saturating_mul(split)];
-        if grid.iter().any(|&g| g > max) {
-            return Err(OpError::shape(
-                OP,
-                format!(
-                    "{extents:?} needs a grid of {grid:?} workgroups of {INVOCATIONS}; the device \
-                     allows {max} per dimension"
-                ),
-            ));
-        }
+        check_grid(OP, gpu, grid, format!("{extents:?}"))?;
         if split == 1 {
             let kernel = self.kernel(gpu, Kernel::Direct)?;
             let scalars = finish_scalars(false, scale);
