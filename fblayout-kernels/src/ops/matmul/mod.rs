@@ -465,6 +465,11 @@ impl Reduction {
         self.partial.view()
     }
 
+    /// The partial sums as the operand a split-k kernel writes (four columns at a time).
+    pub(crate) fn partial_writer(&self) -> Result<Operand, OpError> {
+        Ok(Operand::write("partial", self.partial_view())?.vectorized(3))
+    }
+
     /// The kernel's source (scalars `alpha`, `beta` or the bias, and `splits`).
     pub(crate) fn source(&self) -> KernelSource {
         let source = KernelSource::new(REDUCE_OP)
@@ -778,7 +783,7 @@ impl MatmulOp {
         let (a, _) = vectorized(Operand::read("a", a)?, &[nb, nb + 1]);
         let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
         let reduction = Reduction::new(c, nb, bias)?;
-        let partial = Operand::write("partial", reduction.partial_view())?.vectorized(3);
+        let partial = reduction.partial_writer()?;
         let candidates: Vec<(TileConfig, f64)> = TileConfig::CANDIDATES
             .into_iter()
             .filter(|(t, _)| t.check(gpu.limits()).is_ok())

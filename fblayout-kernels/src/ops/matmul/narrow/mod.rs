@@ -77,7 +77,6 @@ pub struct NarrowMatmulOp {
     kind: Kind,
     a: Operand,
     b: Operand,
-    partial: Operand,
     reduction: Reduction,
     batch_axes: usize,
     kernels: Arc<Mutex<HashMap<Kernel, Arc<Compiled>>>>,
@@ -167,12 +166,10 @@ impl NarrowMatmulOp {
                 (kind, Operand::read("a", a)?, b)
             }
         };
-        let partial = Operand::write("partial", reduction.partial_view())?.vectorized(3);
         let op = Self {
             kind,
             a,
             b,
-            partial,
             reduction,
             batch_axes: nb,
             kernels: Arc::default(),
@@ -276,7 +273,7 @@ impl NarrowMatmulOp {
                 let source = match out {
                     ThinOut::Direct => scaled(operands),
                     ThinOut::Partial => operands
-                        .operand(self.partial.clone())
+                        .operand(self.reduction.partial_writer()?)
                         .scalar("splits", Scalar::U32)
                         .scalar("split_len", Scalar::U32),
                 };
