@@ -178,10 +178,10 @@ var<workgroup> {b}: array<vec4<f16>, {staged}>;
 var<workgroup> fa_x: array<f32, {block}>;
 var<workgroup> fa_y: array<f32, {block}>;
 var<workgroup> fa_p: array<vec4<f16>, {own_len}>;
-var<workgroup> fa_s: array<f32, {scratch}>;",
+var<workgroup> fa_s: array<vec4<f32>, {scratch}>;",
         staged = block * sr / 4,
         own_len = subgroups * 16 * own / 4,
-        scratch = subgroups * Tiles::scratch(pass),
+        scratch = subgroups * Tiles::scratch(pass) / 4,
     );
     if pass == Pass::GradKV {
         // `dSᵀ` beside `Pᵀ` in `fa_p`.
@@ -211,27 +211,20 @@ fn {entry}(
     let sbase = sg * {scratch}u;
     let fa_sr = {sr4}u;
     let fa_own = {own4}u;
-    // The lane's half row of the scratch and of the subgroup's own rows.
-    let srow = sbase + r * {score_row}u + hf * {score_half}u;
-    let prow = pbase + r * fa_own + hf * {own_half}u;",
+    // The lane's row of the scratch and of the subgroup's own rows (`vec4`s; the lane's half
+    // of it is chosen by each read).
+    let srow = sbase + r * {score_row}u;
+    let prow = pbase + r * fa_own;",
         threads = Tiles::invocations(),
         entry = pass.entry(),
         lanes = Tiles::LANES,
         own_sg = 16 * own / 4,
-        scratch = Tiles::scratch(pass),
+        scratch = Tiles::scratch(pass) / 4,
         sr4 = sr / 4,
         own4 = own / 4,
         score_row = match pass {
-            Pass::Forward => SCORE_ROW,
-            _ => 16,
-        },
-        score_half = match pass {
-            Pass::Forward => Tiles::BLOCK / 2,
-            _ => 8,
-        },
-        own_half = match pass {
-            Pass::Forward => Tiles::BLOCK / 8,
-            _ => 2,
+            Pass::Forward => SCORE_ROW / 4,
+            _ => 4,
         },
     );
     w += &match pass {
@@ -278,7 +271,10 @@ fn own_fragments(
 }
 
 /// Stages rows `first..first + BLOCK` (clamped below `last`) of `roles` (each `(array,
-/// getter)`) at head `head`, every lane of the workgroup taking some of their vectors.
+/// getter)`) at head `head`, every lane of the workgroup taking some of their vectors. Unrolled,
+/// each lane's loads issued before its first store, so that their latencies overlap: the loop
+/// this replaced waited for each load before issuing the next, and at SmolLM's shapes on an
+/// H100 the three kernels took 1.4–1.6× as long with it (BENCHMARKS.md).
 fn stage_block(
     tiles: Tiles,
     roles: &[(&str, &str)],
@@ -287,23 +283,34 @@ fn stage_block(
     head: &str,
 ) -> String {
     let v4 = tiles.vecs();
-    let mut loads = String::new();
-    for (array, role) in roles {
+    let threads = Tiles::invocations();
+    // Heads are a multiple of 16, so a block's vectors are a whole number per lane.
+    debug_assert!((Tiles::BLOCK * v4).is_multiple_of(threads));
+    let per_lane = Tiles::BLOCK * v4 / threads;
+    let mut s = String::new();
+    for u in 0..per_lane {
         let _ = writeln!(
-            loads,
-            "        {array}[jr * fa_sr + c] = vec4<f16>(fa_get_{role}(b, jn, {head}, c));"
+            s,
+            "    let se{u} = fa_lid + {at}u;
+    let sj{u} = min({first} + se{u} / {v4}u, {last});",
+            at = u * threads
         );
+        for (r, (_, role)) in roles.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    let sv{r}_{u} = fa_get_{role}(b, sj{u}, {head}, se{u} % {v4}u);"
+            );
+        }
     }
-    format!(
-        "    for (var e = fa_lid; e < {n}u; e = e + {threads}u) {{
-        let jr = e / {v4}u;
-        let c = e % {v4}u;
-        let jn = min({first} + jr, {last});
-{loads}    }}
-",
-        n = Tiles::BLOCK * v4,
-        threads = Tiles::invocations(),
-    )
+    for u in 0..per_lane {
+        for (r, (array, _)) in roles.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "    {array}[se{u} / {v4}u * fa_sr + se{u} % {v4}u] = vec4<f16>(sv{r}_{u});"
+            );
+        }
+    }
+    s
 }
 
 /// `acc = Σ_kk x{kk} · B(kk)` for the `B` fragment `(kk, col)` of a staged block `array` read
@@ -360,19 +367,15 @@ fn store_fragments(
         let _ = writeln!(
             s,
             "    subgroupBarrier();
-    coopStoreT({acc}{c}, &fa_s[sbase], 16u);
+    coopStoreT({acc}{c}, &fa_s[sbase], 4u);
     subgroupBarrier();
     if ({inside}) {{"
         );
         for c4 in 0..2 {
             let _ = writeln!(
                 s,
-                "        fa_put_{role}(b, {row}, {head}, {at}u + hf * 2u, vec4<f32>(fa_s[srow + {e0}u], fa_s[srow + {e1}u], fa_s[srow + {e2}u], fa_s[srow + {e3}u]){factor});",
+                "        fa_put_{role}(b, {row}, {head}, {at}u + hf * 2u, fa_s[srow + hf * 2u + {c4}u]{factor});",
                 at = 4 * c + c4,
-                e0 = 4 * c4,
-                e1 = 4 * c4 + 1,
-                e2 = 4 * c4 + 2,
-                e3 = 4 * c4 + 3,
             );
         }
         s.push_str("    }\n");
@@ -436,20 +439,32 @@ fn forward(tiles: Tiles) -> String {
         let _ = writeln!(
             s,
             "        let sc{j}_at = sbase + {}u;
-        coopStoreT(sc{j}, &fa_s[sc{j}_at], {SCORE_ROW}u);",
-            16 * j
+        coopStoreT(sc{j}, &fa_s[sc{j}_at], {}u);",
+            4 * j,
+            SCORE_ROW / 4
         );
     }
     // The online softmax of row r over this lane's half of the block, unrolled (every value a
-    // register): the scaled, masked scores, their maximum, the probabilities as f16.
-    let hb = Tiles::BLOCK / 2;
+    // register): the scaled, masked scores, their maximum, the probabilities as f16. The lane
+    // reads its half as `vec4`s in the order `half_chunk` gives.
+    let chunks = Tiles::BLOCK / 8;
     s.push_str("        subgroupBarrier();\n        var mb = m;\n");
-    for c in 0..hb {
+    for g in 0..chunks {
         let _ = writeln!(
             s,
-            "        let x{c} = select(FA_NEG, fa_s[srow + {c}u] * params.scale, fa_x[hf * {hb}u + {c}u] != 0.0 && fa_causal(i, j0 + hf * {hb}u + {c}u));
-        mb = max(mb, x{c});"
+            "        let v{g} = {};
+        let cc{g} = v{g} * 4u;
+        let s{g} = fa_s[srow + v{g}] * params.scale;",
+            half_chunk(g, chunks)
         );
+        for (t, lane) in LANES.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "        let x{c} = select(FA_NEG, s{g}.{lane}, fa_x[cc{g} + {t}u] != 0.0 && fa_causal(i, j0 + cc{g} + {t}u));
+        mb = max(mb, x{c});",
+                c = 4 * g + t as u32
+            );
+        }
     }
     s.push_str(
         "        mb = max(mb, subgroupShuffleXor(mb, 1u));
@@ -457,7 +472,7 @@ fn forward(tiles: Tiles) -> String {
         var lb = 0.0;
 ",
     );
-    for g in 0..hb / 4 {
+    for g in 0..chunks {
         let e = |t: u32| {
             let c = 4 * g + t;
             format!("select(0.0, exp(x{c} - mb), x{c} > FA_LOW)")
@@ -466,7 +481,7 @@ fn forward(tiles: Tiles) -> String {
             s,
             "        let p{g} = vec4<f32>({}, {}, {}, {});
         lb = lb + p{g}.x + p{g}.y + p{g}.z + p{g}.w;
-        fa_p[prow + {g}u] = vec4<f16>(p{g});",
+        fa_p[prow + v{g}] = vec4<f16>(p{g});",
             e(0),
             e(1),
             e(2),
@@ -489,25 +504,20 @@ fn forward(tiles: Tiles) -> String {
         let _ = writeln!(
             s,
             "        let pv{c}_at = sbase + {}u;
-        coopStoreT(pv{c}, &fa_s[pv{c}_at], {SCORE_ROW}u);",
-            16 * c
+        coopStoreT(pv{c}, &fa_s[pv{c}_at], {}u);",
+            4 * c,
+            SCORE_ROW / 4
         );
     }
-    // The lane's half row of the output, rescaled and summed with P·V's.
+    // The lane's half row of the output, rescaled and summed with P·V's: `o[g]` holds the
+    // `vec4` `half_chunk(g)` of the row, in every block.
     let q4 = half_d / 4;
-    let _ = writeln!(
-        s,
-        "        subgroupBarrier();
-        let orow = sbase + r * {SCORE_ROW}u + hf * {half_d}u;"
-    );
+    s.push_str("        subgroupBarrier();\n");
     for g in 0..q4 {
         let _ = writeln!(
             s,
-            "        o[{g}] = o[{g}] * corr + vec4<f32>(fa_s[orow + {e0}u], fa_s[orow + {e1}u], fa_s[orow + {e2}u], fa_s[orow + {e3}u]);",
-            e0 = 4 * g,
-            e1 = 4 * g + 1,
-            e2 = 4 * g + 2,
-            e3 = 4 * g + 3,
+            "        o[{g}] = o[{g}] * corr + fa_s[srow + {}];",
+            half_chunk(g, q4)
         );
     }
     s.push_str(
@@ -520,7 +530,8 @@ fn forward(tiles: Tiles) -> String {
     for g in 0..q4 {
         let _ = writeln!(
             s,
-            "        fa_put_out(b, i, h, hf * {q4}u + {g}u, o[{g}] * inv);"
+            "        fa_put_out(b, i, h, {}, o[{g}] * inv);",
+            half_chunk(g, q4)
         );
     }
     s.push_str(
@@ -533,47 +544,81 @@ fn forward(tiles: Tiles) -> String {
     s
 }
 
+/// The WGSL of the `vec4` that a lane of the forward reads `g`-th of its half of a row of
+/// `2 · chunks` `vec4`s in the scratch (the row's `vec4` index): its half's `chunks`, each
+/// lane of the pair starting at a different one. A row of the scratch is [`SCORE_ROW`] `f32`s,
+/// 1 modulo the 8 groups of four banks that a 128-bit access's eight lanes (four rows, both
+/// halves) are spread over, so that with halves of a multiple of 4 `vec4`s the second half
+/// starting 4 further on puts the eight reads on eight different groups: no bank conflicts
+/// (the scores' halves are 8 `vec4`s; read from their start, row `r`'s second half and row `r
+/// + 4`'s first shared their banks).
+fn half_chunk(g: u32, chunks: u32) -> String {
+    let turn = (12 - chunks % 8) % 8;
+    format!("hf * {chunks}u + ({g}u + {turn}u * hf) % {chunks}u")
+}
+
 /// The lines that turn the two 16×16 fragments in the scratch (the scores at `srow`, and
-/// `dP` 256 further where a value reads `{dp}`) into the lane's 8 values of `P` or `dS`, each
-/// `(array, value)` of `outs` stored as `f16` into the subgroup's row of `array` at block
+/// `dP` 256 `f32`s further where a value reads `{dp}`) into the lane's 8 values of `P` or `dS`,
+/// each `(array, value)` of `outs` stored as `f16` into the subgroup's row of `array` at block
 /// column `16·frag + 8·hf`. Each value, `seen` and `lse` are templates of `{p}` (the
 /// probability), `{dp}` and `{cc}` (the column in the block). Unrolled, so that every value is
 /// a register.
+///
+/// A lane reads its 8 values as two `vec4`s of its row of 4, rows `r` with `r / 2` odd the
+/// second first: the rows are 4 `vec4`s apart, so rows `r` and `r + 2` of a 128-bit access's
+/// eight lanes would otherwise read the same banks; this way the eight read eight different
+/// groups of banks.
 fn scratch_to_own(frag: u32, outs: &[(&str, &str)], seen: &str, lse: &str) -> String {
     let mut s = String::new();
-    for c in 0..8u32 {
-        let n = format!("{frag}_{c}");
-        let cc = format!("cc{n}");
+    let dp = outs.iter().any(|(_, value)| value.contains("{dp}"));
+    for k in 0..2u32 {
+        let f = format!("{frag}_{k}");
         let _ = writeln!(
             s,
-            "        let {cc} = hf * 8u + {col}u;
-        let p{n} = select(0.0, exp(fa_s[srow + {c}u] * params.scale - {lse}), {seen});",
-            col = 16 * frag + c,
-            lse = lse.replace("{cc}", &cc),
-            seen = seen.replace("{cc}", &cc),
+            "        let v{f} = 2u * hf + (({k}u + (r >> 1u)) & 1u);
+        let s{f} = fa_s[srow + v{f}] * params.scale;"
         );
-    }
-    for (array, value) in outs {
-        let ys: Vec<String> = (0..8u32)
-            .map(|c| {
-                let n = format!("{frag}_{c}");
-                value
-                    .replace("{cc}", &format!("cc{n}"))
-                    .replace("{p}", &format!("p{n}"))
-                    .replace("{dp}", &format!("fa_s[srow + {}u]", 256 + c))
-            })
-            .collect();
-        for c4 in 0..2usize {
+        if dp {
+            let _ = writeln!(s, "        let d{f} = fa_s[srow + 64u + v{f}];");
+        }
+        for t in 0..4u32 {
+            let n = format!("{frag}_{}", 4 * k + t);
+            let cc = format!("cc{n}");
             let _ = writeln!(
                 s,
-                "        {array}[prow + {at}u] = vec4<f16>(vec4<f32>({}));",
-                ys[4 * c4..4 * c4 + 4].join(", "),
-                at = 4 * frag as usize + c4,
+                "        let {cc} = {col}u + v{f} * 4u + {t}u;
+        let p{n} = select(0.0, exp(s{f}.{lane} - {lse}), {seen});",
+                col = 16 * frag,
+                lane = LANES[t as usize],
+                lse = lse.replace("{cc}", &cc),
+                seen = seen.replace("{cc}", &cc),
+            );
+        }
+    }
+    for (array, value) in outs {
+        for k in 0..2u32 {
+            let ys: Vec<String> = (0..4u32)
+                .map(|t| {
+                    let n = format!("{frag}_{}", 4 * k + t);
+                    value
+                        .replace("{cc}", &format!("cc{n}"))
+                        .replace("{p}", &format!("p{n}"))
+                        .replace("{dp}", &format!("d{frag}_{k}.{}", LANES[t as usize]))
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "        {array}[prow + {at}u + v{frag}_{k}] = vec4<f16>(vec4<f32>({}));",
+                ys.join(", "),
+                at = 4 * frag,
             );
         }
     }
     s
 }
+
+/// The components of a `vec4`, in order.
+const LANES: [&str; 4] = ["x", "y", "z", "w"];
 
 /// `dQ = scale · dS·K` per query, `dS = P ⊙ (dO·Vᵀ − D)`, 16 queries a subgroup.
 fn grad_q(tiles: Tiles) -> String {
@@ -610,9 +655,9 @@ fn grad_q(tiles: Tiles) -> String {
             s,
             "        subgroupBarrier();
         let sc{j}_at = sbase;
-        coopStoreT(sc{j}, &fa_s[sc{j}_at], 16u);
-        let dp{j}_at = sbase + 256u;
-        coopStoreT(dp{j}, &fa_s[dp{j}_at], 16u);
+        coopStoreT(sc{j}, &fa_s[sc{j}_at], 4u);
+        let dp{j}_at = sbase + 64u;
+        coopStoreT(dp{j}, &fa_s[dp{j}_at], 4u);
         subgroupBarrier();"
         );
         s += &scratch_to_own(
@@ -665,16 +710,17 @@ fn grad_kv(pass: Pass, tiles: Tiles) -> String {
             let _ = writeln!(s, "    var dv{c}: {C};");
         }
     }
-    // Each staged query's log-sum-exp and (dK) its D = Σ dO ⊙ O.
+    // Each staged query's log-sum-exp and (dK) its D = Σ dO ⊙ O, unrolled so that the loads
+    // are in flight together.
     let dd = if grad_k {
-        format!(
-            "                var dd = 0.0;
-                for (var c = 0u; c < {v4}u; c = c + 1u) {{
-                    dd = dd + dot(fa_get_dout(b, iq, h, c), fa_get_out(b, iq, h, c));
-                }}
-                fa_y[fa_lid] = dd;
-"
-        )
+        let mut dd = String::from("                var dd = 0.0;\n");
+        for c in 0..v4 {
+            let _ = writeln!(
+                dd,
+                "                dd = dd + dot(fa_get_dout(b, iq, h, {c}u), fa_get_out(b, iq, h, {c}u));"
+            );
+        }
+        dd + "                fa_y[fa_lid] = dd;\n"
     } else {
         String::new()
     };
@@ -725,13 +771,13 @@ fn grad_kv(pass: Pass, tiles: Tiles) -> String {
             inner,
             "        subgroupBarrier();
         let st{qf}_at = sbase;
-        coopStoreT(st{qf}, &fa_s[st{qf}_at], 16u);"
+        coopStoreT(st{qf}, &fa_s[st{qf}_at], 4u);"
         );
         if grad_k {
             let _ = writeln!(
                 inner,
-                "        let dpt{qf}_at = sbase + 256u;
-        coopStoreT(dpt{qf}, &fa_s[dpt{qf}_at], 16u);"
+                "        let dpt{qf}_at = sbase + 64u;
+        coopStoreT(dpt{qf}, &fa_s[dpt{qf}_at], 4u);"
             );
         }
         inner.push_str("        subgroupBarrier();\n");
