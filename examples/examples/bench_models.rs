@@ -33,8 +33,8 @@ use fblayout_plan::models::llama::{self, LlamaConfig};
 use fblayout_plan::select::attention::{Fusing, plan_fusing};
 use fblayout_plan::select::{CostModel, Strategy};
 use support::{
-    Attention, AttentionArg, Precisions, Res, Rng, by_kind, by_section, compiled_since, err, exit,
-    median, print_adapter, then_load_ms,
+    Attention, AttentionArg, Precisions, Res, Rng, by_kernel, by_kind, by_section, compiled_since,
+    err, exit, median, print_adapter, then_load_ms,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -402,6 +402,11 @@ fn measure(
         );
         println!("| operation | ms |\n|---|---:|");
         for (name, ms) in by_section(&timings).iter().take(args.sections) {
+            println!("| {name} | {ms:.3} |");
+        }
+        println!("\n{what}: the costliest kernels, every dispatch of each summed (ms):\n");
+        println!("| kernel | ms |\n|---|---:|");
+        for (name, ms) in by_kernel(&timings).iter().take(args.sections) {
             println!("| {name} | {ms:.3} |");
         }
         println!();

@@ -176,9 +176,23 @@ pub(crate) fn by_kind(timings: &[fblayout_plan::exec::Timing]) -> Vec<(&'static 
 
 /// GPU milliseconds by section (one operation of the graph), largest first.
 pub(crate) fn by_section(timings: &[fblayout_plan::exec::Timing]) -> Vec<(String, f64)> {
+    summed(timings, |t| t.section.as_deref().unwrap_or(&t.label))
+}
+
+/// GPU milliseconds by kernel entry point (`kernel:entry`, every dispatch of it summed),
+/// largest first: how an operation of several kernels spends its time.
+pub(crate) fn by_kernel(timings: &[fblayout_plan::exec::Timing]) -> Vec<(String, f64)> {
+    summed(timings, |t| &t.label)
+}
+
+/// GPU milliseconds summed by `key`, largest first.
+fn summed(
+    timings: &[fblayout_plan::exec::Timing],
+    key: impl Fn(&fblayout_plan::exec::Timing) -> &str,
+) -> Vec<(String, f64)> {
     let mut sums: Vec<(String, f64)> = Vec::new();
     for t in timings {
-        let name = t.section.as_deref().unwrap_or(&t.label);
+        let name = key(t);
         match sums.iter_mut().find(|(n, _)| n == name) {
             Some((_, ms)) => *ms += t.nanos / 1e6,
             None => sums.push((name.to_owned(), t.nanos / 1e6)),
