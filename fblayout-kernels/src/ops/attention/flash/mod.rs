@@ -618,10 +618,12 @@ fn check_keep(mask: Mask, keep: Option<&View>) -> Result<(), OpError> {
 pub const TENSOR_BLOCK: u32 = Tiles::BLOCK;
 
 /// The smallest head [`FlashAttentionOp::new`] runs on tensor cores. On an H100 at heads of
-/// 64 they took 0.43–0.75× the shader-core kernels' time; at heads of 32 they tied them in
-/// one layer (once faster, with a causal mask) and took 1.2× as long inside the training step
-/// (`bench_flash`, `bench_train`; BENCHMARKS.md).
-pub const TENSOR_HEAD_DIM: u32 = 64;
+/// 32 (32 × 128, causal) one layer took 0.188 ms on them against 0.269 ms on shader cores, and
+/// the mixed step's attention kernels 1.09 and 1.02 ms against 1.32 and 1.34 (encoder,
+/// decoder); at heads of 64 they took 0.43–0.75× the shader-core kernels' time. Heads of 16
+/// were not measured on tensor cores and stay on shader cores (`bench_flash`, `bench_train`;
+/// BENCHMARKS.md).
+pub const TENSOR_HEAD_DIM: u32 = 32;
 
 /// The tiles of the tensor-core kernels where `gpu` and the tensors take them: a 16×16×16
 /// fragment of `f16` summing in `f32`, subgroups of 32 lanes with subgroup barriers, `f16` Q,
