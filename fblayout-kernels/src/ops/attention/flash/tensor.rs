@@ -149,6 +149,12 @@ impl Tiles {
 /// `f32` elements of a row of the forward's scores in the scratch (a block and 4 spare).
 const SCORE_ROW: u32 = Tiles::BLOCK + 4;
 
+/// `vec4<f32>`s of a row of a 16×16 fragment in the backward's scratch (stored without spare).
+const FRAG_ROW: u32 = 16 / 4;
+
+/// Where `dP`'s fragment starts in the backward's scratch, after the scores' (`vec4<f32>`s).
+const DP_AT: u32 = 16 * FRAG_ROW;
+
 /// The fragment types.
 const A: &str = "coop_mat16x16<f16, A>";
 const B: &str = "coop_mat16x16<f16, B>";
@@ -224,7 +230,7 @@ fn {entry}(
         own4 = own / 4,
         score_row = match pass {
             Pass::Forward => SCORE_ROW / 4,
-            _ => 4,
+            _ => FRAG_ROW,
         },
     );
     w += &match pass {
@@ -367,7 +373,7 @@ fn store_fragments(
         let _ = writeln!(
             s,
             "    subgroupBarrier();
-    coopStoreT({acc}{c}, &fa_s[sbase], 4u);
+    coopStoreT({acc}{c}, &fa_s[sbase], {FRAG_ROW}u);
     subgroupBarrier();
     if ({inside}) {{"
         );
@@ -579,7 +585,7 @@ fn scratch_to_own(frag: u32, outs: &[(&str, &str)], seen: &str, lse: &str) -> St
         let s{f} = fa_s[srow + v{f}] * params.scale;"
         );
         if dp {
-            let _ = writeln!(s, "        let d{f} = fa_s[srow + 64u + v{f}];");
+            let _ = writeln!(s, "        let d{f} = fa_s[srow + {DP_AT}u + v{f}];");
         }
         for t in 0..4u32 {
             let n = format!("{frag}_{}", 4 * k + t);
@@ -655,9 +661,9 @@ fn grad_q(tiles: Tiles) -> String {
             s,
             "        subgroupBarrier();
         let sc{j}_at = sbase;
-        coopStoreT(sc{j}, &fa_s[sc{j}_at], 4u);
-        let dp{j}_at = sbase + 64u;
-        coopStoreT(dp{j}, &fa_s[dp{j}_at], 4u);
+        coopStoreT(sc{j}, &fa_s[sc{j}_at], {FRAG_ROW}u);
+        let dp{j}_at = sbase + {DP_AT}u;
+        coopStoreT(dp{j}, &fa_s[dp{j}_at], {FRAG_ROW}u);
         subgroupBarrier();"
         );
         s += &scratch_to_own(
@@ -771,13 +777,13 @@ fn grad_kv(pass: Pass, tiles: Tiles) -> String {
             inner,
             "        subgroupBarrier();
         let st{qf}_at = sbase;
-        coopStoreT(st{qf}, &fa_s[st{qf}_at], 4u);"
+        coopStoreT(st{qf}, &fa_s[st{qf}_at], {FRAG_ROW}u);"
         );
         if grad_k {
             let _ = writeln!(
                 inner,
-                "        let dpt{qf}_at = sbase + 64u;
-        coopStoreT(dpt{qf}, &fa_s[dpt{qf}_at], 4u);"
+                "        let dpt{qf}_at = sbase + {DP_AT}u;
+        coopStoreT(dpt{qf}, &fa_s[dpt{qf}_at], {FRAG_ROW}u);"
             );
         }
         inner.push_str("        subgroupBarrier();\n");
