@@ -1,9 +1,12 @@
 //! Benchmark: one layer's attention, forward and backward, materialised against fused, and the
 //! fused kernels under several launches.
 //!
-//! Q, K and V are views of one row-major fused projection `[batch, seq, 3·heads·head_dim]`, the
-//! context `[batch, seq, heads, head_dim]`; `--elem f16` stores them in `f16` (as a mixed
-//! precision step does). The ways, timed in the same process:
+//! Q, K and V are views of one row-major fused projection `[batch, seq, (heads + 2·kv_heads) ·
+//! head_dim]`, or with `--separate` three tensors `[batch, seq, heads, head_dim]` (as after
+//! RoPE, where the tensor-core set writes `dK` and `dV` in one kernel); the context is `[batch,
+//! seq, heads, head_dim]`; `--kv-heads` groups the query heads (grouped-query attention);
+//! `--elem f16` stores them in `f16` (as a mixed precision step does). The ways, timed in the
+//! same process:
 //!
 //! - **materialised**: [`AttentionOp`], the probabilities `[batch, heads, seq, seq]` stored (in
 //!   the element type), its six products on tensor cores where the device has them and the
@@ -19,7 +22,9 @@
 //! batches, the ways interleaved so that a slow spell hits them alike. TFLOP/s counts the
 //! materialised attention's six products (`12·b·h·s²·d`) for every way, so the figures compare
 //! time. After timing, each fused way's output and gradients are compared with the
-//! materialised one's, so a fast wrong launch fails the run.
+//! materialised one's, so a fast wrong launch fails the run. A last table gives each way's
+//! kernels alone: one pass with every dispatch timed (GPU timestamps where the device has them),
+//! the median of `--samples` such passes.
 //!
 //! On an H100 at the encoder's shape: `bench_flash --batch 32 --seq 128 --heads 12
 //! --head-dim 32 --elem f16 --samples 9 --reps 10`.
@@ -53,6 +58,12 @@ struct Args {
     /// Heads.
     #[arg(long, default_value_t = 4)]
     heads: u32,
+    /// Key/value heads (a divisor of `--heads`) [default: `--heads`].
+    #[arg(long)]
+    kv_heads: Option<u32>,
+    /// Q, K and V as three tensors, not views of one fused projection.
+    #[arg(long)]
+    separate: bool,
     /// Elements of a head.
     #[arg(long, default_value_t = 32)]
     head_dim: u32,
@@ -108,14 +119,14 @@ enum Way {
     Fused(Box<FlashAttentionOp>),
 }
 
-/// The buffers of one layer: the projection, the context and what the forward saves, the
-/// context's gradient and the projection's.
+/// The buffers of one layer: Q, K and V (one buffer three times for a fused projection), the
+/// context and what the forward saves, the context's gradient and those of Q, K and V.
 struct Buffers {
-    qkv: GpuBuffer,
+    qkv: [GpuBuffer; 3],
     out: GpuBuffer,
     saved: GpuBuffer,
     dout: GpuBuffer,
-    dqkv: GpuBuffer,
+    dqkv: [GpuBuffer; 3],
 }
 
 fn run(args: &Args) -> Res<()> {
@@ -128,25 +139,33 @@ fn run(args: &Args) -> Res<()> {
     } else {
         Mask::None
     };
-    let attention = Attention::new(h, h, d, mask);
-    let fused_view = LayoutSpec::new("qkv")
-        .elem(elem)
-        .dyn_axis("batch")
-        .dyn_axis("seq")
-        .axis("hidden", 3 * h * d)
-        .build()
-        .map_err(err)?
-        .view();
-    let (q, k, v) = qkv_views(&fused_view, h, h).map_err(err)?;
-    let out = LayoutSpec::new("o")
-        .elem(elem)
-        .dyn_axis("batch")
-        .dyn_axis("seq")
-        .axis("heads", h)
-        .axis("head_dim", d)
-        .build()
-        .map_err(err)?
-        .view();
+    let kv = args.kv_heads.unwrap_or(h);
+    let attention = Attention::new(h, kv, d, mask);
+    let heads = |name: &str, n: u32| -> Res<View> {
+        Ok(LayoutSpec::new(name)
+            .elem(elem)
+            .dyn_axis("batch")
+            .dyn_axis("seq")
+            .axis("heads", n)
+            .axis("head_dim", d)
+            .build()
+            .map_err(err)?
+            .view())
+    };
+    let (q, k, v) = if args.separate {
+        (heads("q", h)?, heads("k", kv)?, heads("v", kv)?)
+    } else {
+        let fused_view = LayoutSpec::new("qkv")
+            .elem(elem)
+            .dyn_axis("batch")
+            .dyn_axis("seq")
+            .axis("hidden", (h + 2 * kv) * d)
+            .build()
+            .map_err(err)?
+            .view();
+        qkv_views(&fused_view, h, kv).map_err(err)?
+    };
+    let out = heads("o", h)?;
     let probs = LayoutSpec::new("p")
         .elem(elem)
         .dyn_axis("batch")
@@ -223,7 +242,16 @@ fn run(args: &Args) -> Res<()> {
     let values = |n: usize, rng: &mut Rng| -> Vec<f32> {
         (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) as f32).collect()
     };
-    let qkv_values = values(tokens * (3 * h * d) as usize, &mut rng);
+    // Q, K and V's values: one projection's, or each tensor's.
+    let widths = if args.separate {
+        vec![h * d, kv * d, kv * d]
+    } else {
+        vec![(h + 2 * kv) * d]
+    };
+    let qkv_values: Vec<Vec<f32>> = widths
+        .iter()
+        .map(|&w| values(tokens * w as usize, &mut rng))
+        .collect();
     let dout_values = values(tokens * (h * d) as usize, &mut rng);
     let upload = |v: &[f32]| -> Res<GpuBuffer> {
         match elem {
@@ -241,13 +269,25 @@ fn run(args: &Args) -> Res<()> {
             Way::Materialised(_) => bytes(b as usize * (h * s * s) as usize, elem),
             Way::Fused(_) => bytes(b as usize * (h * s) as usize, ElemType::F32),
         };
+        let inputs = qkv_values
+            .iter()
+            .map(|v| upload(v))
+            .collect::<Res<Vec<_>>>()?;
+        let grads = qkv_values
+            .iter()
+            .map(|v| GpuBuffer::scratch::<u8>(&gpu, bytes(v.len(), elem)).map_err(err))
+            .collect::<Res<Vec<_>>>()?;
+        // A fused projection's three views read (and write) one buffer.
+        let three = |b: Vec<GpuBuffer>| -> [GpuBuffer; 3] {
+            std::array::from_fn(|i| b[i.min(b.len() - 1)].clone())
+        };
         buffers.push(Buffers {
-            qkv: upload(&qkv_values)?,
+            qkv: three(inputs),
             out: GpuBuffer::scratch::<u8>(&gpu, bytes(tokens * (h * d) as usize, elem))
                 .map_err(err)?,
             saved: GpuBuffer::scratch::<u8>(&gpu, saved).map_err(err)?,
             dout: upload(&dout_values)?,
-            dqkv: GpuBuffer::scratch::<u8>(&gpu, bytes(qkv_values.len(), elem)).map_err(err)?,
+            dqkv: three(grads),
         });
     }
     let token_bind = [("batch", b), ("seq", s)];
@@ -258,17 +298,17 @@ fn run(args: &Args) -> Res<()> {
             Way::Fused(_) => (&lse, vec![("batch", b), ("q", s)]),
         };
         let args = AttentionArgs {
-            q: arg(&bufs.qkv, &q)?,
-            k: arg(&bufs.qkv, &k)?,
-            v: arg(&bufs.qkv, &v)?,
+            q: arg(&bufs.qkv[0], &q)?,
+            k: arg(&bufs.qkv[1], &k)?,
+            v: arg(&bufs.qkv[2], &v)?,
             out: arg(&bufs.out, &out)?,
             probs: GpuArg::new(&bufs.saved, saved_view, &saved_bind).map_err(err)?,
         };
         let (dout, dq, dk, dv) = (
             arg(&bufs.dout, &out)?,
-            arg(&bufs.dqkv, &q)?,
-            arg(&bufs.dqkv, &k)?,
-            arg(&bufs.dqkv, &v)?,
+            arg(&bufs.dqkv[0], &q)?,
+            arg(&bufs.dqkv[1], &k)?,
+            arg(&bufs.dqkv[2], &v)?,
         );
         match way {
             Way::Materialised(op) => {
@@ -288,9 +328,9 @@ fn run(args: &Args) -> Res<()> {
         let bufs = &buffers[0];
         let arg = |buf, view| arg(buf, view, &token_bind);
         let args = AttentionArgs {
-            q: arg(&bufs.qkv, &q)?,
-            k: arg(&bufs.qkv, &k)?,
-            v: arg(&bufs.qkv, &v)?,
+            q: arg(&bufs.qkv[0], &q)?,
+            k: arg(&bufs.qkv[1], &k)?,
+            v: arg(&bufs.qkv[2], &v)?,
             out: arg(&bufs.out, &out)?,
             probs: GpuArg::new(&bufs.saved, &probs, &[("batch", b), ("q", s), ("k", s)])
                 .map_err(err)?,
@@ -333,7 +373,16 @@ fn run(args: &Args) -> Res<()> {
                 .collect(),
         })
     };
-    let (want_out, want_grad) = (read(&buffers[0].out)?, read(&buffers[0].dqkv)?);
+    // The gradients of Q, K and V: the one buffer of a fused projection, or the three.
+    let grads = |bufs: &Buffers| -> Res<Vec<f64>> {
+        let distinct = if args.separate { 3 } else { 1 };
+        let mut all = Vec::new();
+        for buf in &bufs.dqkv[..distinct] {
+            all.extend(read(buf)?);
+        }
+        Ok(all)
+    };
+    let (want_out, want_grad) = (read(&buffers[0].out)?, grads(&buffers[0])?);
     let tol = match elem {
         ElemType::F16 => 2e-2,
         _ => 1e-4,
@@ -341,7 +390,7 @@ fn run(args: &Args) -> Res<()> {
     for ((label, _), bufs) in ways.iter().zip(&buffers).skip(1) {
         for (what, got, want) in [
             ("output", read(&bufs.out)?, &want_out),
-            ("gradient", read(&bufs.dqkv)?, &want_grad),
+            ("gradient", grads(bufs)?, &want_grad),
         ] {
             let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-30);
             let worst = got
@@ -359,7 +408,12 @@ fn run(args: &Args) -> Res<()> {
     }
     let flops = 12.0 * f64::from(b) * f64::from(h) * f64::from(s) * f64::from(s) * f64::from(d);
     println!(
-        "\none attention layer, forward and backward: batch {b} × seq {s}, {h} heads of {d}, {elem}, {} mask; median of {} batches of {} passes\n",
+        "\none attention layer, forward and backward: batch {b} × seq {s}, {h} heads of {d} ({kv} key/value heads, {}), {elem}, {} mask; median of {} batches of {} passes\n",
+        if args.separate {
+            "separate Q, K and V"
+        } else {
+            "one fused projection"
+        },
         if args.causal { "causal" } else { "no" },
         args.samples,
         args.reps
@@ -375,6 +429,32 @@ fn run(args: &Args) -> Res<()> {
             base / ms,
             flops / ms / 1e12
         );
+    }
+    // Each way's kernels alone: one pass, every dispatch timed (a kernel's dispatches in the
+    // pass summed), the median of `--samples` passes.
+    println!("\n| way | kernel | µs |\n|---|---|---:|");
+    for ((label, way), bufs) in ways.iter().zip(&buffers) {
+        let mut kernels: Vec<(String, Vec<f64>)> = Vec::new();
+        for _ in 0..args.samples {
+            let mut batch = gpu.batch();
+            pass(&mut batch, way, bufs)?;
+            let mut sums: Vec<(String, f64)> = Vec::new();
+            for t in batch.submit_timed().map_err(err)? {
+                match sums.iter_mut().find(|(l, _)| *l == t.label) {
+                    Some((_, us)) => *us += t.nanos / 1e3,
+                    None => sums.push((t.label, t.nanos / 1e3)),
+                }
+            }
+            for (kernel, us) in sums {
+                match kernels.iter_mut().find(|(l, _)| *l == kernel) {
+                    Some((_, times)) => times.push(us),
+                    None => kernels.push((kernel, vec![us])),
+                }
+            }
+        }
+        for (kernel, times) in kernels {
+            println!("| {label} | {kernel} | {:.1} |", median(times));
+        }
     }
     Ok(())
 }
