@@ -326,7 +326,7 @@ fn planned(
     again: Option<Recompute>,
 ) -> Res<(Graph, Vec<LayoutChoice>, MemoryPlan)> {
     let graph = precision.apply(graph).map_err(err)?;
-    let model = CostModel::analytic_for(precision);
+    let model = CostModel::analytic_for_graph(precision, &graph);
     let fusing = match attention {
         Attention::Materialised => Fusing::Materialised,
         Attention::Fused => Fusing::Fused,

@@ -181,7 +181,9 @@ fn run(args: &Args) -> Res<()> {
     let mut cost_models = Vec::new();
     for &precision in precisions {
         let model = if args.analytic {
-            CostModel::analytic_for(precision)
+            // The tables timed at the models' head size, where there are some.
+            let graph = build(Model::Encoder, config).map_err(err)?;
+            CostModel::analytic_for_graph(precision, &graph)
         } else {
             let at = CalibrationShape::new(config, sizes, precision);
             CostModel::calibrated_at(&gpu, default_cache_dir().as_deref(), at).map_err(err)?

@@ -313,7 +313,7 @@ fn run_to(args: &PlanArgs, out: &mut dyn std::io::Write) -> Result<(), PlanComma
         }
         CostModel::calibrated_at(&gpu, cache.as_deref(), at).map_err(PlanCommandError::Calibrate)?
     } else {
-        CostModel::analytic_for(precision)
+        CostModel::analytic_for_graph(precision, &graph)
     };
     // Everything that can fail runs before anything is printed.
     let fusing = args

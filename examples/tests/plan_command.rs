@@ -69,8 +69,8 @@ fn the_plan_shows_every_strategy_the_layouts_and_the_peak() {
     );
     // The explanation: every tensor with its layout; the layouts named.
     assert!(out.contains(
-        "guided plan, batch 2 × sequence 16 (analytic cost model, the H100's f32 tables, not \
-         checked on this adapter)"
+        "guided plan, batch 2 × sequence 16 (analytic cost model, the H100's f32 tables at heads \
+         of 32, not checked on this adapter)"
     ));
     // The analytic model's predictions say they were not checked on the adapter.
     assert!(
@@ -179,6 +179,44 @@ fn fused_attention_plans_less_memory_and_auto_says_what_it_chose() {
         line.contains("of 1 attentions fused") && line.contains("peak"),
         "{line}"
     );
+    // SMALL's heads of 8 were timed nowhere: the default tables, their attention not trusted.
+    assert!(line.contains("(Unmeasured)"), "{line}");
+    // Heads of 64 plan with the tables timed there, whose choice is trusted.
+    let (ok, out, all) = plan(&[
+        "--layers",
+        "1",
+        "--hidden",
+        "128",
+        "--heads",
+        "2",
+        "--ffn",
+        "256",
+        "--vocab",
+        "64",
+        "--max-positions",
+        "64",
+        "--batch",
+        "2",
+        "--seq",
+        "64",
+        "--precision",
+        "mixed",
+        "--attention",
+        "auto",
+    ]);
+    assert!(ok, "{all}");
+    assert!(
+        out.contains(
+            "cost model: analytic (reference device: H100, mixed-precision tables at \
+             heads of 64)"
+        ),
+        "{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("attention: "))
+        .unwrap_or_else(|| panic!("no decision line:\n{out}"));
+    assert!(!line.contains("Unmeasured"), "{line}");
 }
 
 /// `(layout, predicted µs, whether chosen)` of each candidate line of a `--tensor` output.

@@ -17,7 +17,7 @@ use exec_support::{ADAMW, family_layouts, row_major};
 use fblayout_core::layout::ElemType;
 use fblayout_plan::exec::{CpuStep, GpuStep, StepInputs};
 use fblayout_plan::graph::precision::Precision;
-use fblayout_plan::graph::{Dim, Graph, GraphError, Op, Sizes};
+use fblayout_plan::graph::{Dim, Graph, GraphError, Op, Role, Sizes};
 use fblayout_plan::layouts::LayoutChoice;
 use fblayout_plan::memory::{MemoryOptions, plan_memory};
 use fblayout_plan::models::bert::{self, BertConfig};
@@ -273,6 +273,7 @@ fn fused_slower(slower: f64) -> CostModel {
     // Timed at the reference's heads of 32, as the graphs below have them.
     let origin = Origin::Analytic {
         precision: Precision::F32,
+        head_dim: 32,
     };
     CostModel::with_factors(f, origin)
         .unwrap()
@@ -326,4 +327,74 @@ fn the_planner_fuses_by_predicted_time_and_by_memory() {
     assert_eq!(unmeasured.reason, Reason::Unmeasured);
     assert!(unmeasured.fused.is_empty());
     assert!(unmeasured.predicted[1] < unmeasured.predicted[0]);
+}
+
+/// The analytic model of a graph is the reference device's tables timed at its heads: heads
+/// of 64 take the tables timed there and their prediction is trusted; heads nobody timed, and
+/// a graph whose attentions differ in head size, take the default tables, whose prediction of
+/// the fused attention against the materialised one is not.
+#[test]
+fn the_analytic_model_is_the_one_timed_at_the_graphs_heads() {
+    let sizes = Sizes { batch: 2, seq: 64 };
+    let config = ModelConfig::new(VOCAB, 128, 2).with_ffn(256).with_layers(2);
+    for precision in [Precision::F32, Precision::Mixed] {
+        for (heads, head_dim) in [(4, Some(32)), (2, Some(64)), (8, None)] {
+            let g = build(Model::Decoder, config.with_heads(heads)).unwrap();
+            let model = CostModel::analytic_for_graph(precision, &g);
+            let expected = head_dim.unwrap_or(32);
+            assert_eq!(model.attention_head_dim(), Some(expected), "{heads} heads");
+            assert_eq!(
+                model.factors(),
+                &Factors::reference_at(precision, expected).unwrap()
+            );
+            assert_eq!(
+                model.origin(),
+                &Origin::Analytic {
+                    precision,
+                    head_dim: expected
+                }
+            );
+            let g = precision.apply(&g).unwrap();
+            let chosen = choose(&g, sizes, &model, Strategy::RowMajor, None).unwrap();
+            assert_eq!(
+                chosen.reason == Reason::Unmeasured,
+                head_dim.is_none(),
+                "{heads} heads: {chosen}"
+            );
+        }
+    }
+    // Heads of 64 in one attention and of 32 in another: the default tables.
+    let mut g = Graph::new();
+    let rows = |width| {
+        [
+            ("batch", Dim::Batch),
+            ("seq", Dim::Seq),
+            ("width", Dim::Fixed(width)),
+        ]
+    };
+    let probs = |heads| {
+        [
+            ("batch", Dim::Batch),
+            ("heads", Dim::Fixed(heads)),
+            ("seq_q", Dim::Seq),
+            ("seq_k", Dim::Seq),
+        ]
+    };
+    for (i, heads) in [2u32, 4].into_iter().enumerate() {
+        let mut t = |name: String, axes: &[(&str, Dim)], role| {
+            g.add_tensor(&name, axes, ElemType::F32, role).unwrap()
+        };
+        let qkv = t(format!("qkv{i}"), &rows(384), Role::Input);
+        let ctx = t(format!("ctx{i}"), &rows(128), Role::Activation);
+        let p = t(format!("probs{i}"), &probs(heads), Role::Activation);
+        let op = Op::Attention {
+            heads,
+            kv_heads: heads,
+            causal: true,
+        };
+        g.push(op, &[qkv], &[ctx, p]).unwrap();
+    }
+    assert_eq!(g.attention_head_dims(), [Some(64), Some(32)]);
+    let model = CostModel::analytic_for_graph(Precision::Mixed, &g);
+    assert_eq!(model, CostModel::analytic_for(Precision::Mixed));
 }

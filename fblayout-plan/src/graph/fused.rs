@@ -12,7 +12,7 @@
 
 use fblayout_core::layout::ElemType;
 
-use super::{FusedAttention, Graph, GraphError, NodeId, Op, TensorId};
+use super::{Dim, FusedAttention, Graph, GraphError, NodeId, Op, TensorId};
 
 impl Graph {
     /// The materialised attention forwards ([`Op::Attention`], [`Op::AttentionSeparate`]), in
@@ -20,6 +20,26 @@ impl Graph {
     pub fn attentions(&self) -> Vec<NodeId> {
         self.node_ids()
             .filter(|&n| fused_params(self.nodes()[n.index()].op).is_some())
+            .collect()
+    }
+
+    /// The head size of each attention forward, materialised or fused, in order: its context's
+    /// width over its query heads (`None` where that width is not a fixed number).
+    pub fn attention_head_dims(&self) -> Vec<Option<u32>> {
+        self.nodes()
+            .iter()
+            .filter_map(|node| {
+                let heads = match node.op {
+                    Op::Attention { heads, .. } | Op::AttentionSeparate { heads, .. } => heads,
+                    Op::FusedAttention(FusedAttention { heads, .. }) => heads,
+                    _ => return None,
+                };
+                let ctx = node.outputs.first().map(|&t| self.tensor(t));
+                Some(ctx.and_then(|c| match c.axes.last()?.dim {
+                    Dim::Fixed(width) => Some(width / heads.max(1)),
+                    _ => None,
+                }))
+            })
             .collect()
     }
 

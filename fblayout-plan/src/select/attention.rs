@@ -20,7 +20,7 @@
 //! records how it compares with the measured steps.
 
 use super::{CostModel, Plan, PlanError, Strategy, plan};
-use crate::graph::{Dim, Graph, GraphError, NodeId, Op, Sizes};
+use crate::graph::{Graph, GraphError, NodeId, Sizes};
 use crate::memory::{MemoryError, MemoryOptions, plan_memory};
 
 /// Why [`choose`] chose as it did.
@@ -39,11 +39,12 @@ pub enum Reason {
     Asked,
     /// The model's attention kernels were timed at another head size (or one not known) than
     /// the graph's: its prediction of the fused attention against the materialised one is not
-    /// trusted, so none is fused where the step fits (on an H100 the fused kernels on tensor
-    /// cores ran 1.9× the materialised attention's speed at heads of 32 and 128 tokens, and 1.3×
-    /// at heads of 64 and 512 tokens before their loads were overlapped, which took them
-    /// 1.4–1.6× faster again; the reference tables' fused attention was timed on shader cores
-    /// at heads of 32).
+    /// trusted, so none is fused where the step fits. The fused kernels' speed against the
+    /// materialised attention's changes with the head size: on an H100 they ran 1.9× its speed
+    /// at heads of 32 and 128 tokens, and at heads of 64 and 512 tokens 1.3× before their loads
+    /// were overlapped, which took them 1.4–1.6× faster again; heads past 64 run them on shader
+    /// cores. The reference device has tables timed at heads of 32 and 64
+    /// ([`CostModel::analytic_for_graph`] picks the graph's).
     Unmeasured,
 }
 
@@ -165,26 +166,6 @@ impl From<GraphError> for ChoiceError {
     }
 }
 
-/// The head size of each of `graph`'s attentions: its context's width over its heads.
-fn head_dims(graph: &Graph) -> Vec<u32> {
-    graph
-        .attentions()
-        .iter()
-        .filter_map(|&n| {
-            let node = &graph.nodes()[n.index()];
-            let heads = match node.op {
-                Op::Attention { heads, .. } | Op::AttentionSeparate { heads, .. } => heads,
-                _ => return None,
-            };
-            let ctx = graph.tensor(*node.outputs.first()?);
-            match ctx.axes.last()?.dim {
-                Dim::Fixed(width) => Some(width / heads.max(1)),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
 /// Chooses which of `graph`'s attentions to fuse (see the module docs) for a step of `sizes`
 /// planned by `strategy` under `model`, its peak under `budget` bytes where one is given.
 pub fn choose(
@@ -234,9 +215,10 @@ pub fn choose(
             fused: peak_f,
         });
     }
-    let measured = head_dims(graph)
+    let measured = graph
+        .attention_head_dims()
         .iter()
-        .all(|&d| model.attention_head_dim() == Some(d));
+        .all(|&d| d.is_some() && model.attention_head_dim() == d);
     if measured && predicted[1] <= predicted[0] {
         return Ok(chosen(
             fused,

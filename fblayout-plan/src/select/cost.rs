@@ -27,6 +27,7 @@ use std::fmt;
 use fblayout_core::layout::{BoundView, TensorLayout};
 
 use super::kernels::KernelFactors;
+use crate::graph::Graph;
 use crate::graph::precision::Precision;
 
 /// How a layout lays out the elements along a walked axis.
@@ -144,26 +145,24 @@ pub struct Factors {
 }
 
 impl Factors {
-    /// The reference device's factors for a step in `precision`: an NVIDIA H100 80GB HBM3
-    /// (Vulkan, driver 580.159.04), calibrated on 2026-12-06 at the shipped encoder's shape
-    /// (one block of hidden 384, 12 heads, feed-forward 1536, vocabulary 30 522, batch
-    /// 32 × 128, as `bench_train` calibrates, timed once with its attention materialised and
-    /// once fused) in each precision, by the same [`calibrate`](crate::calibrate) as
-    /// `--calibrate` (format 8): the real kernels timed under each layout, not gathers. In
-    /// that lease the predictions were within 14 % of every measured step of the
-    /// shipped encoder and decoder, materialised and fused, and put the fused attention ahead
-    /// as the kernels' timestamps did (its kernels then ran 64 rows a workgroup; 128 since,
-    /// which a single layer ran 1.07-1.27× faster: the fused multipliers are high, with the
-    /// same sign) (`BENCHMARKS.md`, "Fused attention"; the format-7
-    /// tables before them, "The analytic model refitted from an H100's kernels"). The tables
-    /// are the cache's text ([`encode`](crate::calibrate::encode)), in `select/reference/`.
+    /// The reference device's factors for a step in `precision`, timed at heads of
+    /// [`REFERENCE_HEAD_DIM`] ([`reference_at`](Self::reference_at)).
     pub fn reference(precision: Precision) -> Self {
+        Self::reference_at(precision, REFERENCE_HEAD_DIM)
+            .expect("the reference device has tables at its own head size")
+    }
+
+    /// The reference device's factors for a step in `precision`, their kernels timed at heads
+    /// of `head_dim`: `None` where no table was (see [`REFERENCE_TABLES`]).
+    pub fn reference_at(precision: Precision, head_dim: u32) -> Option<Self> {
+        let tables = REFERENCE_TABLES.iter().find(|t| t.head_dim == head_dim)?;
         let text = match precision {
-            Precision::F32 => include_str!("reference/h100-f32.txt"),
-            Precision::Mixed => include_str!("reference/h100-mixed.txt"),
+            Precision::F32 => tables.f32,
+            Precision::Mixed => tables.mixed,
         };
-        super::text::decode(text.as_bytes())
-            .unwrap_or_else(|why| panic!("the reference device's {precision:?} factors: {why}"))
+        Some(super::text::decode(text.as_bytes()).unwrap_or_else(|why| {
+            panic!("the reference device's {precision:?} factors at heads of {head_dim}: {why}")
+        }))
     }
 
     /// Seconds to move `bytes` through a walk of `class`.
@@ -204,6 +203,8 @@ pub enum Origin {
     Analytic {
         /// The precision whose tables they are.
         precision: Precision,
+        /// The head size the tables' attention kernels were timed at.
+        head_dim: u32,
     },
     /// Measured on an adapter.
     Calibrated {
@@ -217,9 +218,13 @@ pub enum Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Analytic { precision } => write!(
+            Self::Analytic {
+                precision,
+                head_dim,
+            } => write!(
                 f,
-                "analytic cost model, the H100's {}, not checked on this adapter",
+                "analytic cost model, the H100's {} at heads of {head_dim}, not checked on this \
+                 adapter",
                 precision_name(*precision)
             ),
             Self::Calibrated { adapter, cache } => write!(f, "calibrated on {adapter} ({cache})"),
@@ -236,9 +241,58 @@ pub struct CostModel {
     pub(crate) attention_head_dim: Option<u32>,
 }
 
-/// The head size of the reference device's calibration (the shipped encoder's: hidden 384
+/// The head size of the reference device's default tables (the shipped encoder's: hidden 384
 /// over 12 heads).
-const REFERENCE_HEAD_DIM: u32 = 32;
+pub const REFERENCE_HEAD_DIM: u32 = 32;
+
+/// One pair of the reference device's tables: each the cache's text
+/// ([`encode`](crate::calibrate::encode)) of a calibration by the same
+/// [`calibrate`](crate::calibrate) as `--calibrate` (format 8: the real kernels timed under
+/// each layout, not gathers) on an NVIDIA H100 80GB HBM3 (Vulkan, driver 580.159.04), at one
+/// block of the encoder, its attention timed materialised and fused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReferenceTables {
+    /// The head size their attention kernels were timed at.
+    pub head_dim: u32,
+    /// The `f32` step's.
+    pub f32: &'static str,
+    /// The mixed-precision step's.
+    pub mixed: &'static str,
+    /// How their predictions compared with measured steps on the reference device.
+    pub checked: &'static str,
+}
+
+/// The reference device's tables, by the head size their kernels were timed at:
+///
+/// - heads of 32: the shipped encoder's shape (hidden 384, 12 heads, feed-forward 1536,
+///   vocabulary 30 522, batch 32 × 128), calibrated on 2026-12-06. In that lease the
+///   predictions were within 14 % of every measured step of the shipped encoder and decoder,
+///   materialised and fused, and put the fused attention ahead as the kernels' timestamps did
+///   (its kernels then ran 64 rows a workgroup on shader cores; they have run 128 rows a
+///   workgroup since, and on tensor cores since the twelfth session: the fused multipliers are
+///   high, with the same sign) (`BENCHMARKS.md`, "Fused attention").
+/// - heads of 64: SmolLM-135M's attention (hidden 576, 9 heads, feed-forward 1536, vocabulary
+///   30 522, batch 8 × 512), calibrated on 2026-12-06 with the fused attention on tensor cores.
+///   In that lease the predictions of six blocks at that shape were within 7 % of the measured
+///   steps and ordered the two attentions as measured in each precision (`BENCHMARKS.md`,
+///   "The planner's tables at heads of 64").
+pub const REFERENCE_TABLES: [ReferenceTables; 2] = [
+    ReferenceTables {
+        head_dim: 32,
+        f32: include_str!("reference/h100-f32.txt"),
+        mixed: include_str!("reference/h100-mixed.txt"),
+        checked: "the predicted steps of the shipped encoder and decoder (row-major and guided, \
+                  attention materialised and fused) were within 14 % of the measured ones",
+    },
+    ReferenceTables {
+        head_dim: 64,
+        f32: include_str!("reference/h100-f32-h64.txt"),
+        mixed: include_str!("reference/h100-mixed-h64.txt"),
+        checked: "the predicted steps of six encoder blocks at hidden 576, heads of 64 and 8 × 512 \
+                  tokens (row-major, attention materialised and fused) were within 7 % of the \
+                  measured ones",
+    },
+];
 
 impl CostModel {
     /// The analytic model of an `f32` step ([`analytic_for`](Self::analytic_for)).
@@ -251,8 +305,35 @@ impl CostModel {
     pub fn analytic_for(precision: Precision) -> Self {
         Self {
             factors: Factors::reference(precision),
-            origin: Origin::Analytic { precision },
+            origin: Origin::Analytic {
+                precision,
+                head_dim: REFERENCE_HEAD_DIM,
+            },
             attention_head_dim: Some(REFERENCE_HEAD_DIM),
+        }
+    }
+
+    /// The analytic model for planning `graph` in `precision`: the reference device's tables
+    /// timed at the head size of `graph`'s attentions where every attention has the same one
+    /// and a table was timed at it ([`Factors::reference_at`]), else
+    /// [`analytic_for`](Self::analytic_for)'s (whose attention kernels, timed at another head
+    /// size, [`choose`](super::attention::choose) then does not trust).
+    pub fn analytic_for_graph(precision: Precision, graph: &Graph) -> Self {
+        let dims = graph.attention_head_dims();
+        let shared = match dims.first() {
+            Some(&Some(d)) if dims.iter().all(|&x| x == Some(d)) => Some(d),
+            _ => None,
+        };
+        match shared.and_then(|d| Some((d, Factors::reference_at(precision, d)?))) {
+            Some((head_dim, factors)) => Self {
+                factors,
+                origin: Origin::Analytic {
+                    precision,
+                    head_dim,
+                },
+                attention_head_dim: Some(head_dim),
+            },
+            None => Self::analytic_for(precision),
         }
     }
 
@@ -296,12 +377,22 @@ impl CostModel {
 /// The analytic model's reference device.
 const REFERENCE: &str = "reference device: H100";
 
-/// What the analytic model's output says of its predictions: they were checked on the
-/// reference device (BENCHMARKS.md, "Fused attention"), not on the adapter that will run the
-/// plan.
-const UNCHECKED: &str = "  not checked on this adapter: on the reference device itself, the predicted steps \
-of the shipped encoder and decoder (row-major and guided, attention materialised and fused) were within 14 % \
-of the measured ones (BENCHMARKS.md); `--calibrate` measures the kernels on this adapter";
+/// What the analytic model's output says of the predictions of the tables timed at heads of
+/// `head_dim`: they were checked on the reference device ([`ReferenceTables::checked`]), not on
+/// the adapter that will run the plan.
+fn unchecked(head_dim: u32) -> String {
+    let checked = REFERENCE_TABLES
+        .iter()
+        .find(|t| t.head_dim == head_dim)
+        .map_or(
+            "its predictions were not compared with measured steps",
+            |t| t.checked,
+        );
+    format!(
+        "  not checked on this adapter: on the reference device itself, {checked} \
+         (BENCHMARKS.md); `--calibrate` measures the kernels on this adapter"
+    )
+}
 
 /// `precision` as the model's output names it.
 fn precision_name(precision: Precision) -> &'static str {
@@ -315,10 +406,16 @@ impl fmt::Display for CostModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let x = &self.factors;
         match &self.origin {
-            Origin::Analytic { precision } => {
+            Origin::Analytic {
+                precision,
+                head_dim,
+            } => {
                 let tables = precision_name(*precision);
-                writeln!(f, "cost model: analytic ({REFERENCE}, {tables})")?;
-                writeln!(f, "{UNCHECKED}")?;
+                writeln!(
+                    f,
+                    "cost model: analytic ({REFERENCE}, {tables} at heads of {head_dim})"
+                )?;
+                writeln!(f, "{}", unchecked(*head_dim))?;
             }
             Origin::Calibrated { adapter, cache } => {
                 writeln!(f, "cost model: calibrated on {adapter} ({cache})")?;

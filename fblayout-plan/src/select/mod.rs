@@ -70,7 +70,10 @@ use crate::graph::{Graph, GraphError, Sizes};
 use crate::layouts::LayoutChoice;
 
 pub use cache::{Buckets, CacheError, PlanCache, Planned};
-pub use cost::{Class, ClassFactors, CostModel, Factors, MatmulRates, Origin};
+pub use cost::{
+    Class, ClassFactors, CostModel, Factors, MatmulRates, Origin, REFERENCE_HEAD_DIM,
+    REFERENCE_TABLES, ReferenceTables,
+};
 pub use kernels::{CALIBRATION, CalibrationShape, KernelFactors, KernelKind, OperandKind};
 pub use objective::Objective;
 pub use plan::{Candidates, Inserted, Plan};

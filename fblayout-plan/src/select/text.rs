@@ -100,8 +100,12 @@ mod tests {
     /// fails here, not when a plan is priced.
     #[test]
     fn the_reference_tables_are_whole() {
-        for precision in [Precision::F32, Precision::Mixed] {
-            let f = Factors::reference(precision);
+        let tables = crate::select::cost::REFERENCE_TABLES.map(|t| t.head_dim);
+        for (precision, head_dim) in [Precision::F32, Precision::Mixed]
+            .into_iter()
+            .flat_map(|p| tables.map(|d| (p, d)))
+        {
+            let f = Factors::reference_at(precision, head_dim).expect("a table");
             assert_eq!(decode(encode(&f).as_bytes()), Ok(f.clone()));
             for kind in KernelKind::ALL {
                 for layout in LayoutChoice::candidates(2) {
@@ -112,14 +116,15 @@ mod tests {
                         .any(|(k, _, l, _)| *k == kind && *l == layout);
                     assert!(
                         has,
-                        "{precision:?}: no multiplier of {kind} under {layout:?}"
+                        "{precision:?}, heads of {head_dim}: no multiplier of {kind} under \
+                         {layout:?}"
                     );
                 }
             }
             assert_eq!(
                 f.matmul.rates.len(),
                 8,
-                "{precision:?}: a rate per pair of classes"
+                "{precision:?}, heads of {head_dim}: a rate per pair of classes"
             );
         }
     }

@@ -443,13 +443,13 @@ impl<'g> TrainerBuilder<'g> {
     /// (an error names both peaks where even every attention fused is over it). The default
     /// is `Auto` without a budget on the GPU, which fuses where the cost model's attention
     /// kernels were timed at the model's head size and the fused ones predicted faster (the
-    /// reference H100's tables: heads of 32, MiniLM's; on that H100 the fused kernels ran
-    /// 1.3× the materialised attention's speed there, and at heads of 64 0.75–1.16× on
-    /// tensor cores in one layer), and `Materialised` on the CPU, whose `f64` twin of the
-    /// fused attention only adds the recomputation. A Llama-family model (heads of 64,
-    /// separate Q, K and V after RoPE) at long sequences gains from asking for `Fused`: its
-    /// LoRA step at 8 × 512 ran 1.08× faster fused on an H100, at 0.75× the peak memory
-    /// (BENCHMARKS.md).
+    /// reference H100's tables,
+    /// [`analytic_for_graph`](fblayout_plan::select::CostModel::analytic_for_graph): heads of
+    /// 32, MiniLM's, and of 64, GPT-2's, BERT-base's and most Llama-family models'; in mixed
+    /// precision both predict the fused attention faster, in `f32` heads of 64 the
+    /// materialised one, as measured there), and `Materialised` on the CPU, whose `f64` twin of
+    /// the fused attention only adds the recomputation. Heads of another size keep their
+    /// probabilities where they fit; a model with heads of 128 can still ask for `Fused`.
     pub fn attention(mut self, fusing: Fusing) -> Self {
         self.attention = Some(fusing);
         self

@@ -147,7 +147,7 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
     let chosen = select::attention::plan_fusing(
         &graph,
         sizes,
-        &CostModel::analytic_for(s.precision),
+        &CostModel::analytic_for_graph(s.precision, &graph),
         strategy,
         s.attention.unwrap_or(match s.gpu {
             Some(_) => Fusing::Auto { budget: None },
