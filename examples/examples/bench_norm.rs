@@ -14,10 +14,11 @@
 //! --hidden 384,768 --samples 9 --reps 20]`
 //!
 //! With `--sweep` it times launch shapes instead: the norms (forward and backward) built with
-//! each pair of `--lanes-per-row` × `--rows-per-block` and with the default shapes at each
-//! backward chunk of `--sweep-chunks`, and the bias gradient at each chunk, each against the
-//! baseline (the kernels as they were before launch shapes) and beside the current default,
-//! all in the same run.
+//! each pair of `--lanes-per-row` × `--rows-per-block` (their backward chunks of
+//! `--chunk-rows` where given) and with the default shapes at each backward chunk of
+//! `--sweep-chunks`, and the bias gradient at each chunk, each against the baseline (the
+//! kernels as they were before launch shapes) and beside the current default, all in the same
+//! run.
 
 mod support;
 
@@ -54,12 +55,17 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [4u32, 8])]
     tiles: Vec<u32>,
     /// Rows per workgroup of the column reductions (norm backwards, bias gradient), instead of
-    /// the number the kernels choose to fill the GPU: for tuning.
+    /// the number the kernels choose to fill the GPU: for tuning (with `--sweep`, of the
+    /// norms' launch shapes).
     #[arg(long)]
     chunk_rows: Option<u32>,
     /// Time launch shapes against the baseline instead of the table (see the module docs).
     #[arg(long)]
     sweep: bool,
+    /// Also print each norm backward's dispatches apart (the row kernel, the weight
+    /// gradients' second pass): the median of each over the batches, per call.
+    #[arg(long)]
+    by_dispatch: bool,
     /// With `--sweep`: lanes per row of the norms' kernels, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [8u32, 16, 32])]
     lanes_per_row: Vec<u32>,
@@ -184,6 +190,7 @@ fn time(
     gpu.wait().map_err(err)?;
     let mut samples = Vec::new();
     let mut timestamps = false;
+    let mut by_label: Vec<(String, Vec<f64>)> = Vec::new();
     for _ in 0..args.samples.max(1) {
         let mut batch = gpu.batch();
         for _ in 0..reps {
@@ -192,6 +199,26 @@ fn time(
         let timings = batch.submit_timed().map_err(err)?;
         timestamps = timings.iter().all(|t| t.gpu_timestamps);
         samples.push(timings.iter().map(|t| t.nanos).sum::<f64>() * 1e-9 / reps as f64);
+        let mut sums: Vec<(String, f64)> = Vec::new();
+        for t in &timings {
+            match sums.iter_mut().find(|(l, _)| *l == t.label) {
+                Some((_, ns)) => *ns += t.nanos,
+                None => sums.push((t.label.clone(), t.nanos)),
+            }
+        }
+        for (label, ns) in sums {
+            match by_label.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, all)) => all.push(ns),
+                None => by_label.push((label, vec![ns])),
+            }
+        }
+    }
+    if args.by_dispatch && by_label.len() > 1 {
+        for (label, mut all) in by_label {
+            all.sort_by(f64::total_cmp);
+            let us = all[all.len() / 2] * 1e-3 / reps as f64;
+            println!("    {label}: {us:.1} µs");
+        }
     }
     samples.sort_by(f64::total_cmp);
     Ok((samples[samples.len() / 2], timestamps))
@@ -349,6 +376,9 @@ fn time_norms(
     };
     let s = time(gpu, args, |b| ln.forward(b, &t).map_err(err))?;
     out.push(("LayerNorm forward", s, 2 * n + 2 * h4 + 2 * t4));
+    if args.by_dispatch {
+        println!("{} × {hidden}, {shapes}, LayerNorm backward:", setup.tokens);
+    }
     let s = time(gpu, args, |b| ln.backward(b, &t, &g, false).map_err(err))?;
     out.push(("LayerNorm backward", s, 3 * n + 3 * h4 + 2 * t4));
     let rms = setup.rms_norm(gpu, launch)?;
@@ -365,6 +395,9 @@ fn time_norms(
     };
     let s = time(gpu, args, |b| rms.forward(b, &t).map_err(err))?;
     out.push(("RMSNorm forward", s, 2 * n + h4 + t4));
+    if args.by_dispatch {
+        println!("{} × {hidden}, {shapes}, RMSNorm backward:", setup.tokens);
+    }
     let s = time(gpu, args, |b| rms.backward(b, &t, &g, false).map_err(err))?;
     out.push(("RMSNorm backward", s, 3 * n + 2 * h4 + t4));
     if let Some(launch) = bias {
@@ -497,7 +530,7 @@ fn sweep_launches(args: &Args) -> Vec<(String, NormLaunch, Option<BiasLaunch>)> 
             let launch = NormLaunch {
                 forward: row,
                 backward: row,
-                chunk_rows: None,
+                chunk_rows: args.chunk_rows,
             };
             all.push((format!("{lanes} lanes × {rows} rows"), launch, None));
         }
