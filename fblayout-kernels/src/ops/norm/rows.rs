@@ -420,39 +420,6 @@ fn entry(kind: Kind, forward: bool) -> String {
     )
 }
 
-/// An array of [`unrolled_loads`]: its name, and the load at a column (a WGSL expression in it).
-type Load<'a> = (&'a str, &'a dyn Fn(&str) -> String);
-
-/// One `var <name>: array<ty, per_lane>` per array of `arrays`, holding `get(c)` at each of
-/// the lane's `per_lane` columns `c`: the loads written out one by one, every array's at a
-/// column together, each line starting with `indent` (a WGSL loop over them had each lane
-/// wait for one load before it issued the next, as the fused attention's staging did). All
-/// of them where `guard` holds, else zeros (as a WGSL `var` starts).
-fn unrolled_loads(indent: &str, shape: Shape, guard: Option<&str>, arrays: &[Load<'_>]) -> String {
-    let (ty, span) = (shape.walk.value_type(), shape.walk.span());
-    let mut s = String::new();
-    for (name, _) in arrays {
-        let _ = writeln!(s, "{indent}var {name}: array<{ty}, {}>;", shape.per_lane);
-    }
-    let inner = match guard {
-        Some(guard) => {
-            let _ = writeln!(s, "{indent}if ({guard}) {{");
-            format!("{indent}    ")
-        }
-        None => indent.to_owned(),
-    };
-    for k in 0..shape.per_lane {
-        let c = format!("{}u + wk_fast", k * span);
-        for (name, get) in arrays {
-            let _ = writeln!(s, "{inner}{name}[{k}] = {};", get(&c));
-        }
-    }
-    if guard.is_some() {
-        let _ = writeln!(s, "{indent}}}");
-    }
-    s
-}
-
 /// The declarations shared by both passes: the row sum of `sum_ty` values (`f32`, or
 /// `vec2<f32>` for two sums at once), the column mask.
 fn common(shape: Shape, subgroups: bool, sum_ty: &str) -> String {
@@ -555,8 +522,7 @@ fn forward_source(
         .operand(gamma)
         .operand(y);
     // With a residual connection the row is `x + res`, written to `sum` as it is read.
-    // The row's value at column `c` of the loaded `xl[k]` (and `rl[k]`).
-    let mut read = "xl[k]".to_owned();
+    let mut read = format!("x_get{w}(r, c)");
     if let Some((res, sum)) = v.residual {
         let res = Operand::read("res", res)?.vectorized(1);
         let half_sum = sum.layout().elem() == ElemType::F16;
@@ -565,12 +531,13 @@ fn forward_source(
         source = source.operand(res).operand(sum);
         // The row normalised is the sum as stored, so that the backward (which reads it back)
         // and a recomputation from it see the same values.
-        read = if half_sum {
+        let stored = if half_sum {
             let half = if w == 4 { "vec4<f16>" } else { "f16" };
-            format!("{ty}({half}(xl[k] + rl[k]))")
+            format!("{ty}({half}(x_get{w}(r, c) + res_get{w}(r, c)))")
         } else {
-            "xl[k] + rl[k]".to_owned()
+            format!("x_get{w}(r, c) + res_get{w}(r, c)")
         };
+        read = format!("{stored};\n            sum_put{w}(r, c, v)");
     }
     if let Some(beta) = v.beta {
         let beta = Operand::read("beta", beta)?.vectorized(0);
@@ -592,38 +559,18 @@ fn forward_source(
     s += &shape.decode();
     let _ = writeln!(s, "    let r = block * {rows}u + {};", shape.row_slot());
     let _ = writeln!(s, "    let live = r < x_dim0();");
-    // Every load issued before the first is used: the row's, then γ (and β).
-    let x_at = |c: &str| format!("x_get{w}(r, {c})");
-    let res_at = |c: &str| format!("res_get{w}(r, {c})");
-    let gamma_at = |c: &str| format!("gamma_get{w}({c})");
-    let beta_at = |c: &str| format!("beta_get{w}({c})");
-    let mut row: Vec<Load<'_>> = vec![("xl", &x_at)];
-    if v.residual.is_some() {
-        row.push(("rl", &res_at));
-    }
-    s += &unrolled_loads("    ", shape, Some("live"), &row);
-    let mut weights: Vec<Load<'_>> = vec![("gl", &gamma_at)];
-    if v.beta.is_some() {
-        weights.push(("bl", &beta_at));
-    }
-    s += &unrolled_loads("    ", shape, None, &weights);
     let _ = writeln!(s, "    var xs: array<{ty}, {per_lane}>;");
     let _ = writeln!(s, "    var part = 0.0;");
     let square = match kind {
         Kind::Layer => "v",
         Kind::Rms => "v * v",
     };
-    // The sum, as stored, is written as it is made.
-    let write_sum = if v.residual.is_some() {
-        format!("        if (live) {{\n            sum_put{w}(r, c, v);\n        }}\n")
-    } else {
-        String::new()
-    };
     let _ = writeln!(
         s,
         "    for (var k = 0u; k < {per_lane}u; k = k + 1u) {{\n        \
-         let c = k * {span}u + wk_fast;\n        let v = {read};\n{write_sum}        \
-         xs[k] = v;\n        let term = {square};\n        part = part + {};\n    }}",
+         let c = k * {span}u + wk_fast;\n        var v = nm_zero();\n        \
+         if (live) {{\n            v = {read};\n        }}\n        xs[k] = v;\n        \
+         let term = {square};\n        part = part + {};\n    }}",
         components_sum("term", w)
     );
     match kind {
@@ -655,12 +602,17 @@ fn forward_source(
             );
         }
     }
-    let shift = if v.beta.is_some() { " + bl[k]" } else { "" };
+    let shift = if v.beta.is_some() {
+        " + beta_get{w}(c)"
+    } else {
+        ""
+    }
+    .replace("{w}", &w.to_string());
     let _ = writeln!(
         s,
         "    if (live) {{\n        for (var k = 0u; k < {per_lane}u; k = k + 1u) {{\n            \
          let c = k * {span}u + wk_fast;\n            \
-         y_put{w}(r, c, (xs[k] - mean) * rstd * gl[k]{shift});\n        }}\n        \
+         y_put{w}(r, c, (xs[k] - mean) * rstd * gamma_get{w}(c){shift});\n        }}\n        \
          if (wk_inner == 0u && wk_outer == 0u) {{"
     );
     if v.mean.is_some() {
@@ -713,7 +665,7 @@ fn backward_source(
         let dsum = Operand::read("dsum", dsum)?.vectorized(1);
         body += &getter(&dsum, 1, w);
         source = source.operand(dsum);
-        carried = " + cl[k]".to_owned();
+        carried = format!(" + dsum_get{w}(r, k * {span}u + wk_fast)");
     }
     let outputs = if layer { 2 } else { 1 };
     for role in &PARTIAL_ROLES[..outputs] {
@@ -744,9 +696,6 @@ fn backward_source(
     }
     let _ = writeln!(s, "    var xh: array<{ty}, {per_lane}>;");
     let _ = writeln!(s, "    var gs: array<{ty}, {per_lane}>;");
-    // γ is the same for every row of the chunk: loaded once.
-    let gamma_at = |c: &str| format!("gamma_get{w}({c})");
-    s += &unrolled_loads("    ", shape, None, &[("gl", &gamma_at)]);
     let _ = writeln!(
         s,
         "    for (var block = b0; block < b1; block = block + 1u) {{"
@@ -766,20 +715,13 @@ fn backward_source(
     for p in sums {
         let _ = writeln!(s, "        var {p} = 0.0;");
     }
-    // Every load of the block's row issued before the first is used.
-    let x_at = |c: &str| format!("x_get{w}(r, {c})");
-    let dy_at = |c: &str| format!("dy_get{w}(r, {c})");
-    let dsum_at = |c: &str| format!("dsum_get{w}(r, {c})");
-    let mut loads: Vec<Load<'_>> = vec![("xl", &x_at), ("dl", &dy_at)];
-    if v.carry.is_some() {
-        loads.push(("cl", &dsum_at));
-    }
-    s += &unrolled_loads("        ", shape, Some("live"), &loads);
     let _ = writeln!(
         s,
         "        for (var k = 0u; k < {per_lane}u; k = k + 1u) {{\n            \
-         let c = k * {span}u + wk_fast;\n            let xv = xl[k];\n            \
-         let dv = dl[k];\n            let g = dv * gl[k];\n            gs[k] = g;"
+         let c = k * {span}u + wk_fast;\n            var xv = nm_zero();\n            \
+         var dv = nm_zero();\n            if (live) {{\n                xv = x_get{w}(r, c);\n                \
+         dv = dy_get{w}(r, c);\n            }}\n            let g = dv * gamma_get{w}(c);\n            \
+         gs[k] = g;"
     );
     if layer {
         let _ = writeln!(
