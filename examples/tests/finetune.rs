@@ -329,7 +329,7 @@ fn an_attention_budget_is_kept_or_refused_before_anything_runs() {
     assert!(!out.status.success());
     assert!(err.contains("over the budget of 1048576 bytes"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    // Fused on the CPU: the run trains.
+    // Fused on the CPU: the run trains, and its plan's summary says what was fused and why.
     let out = finetune(dir.path(), 6)
         .args(["--attention", "fused"])
         .output()
@@ -338,5 +338,31 @@ fn an_attention_budget_is_kept_or_refused_before_anything_runs() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("attention: "))
+        .unwrap_or_else(|| panic!("no attention line:\n{stdout}"));
+    let fused: Vec<&str> = line.split_whitespace().skip(1).take(3).collect();
+    assert_eq!(fused[0], fused[2], "{line}");
+    assert!(
+        line.ends_with("attentions fused (as set, not chosen)"),
+        "{line}"
+    );
+    // Chosen by the planner within a budget that every plan fits: the line gives its reason.
+    let out = finetune(dir.path(), 6)
+        .args(["--memory-budget-mib", "100000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("attention: "))
+        .unwrap_or_else(|| panic!("no attention line:\n{stdout}"));
+    assert!(
+        line.contains("attentions fused (") && line.contains("predicted step"),
+        "{line}"
     );
 }

@@ -189,7 +189,8 @@ pub struct Summary {
     pub peak_bytes: u64,
     /// Seconds the run took (setup included).
     pub seconds: f64,
-    /// The layout plan's one-paragraph summary.
+    /// The layout plan's one-paragraph summary, with a line saying how many attentions are
+    /// fused and why, where the model has some.
     pub plan_summary: String,
     /// The checkpoint.
     pub checkpoint: PathBuf,
@@ -572,7 +573,8 @@ impl<'g> Trainer<'g> {
         &self.device
     }
 
-    /// The layout plan's one-paragraph summary.
+    /// The layout plan's one-paragraph summary, with a line saying how many attentions are
+    /// fused and why, where the model has some.
     pub fn plan_summary(&self) -> &str {
         &self.plan_summary
     }

@@ -10,7 +10,7 @@ use fblayout_plan::exec::{AdamWConfig, CpuStep, ExecError, GpuStep};
 use fblayout_plan::graph::precision::Precision;
 use fblayout_plan::graph::{Role, Sizes};
 use fblayout_plan::memory::{MemoryOptions, Recompute, plan_memory, recompute};
-use fblayout_plan::select::attention::{ChoiceError, Fusing};
+use fblayout_plan::select::attention::{ChoiceError, Fusing, Reason};
 use fblayout_plan::select::{self, CostModel, Strategy};
 
 use super::executor::Executor;
@@ -159,6 +159,16 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         ChoiceError::Memory(e) => TrainError::Memory(e),
         other => TrainError::Attention(other),
     })?;
+    // The attention's choice, for the plan's summary.
+    let attention = match chosen.reason {
+        Reason::NoAttention => None,
+        Reason::Asked => Some(format!(
+            "attention: {} of {} attentions fused (as set, not chosen)",
+            chosen.fused.len(),
+            chosen.attentions
+        )),
+        _ => Some(format!("attention: {chosen}")),
+    };
     let plan = chosen.plan;
     let recomputed = if s.recompute == Recompute::Nothing {
         None
@@ -293,12 +303,15 @@ pub(super) fn build(s: TrainerBuilder<'_>) -> Result<Trainer<'_>, TrainError> {
         }
         state = saved.state;
     }
-    let plan_summary = plan
+    let mut plan_summary = plan
         .to_string()
         .split("\n\n")
         .next()
         .unwrap_or_default()
         .to_owned();
+    if let Some(line) = attention {
+        plan_summary = format!("{plan_summary}\n{line}");
+    }
     Ok(Trainer {
         pad: special_ids(dir.config()).1,
         settings: s,
