@@ -329,38 +329,26 @@ fn an_attention_budget_is_kept_or_refused_before_anything_runs() {
     assert!(!out.status.success());
     assert!(err.contains("over the budget of 1048576 bytes"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    // Fused on the CPU: the run trains, and its plan's summary says what was fused and why.
-    let out = finetune(dir.path(), 6)
-        .args(["--attention", "fused"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("attention: "))
-        .unwrap_or_else(|| panic!("no attention line:\n{stdout}"));
+    // A run that trains: its plan's summary says what was fused and why.
+    let attention_line = |args: &[&str]| {
+        let out = finetune(dir.path(), 6).args(args).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let line = stdout.lines().find(|l| l.starts_with("attention: "));
+        line.unwrap_or_else(|| panic!("no attention line:\n{stdout}"))
+            .to_owned()
+    };
+    // Fused on the CPU, as set: every attention.
+    let line = attention_line(&["--attention", "fused"]);
     let fused: Vec<&str> = line.split_whitespace().skip(1).take(3).collect();
     assert_eq!(fused[0], fused[2], "{line}");
     assert!(
         line.ends_with("attentions fused (as set, not chosen)"),
         "{line}"
     );
-    // Chosen by the planner within a budget that every plan fits: the line gives its reason.
-    let out = finetune(dir.path(), 6)
-        .args(["--memory-budget-mib", "100000"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("attention: "))
-        .unwrap_or_else(|| panic!("no attention line:\n{stdout}"));
+    // Chosen by the planner within a budget that every plan fits: its reason and predictions.
+    let line = attention_line(&["--memory-budget-mib", "100000"]);
     assert!(
         line.contains("attentions fused (") && line.contains("predicted step"),
         "{line}"
