@@ -24,7 +24,7 @@ mod support;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
-use support::err;
+use support::{by_kernel, err};
 
 use clap::Parser;
 use fblayout_core::kernel::{KernelModule, KernelSource, Operand, ParamValue};
@@ -199,24 +199,17 @@ fn time(
         let timings = batch.submit_timed().map_err(err)?;
         timestamps = timings.iter().all(|t| t.gpu_timestamps);
         samples.push(timings.iter().map(|t| t.nanos).sum::<f64>() * 1e-9 / reps as f64);
-        let mut sums: Vec<(String, f64)> = Vec::new();
-        for t in &timings {
-            match sums.iter_mut().find(|(l, _)| *l == t.label) {
-                Some((_, ns)) => *ns += t.nanos,
-                None => sums.push((t.label.clone(), t.nanos)),
-            }
-        }
-        for (label, ns) in sums {
+        for (label, ms) in by_kernel(&timings) {
             match by_label.iter_mut().find(|(l, _)| *l == label) {
-                Some((_, all)) => all.push(ns),
-                None => by_label.push((label, vec![ns])),
+                Some((_, all)) => all.push(ms),
+                None => by_label.push((label, vec![ms])),
             }
         }
     }
     if args.by_dispatch && by_label.len() > 1 {
         for (label, mut all) in by_label {
             all.sort_by(f64::total_cmp);
-            let us = all[all.len() / 2] * 1e-3 / reps as f64;
+            let us = all[all.len() / 2] * 1e3 / reps as f64;
             println!("    {label}: {us:.1} µs");
         }
     }
