@@ -9,9 +9,9 @@
 //!
 //! `y' = x·W + s · (x·Aᵀ)·Bᵀ`, with `s = alpha / rank`.
 //!
-//! The scaling is a product with the constant `s·I` `[rank, rank]` between the two factors
-//! (`<module>.lora_scaling`), so the whole adapter runs on the linear layer's own kernels: the
-//! backward passes gradients through it and writes none of it. `A` and `B` carry the names
+//! The scaling is the factor of `B`'s product ([`Op::LinearT`]'s `scale`, the kernels'
+//! `alpha`), so the whole adapter runs on the linear layer's own kernels with no pass of its
+//! own: its backward's two products scale by it too. `A` and `B` carry the names
 //! peft's `save_pretrained` gives them (`base_model.model.<module>.lora_A.weight`), so an
 //! adapter file's tensors load by name. The graph's orientation of `W` is `[d_in, d_out]` for
 //! every model (GPT-2's `Conv1D` as stored, `nn.Linear`'s transposed on load), so `A` and `B`
@@ -359,9 +359,9 @@ pub fn apply(graph: &mut Graph, config: &LoraConfig) -> Result<Lora, LoraError> 
         })
         .collect();
     let mut adapters = Vec::with_capacity(chosen.len());
-    // Each adapter adds four operations after its layer: later positions move by four.
+    // Each adapter adds three operations after its layer: later positions move by three.
     for (k, &(at, base)) in chosen.iter().enumerate() {
-        adapters.push(adapt(graph, at + 4 * k, base, config)?);
+        adapters.push(adapt(graph, at + 3 * k, base, config)?);
     }
     Ok(Lora {
         config: config.clone(),
@@ -397,15 +397,6 @@ fn adapt(
         ElemType::F32,
         Role::Param,
     )?;
-    let s = config.scaling();
-    let identity = (0..r * r)
-        .map(|i| if i / r == i % r { s } else { 0.0 })
-        .collect();
-    let scale = graph.add_constant(
-        format!("{module}.lora_scaling"),
-        &[("rank_in", r), ("rank", r)],
-        identity,
-    )?;
     let y_name = graph.tensor(y).name.clone();
     let elem = graph.tensor(y).elem;
     let act = |g: &mut Graph, suffix: &str, width: u32| {
@@ -417,13 +408,13 @@ fn adapt(
         g.add_tensor(format!("{y_name}.{suffix}"), &axes, elem, Role::Activation)
     };
     let xa = act(graph, "lora_a", r)?;
-    let scaled = act(graph, "lora_scaled", r)?;
     let delta = act(graph, "lora_delta", d_out)?;
     let adapted = act(graph, "lora", d_out)?;
     let tail: Vec<Node> = graph.nodes_mut().split_off(at + 1);
-    graph.push(Op::LinearT, &[x, a], &[xa])?;
-    graph.push(Op::Linear, &[xa, scale], &[scaled])?;
-    graph.push(Op::LinearT, &[scaled, b], &[delta])?;
+    graph.push(Op::LinearT { scale: 1.0 }, &[x, a], &[xa])?;
+    // peft's `scaling`, to the precision the kernels' factor has.
+    let scale = config.scaling() as f32;
+    graph.push(Op::LinearT { scale }, &[xa, b], &[delta])?;
     graph.push(Op::Add, &[y, delta], &[adapted])?;
     for mut n in tail {
         for input in &mut n.inputs {

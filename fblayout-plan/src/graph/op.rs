@@ -53,9 +53,15 @@ pub enum Op {
     Embedding,
     /// `x, w → y`: `y = x·w` over the last axis of `x` (tokens × d_in by d_in × d_out).
     Linear,
-    /// `x, w → y`: `y = x·wᵀ` with `w` stored `[d_out, d_in]` and read through its transposed
-    /// view, never copied (a head tied to the embedding table; a checkpoint's orientation).
-    LinearT,
+    /// `x, w → y`: `y = scale · x·wᵀ` with `w` stored `[d_out, d_in]` and read through its
+    /// transposed view, never copied (a head tied to the embedding table; a checkpoint's
+    /// orientation; LoRA's factors, `B`'s product scaled by `alpha / rank`). The factor is the
+    /// product's own (its `alpha`): no pass of its own, and its backward's two products scale
+    /// by it too.
+    LinearT {
+        /// The product's factor: 1 but for LoRA's `B`.
+        scale: f32,
+    },
     /// `x, b → y`: `y = x + b` with `b` along the last axis.
     Bias,
     /// `a, b → y`: `y = a + b`.
@@ -147,11 +153,17 @@ pub enum Op {
     LinearGradInput,
     /// `x, dy → dw`: `dw = xᵀ·dy`.
     LinearGradWeight,
-    /// `dy, w → dx`: `dx = dy·w` for a [`Op::LinearT`].
-    LinearTGradInput,
-    /// `x, dy → dw`: `dwᵀ = xᵀ·dy`, written through `w`'s transposed view, for a
+    /// `dy, w → dx`: `dx = scale · dy·w` for a [`Op::LinearT`].
+    LinearTGradInput {
+        /// The forward's factor.
+        scale: f32,
+    },
+    /// `x, dy → dw`: `dwᵀ = scale · xᵀ·dy`, written through `w`'s transposed view, for a
     /// [`Op::LinearT`].
-    LinearTGradWeight,
+    LinearTGradWeight {
+        /// The forward's factor.
+        scale: f32,
+    },
     /// `dy → db`: the sum of `dy` over every axis but the last.
     BiasGrad,
     /// `x, γ, mean, rstd, dy → dx, dγ, dβ`; where `carry`, `x, γ, mean, rstd, dy, dsum →

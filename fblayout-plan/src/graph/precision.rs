@@ -14,8 +14,8 @@
 //!   updated weight (its fourth output, [`Op::AdamW`]`{ copy: true }`): no conversion runs in
 //!   the step, and the executors make it once where the weight is set. A frozen weight
 //!   ([`Role::Frozen`], LoRA's base model) never changes in a step, so its copy is kept too,
-//!   made where the weight is set and by nothing in the step; so is a constant's (LoRA's
-//!   scaling), made where the executors store the constant. Otherwise (a trained weight
+//!   made where the weight is set and by nothing in the step; so is a constant's (a fixed
+//!   matrix a product reads), made where the executors store the constant. Otherwise (a trained weight
 //!   without an optimizer pass) an [`Op::Convert`] makes it at the start of the forward;
 //! - the statistics a normalisation saves (mean, reciprocal deviation), a fused attention's
 //!   log-sum-exp and the per-row losses stay `f32`, as sums that `f16` would round (each
@@ -125,8 +125,8 @@ fn copied_weight(n: &Node) -> Option<usize> {
     n.op.input_roles().iter().position(|r| *r == role)
 }
 
-/// The parameters (trained or frozen) and constants (LoRA's scaling) a linear layer's
-/// products read as their weight.
+/// The parameters (trained or frozen) and constants a linear layer's products read as their
+/// weight.
 fn linear_weights(graph: &Graph) -> Vec<TensorId> {
     let mut weights: Vec<TensorId> = Vec::new();
     for n in &graph.nodes {

@@ -190,6 +190,6 @@ pub fn forward(config: &Gpt2Config) -> Result<Graph, GraphError> {
         return b.fused_forward([h, wte, labels], true, chunk);
     }
     let logits = b.act("logits", c.vocab)?;
-    b.g.push(Op::LinearT, &[h, wte], &[logits])?;
+    b.g.push(Op::LinearT { scale: 1.0 }, &[h, wte], &[logits])?;
     b.forward(logits, labels)
 }

@@ -24,21 +24,52 @@ use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
 use crate::select::KernelKind;
 
-/// `x, w → y`: `y = x·w` over the last axis of `x`; where `transposed`, `y = x·wᵀ` with `w`
-/// stored `[d_out, d_in]` and read through its transposed view (a tied head reading the
-/// embedding table, a checkpoint's `nn.Linear` orientation).
+/// `x, w → y`: `y = x·w` over the last axis of `x`; where `transposed`, `y = scale · x·wᵀ`
+/// with `w` stored `[d_out, d_in]` and read through its transposed view (a tied head reading
+/// the embedding table, a checkpoint's `nn.Linear` orientation, LoRA's factors).
 pub(crate) struct Linear {
-    pub(crate) transposed: bool,
+    transposed: bool,
+    scale: f32,
 }
 
-/// `dy, w → dx`: `dx = dy·wᵀ` (`dy·w` where `transposed`).
+/// `dy, w → dx`: `dx = dy·wᵀ` (`scale · dy·w` where `transposed`).
 pub(crate) struct LinearGradInput {
-    pub(crate) transposed: bool,
+    transposed: bool,
+    scale: f32,
 }
 
-/// `x, dy → dw`: `dw = xᵀ·dy`, written through `w`'s view (transposed where `transposed`).
+/// `x, dy → dw`: `dw = xᵀ·dy`, written through `w`'s view (`scale · xᵀ·dy` through the
+/// transposed view where `transposed`).
 pub(crate) struct LinearGradWeight {
-    pub(crate) transposed: bool,
+    transposed: bool,
+    scale: f32,
+}
+
+/// The three products' constructors: `transposed` with its factor (an [`Op::LinearT`] and its
+/// gradients), or as declared (`None`: an [`Op::Linear`], factor 1).
+macro_rules! linear_new {
+    ($($name:ident),*) => {$(
+        impl $name {
+            pub(crate) fn new(transposed: Option<f32>) -> Self {
+                Self {
+                    transposed: transposed.is_some(),
+                    scale: transposed.unwrap_or(1.0),
+                }
+            }
+        }
+    )*};
+}
+linear_new!(Linear, LinearGradInput, LinearGradWeight);
+
+/// An error unless the product's factor is a finite number.
+fn finite(scale: f32) -> Result<(), String> {
+    if scale.is_finite() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the product's factor {scale} is not a finite number"
+        ))
+    }
 }
 
 /// The weight's view: as declared, or transposed.
@@ -91,6 +122,7 @@ impl Contract for Linear {
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        finite(self.scale)?;
         let w = weight_dims(d, "w", self.transposed)?;
         let want = [d.last("x")?, d.last("y")?];
         if w != want {
@@ -114,7 +146,7 @@ impl Contract for Linear {
             steps: vec![
                 step(
                     if self.transposed {
-                        Op::LinearTGradInput
+                        Op::LinearTGradInput { scale: self.scale }
                     } else {
                         Op::LinearGradInput
                     },
@@ -123,7 +155,7 @@ impl Contract for Linear {
                 ),
                 step(
                     if self.transposed {
-                        Op::LinearTGradWeight
+                        Op::LinearTGradWeight { scale: self.scale }
                     } else {
                         Op::LinearGradWeight
                     },
@@ -188,7 +220,7 @@ impl Contract for Linear {
         _: &CpuCtx<'_>,
     ) -> Result<Option<f64>, OpErr> {
         let [y] = outs.outs(["y"])?;
-        linear_forward_cpu(ins.f("x")?, ins.f("w")?, y, Output::Overwrite)?;
+        linear_forward_cpu(ins.f("x")?, ins.f("w")?, y, Output::scaled(self.scale))?;
         Ok(None)
     }
 
@@ -209,6 +241,7 @@ impl Contract for Linear {
         Ok(Box::new(Products {
             op,
             which: Which::Forward { biased },
+            out: Output::scaled(self.scale),
         }))
     }
 }
@@ -243,6 +276,7 @@ impl Contract for LinearGradInput {
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        finite(self.scale)?;
         let w = weight_dims(d, "w", self.transposed)?;
         let want = [d.last("dx")?, d.last("dy")?];
         if w != want {
@@ -294,7 +328,8 @@ impl Contract for LinearGradInput {
         let [dx] = outs.outs(["dx"])?;
         let dy = ins.f("dy")?;
         // The kernel reads `x` only for the weight's gradient, which is not asked for here.
-        linear_backward_cpu(dy, ins.f("w")?, dy, Some((dx, Output::Overwrite)), None)?;
+        let out = Output::scaled(self.scale);
+        linear_backward_cpu(dy, ins.f("w")?, dy, Some((dx, out)), None)?;
         Ok(None)
     }
 
@@ -312,6 +347,7 @@ impl Contract for LinearGradInput {
         Ok(Box::new(Products {
             op: LinearOp::new(ctx.gpu, dx, w, dy)?,
             which: Which::GradInput,
+            out: Output::scaled(self.scale),
         }))
     }
 }
@@ -341,6 +377,7 @@ impl Contract for LinearGradWeight {
     }
 
     fn check_shapes(&self, d: &Dims) -> Result<(), String> {
+        finite(self.scale)?;
         if d.leading("x")? != d.leading("dy")? {
             return Err(format!(
                 "`x` ({}) and `dy` ({}) hold different tokens",
@@ -386,7 +423,8 @@ impl Contract for LinearGradWeight {
         let [dw] = outs.outs(["dw"])?;
         let (x, dy) = (ins.f("x")?, ins.f("dy")?);
         // `w` is read only for the input's gradient, which is not asked for here.
-        linear_backward_cpu(x, dy, dy, None, Some((dw, Output::Overwrite)))?;
+        let out = Output::scaled(self.scale);
+        linear_backward_cpu(x, dy, dy, None, Some((dw, out)))?;
         Ok(None)
     }
 
@@ -404,6 +442,7 @@ impl Contract for LinearGradWeight {
         Ok(Box::new(Products {
             op: LinearOp::new(ctx.gpu, x, dw, dy)?,
             which: Which::GradWeight,
+            out: Output::scaled(self.scale),
         }))
     }
 }
@@ -432,6 +471,8 @@ enum Which {
 struct Products {
     op: LinearOp,
     which: Which,
+    /// How the product writes its output: overwriting it, scaled by the layer's factor.
+    out: Output,
 }
 
 impl Products {
@@ -462,7 +503,7 @@ impl GpuKernel for Products {
         args: &Args<GpuArg<'_>>,
         ctx: &RecordCtx<'_>,
     ) -> Result<(), OpErr> {
-        let ow = Output::Overwrite;
+        let ow = self.out;
         match self.which {
             Which::Forward { biased: true } => {
                 let bias = ctx.epilogue.ok_or_else(|| OpErr::Shape {

@@ -373,12 +373,14 @@ impl Op {
         match *self {
             Self::Embedding => Box::new(embedding::Embedding),
             Self::EmbeddingGrad => Box::new(embedding::EmbeddingGrad),
-            Self::Linear => Box::new(linear::Linear { transposed: false }),
-            Self::LinearGradInput => Box::new(linear::LinearGradInput { transposed: false }),
-            Self::LinearGradWeight => Box::new(linear::LinearGradWeight { transposed: false }),
-            Self::LinearT => Box::new(linear::Linear { transposed: true }),
-            Self::LinearTGradInput => Box::new(linear::LinearGradInput { transposed: true }),
-            Self::LinearTGradWeight => Box::new(linear::LinearGradWeight { transposed: true }),
+            Self::Linear => Box::new(linear::Linear::new(None)),
+            Self::LinearGradInput => Box::new(linear::LinearGradInput::new(None)),
+            Self::LinearGradWeight => Box::new(linear::LinearGradWeight::new(None)),
+            Self::LinearT { scale } => Box::new(linear::Linear::new(Some(scale))),
+            Self::LinearTGradInput { scale } => Box::new(linear::LinearGradInput::new(Some(scale))),
+            Self::LinearTGradWeight { scale } => {
+                Box::new(linear::LinearGradWeight::new(Some(scale)))
+            }
             Self::Bias => Box::new(bias::Bias),
             Self::BiasGrad => Box::new(bias::BiasGrad),
             Self::Add => Box::new(add::Add { accumulate: false }),
@@ -513,9 +515,13 @@ pub fn registry() -> Vec<Op> {
         Op::Linear,
         Op::LinearGradInput,
         Op::LinearGradWeight,
-        Op::LinearT,
-        Op::LinearTGradInput,
-        Op::LinearTGradWeight,
+        Op::LinearT { scale: 1.0 },
+        Op::LinearTGradInput { scale: 1.0 },
+        Op::LinearTGradWeight { scale: 1.0 },
+        // LoRA's `B`: the factor in the product.
+        Op::LinearT { scale: 2.5 },
+        Op::LinearTGradInput { scale: 2.5 },
+        Op::LinearTGradWeight { scale: 2.5 },
         Op::Bias,
         Op::BiasGrad,
         Op::Add,

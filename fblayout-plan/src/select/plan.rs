@@ -147,7 +147,7 @@ pub(crate) fn assemble(
         let axes: Vec<(&str, Dim)> = t.axes.iter().map(|a| (a.name.as_str(), a.dim)).collect();
         graph.add_tensor(t.name.clone(), &axes, t.elem, t.role)?;
     }
-    // LoRA's scaling: constants keep their values in the planned graph.
+    // Constants (RoPE's tables) keep their values in the planned graph.
     graph.copy_constants(source);
     for t in source.ids() {
         if let Some(g) = source.grad(t) {

@@ -21,21 +21,34 @@ use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
-/// Whether a product overwrites its output or adds to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether a product overwrites its output or adds to it, and by what factor.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Output {
     /// `out = product` (the old value is not read).
     Overwrite,
     /// `out += product`.
     Accumulate,
+    /// `out = factor · product` (the old value is not read): a layer whose weight is read
+    /// scaled (LoRA's `alpha / rank`), with no pass of its own.
+    Scaled(f32),
 }
 
 impl Output {
+    /// `out = factor · product`: [`Output::Overwrite`] where `factor` is 1.
+    pub fn scaled(factor: f32) -> Self {
+        if factor == 1.0 {
+            Self::Overwrite
+        } else {
+            Self::Scaled(factor)
+        }
+    }
+
     /// The GEMM factors of this output.
     pub fn scale(self) -> Scale {
         match self {
             Self::Overwrite => Scale::OVERWRITE,
             Self::Accumulate => Scale::ACCUMULATE,
+            Self::Scaled(alpha) => Scale { alpha, beta: 0.0 },
         }
     }
 }
