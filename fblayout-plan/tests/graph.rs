@@ -197,6 +197,29 @@ fn bad_graphs_are_typed_errors() {
         .add_tensor("x", &[], ElemType::F32, Role::Activation)
         .unwrap_err();
     assert_eq!(err, GraphError::DuplicateName("x".into()));
+    // A product's factor that is not a number is refused by its shape rule, by name.
+    let scaled = g
+        .add_tensor(
+            "scaled",
+            &[
+                ("batch", Dim::Batch),
+                ("seq", Dim::Seq),
+                ("hidden", Dim::Fixed(8)),
+            ],
+            ElemType::F32,
+            Role::Activation,
+        )
+        .unwrap();
+    for scale in [f32::NAN, f32::INFINITY] {
+        let err = g
+            .push(Op::LinearT { scale }, &[x, w], &[scaled])
+            .unwrap_err();
+        assert!(
+            matches!(&err, GraphError::Shape { op: "linear_t", detail }
+                if detail.contains("factor") && detail.contains("not a finite number")),
+            "{err}"
+        );
+    }
     derive_backward(&mut g).unwrap();
     assert!(g.nodes().iter().any(|n| n.op.phase() == Phase::Backward));
     assert!(

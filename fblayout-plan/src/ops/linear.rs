@@ -28,38 +28,23 @@ use crate::select::KernelKind;
 /// with `w` stored `[d_out, d_in]` and read through its transposed view (a tied head reading
 /// the embedding table, a checkpoint's `nn.Linear` orientation, LoRA's factors).
 pub(crate) struct Linear {
-    transposed: bool,
-    scale: f32,
+    pub(crate) transposed: bool,
+    /// The product's factor (1 where not `transposed`).
+    pub(crate) scale: f32,
 }
 
 /// `dy, w → dx`: `dx = dy·wᵀ` (`scale · dy·w` where `transposed`).
 pub(crate) struct LinearGradInput {
-    transposed: bool,
-    scale: f32,
+    pub(crate) transposed: bool,
+    pub(crate) scale: f32,
 }
 
 /// `x, dy → dw`: `dw = xᵀ·dy`, written through `w`'s view (`scale · xᵀ·dy` through the
 /// transposed view where `transposed`).
 pub(crate) struct LinearGradWeight {
-    transposed: bool,
-    scale: f32,
+    pub(crate) transposed: bool,
+    pub(crate) scale: f32,
 }
-
-/// The three products' constructors: `transposed` with its factor (an [`Op::LinearT`] and its
-/// gradients), or as declared (`None`: an [`Op::Linear`], factor 1).
-macro_rules! linear_new {
-    ($($name:ident),*) => {$(
-        impl $name {
-            pub(crate) fn new(transposed: Option<f32>) -> Self {
-                Self {
-                    transposed: transposed.is_some(),
-                    scale: transposed.unwrap_or(1.0),
-                }
-            }
-        }
-    )*};
-}
-linear_new!(Linear, LinearGradInput, LinearGradWeight);
 
 /// An error unless the product's factor is a finite number.
 fn finite(scale: f32) -> Result<(), String> {

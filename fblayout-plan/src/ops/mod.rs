@@ -373,14 +373,30 @@ impl Op {
         match *self {
             Self::Embedding => Box::new(embedding::Embedding),
             Self::EmbeddingGrad => Box::new(embedding::EmbeddingGrad),
-            Self::Linear => Box::new(linear::Linear::new(None)),
-            Self::LinearGradInput => Box::new(linear::LinearGradInput::new(None)),
-            Self::LinearGradWeight => Box::new(linear::LinearGradWeight::new(None)),
-            Self::LinearT { scale } => Box::new(linear::Linear::new(Some(scale))),
-            Self::LinearTGradInput { scale } => Box::new(linear::LinearGradInput::new(Some(scale))),
-            Self::LinearTGradWeight { scale } => {
-                Box::new(linear::LinearGradWeight::new(Some(scale)))
-            }
+            Self::Linear => Box::new(linear::Linear {
+                transposed: false,
+                scale: 1.0,
+            }),
+            Self::LinearGradInput => Box::new(linear::LinearGradInput {
+                transposed: false,
+                scale: 1.0,
+            }),
+            Self::LinearGradWeight => Box::new(linear::LinearGradWeight {
+                transposed: false,
+                scale: 1.0,
+            }),
+            Self::LinearT { scale } => Box::new(linear::Linear {
+                transposed: true,
+                scale,
+            }),
+            Self::LinearTGradInput { scale } => Box::new(linear::LinearGradInput {
+                transposed: true,
+                scale,
+            }),
+            Self::LinearTGradWeight { scale } => Box::new(linear::LinearGradWeight {
+                transposed: true,
+                scale,
+            }),
             Self::Bias => Box::new(bias::Bias),
             Self::BiasGrad => Box::new(bias::BiasGrad),
             Self::Add => Box::new(add::Add { accumulate: false }),
