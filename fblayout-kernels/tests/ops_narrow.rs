@@ -1,7 +1,8 @@
 //! Products with a narrow side (LoRA's rank-`r` factors) against a naive `f64` triple loop:
 //! C with few columns or few rows (the reduction split between workgroups or not), and short
 //! reductions, under every layout of the wide operand, at extents no tile divides, batched
-//! through permuted views, with alpha and beta, in f32 and f16, within the scratch they report.
+//! through permuted views, with alpha and beta, in f32 and f16, within the scratch they report;
+//! and short reductions that add a matrix of any layout as they write.
 
 mod support;
 
@@ -221,6 +222,122 @@ fn short_reductions_match_the_definition_under_every_layout() {
             check(&what, &a, &b, &c, scale);
         }
     }
+}
+
+/// Runs `C = alpha · A·B + D` on the GPU (C poisoned with NaN, so an output never written
+/// fails) and checks it against the definition.
+fn check_added(what: &str, a: &Tensor, b: &Tensor, d: &Tensor, c: &Tensor, alpha: f32) {
+    let gpu = gpu();
+    let op = NarrowMatmulOp::new_added(gpu, &a.view, &b.view, &d.view, &c.view)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (ba, bb, bd, bc) = (a.upload(gpu), b.upload(gpu), d.upload(gpu), c.poisoned(gpu));
+    let mut batch = gpu.batch();
+    let args = [&ba, &bb, &bd, &bc];
+    let [ga, gb, gd, gc] = [a, b, d, c]
+        .iter()
+        .zip(args)
+        .map(|(t, buffer)| t.gpu_arg(buffer))
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    op.record_added(&mut batch, &ga, &gb, &gd, &gc, alpha)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    // Recorded as a plain product, the op refuses: it was built to add `d`.
+    let err = op
+        .record(&mut batch, &ga, &gb, &gc, Scale::OVERWRITE)
+        .unwrap_err();
+    assert!(err.to_string().contains("add a matrix"), "{what}: {err}");
+    batch.submit().unwrap();
+    let k = a.dims()[a.dims().len() - 1];
+    let scale = Scale { alpha, beta: 1.0 };
+    let want = matmul_reference(&stored(a), &stored(b), Some(&stored(d)), scale);
+    let tol = tolerance(c.elem(), k) + 2.0 * tolerance(a.elem(), 1) + tolerance(d.elem(), 1);
+    assert_close(what, &c.download(&bc), &want, tol);
+}
+
+#[test]
+fn short_reductions_add_a_matrix_of_any_layout_as_they_write() {
+    let mut rng = Rng::new(38);
+    let others = Layout2::ALL.into_iter().rev().cycle();
+    let third = Layout2::ALL.into_iter().cycle().skip(2);
+    for (((lc, ld), la), (k, elem)) in Layout2::ALL.into_iter().zip(others).zip(third).zip([
+        (8, ElemType::F32),
+        (3, ElemType::F16),
+        (16, ElemType::F32),
+        (1, ElemType::F16),
+        (5, ElemType::F32),
+        (8, ElemType::F16),
+        (12, ElemType::F32),
+    ]) {
+        // LoRA's δ = s · u·Bᵀ added to the base layer's output, at extents no tile divides.
+        let (m, n) = (203, 70);
+        let a = matrix(&mut rng, "u", la, (m, k), true, elem);
+        let b = matrix(&mut rng, "b", Layout2::RowMajorT, (k, n), false, elem);
+        let c = matrix(&mut rng, "adapted", lc, (m, n), true, elem);
+        // D in another layout than C's, and in C's own (read four at a time along the axis C
+        // is written four at a time along, where the layout has one).
+        for ld in [ld, lc] {
+            let d = matrix(&mut rng, "y", ld, (m, n), true, elem);
+            let what = format!("[{m}, {k}] {la:?} · B + [{m}, {n}] {ld:?} → {lc:?}, {elem:?}");
+            check_added(&what, &a, &b, &d, &c, 2.5);
+        }
+    }
+}
+
+#[test]
+fn only_a_short_reduction_adds_a_matrix_of_its_own_extents() {
+    let mut rng = Rng::new(39);
+    let f32 = ElemType::F32;
+    // Eight columns but a reduction of 40: the thin kernel, which adds nothing.
+    let a = matrix(&mut rng, "x", Layout2::RowMajor, (64, 40), true, f32);
+    let b = matrix(&mut rng, "a", Layout2::RowMajor, (40, 8), true, f32);
+    let c = matrix(&mut rng, "u", Layout2::RowMajor, (64, 8), true, f32);
+    match NarrowMatmulOp::new_added(gpu(), &a.view, &b.view, &c.view, &c.view) {
+        Err(OpError::Unsupported { why, .. }) => assert!(why.contains("at most 16"), "{why}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    // A matrix to add whose static extent differs from C's is a shape error.
+    let a = matrix(&mut rng, "u", Layout2::RowMajor, (64, 8), true, f32);
+    let b = matrix(&mut rng, "b", Layout2::RowMajor, (8, 30), true, f32);
+    let c = matrix(&mut rng, "y", Layout2::RowMajor, (64, 30), true, f32);
+    let d = matrix(&mut rng, "d", Layout2::RowMajor, (64, 31), true, f32);
+    let err = NarrowMatmulOp::new_added(gpu(), &a.view, &b.view, &d.view, &c.view).unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    // At run time too: a `d` of other rows than C's is refused, recording nothing.
+    let op = NarrowMatmulOp::new_added(gpu(), &a.view, &b.view, &c.view, &c.view).unwrap();
+    let rows = matrix(&mut rng, "d", Layout2::RowMajor, (63, 30), true, f32);
+    let gpu = gpu();
+    let (ba, bb, bc, bd) = (
+        a.upload(gpu),
+        b.upload(gpu),
+        c.upload(gpu),
+        rows.upload(gpu),
+    );
+    let mut batch = gpu.batch();
+    let err = op
+        .record_added(
+            &mut batch,
+            &a.gpu_arg(&ba),
+            &b.gpu_arg(&bb),
+            &rows.gpu_arg(&bd),
+            &c.gpu_arg(&bc),
+            1.0,
+        )
+        .unwrap_err();
+    assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    // A plain op refuses to add.
+    let plain = NarrowMatmulOp::new(gpu, &a.view, &b.view, &c.view).unwrap();
+    let err = plain
+        .record_added(
+            &mut batch,
+            &a.gpu_arg(&ba),
+            &b.gpu_arg(&bb),
+            &c.gpu_arg(&bc),
+            &c.gpu_arg(&bc),
+            1.0,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("without a matrix"), "{err}");
 }
 
 #[test]

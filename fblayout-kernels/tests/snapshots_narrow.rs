@@ -1,7 +1,8 @@
 //! Snapshots of the narrow products' WGSL (validated by naga when built), at LoRA's shapes of
 //! rank 8 in `f16`: `u = x·Aᵀ` (a thin product of 8 columns, the tokens' rows read four
 //! elements of `k` at a time), `dA = duᵀ·x` (8 rows, `x` read four rows at a time along its
-//! contiguous axis), and `δ = u·Bᵀ` (a short reduction of 8, C stored four columns at a time).
+//! contiguous axis), and `δ = u·Bᵀ` (a short reduction of 8, C stored four columns at a time),
+//! also as `y' = s · u·Bᵀ + y`, the adapter's sum with its base layer's output written by it.
 
 mod support;
 
@@ -53,4 +54,16 @@ fn short_reduction_lora_up_projection() {
         .unwrap();
     let delta = matrix("delta", ("tokens", 0), ("d", 576), true);
     insta::assert_snapshot!("narrow_short_u_bt", source(&u, &b_t, &delta));
+}
+
+#[test]
+fn short_reduction_lora_up_projection_added_to_the_base_output() {
+    let u = matrix("u", ("tokens", 0), ("r", 8), true);
+    let b_t = matrix("lora_b", ("d", 576), ("r", 8), false)
+        .transpose("d", "r")
+        .unwrap();
+    let y = matrix("y", ("tokens", 0), ("d", 576), true);
+    let adapted = matrix("adapted", ("tokens", 0), ("d", 576), true);
+    let op = NarrowMatmulOp::new_added(gpu(), &u, &b_t, &y, &adapted).unwrap();
+    insta::assert_snapshot!("narrow_short_u_bt_added", op.source(gpu()).unwrap());
 }

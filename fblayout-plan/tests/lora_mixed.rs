@@ -1,8 +1,9 @@
 //! LoRA in mixed precision. Frozen base weights stay `f32`, and so do the gradients a kernel
 //! writes of them anyway (a normalisation's scale and shift); the adapters' `A` and `B`, read
 //! transposed, get `f16` copies that their AdamW steps write, so the adapters' products
-//! multiply `f16` factors; the GPU step of a LoRA graph in mixed precision runs, and its first
-//! loss agrees with the CPU executor's `f64` step of the same graph in `f32`.
+//! multiply `f16` factors, the last of them writing the adapter's sum with its base layer's
+//! output; the GPU step of a LoRA graph in mixed precision runs, and its first loss agrees with
+//! the CPU executor's `f64` step of the same graph in `f32`.
 
 mod exec_support;
 
@@ -57,7 +58,6 @@ fn cases() -> Vec<(&'static str, Graph, StepInputs)> {
 
 #[test]
 fn the_adapters_products_multiply_f16_copies_their_adamw_steps_write() {
-    // And the scaling, a constant, keeps its copy as a frozen weight does.
     for (what, g, _) in cases() {
         let mixed = Precision::Mixed.apply(&g).unwrap();
         let adapters: Vec<_> = mixed
@@ -124,6 +124,52 @@ fn the_adapters_products_multiply_f16_copies_their_adamw_steps_write() {
             }
         }
     }
+}
+
+/// Each adapter's sum with its base layer's output is done by its last product, `u·Bᵀ`
+/// (a reduction over the rank), in `f32` and in mixed precision; at a rank the short kernel
+/// does not take, the sum stays an operation of its own.
+#[test]
+fn each_adapters_sum_is_written_by_its_last_product() {
+    for (what, g, _) in cases() {
+        for (precision, graph) in [
+            ("f32", g.clone()),
+            ("mixed", Precision::Mixed.apply(&g).unwrap()),
+        ] {
+            let folds = graph.folded_additions();
+            let mut folded = 0;
+            for (i, fold) in folds.iter().enumerate() {
+                let Some(j) = *fold else { continue };
+                folded += 1;
+                let (product, add) = (&graph.nodes()[i], &graph.nodes()[j]);
+                // peft's scaling, alpha 8 / rank 4, is the product's.
+                assert_eq!(
+                    product.op,
+                    Op::LinearT { scale: 2.0 },
+                    "{what}, {precision}"
+                );
+                assert_eq!(add.op, Op::Add, "{what}, {precision}");
+                assert_eq!(add.inputs[1], product.outputs[0], "{what}, {precision}");
+                let b = graph.tensor(product.inputs[1]);
+                assert!(
+                    b.name.contains(".lora_B"),
+                    "{what}, {precision}: `{}`",
+                    b.name
+                );
+            }
+            // Two layers, two adapted projections each.
+            assert_eq!(folded, 4, "{what}, {precision}");
+            assert_eq!(
+                graph.epilogues().iter().flatten().count(),
+                folded + graph.folded_biases().iter().flatten().count(),
+                "{what}, {precision}"
+            );
+        }
+    }
+    let mut wide =
+        llama::forward(&LlamaConfig::new(VOCAB, 32, 2).with_ffn(24).with_layers(1)).unwrap();
+    apply(&mut wide, &LoraConfig::new(17, 34.0, ["q_proj"])).unwrap();
+    assert!(wide.folded_additions().iter().all(Option::is_none));
 }
 
 #[test]

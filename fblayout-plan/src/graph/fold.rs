@@ -10,11 +10,22 @@
 //! A linear layer's forward writes `lin = x·w` and a bias node then writes `y = lin + b`, a
 //! whole read and write of the activation for one addition per element. Where `lin` is an
 //! activation that only that bias reads (as its input), the product adds `b` itself and writes
-//! `y` (the GPU executor's biased GEMM); `lin` is then never written. The memory planner and
-//! the executor read the same folds from [`Graph::folded_biases`], so that `y`'s buffer is
-//! live from the product on.
+//! `y` (the GPU executor's biased GEMM); `lin` is then never written.
+//!
+//! **Additions after a short product.** A LoRA adapter's last product `δ = s · u·Bᵀ` reduces
+//! over the rank, and the addition `y' = y + δ` after it reads `y` and `δ` and writes `y'`.
+//! Where `δ` is an activation that only that addition reads (as its second summand), the
+//! product's reduction is short enough for the kernel that adds a matrix as it writes
+//! ([`is_short`]) and `y` is ready when it runs, the product writes `y' = s · u·Bᵀ + y` itself
+//! ([`Graph::folded_additions`]).
+//!
+//! The memory planner, the executor and the cost model read both kinds of fold from
+//! [`Graph::epilogues`], so that the folded output's buffer is live from the product on and the
+//! folded operation runs no kernel of its own.
 
-use super::{Graph, GraphError, NodeId, Op, Role, TensorId};
+use fblayout_kernels::ops::matmul::narrow::is_short;
+
+use super::{Dim, Graph, GraphError, NodeId, Op, Role, TensorId};
 
 impl Graph {
     /// For each operation, the bias operation its product adds in its epilogue (see the module
@@ -23,11 +34,58 @@ impl Graph {
     /// the product runs (a parameter, or written before it: not a copy a conversion makes
     /// between the two).
     pub fn folded_biases(&self) -> Vec<Option<usize>> {
+        self.folds(|n| n.op == Op::Linear, Op::Bias, ["x", "b"])
+    }
+
+    /// For each operation, the addition its product does as it writes (see the module docs):
+    /// `Some(j)` for an [`Op::LinearT`] whose reduction has a static extent the short kernel
+    /// takes and whose output is an activation that only operation `j`, an [`Op::Add`] reading
+    /// it as its second summand `b`, reads, where the first summand `a` is ready when the
+    /// product runs.
+    pub fn folded_additions(&self) -> Vec<Option<usize>> {
+        let short = |n: &super::Node| {
+            matches!(n.op, Op::LinearT { .. })
+                && n.inputs.get(1).is_some_and(|&w| {
+                    // `w` is `[d_out, d_in]`, read transposed: the reduction is its last axis.
+                    match self.tensor(w).axes.as_slice() {
+                        [_, d_in] => is_short(match d_in.dim {
+                            Dim::Fixed(e) => Some(e),
+                            Dim::Batch | Dim::Seq => None,
+                        }),
+                        _ => false,
+                    }
+                })
+        };
+        self.folds(short, Op::Add, ["b", "a"])
+    }
+
+    /// For each operation, the operation whose work its epilogue does: its folded bias or
+    /// addition ([`folded_biases`](Self::folded_biases),
+    /// [`folded_additions`](Self::folded_additions)). What the memory planner, the executors and
+    /// the cost model read.
+    pub fn epilogues(&self) -> Vec<Option<usize>> {
+        self.folded_biases()
+            .into_iter()
+            .zip(self.folded_additions())
+            .map(|(bias, add)| bias.or(add))
+            .collect()
+    }
+
+    /// For each operation that `product` accepts, the one operation of kind `after` that reads
+    /// its output (an activation nothing else reads) as its role `roles[0]`, where its role
+    /// `roles[1]` is ready when the product runs (persistent, or written before it).
+    fn folds(
+        &self,
+        product: impl Fn(&super::Node) -> bool,
+        after: Op,
+        roles: [&str; 2],
+    ) -> Vec<Option<usize>> {
+        let [own, other] = roles;
         let nodes = self.nodes();
-        let ready = |b: super::TensorId, at: usize| {
+        let ready = |b: TensorId, at: usize| {
             self.tensor(b).is_persistent() || nodes[..at].iter().any(|n| n.outputs.contains(&b))
         };
-        // A bias node's operand of role `role`.
+        // The folded node's operand of role `role`.
         let operand = |m: &super::Node, role: &str| {
             let k = m.op.input_roles().iter().position(|r| *r == role)?;
             m.inputs.get(k).copied()
@@ -36,7 +94,7 @@ impl Graph {
             .iter()
             .enumerate()
             .map(|(i, n)| {
-                if n.op != Op::Linear {
+                if !product(n) {
                     return None;
                 }
                 let t = *n.outputs.first()?;
@@ -49,9 +107,9 @@ impl Graph {
                     .filter(|(_, m)| m.inputs.contains(&t));
                 match (readers.next(), readers.next()) {
                     (Some((j, m)), None)
-                        if m.op == Op::Bias
-                            && operand(m, "x") == Some(t)
-                            && operand(m, "b").is_some_and(|b| ready(b, i)) =>
+                        if m.op == after
+                            && operand(m, own) == Some(t)
+                            && operand(m, other).is_some_and(|b| ready(b, i)) =>
                     {
                         Some(j)
                     }

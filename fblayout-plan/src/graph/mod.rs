@@ -11,7 +11,7 @@
 //! then appends one in-place [`Op::AdamW`] per parameter, with its moments
 //! ([`Role::State`]). [`precision::mixed`] makes activations and gradients `f16` around `f32`
 //! master weights, whose `f16` copies ([`Role::ParamCopy`]) the AdamW steps write.
-//! [`Graph::folded_biases`] says which biases a product adds itself.
+//! [`Graph::epilogues`] says which biases and additions a product does itself.
 
 mod autodiff;
 mod fold;

@@ -17,8 +17,8 @@
 //! largest first (greedy by size): each takes the smallest buffer that already holds only
 //! tensors whose lives don't overlap its own, or a new buffer of its size, rounded up as the
 //! device's pool allocates it ([`granular`]). Lives include the operations at their ends, so
-//! an operation's outputs never share a buffer with its inputs. A bias a product adds itself
-//! ([`Graph::folded_biases`]) has its output live from that product on.
+//! an operation's outputs never share a buffer with its inputs. A bias or an addition a product
+//! does itself ([`Graph::epilogues`]) has its output live from that product on.
 //! [`MemoryOptions::reuse`] off gives every tensor its own buffer.
 //!
 //! **Workspace.** An operation's kernels take scratch while they run — the attention's scores,
@@ -466,8 +466,8 @@ fn liveness(graph: &Graph, keep: &[TensorId]) -> (Vec<Option<Live>>, Vec<bool>) 
             last[t.index()] = Some(i);
         }
     }
-    // A bias folded into the product before it is written by that product.
-    for (i, fold) in graph.folded_biases().into_iter().enumerate() {
+    // A bias or an addition folded into the product before it is written by that product.
+    for (i, fold) in graph.epilogues().into_iter().enumerate() {
         if let Some(j) = fold {
             for &y in &graph.nodes()[j].outputs {
                 first[y.index()] = first[y.index()].map(|f| f.min(i));

@@ -1,5 +1,9 @@
 //! Sums: `a, b → y`, `y = a + b` — a residual connection in the forward, two contributions to
 //! one gradient in the backward ([`Op::Accumulate`](crate::graph::Op::Accumulate)).
+//!
+//! A sum whose `b` a short product made (a LoRA adapter's last) is done by that product as it
+//! writes ([`Graph::folded_additions`](crate::graph::Graph::folded_additions)): its node then
+//! records nothing of its own.
 
 use fblayout_kernels::ops::AddOp;
 use fblayout_kernels::ops::add::add_cpu;
@@ -7,7 +11,7 @@ use fblayout_kernels::runtime::Batch;
 use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
-use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
+use super::gpu::{BuildCtx, GpuKernel, Nothing, RecordCtx};
 use super::{Args, Contract, Decl, Dims, Holds, LIKE_OUTPUT, OWN, OpErr, Sample, Slot, ViewRule};
 use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, Phase};
@@ -95,6 +99,10 @@ impl Contract for Add {
         args: &Args<&BoundOperand>,
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
+        if ctx.folded {
+            // The product before it writes `y`.
+            return Ok(Box::new(Nothing));
+        }
         let (a, b, y) = (args.read("a")?, args.read("b")?, args.write("y")?);
         Ok(Box::new(Sum(AddOp::new(
             ctx.gpu, &a.view, &b.view, &y.view,

@@ -52,7 +52,8 @@ pub(crate) trait GpuKernel {
     }
 }
 
-/// A kernel that records nothing: a bias a product before it adds in its epilogue.
+/// A kernel that records nothing: a bias or an addition a product before it does in its
+/// epilogue.
 pub(crate) struct Nothing;
 
 impl GpuKernel for Nothing {
@@ -73,8 +74,8 @@ pub(crate) type Shared = Arc<dyn Any + Send + Sync>;
 pub(crate) struct BuildCtx<'a> {
     pub(crate) gpu: &'a Gpu,
     pub(crate) graph: &'a Graph,
-    /// The operands of the node whose work this one's epilogue does (a bias added by the
-    /// product before it).
+    /// The operands of the node whose work this one's epilogue does (a bias or an addition
+    /// after the product).
     pub(crate) epilogue: Option<Args<&'a BoundOperand>>,
     /// Whether the node before this one does its work in its epilogue.
     pub(crate) folded: bool,

@@ -4,7 +4,9 @@
 //! `[d_in, d_out]` as declared. One kernel ([`LinearOp`]) holds all three GEMMs; each node
 //! builds it with the views it has, standing its output in for the operand the product does
 //! not read (`dx` for `x`, `dw` for `w`). A bias the graph adds right after the forward product
-//! ([`Graph::folded_biases`](crate::graph::Graph::folded_biases)) is added in its epilogue.
+//! ([`Graph::folded_biases`](crate::graph::Graph::folded_biases)) is added in its epilogue, and
+//! so is the sum after a transposed product with a short reduction, a LoRA adapter's last
+//! ([`Graph::folded_additions`](crate::graph::Graph::folded_additions)).
 
 use fblayout_kernels::ops::LinearOp;
 use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_forward_cpu};
@@ -215,17 +217,26 @@ impl Contract for Linear {
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
         let (x, w) = (&args.read("x")?.view, &args.read("w")?.view);
-        let (op, biased) = match &ctx.epilogue {
+        let (op, fold) = match &ctx.epilogue {
             // The bias node after it: `x, b → y`, whose `y` this product writes.
             Some(bias) if !self.transposed => {
                 let (b, y) = (&bias.read("b")?.view, &bias.write("y")?.view);
-                (LinearOp::new_biased(ctx.gpu, x, w, b, y)?, true)
+                (LinearOp::new_biased(ctx.gpu, x, w, b, y)?, Fold::Bias)
             }
-            _ => (LinearOp::new(ctx.gpu, x, w, &args.write("y")?.view)?, false),
+            // The addition after it, `a, b → y` with this product's output as `b`: the
+            // product writes `y = factor · x·wᵀ + a`.
+            Some(add) => {
+                let (a, y) = (&add.read("a")?.view, &add.write("y")?.view);
+                (LinearOp::new_added(ctx.gpu, x, w, a, y)?, Fold::Add)
+            }
+            None => (
+                LinearOp::new(ctx.gpu, x, w, &args.write("y")?.view)?,
+                Fold::None,
+            ),
         };
         Ok(Box::new(Products {
             op,
-            which: Which::Forward { biased },
+            which: Which::Forward(fold),
             out: Output::scaled(self.scale),
         }))
     }
@@ -445,12 +456,21 @@ fn scratch(s: &Shapes<'_>, roles: [&str; 3], which: usize) -> Result<Scratch, Op
 /// Which of the three products a node runs.
 #[derive(Clone, Copy)]
 enum Which {
-    /// `y = x·w`, with the bias node's work in its epilogue where `biased`.
-    Forward {
-        biased: bool,
-    },
+    /// `y = x·w`, with the work of the node after it in its epilogue where it folds one.
+    Forward(Fold),
     GradInput,
     GradWeight,
+}
+
+/// The node after a forward product whose work the product does
+/// ([`Graph::epilogues`](crate::graph::Graph::epilogues)).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fold {
+    None,
+    /// The bias `x, b → y`: `y = x·w + b`.
+    Bias,
+    /// The addition `a, b → y` of the product's output `b`: `y = factor · x·wᵀ + a`.
+    Add,
 }
 
 struct Products {
@@ -468,9 +488,9 @@ impl Products {
         ctx: &'b RecordCtx<'_>,
     ) -> Result<[&'b GpuArg<'b>; 3], OpErr> {
         Ok(match self.which {
-            Which::Forward { biased } => {
-                let y = match (biased, ctx.epilogue) {
-                    (true, Some(bias)) => bias.write("y")?,
+            Which::Forward(fold) => {
+                let y = match (fold, ctx.epilogue) {
+                    (Fold::Bias | Fold::Add, Some(after)) => after.write("y")?,
                     _ => args.write("y")?,
                 };
                 [args.read("x")?, args.read("w")?, y]
@@ -489,17 +509,27 @@ impl GpuKernel for Products {
         ctx: &RecordCtx<'_>,
     ) -> Result<(), OpErr> {
         let ow = self.out;
+        let after = || {
+            ctx.epilogue.ok_or_else(|| OpErr::Shape {
+                op: "linear",
+                detail: "built with the next node's work in its epilogue, recorded without it"
+                    .into(),
+            })
+        };
         match self.which {
-            Which::Forward { biased: true } => {
-                let bias = ctx.epilogue.ok_or_else(|| OpErr::Shape {
-                    op: "linear",
-                    detail: "built with a bias in its epilogue, recorded without one".into(),
-                })?;
+            Which::Forward(Fold::Bias) => {
+                let bias = after()?;
                 let (x, w) = (args.read("x")?, args.read("w")?);
                 self.op
                     .forward_biased(batch, x, w, bias.read("b")?, bias.write("y")?)
             }
-            Which::Forward { biased: false } => self.op.forward(
+            Which::Forward(Fold::Add) => {
+                let add = after()?;
+                let (x, w) = (args.read("x")?, args.read("w")?);
+                self.op
+                    .forward_added(batch, x, w, add.read("a")?, add.write("y")?, ow)
+            }
+            Which::Forward(Fold::None) => self.op.forward(
                 batch,
                 args.read("x")?,
                 args.read("w")?,

@@ -49,7 +49,7 @@ pub enum KernelKind {
     Embedding,
     /// Its gradient.
     EmbeddingGrad,
-    /// Add, a bias the product before it does not add ([`Graph::folded_biases`]), the
+    /// Add, a bias or addition the product before it does not do ([`Graph::epilogues`]), the
     /// activations and their gradients, SwiGLU, accumulation.
     Elementwise,
     /// The optimizer's update.

@@ -13,9 +13,9 @@
 //! small table over its scope, so the exact optimum is a minimum of a sum of small factors
 //! ([`exact`](super::exact)).
 //!
-//! A bias the product before it adds in its epilogue ([`Graph::folded_biases`]) has no terms:
-//! it runs no kernel of its own (the product's write of its output stands for the biased
-//! write).
+//! A bias or an addition the product before it does in its epilogue ([`Graph::epilogues`]) has
+//! no terms: it runs no kernel of its own (the product's write of its output stands for the
+//! biased or added write).
 //!
 //! Each operand's term is multiplied by its kernel factor, by the operation's kind and the
 //! operand's layout ([`kernels`](super::kernels)); 1 where the model has none.
@@ -154,10 +154,11 @@ impl<'g> Objective<'g> {
             tied: vec![None; graph.tensors().len()],
             group: Vec::new(),
         };
-        // A bias the product before it adds (Graph::folded_biases) runs no kernel of its own.
+        // A bias or addition the product before it does (Graph::epilogues) runs no kernel of its
+        // own.
         let folded: Vec<bool> = {
             let mut f = vec![false; graph.nodes().len()];
-            for j in graph.folded_biases().into_iter().flatten() {
+            for j in graph.epilogues().into_iter().flatten() {
                 f[j] = true;
             }
             f

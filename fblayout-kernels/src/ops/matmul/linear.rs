@@ -67,7 +67,7 @@ impl LinearOp {
     /// The GEMMs of `y = x·w` for views `x [tokens, d_in]`, `w [d_in, d_out]` and `y [tokens,
     /// d_out]`, and of its backward.
     pub fn new(gpu: &Gpu, x: &View, w: &View, y: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, x, w, None, y)
+        Self::new_with(gpu, x, w, y, |x, w, y| Product::new(gpu, x, w, y))
     }
 
     /// Like [`new`](Self::new), with the bias `b`, a rank-1 view `[d_out]` (`f32` or `f16`,
@@ -76,22 +76,30 @@ impl LinearOp {
     /// GEMM's epilogue. The backward products are unchanged; the bias's gradient is
     /// [`BiasOp::backward`](crate::ops::bias::BiasOp::backward)'s.
     pub fn new_biased(gpu: &Gpu, x: &View, w: &View, b: &View, y: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, x, w, Some(b), y)
+        Self::new_with(gpu, x, w, y, |x, w, y| Product::new_biased(gpu, x, w, b, y))
     }
 
+    /// Like [`new`](Self::new), with the matrix `d` of y's extents (any layout): its forward
+    /// product ([`forward_added`](Self::forward_added)) is `y = x·w + d`, `d` added as `y` is
+    /// written, where `x·w` reduces over at most [`NARROW`](super::narrow::NARROW) elements
+    /// (a static extent; [`is_short`](super::narrow::is_short)): LoRA's last product, whose
+    /// sum with the base layer's output takes no pass of its own. An error for any other
+    /// product.
+    pub fn new_added(gpu: &Gpu, x: &View, w: &View, d: &View, y: &View) -> Result<Self, OpError> {
+        Self::new_with(gpu, x, w, y, |x, w, y| Product::new_added(gpu, x, w, d, y))
+    }
+
+    /// The op whose forward product `forward` builds from `x`, `w` and `y`.
     fn new_with(
         gpu: &Gpu,
         x: &View,
         w: &View,
-        b: Option<&View>,
         y: &View,
+        forward: impl FnOnce(&View, &View, &View) -> Result<Product, OpError>,
     ) -> Result<Self, OpError> {
         let (x_t, w_t) = (transposed(x)?, transposed(w)?);
         transposed(y)?;
-        let forward = match b {
-            Some(b) => Product::new_biased(gpu, x, w, b, y)?,
-            None => Product::new(gpu, x, w, y)?,
-        };
+        let forward = forward(x, w, y)?;
         Ok(Self {
             forward,
             grad_x: Product::new(gpu, y, &w_t, x)?,
@@ -169,6 +177,21 @@ impl LinearOp {
         y: &GpuArg<'_>,
     ) -> Result<(), OpError> {
         self.forward.record_biased(batch, x, w, b, y)
+    }
+
+    /// Records `y = factor · x·w + d` (`out`'s factor: [`Output::Overwrite`] or
+    /// [`Output::Scaled`]), `d` read through the view it was built with; an error for an op
+    /// built without one (see [`new_added`](Self::new_added)).
+    pub fn forward_added(
+        &self,
+        batch: &mut Batch<'_>,
+        x: &GpuArg<'_>,
+        w: &GpuArg<'_>,
+        d: &GpuArg<'_>,
+        y: &GpuArg<'_>,
+        out: Output,
+    ) -> Result<(), OpError> {
+        self.forward.record_added(batch, x, w, d, y, out)
     }
 
     /// Records `y = x·w` (or `y += x·w`); an error for an op built with a bias (see

@@ -85,6 +85,22 @@ impl Product {
         Self::new_with(gpu, a, b, Some(bias), c)
     }
 
+    /// The product `c = alpha · a·b + d` with a short reduction, on the narrow kernel that adds
+    /// `d` as it writes `c` (see [`NarrowMatmulOp::new_added`]; an error for any other).
+    pub(crate) fn new_added(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        d: &View,
+        c: &View,
+    ) -> Result<Self, OpError> {
+        Ok(Self {
+            f32: MatmulOp::new(gpu, a, b, c)?,
+            narrow: Some(Arc::new(NarrowMatmulOp::new_added(gpu, a, b, d, c)?)),
+            coop: None,
+        })
+    }
+
     fn new_with(
         gpu: &Gpu,
         a: &View,
@@ -175,6 +191,26 @@ impl Product {
             (None, Some(coop), Output::Overwrite) => coop.record(batch, a, b, c),
             _ => self.f32.record(batch, a, b, c, out.scale()),
         }
+    }
+
+    /// Records the added product `c = factor · a·b + d` (`out`'s factor) of an op built by
+    /// [`new_added`](Self::new_added); an error for any other, or for an `out` that accumulates.
+    pub(crate) fn record_added(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        d: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        out: Output,
+    ) -> Result<(), OpError> {
+        let (Some(narrow), Scale { alpha, beta: 0.0 }) = (&self.narrow, out.scale()) else {
+            return Err(OpError::shape(
+                "matmul",
+                "an added product overwrites its output, built with a matrix to add",
+            ));
+        };
+        narrow.record_added(batch, a, b, d, c, alpha)
     }
 
     /// Tunes the tensor-core product on `a`, `b` and a scratch output shaped like `c` (so

@@ -25,6 +25,10 @@
 //! split-k the partial kernels know nothing of it: the reduction adds it once, to the sum of
 //! the parts.
 //!
+//! An added product ([`Finish::Added`]) overwrites C with `alpha · sum + D`, `D` a matrix of
+//! C's extents read element by element through its own view as each block is written (the
+//! addition after a LoRA adapter's last product, done by it).
+//!
 //! The inner loop is unrolled by the generator: per `k`, an invocation reads `thread_m / 4`
 //! `vec4`s of A and `thread_n / 4` of B and does `thread_m × thread_n` multiply-adds into
 //! registers. Nothing here computes an offset: tensors are addressed by coordinates through
@@ -68,6 +72,9 @@ pub(crate) enum Finish {
     Scaled,
     /// `sum + bias[n]` (operand `bias`, `[n]`), overwriting C.
     Biased,
+    /// `alpha · sum + D` (operand `d`, a matrix of C's extents read through its own view;
+    /// scalar `alpha`), overwriting C: an addition after the product, done as it is written.
+    Added,
 }
 
 /// Where the sums go.
@@ -120,7 +127,9 @@ pub(super) fn decode_batch(s: &mut String, role: &str, batch_axes: usize) {
 
 /// The statement storing `value` into C at `coords` (`c_store4` when `wide`), finished as
 /// `finish` says: with `Scaled`, `value` has been multiplied by `alpha` and `beta · C` is added
-/// where `beta` is not zero; with `Biased`, `value` already holds its bias.
+/// where `beta` is not zero; with `Biased`, `value` already holds its bias; with `Added`,
+/// `value` has been multiplied by `alpha` and `D` at `coords` is added (`mm_d4`, four along the
+/// direction C is stored in, when `wide`).
 pub(super) fn store_c(finish: Finish, wide: bool, coords: &str, value: &str, ind: &str) -> String {
     let (store, load) = if wide {
         ("c_store4", "c_load4")
@@ -136,7 +145,29 @@ pub(super) fn store_c(finish: Finish, wide: bool, coords: &str, value: &str, ind
 {ind}}}\n"
         ),
         Finish::Biased => format!("{ind}{store}({coords}, {value});\n"),
+        Finish::Added => {
+            let d = if wide { "mm_d4" } else { "d_load" };
+            format!("{ind}{store}({coords}, {value} + {d}({coords}));\n")
+        }
     }
+}
+
+/// The helper `mm_d4(m, n)`: four elements of D from `(m, n)` along the direction C is
+/// stored in (`m` for [`Store::M`], else `n`): one `d_load4` where D is read four at a time
+/// along that direction (`wide`), else one by one. It is called only where all four lie
+/// inside C.
+fn addend_helper(store: Store, batch_axes: usize, wide: bool) -> String {
+    let (bp, bc) = (batch_params(batch_axes), batch_coords(batch_axes));
+    let at = |j: u32| match store {
+        Store::M => format!("d_load({bc}mm_m + {j}u, mm_n)"),
+        Store::N | Store::Scalar => format!("d_load({bc}mm_m, mm_n + {j}u)"),
+    };
+    let value = if wide {
+        format!("d_load4({bc}mm_m, mm_n)")
+    } else {
+        format!("vec4<f32>({}, {}, {}, {})", at(0), at(1), at(2), at(3))
+    };
+    format!("fn mm_d4({bp}mm_m: u32, mm_n: u32) -> vec4<f32> {{\n    return {value};\n}}\n")
 }
 
 /// The helper `mm_bias4(n)`: `bias[n..n + 4]` for `n` a multiple of four, elements past the
@@ -162,7 +193,7 @@ fn bias_helper(bias_wide: bool) -> String {
 
 /// The helpers that write four rows × four columns of C at `(mm_m, mm_n)` (rows `mm_r0..3`,
 /// each a `vec4` over the columns), masked to C's extents, finished as `finish` says
-/// (`bias_wide`: the bias is read four at a time where it can be).
+/// (`bias_wide`: the bias, or D, is read four at a time where it can be).
 pub(super) fn write_block(
     store: Store,
     batch_axes: usize,
@@ -174,11 +205,13 @@ pub(super) fn write_block(
     let m_dim = format!("c_dim{batch_axes}()");
     let n_dim = format!("c_dim{}()", batch_axes + 1);
     let mut s = String::new();
-    if finish == Finish::Biased {
-        s += &bias_helper(bias_wide);
+    match finish {
+        Finish::Biased => s += &bias_helper(bias_wide),
+        Finish::Added => s += &addend_helper(store, batch_axes, bias_wide),
+        Finish::Scaled => {}
     }
     let scaled = |v: &str| match finish {
-        Finish::Scaled => format!("params.alpha * {v}"),
+        Finish::Scaled | Finish::Added => format!("params.alpha * {v}"),
         Finish::Biased => v.to_owned(),
     };
     // One row of four columns, element by element or as one vec4.
@@ -229,7 +262,7 @@ pub(super) fn write_block(
     if store == Store::M {
         // Four rows are four neighbours along m: one store4 per column when all are inside.
         let column = match finish {
-            Finish::Scaled => {
+            Finish::Scaled | Finish::Added => {
                 "params.alpha * vec4<f32>(mm_r0[mm_j], mm_r1[mm_j], mm_r2[mm_j], mm_r3[mm_j])"
             }
             Finish::Biased => {
@@ -256,7 +289,7 @@ pub(super) fn write_block(
         );
     }
     let plus_bias = match finish {
-        Finish::Scaled => "",
+        Finish::Scaled | Finish::Added => "",
         Finish::Biased => " + mm_bias",
     };
     for r in 0..4 {
@@ -577,7 +610,7 @@ pub(crate) fn reduce(store: Store, batch_axes: usize, finish: Finish, bias_wide:
     );
     decode_batch(&mut s, "c", nb);
     let sum = match finish {
-        Finish::Scaled => "mm_sum".to_owned(),
+        Finish::Scaled | Finish::Added => "mm_sum".to_owned(),
         Finish::Biased => format!("mm_sum + mm_bias4({n4} * 4u)"),
     };
     let _ = writeln!(s, "    mm_write_row({bc}{m}, {n4} * 4u, {sum});\n}}");

@@ -364,7 +364,7 @@ impl<'g> GpuStep<'g> {
             })
             .transpose()?;
         let step_scalars = device_vector(gpu, "adamw_step_scalars", STEP_SCALARS, ElemType::F32)?;
-        let folded = graph.folded_biases();
+        let folded = graph.epilogues();
         let mut kept: Vec<bool> = graph.ids().map(|t| memory.kept(t)).collect();
         let mut shared: Vec<(TensorId, Shared)> = Vec::new();
         let mut kernels = Vec::with_capacity(graph.nodes().len());

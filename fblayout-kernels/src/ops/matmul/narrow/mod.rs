@@ -30,13 +30,14 @@ use fblayout_core::kernel::{KernelSource, Operand, Scalar};
 use fblayout_core::layout::View;
 
 use self::shader::{Geometry, SHORT_TILE, ShortSpec, Side, ThinOut, ThinSpec};
-use super::shader::Staging;
+use super::shader::{Staging, Store};
 use super::{
     DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_grid,
     check_static_extents, check_writable, finish_scalars, gemm_shape, split_parts, storage_problem,
     vectorized,
 };
 use crate::ops::compiled::Compiled;
+use crate::ops::elementwise::check_same_dims;
 use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, Scratch};
 use crate::tensor::GpuArg;
@@ -78,14 +79,23 @@ pub struct NarrowMatmulOp {
     a: Operand,
     b: Operand,
     reduction: Reduction,
+    /// D of `C = alpha · A·B + D` ([`new_added`](Self::new_added)).
+    addend: Option<Operand>,
     batch_axes: usize,
     kernels: Arc<Mutex<HashMap<Kernel, Arc<Compiled>>>>,
+}
+
+/// Whether a product whose reduction has the static extent `k` (`None`: not static) runs on
+/// the short kernel, the one that also adds a matrix as it writes C
+/// ([`NarrowMatmulOp::new_added`]).
+pub fn is_short(k: Option<u32>) -> bool {
+    k.is_some_and(|k| (1..=NARROW).contains(&k))
 }
 
 /// The static extent of axis `axis` of `view` where it is at most [`NARROW`].
 fn narrow_extent(view: &View, axis: usize) -> Option<u32> {
     let e = view.axes()[axis].extent.as_static()?;
-    u32::try_from(e).ok().filter(|&e| (1..=NARROW).contains(&e))
+    u32::try_from(e).ok().filter(|&e| is_short(Some(e)))
 }
 
 /// The staging of an operand asked for wide accesses along `outer`, then `k`.
@@ -171,9 +181,61 @@ impl NarrowMatmulOp {
             a,
             b,
             reduction,
+            addend: None,
             batch_axes: nb,
             kernels: Arc::default(),
         };
+        op.kernel(gpu, Kernel::Direct)?;
+        Ok(op)
+    }
+
+    /// The product `C = alpha · A·B + D`, D read through `d` (C's extents, any layout), where
+    /// `k` has a static extent of at most [`NARROW`] ([`is_short`]): the short kernel adds D as
+    /// it writes C, so the addition after the product takes no pass of its own.
+    /// [`OpError::Unsupported`] for any other product.
+    pub fn new_added(gpu: &Gpu, a: &View, b: &View, d: &View, c: &View) -> Result<Self, OpError> {
+        let mut op = Self::new(gpu, a, b, c)?;
+        if !matches!(op.kind, Kind::Short { .. }) {
+            return Err(OpError::Unsupported {
+                op: OP,
+                role: "a",
+                view: a.name().to_owned(),
+                why: format!("only a reduction of at most {NARROW} adds a matrix as it writes C"),
+            });
+        }
+        let c_dims = c.axes().iter().map(|x| x.extent.as_static());
+        let d_dims = d.axes().iter().map(|x| x.extent.as_static());
+        if d.axes().len() != c.axes().len()
+            || c_dims
+                .zip(d_dims)
+                .any(|(c, d)| matches!((c, d), (Some(c), Some(d)) if c != d))
+        {
+            return Err(OpError::shape(
+                OP,
+                format!(
+                    "`d` ({}) must have the extents of `c` ({})",
+                    d.name(),
+                    c.name()
+                ),
+            ));
+        }
+        if let Some(why) = storage_problem(d.layout().elem(), gpu.features().f16) {
+            return Err(OpError::Unsupported {
+                op: OP,
+                role: "d",
+                view: d.name().to_owned(),
+                why,
+            });
+        }
+        // Read four at a time along the axis C is stored four at a time along, where it can be.
+        let d = Operand::read("d", d)?;
+        let nb = op.batch_axes;
+        op.addend = Some(match op.reduction.store {
+            Store::N => vectorized(d, &[nb + 1]).0,
+            Store::M => vectorized(d, &[nb]).0,
+            Store::Scalar => d,
+        });
+        op.kernels = Arc::default();
         op.kernel(gpu, Kernel::Direct)?;
         Ok(op)
     }
@@ -248,8 +310,20 @@ impl NarrowMatmulOp {
                     a,
                     b_wide,
                     store: self.reduction.store,
+                    added: self.addend.is_some(),
+                    d_wide: self.addend.as_ref().is_some_and(|d| {
+                        let along = match self.reduction.store {
+                            Store::M => nb,
+                            Store::N | Store::Scalar => nb + 1,
+                        };
+                        self.reduction.store != Store::Scalar && d.vector_axis() == Some(along)
+                    }),
                 };
-                (OP, scaled(operands).body(shader::short(&spec)))
+                let source = match &self.addend {
+                    Some(d) => scaled(operands).operand(d.clone()),
+                    None => scaled(operands),
+                };
+                (OP, source.body(shader::short(&spec)))
             }
             (Kernel::Partial, Kind::Short { .. }) => {
                 return Err(OpError::shape(
@@ -297,7 +371,8 @@ impl NarrowMatmulOp {
         Extents::of_call(&*self.kernel(gpu, Kernel::Direct)?, a, b, c)
     }
 
-    /// Records `C = alpha · A·B + beta · C`.
+    /// Records `C = alpha · A·B + beta · C` (an error for an op built with an addend: see
+    /// [`record_added`](Self::record_added)).
     pub fn record(
         &self,
         batch: &mut Batch<'_>,
@@ -306,8 +381,47 @@ impl NarrowMatmulOp {
         c: &GpuArg<'_>,
         scale: Scale,
     ) -> Result<(), OpError> {
+        if self.addend.is_some() {
+            return Err(OpError::shape(
+                OP,
+                "built to add a matrix `d`, recorded without one",
+            ));
+        }
+        self.record_with(batch, a, b, None, c, scale)
+    }
+
+    /// Records `C = alpha · A·B + D` for an op built by [`new_added`](Self::new_added); an error
+    /// for any other.
+    pub fn record_added(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        d: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        alpha: f32,
+    ) -> Result<(), OpError> {
+        if self.addend.is_none() {
+            return Err(OpError::shape(OP, "built without a matrix `d` to add"));
+        }
+        let scale = Scale { alpha, beta: 0.0 };
+        self.record_with(batch, a, b, Some(d), c, scale)
+    }
+
+    fn record_with(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        d: Option<&GpuArg<'_>>,
+        c: &GpuArg<'_>,
+        scale: Scale,
+    ) -> Result<(), OpError> {
         let gpu = batch.gpu();
         let extents = self.extents(gpu, a, b, c)?;
+        if let Some(d) = d {
+            check_same_dims(OP, &["c", "d"], [c.dims(), d.dims()].into_iter())?;
+        }
         let shape = gemm_shape(&extents)?;
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
             return Ok(());
@@ -335,13 +449,9 @@ impl NarrowMatmulOp {
         if split == 1 {
             let kernel = self.kernel(gpu, Kernel::Direct)?;
             let scalars = finish_scalars(false, scale);
-            return kernel.record(
-                batch,
-                shader::ENTRY,
-                &[("a", a), ("b", b), ("c", c)],
-                &scalars,
-                grid,
-            );
+            let mut args = vec![("a", a), ("b", b), ("c", c)];
+            args.extend(d.map(|d| ("d", d)));
+            return kernel.record(batch, shader::ENTRY, &args, &scalars, grid);
         }
         let partial = self.kernel(gpu, Kernel::Partial)?;
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
