@@ -11,24 +11,22 @@ const SMALL: ModelConfig = ModelConfig::new(50, 32, 4)
     .with_ffn(64)
     .with_layers(2);
 
+/// A `[batch, seq, 8]` activation of `f32` named `name`.
+fn activation(g: &mut Graph, name: &str) -> TensorId {
+    let axes = [
+        ("batch", Dim::Batch),
+        ("seq", Dim::Seq),
+        ("hidden", Dim::Fixed(8)),
+    ];
+    g.add_tensor(name, &axes, ElemType::F32, Role::Activation)
+        .unwrap()
+}
+
 /// A tiny graph: `x = embed(ids)`, `y = x·w + x·w` against labels, so `x` and `w` each feed
 /// two products.
 fn two_paths() -> (Graph, [TensorId; 4]) {
     let mut g = Graph::new();
     let bs = [("batch", Dim::Batch), ("seq", Dim::Seq)];
-    let act = |g: &mut Graph, name: &str| {
-        g.add_tensor(
-            name,
-            &[
-                ("batch", Dim::Batch),
-                ("seq", Dim::Seq),
-                ("hidden", Dim::Fixed(8)),
-            ],
-            ElemType::F32,
-            Role::Activation,
-        )
-        .unwrap()
-    };
     let ids = g
         .add_tensor("ids", &bs, ElemType::U32, Role::Input)
         .unwrap();
@@ -51,10 +49,10 @@ fn two_paths() -> (Graph, [TensorId; 4]) {
             Role::Param,
         )
         .unwrap();
-    let x = act(&mut g, "x");
-    let h = act(&mut g, "h");
-    let h2 = act(&mut g, "h2");
-    let y = act(&mut g, "y");
+    let x = activation(&mut g, "x");
+    let h = activation(&mut g, "h");
+    let h2 = activation(&mut g, "h2");
+    let y = activation(&mut g, "y");
     let loss = g
         .add_tensor("loss", &bs, ElemType::F32, Role::Loss)
         .unwrap();
@@ -198,18 +196,7 @@ fn bad_graphs_are_typed_errors() {
         .unwrap_err();
     assert_eq!(err, GraphError::DuplicateName("x".into()));
     // A product's factor that is not a number is refused by its shape rule, by name.
-    let scaled = g
-        .add_tensor(
-            "scaled",
-            &[
-                ("batch", Dim::Batch),
-                ("seq", Dim::Seq),
-                ("hidden", Dim::Fixed(8)),
-            ],
-            ElemType::F32,
-            Role::Activation,
-        )
-        .unwrap();
+    let scaled = activation(&mut g, "scaled");
     for scale in [f32::NAN, f32::INFINITY] {
         let err = g
             .push(Op::LinearT { scale }, &[x, w], &[scaled])
@@ -287,18 +274,7 @@ fn a_bias_folds_into_the_product_whose_output_only_it_reads() {
             Role::Param,
         )
         .unwrap();
-    let hb = g
-        .add_tensor(
-            "hb",
-            &[
-                ("batch", Dim::Batch),
-                ("seq", Dim::Seq),
-                ("hidden", Dim::Fixed(8)),
-            ],
-            ElemType::F32,
-            Role::Activation,
-        )
-        .unwrap();
+    let hb = activation(&mut g, "hb");
     let h = g.nodes()[1].outputs[0];
     g.push(Op::Bias, &[h, b], &[hb]).unwrap();
     assert!(g.nodes()[1].op == Op::Linear && g.nodes()[3].inputs.contains(&h));

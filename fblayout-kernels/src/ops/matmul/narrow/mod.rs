@@ -15,7 +15,9 @@
 //!   between workgroups too, into the GEMM's partial sums, which its
 //!   [`Reduction`](super::Reduction) adds and finishes.
 //! - **short** (`k` at most 16): every invocation computes 4 × 4 outputs, each a sum of `k`
-//!   products unrolled in registers, written through the GEMM's epilogue.
+//!   products unrolled in registers, written through the GEMM's epilogue; built with a matrix
+//!   `D` ([`NarrowMatmulOp::new_added`]), it writes `C = alpha · A·B + D` instead (a LoRA
+//!   adapter's update added to its base layer's output as it is written).
 //!
 //! Either computes `C = alpha · A·B + beta · C` through views of any layout, with the batch
 //! axes of [`MatmulOp`](super::MatmulOp), summing in `f32`; [`Product`](super::Product) runs
@@ -114,6 +116,13 @@ impl NarrowMatmulOp {
     /// [`MatmulOp::new`](super::MatmulOp::new) does and builds the direct kernel, so a problem
     /// with the views shows here.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
+        let op = Self::unbuilt(gpu, a, b, c)?;
+        op.kernel(gpu, Kernel::Direct)?;
+        Ok(op)
+    }
+
+    /// The op of [`new`](Self::new), its kernels not built yet.
+    fn unbuilt(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
         let nb = check_static_extents(OP, a, b, c)?;
         let (m_axis, k_axis, n_axis) = (nb, nb + 1, nb + 1);
         // The narrow side first, from the views alone: most products have none, and are
@@ -176,7 +185,7 @@ impl NarrowMatmulOp {
                 (kind, Operand::read("a", a)?, b)
             }
         };
-        let op = Self {
+        Ok(Self {
             kind,
             a,
             b,
@@ -184,9 +193,7 @@ impl NarrowMatmulOp {
             addend: None,
             batch_axes: nb,
             kernels: Arc::default(),
-        };
-        op.kernel(gpu, Kernel::Direct)?;
-        Ok(op)
+        })
     }
 
     /// The product `C = alpha · A·B + D`, D read through `d` (C's extents, any layout), where
@@ -194,7 +201,7 @@ impl NarrowMatmulOp {
     /// it writes C, so the addition after the product takes no pass of its own.
     /// [`OpError::Unsupported`] for any other product.
     pub fn new_added(gpu: &Gpu, a: &View, b: &View, d: &View, c: &View) -> Result<Self, OpError> {
-        let mut op = Self::new(gpu, a, b, c)?;
+        let mut op = Self::unbuilt(gpu, a, b, c)?;
         if !matches!(op.kind, Kind::Short { .. }) {
             return Err(OpError::Unsupported {
                 op: OP,
@@ -235,7 +242,6 @@ impl NarrowMatmulOp {
             Store::M => vectorized(d, &[nb]).0,
             Store::Scalar => d,
         });
-        op.kernels = Arc::default();
         op.kernel(gpu, Kernel::Direct)?;
         Ok(op)
     }
