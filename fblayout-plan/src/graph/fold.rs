@@ -25,7 +25,7 @@
 
 use fblayout_kernels::ops::matmul::narrow::is_short;
 
-use super::{Dim, Graph, GraphError, NodeId, Op, Role, TensorId};
+use super::{Graph, GraphError, NodeId, Op, Role, TensorId};
 
 impl Graph {
     /// For each operation, the bias operation its product adds in its epilogue (see the module
@@ -46,14 +46,10 @@ impl Graph {
         let short = |n: &super::Node| {
             matches!(n.op, Op::LinearT { .. })
                 && n.inputs.get(1).is_some_and(|&w| {
-                    // `w` is `[d_out, d_in]`, read transposed: the reduction is its last axis.
-                    match self.tensor(w).axes.as_slice() {
-                        [_, d_in] => is_short(match d_in.dim {
-                            Dim::Fixed(e) => Some(e),
-                            Dim::Batch | Dim::Seq => None,
-                        }),
-                        _ => false,
-                    }
+                    // `w` is `[d_out, d_in]`, read transposed: the reduction is its last axis
+                    // (0 where it is sized by the run, which is not short).
+                    matches!(self.tensor(w).fixed_extents()[..],
+                        [_, d_in] if is_short(u32::try_from(d_in).ok()))
                 })
         };
         self.folds(short, Op::Add, ["b", "a"])

@@ -39,7 +39,7 @@ use super::{
     vectorized,
 };
 use crate::ops::compiled::Compiled;
-use crate::ops::elementwise::check_same_dims;
+use crate::ops::elementwise::{check_same_dims, check_same_shape};
 use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, Scratch};
 use crate::tensor::GpuArg;
@@ -210,22 +210,7 @@ impl NarrowMatmulOp {
                 why: format!("only a reduction of at most {NARROW} adds a matrix as it writes C"),
             });
         }
-        let c_dims = c.axes().iter().map(|x| x.extent.as_static());
-        let d_dims = d.axes().iter().map(|x| x.extent.as_static());
-        if d.axes().len() != c.axes().len()
-            || c_dims
-                .zip(d_dims)
-                .any(|(c, d)| matches!((c, d), (Some(c), Some(d)) if c != d))
-        {
-            return Err(OpError::shape(
-                OP,
-                format!(
-                    "`d` ({}) must have the extents of `c` ({})",
-                    d.name(),
-                    c.name()
-                ),
-            ));
-        }
+        check_same_shape(OP, ("c", c), &[("d", d)])?;
         if let Some(why) = storage_problem(d.layout().elem(), gpu.features().f16) {
             return Err(OpError::Unsupported {
                 op: OP,
@@ -236,14 +221,22 @@ impl NarrowMatmulOp {
         }
         // Read four at a time along the axis C is stored four at a time along, where it can be.
         let d = Operand::read("d", d)?;
-        let nb = op.batch_axes;
-        op.addend = Some(match op.reduction.store {
-            Store::N => vectorized(d, &[nb + 1]).0,
-            Store::M => vectorized(d, &[nb]).0,
-            Store::Scalar => d,
+        op.addend = Some(match op.wide_store_axis() {
+            Some(axis) => vectorized(d, &[axis]).0,
+            None => d,
         });
         op.kernel(gpu, Kernel::Direct)?;
         Ok(op)
+    }
+
+    /// The axis of C that C is stored four at a time along (`m` or `n`), where it is.
+    fn wide_store_axis(&self) -> Option<usize> {
+        let nb = self.batch_axes;
+        match self.reduction.store {
+            Store::M => Some(nb),
+            Store::N => Some(nb + 1),
+            Store::Scalar => None,
+        }
     }
 
     /// The most scratch [`record`](Self::record) takes for a product of `shape` whichever
@@ -318,11 +311,8 @@ impl NarrowMatmulOp {
                     store: self.reduction.store,
                     added: self.addend.is_some(),
                     d_wide: self.addend.as_ref().is_some_and(|d| {
-                        let along = match self.reduction.store {
-                            Store::M => nb,
-                            Store::N | Store::Scalar => nb + 1,
-                        };
-                        self.reduction.store != Store::Scalar && d.vector_axis() == Some(along)
+                        self.wide_store_axis()
+                            .is_some_and(|axis| d.vector_axis() == Some(axis))
                     }),
                 };
                 let source = match &self.addend {
