@@ -40,7 +40,7 @@ pub use runtime::{AdapterChoice, Binding, Gpu, GpuBuffer, GpuError};
 pub mod __private {
     pub use crate::ops::attention::flash::tensor::kernel_sources as flash_tensor_kernel_sources;
     pub use crate::ops::coop::sources::{
-        biased_kernel_source, biased_reduce_kernel_source, kernel_source, reduce_kernel_source,
-        staging_orders,
+        added_kernel_source, added_reduce_kernel_source, biased_kernel_source,
+        biased_reduce_kernel_source, kernel_source, reduce_kernel_source, staging_orders,
     };
 }

@@ -8,8 +8,8 @@ mod support;
 
 use fblayout_core::layout::{ElemType, View};
 use fblayout_kernels::__private::{
-    biased_kernel_source, biased_reduce_kernel_source, kernel_source, reduce_kernel_source,
-    staging_orders,
+    added_kernel_source, added_reduce_kernel_source, biased_kernel_source,
+    biased_reduce_kernel_source, kernel_source, reduce_kernel_source, staging_orders,
 };
 use fblayout_kernels::ops::coop::{CoopConfig, Lanes, Order};
 use fblayout_kernels::runtime::CoopScalar;
@@ -373,6 +373,66 @@ fn wgsl_snapshots() {
             .contains("coopStoreT(cm_acc0_0, &c_data[cm_c0_0], cm_ld)")
     );
     insta::assert_snapshot!("coop_row_major_small_direct_store_biased", biased.source());
+}
+
+/// An added product (`C = A·B + D`) in every configuration and split passes naga's validator
+/// and SPIR-V writer, with D read four at a time (row-major `f16`, C `f16` and four-wide) and
+/// element by element (D read through a transpose, C `f32`); no fragment goes straight into
+/// C, though C's layout would allow it, and each element leaving the scratch gets D.
+#[test]
+fn added_products_survive_naga_s_spirv_writer_and_never_store_straight() {
+    let (a, b) = (fixed("a", 100, 72, false), fixed("b", 72, 64, false));
+    let c32 = static_2d(
+        "c",
+        100,
+        64,
+        ElemType::F32,
+        fblayout_core::layout::Order::RowMajor,
+    );
+    let c16 = static_2d(
+        "c",
+        100,
+        64,
+        ElemType::F16,
+        fblayout_core::layout::Order::RowMajor,
+    );
+    let d_rows = fixed("d", 100, 64, false);
+    let d_t = fixed("d", 100, 64, true);
+    let mut shaders = 0;
+    for (c, d, wide) in [(&c16, &d_rows, true), (&c32, &d_t, false)] {
+        for config in CoopConfig::space(CoopScalar::F32)
+            .into_iter()
+            .chain(CoopConfig::split_space())
+        {
+            for lanes in LANES {
+                let what = format!("{config} added {lanes:?}");
+                let source = added_kernel_source(&a, &b, d, c, config, lanes).unwrap();
+                let text = source.clone().build().unwrap().source().to_owned();
+                spirv_of(&what, source);
+                shaders += 1;
+                if config.split_k > 1 {
+                    // The partial sums know nothing of D: the reduction adds it.
+                    assert!(!text.contains("d_load"), "{what}");
+                    continue;
+                }
+                assert!(!text.contains("&c_data["), "{what}: a straight store");
+                assert_eq!(text.contains("d_load4("), wide, "{what}");
+                assert!(text.contains("d_load("), "{what}");
+            }
+            if config.split_k > 1 {
+                spirv_of(
+                    &format!("{config} added: the reduction"),
+                    added_reduce_kernel_source(&a, &b, d, c).unwrap(),
+                );
+            }
+        }
+    }
+    assert!(shaders > 0);
+    let module = added_kernel_source(&a, &b, &d_rows, &c16, CoopConfig::SMALL, Lanes::new(32))
+        .unwrap()
+        .build()
+        .unwrap();
+    insta::assert_snapshot!("coop_row_major_small_f16_added", module.source());
 }
 
 /// On a device with subgroup operations a subgroup waits for its own lanes around its scratch

@@ -526,6 +526,14 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
     }
 }
 
+/// The tensor as its storage holds it (f16 rounds).
+pub fn stored(t: &Tensor) -> Tensor {
+    match t.elem() {
+        ElemType::F16 => t.with_values(t.read_host(&t.host::<half::f16>())),
+        _ => t.clone(),
+    }
+}
+
 /// The tolerance of a result computed in `elem`, stored in `elem`, after about `terms`
 /// rounding steps of `f32` arithmetic: `k · √terms` units of f32 round-off plus one unit of the
 /// storage type.

@@ -24,6 +24,9 @@
 //!   accumulators starting as the bias (so fragments still go straight into C where they
 //!   can), and under split-k added once by the reduction; the operand is declared and checked
 //!   where the f32 GEMM's is.
+//! - D ([`CoopMatmulOp::new_added`]): `C = A·B + D`, D of C's extents added to each element
+//!   as it goes from the subgroup's scratch into C (so no fragment goes straight into C), and
+//!   under split-k by the reduction. It is tuned as the same product without D.
 //! - `tune`: the autotune's results, saved per adapter beside the pipeline cache.
 //!
 //! ```no_run
@@ -67,14 +70,14 @@ use fblayout_core::shader::WgslFeatures;
 
 pub use self::ahead::compile_ahead;
 pub use self::config::{CoopConfig, ParseConfigError};
-use self::shader::{CoopSpec, Direct, Output, Staging, Width};
+use self::shader::{Added, CoopSpec, Direct, Output, Staging, Width};
 pub use self::shader::{Lanes, Order};
 use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::matmul::{
-    Bias, DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_grid,
-    check_static_extents, check_writable, split_parts,
+    Addend, Bias, DEFAULT_COMPUTE_UNITS, Extents, ExtraArg, GemmShape, Reduction, Scale, SplitRun,
+    check_grid, check_static_extents, check_writable, split_parts,
 };
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch, threads};
 use crate::tensor::GpuArg;
@@ -194,7 +197,13 @@ fn direct_store(c: &View, nb: usize) -> Option<Direct> {
 }
 
 impl Operands {
-    fn new(a: &View, b: &View, bias: Option<&View>, c: &View) -> Result<Self, OpError> {
+    fn new(
+        a: &View,
+        b: &View,
+        bias: Option<&View>,
+        d: Option<&View>,
+        c: &View,
+    ) -> Result<Self, OpError> {
         // The ranks and every static extent must already fit; run-time ones are checked per
         // call.
         let nb = check_static_extents(OP, a, b, c)?;
@@ -222,7 +231,10 @@ impl Operands {
         check_writable(c)?;
         let (a, a_staging) = staging(Operand::read("a", a)?, "a", nb, nb + 1);
         let (b, b_staging) = staging(Operand::read("b", b)?, "b", nb + 1, nb);
-        let reduction = Reduction::new(c, nb, bias)?;
+        let mut reduction = Reduction::new(c, nb, bias)?;
+        if let Some(d) = d {
+            reduction = reduction.with_addend(OP, d, true)?;
+        }
         Ok(Self {
             a,
             b,
@@ -248,6 +260,11 @@ impl Operands {
         self.reduction.bias()
     }
 
+    /// D of an added product (its reduction's, likewise).
+    fn addend(&self) -> Option<&Addend> {
+        self.reduction.extra().addend()
+    }
+
     /// The GEMM kernel of `config`: into C, or with `split_k > 1` into split-k's partial
     /// sums.
     fn source(&self, config: CoopConfig, lanes: Lanes) -> KernelSource {
@@ -258,7 +275,9 @@ impl Operands {
         let output = if config.split_k > 1 {
             Output::Partial
         } else {
-            Output::C(self.c_direct.filter(|_| acc_elem == self.c_elem))
+            // D is added as elements leave the scratch: no fragment goes straight into C.
+            let straight = acc_elem == self.c_elem && self.addend().is_none();
+            Output::C(self.c_direct.filter(|_| straight))
         };
         // A vectorised C is an array of vec4s, which no fragment can be stored straight into.
         let c = match (output, &self.c_wide) {
@@ -271,6 +290,13 @@ impl Operands {
             Width::One
         };
         let nb = self.batch_axes;
+        let added = match (output, self.addend()) {
+            (Output::C(_), Some(d)) if c_width == Width::Four && d.wide_along(nb + 1) => {
+                Added::Four
+            }
+            (Output::C(_), Some(_)) => Added::One,
+            _ => Added::No,
+        };
         let stepped = |op: &Operand, k: usize| {
             op.view()
                 .index_fn()
@@ -292,17 +318,18 @@ impl Operands {
             output,
             c_width,
             bias: self.bias().is_some(),
+            added,
         };
         let source = KernelSource::new(OP)
             .operand(self.a.clone())
             .operand(self.b.clone());
-        let source = match (output, self.bias()) {
+        let source = match (output, self.reduction.extra().operand()) {
             (Output::Partial, _) => source
                 .operand(self.partial.clone())
                 .scalar("splits", Scalar::U32)
                 .scalar("split_len", Scalar::U32),
             (Output::C(_), None) => source.operand(c.clone()),
-            (Output::C(_), Some(bias)) => source.operand(c.clone()).operand(bias.operand().clone()),
+            (Output::C(_), Some(extra)) => source.operand(c.clone()).operand(extra.clone()),
         };
         let features = WgslFeatures {
             subgroups: lanes.subgroup_barrier,
@@ -366,7 +393,7 @@ impl CoopMatmulOp {
     /// not take; builds the kernel of the first candidate, so a problem shows here. Loads the
     /// adapter's autotune results from beside the pipeline cache.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, None, c)
+        Self::new_with(gpu, a, b, None, None, c)
     }
 
     /// The biased GEMM `C = A·B + bias` (`bias[n]` added to every row; C overwritten): like
@@ -381,7 +408,16 @@ impl CoopMatmulOp {
         bias: &View,
         c: &View,
     ) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, Some(bias), c)
+        Self::new_with(gpu, a, b, Some(bias), None, c)
+    }
+
+    /// The added GEMM `C = A·B + D` (C overwritten; D a view of C's extents, `f32` or `f16`,
+    /// any layout; a shape error otherwise): like [`new`](Self::new), D added to each element
+    /// as it is written. Record it with [`record_added`](Self::record_added); the autotune
+    /// ([`tune`](Self::tune)) chooses its tiles as the same product's without D, and shares
+    /// them with it.
+    pub fn new_added(gpu: &Gpu, a: &View, b: &View, d: &View, c: &View) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, None, Some(d), c)
     }
 
     fn new_with(
@@ -389,10 +425,11 @@ impl CoopMatmulOp {
         a: &View,
         b: &View,
         bias: Option<&View>,
+        d: Option<&View>,
         c: &View,
     ) -> Result<Self, OpError> {
         // The views first: a mismatch is the same error with or without the feature.
-        let operands = Operands::new(a, b, bias, c)?;
+        let operands = Operands::new(a, b, bias, d, c)?;
         let features = gpu.features();
         let Some(fragment) = features.coop_fragment else {
             let why = if features.cooperative_matrix {
@@ -450,6 +487,17 @@ impl CoopMatmulOp {
     /// Whether the op adds a bias (built by [`new_biased`](Self::new_biased)).
     pub fn has_bias(&self) -> bool {
         self.operands.bias().is_some()
+    }
+
+    /// Whether the op adds D (built by [`new_added`](Self::new_added)).
+    pub fn has_addend(&self) -> bool {
+        self.operands.addend().is_some()
+    }
+
+    /// The same product without D (what an added one is tuned as).
+    fn plain(&self, gpu: &Gpu) -> Result<Self, OpError> {
+        let o = &self.operands;
+        Self::new_with(gpu, o.a.view(), o.b.view(), None, None, o.c.view())
     }
 
     /// The same op choosing split-k candidates for a device of `units` compute units
@@ -612,7 +660,8 @@ impl CoopMatmulOp {
         )
     }
 
-    /// The autotune's key of a problem (a biased product's apart: its kernels differ).
+    /// The autotune's key of a problem (a biased product's apart: its kernels differ; an added
+    /// product's is its plain one's, see [`new_added`](Self::new_added)).
     fn problem(&self, e: &Extents) -> String {
         let (oa, ob) = self.orders();
         format!(
@@ -665,7 +714,35 @@ impl CoopMatmulOp {
     ) -> Result<(), OpError> {
         let e = self.extents(batch.gpu(), a, b, c)?;
         let config = self.config_for(&e);
-        self.record_config_with(batch, config, a, b, Some(bias), c)
+        self.record_config_with(batch, config, a, b, Some((Bias::ROLE, bias)), c)
+    }
+
+    /// Records `C = A·B + D` with the configuration chosen for its problem (an error for an op
+    /// built without D).
+    pub fn record_added(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        d: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        let e = self.extents(batch.gpu(), a, b, c)?;
+        let config = self.config_for(&e);
+        self.record_config_with(batch, config, a, b, Some((Addend::ROLE, d)), c)
+    }
+
+    /// Records `C = A·B + D` with `config` (see [`record_config`](Self::record_config)).
+    pub fn record_config_added(
+        &self,
+        batch: &mut Batch<'_>,
+        config: CoopConfig,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        d: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        self.record_config_with(batch, config, a, b, Some((Addend::ROLE, d)), c)
     }
 
     /// Records `C = A·B + bias` with `config` (see [`record_config`](Self::record_config)).
@@ -678,7 +755,7 @@ impl CoopMatmulOp {
         bias: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        self.record_config_with(batch, config, a, b, Some(bias), c)
+        self.record_config_with(batch, config, a, b, Some((Bias::ROLE, bias)), c)
     }
 
     /// Records `C = A·B` with `config`. With `config.split_k > 1` the reduction is split into
@@ -703,13 +780,14 @@ impl CoopMatmulOp {
         config: CoopConfig,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
-        bias: Option<&GpuArg<'_>>,
+        extra: Option<ExtraArg<'_, '_>>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
         let gpu = batch.gpu();
         let first = self.kernel(gpu, Kernel::Gemm(self.candidates[0]))?;
         let e = Extents::of_call(&first, a, b, c)?;
-        Bias::check_call(OP, self.operands.bias(), &first, bias, e.n)?;
+        let reduction = &self.operands.reduction;
+        reduction.check_extra(OP, &first, extra, &c.dims())?;
         let too_big = || OpError::shape(OP, format!("{e:?} exceeds the u32 index space"));
         let shape = e.gemm().ok_or_else(too_big)?;
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
@@ -725,7 +803,7 @@ impl CoopMatmulOp {
         let kernel = self.kernel(gpu, Kernel::gemm(config, split))?;
         if split == 1 {
             let mut args = vec![("a", a), ("b", b), ("c", c)];
-            args.extend(bias.map(|b| (Bias::ROLE, b)));
+            args.extend(extra);
             return kernel.record(batch, shader::ENTRY, &args, &[], grid);
         }
         let reduce = self.kernel(gpu, Kernel::Reduce)?;
@@ -737,12 +815,12 @@ impl CoopMatmulOp {
             cols,
             grid,
         };
-        self.operands.reduction.record_split(
+        reduction.record_split(
             batch,
             [&kernel, &reduce],
             shader::ENTRY,
             [a, b, c],
-            bias,
+            extra.map(|(_, e)| e),
             Scale::OVERWRITE,
             shape,
             run,
@@ -803,6 +881,13 @@ impl CoopMatmulOp {
     ) -> Result<CoopConfig, OpError> {
         let e = self.extents(gpu, a, b, c)?;
         let problem = self.problem(&e);
+        if self.has_addend() {
+            // Tuned as its plain product, whose choice it shares.
+            let best = self.plain(gpu)?.tune_among(gpu, configs, a, b, c)?;
+            let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+            table.entries.insert(problem, best);
+            return Ok(best);
+        }
         let candidates = self.candidates_for(&e);
         {
             let mut table = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
@@ -894,6 +979,12 @@ impl CoopMatmulOp {
         c: &GpuArg<'_>,
         reps: u32,
     ) -> Result<(CoopConfig, Vec<(CoopConfig, Duration)>), OpError> {
+        if self.has_addend() {
+            return Err(OpError::shape(
+                OP,
+                "an added product is measured as the same product without D (tune does that)",
+            ));
+        }
         let reps = reps.max(1);
         let buildable = self.buildable(gpu, configs);
         let Some(&first) = buildable.first() else {
@@ -920,7 +1011,8 @@ impl CoopMatmulOp {
         let batch_of = |config: CoopConfig, n: u32| -> Result<Duration, OpError> {
             let mut batch = gpu.batch();
             for _ in 0..n {
-                self.record_config_with(&mut batch, config, a, b, bias_arg.as_ref(), c)?;
+                let bias = bias_arg.as_ref().map(|b| (Bias::ROLE, b));
+                self.record_config_with(&mut batch, config, a, b, bias, c)?;
             }
             let start = Instant::now();
             batch.submit()?;

@@ -48,6 +48,12 @@
 //! of a mixed-precision step, rows padded to a multiple of 8 included), each lane moves four
 //! neighbours per `c_store4`, one index evaluation for four elements.
 //!
+//! An added product (`C = A·B + D`, D of C's extents read through its own view) sends every
+//! block through the subgroup's scratch and adds D to each element as a lane takes it from
+//! there into C (one `d_load4` per `c_store4` where D grants runs of four along `n`): the
+//! addition after the product (a gradient's sum of two contributions) takes no pass of its
+//! own. Under split-k the reduction adds D.
+//!
 //! A biased product (`C = A·B + bias`, `bias[n]` in every row) starts every accumulator as its
 //! columns' bias, staged through the same scratch, so the sums leave the k-loop biased and
 //! every store above, the straight one included, writes them as they are: the straight store
@@ -181,6 +187,21 @@ pub(crate) struct CoopSpec {
     /// Whether C gets a bias (operand `bias`, `[n]`): with [`Output::C`] every accumulator
     /// starts as its columns' bias; split-k's reduction adds it to the parts' sum instead.
     pub bias: bool,
+    /// Whether C gets D added (operand `d`, C's extents): with [`Output::C`] (never straight:
+    /// [`Direct`] is `None`) each element is added as it leaves the scratch; split-k's
+    /// reduction adds it instead.
+    pub added: Added,
+}
+
+/// Whether, and how, an added product reads D as each element leaves the scratch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Added {
+    /// No D.
+    No,
+    /// D element by element (`d_load`).
+    One,
+    /// D four neighbours along `n` at a time where C is written so (`d_load4`; [`Width::Four`]).
+    Four,
 }
 
 /// Where a kernel's sums go.
@@ -692,6 +713,22 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
     let mut s = String::new();
     let m_dim = format!("c_dim{nb}()");
     let n_dim = format!("c_dim{}()", nb + 1);
+    // D's element at `(cm_m, n)`, and its four from `(cm_m, cm_n)`, added where there is one.
+    let d_one = |n: &str| match spec.added {
+        Added::No => String::new(),
+        Added::One | Added::Four => format!(" + d_load({bc}cm_m, {n})"),
+    };
+    let d_four = || match spec.added {
+        Added::No => String::new(),
+        Added::One => format!(
+            " + vec4<f32>({})",
+            (0..4)
+                .map(|t| format!("d_load({bc}cm_m, cm_n + {t}u)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Added::Four => format!(" + d_load4({bc}cm_m, cm_n)"),
+    };
     let _ = writeln!(
         s,
         "    let cm_o = cm_sg * 256u;\n    let cm_o_stride = 16u;"
@@ -713,9 +750,10 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
         let cm_m = cm_m0 + cm_sm + {fm}u + cm_e / 16u;
         let cm_n = cm_n0 + cm_sn + {fn_}u + cm_e % 16u;
         if (cm_m < {m_dim} && cm_n < {n_dim}) {{
-            c_store({bc}cm_m, cm_n, f32(cm_out[cm_o + cm_e]));
+            c_store({bc}cm_m, cm_n, f32(cm_out[cm_o + cm_e]){});
         }}
-    }}"
+    }}",
+                        d_one("cm_n")
                     );
                 }
                 // Four neighbours along n a lane: the fragment's 64 runs of four start at
@@ -731,16 +769,18 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
         let cm_v = cm_o + cm_r * 16u + cm_c;
         if (cm_m < {m_dim}) {{
             if (cm_n + 3u < {n_dim}) {{
-                c_store4({bc}cm_m, cm_n, vec4<f32>(f32(cm_out[cm_v]), f32(cm_out[cm_v + 1u]), f32(cm_out[cm_v + 2u]), f32(cm_out[cm_v + 3u])));
+                c_store4({bc}cm_m, cm_n, vec4<f32>(f32(cm_out[cm_v]), f32(cm_out[cm_v + 1u]), f32(cm_out[cm_v + 2u]), f32(cm_out[cm_v + 3u])){});
             }} else {{
                 for (var cm_t = 0u; cm_t < 4u; cm_t = cm_t + 1u) {{
                     if (cm_n + cm_t < {n_dim}) {{
-                        c_store({bc}cm_m, cm_n + cm_t, f32(cm_out[cm_v + cm_t]));
+                        c_store({bc}cm_m, cm_n + cm_t, f32(cm_out[cm_v + cm_t]){});
                     }}
                 }}
             }}
         }}
-    }}"
+    }}",
+                        d_four(),
+                        d_one("cm_n + cm_t")
                     );
                 }
             }

@@ -20,7 +20,7 @@ pub fn kernel_source(
     config: CoopConfig,
     lanes: Lanes,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, None, c)?.source(config, lanes))
+    Ok(Operands::new(a, b, None, None, c)?.source(config, lanes))
 }
 
 /// Like [`kernel_source`], for the biased product `C = A·B + bias` (`bias` a rank-1 view
@@ -33,13 +33,26 @@ pub fn biased_kernel_source(
     config: CoopConfig,
     lanes: Lanes,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, Some(bias), c)?.source(config, lanes))
+    Ok(Operands::new(a, b, Some(bias), None, c)?.source(config, lanes))
+}
+
+/// Like [`kernel_source`], for the added product `C = A·B + D` (`d` a view of C's extents,
+/// see [`CoopMatmulOp::new_added`](super::CoopMatmulOp::new_added)).
+pub fn added_kernel_source(
+    a: &View,
+    b: &View,
+    d: &View,
+    c: &View,
+    config: CoopConfig,
+    lanes: Lanes,
+) -> Result<KernelSource, OpError> {
+    Ok(Operands::new(a, b, None, Some(d), c)?.source(config, lanes))
 }
 
 /// The WGSL of split-k's reduction for views `a`, `b`, `c` (it writes C through `c`), before
 /// validation; see [`kernel_source`].
 pub fn reduce_kernel_source(a: &View, b: &View, c: &View) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, None, c)?.reduce_source())
+    Ok(Operands::new(a, b, None, None, c)?.reduce_source())
 }
 
 /// The WGSL of a biased product's split-k reduction (it adds the bias); see
@@ -50,11 +63,22 @@ pub fn biased_reduce_kernel_source(
     bias: &View,
     c: &View,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, Some(bias), c)?.reduce_source())
+    Ok(Operands::new(a, b, Some(bias), None, c)?.reduce_source())
+}
+
+/// The WGSL of an added product's split-k reduction (it adds D); see
+/// [`added_kernel_source`].
+pub fn added_reduce_kernel_source(
+    a: &View,
+    b: &View,
+    d: &View,
+    c: &View,
+) -> Result<KernelSource, OpError> {
+    Ok(Operands::new(a, b, None, Some(d), c)?.reduce_source())
 }
 
 /// How the operands of views `a` and `b` are staged: the order of each (for choosing
 /// [`CoopConfig::candidates`] without a device).
 pub fn staging_orders(a: &View, b: &View, c: &View) -> Result<(Order, Order), OpError> {
-    Ok(Operands::new(a, b, None, c)?.orders())
+    Ok(Operands::new(a, b, None, None, c)?.orders())
 }

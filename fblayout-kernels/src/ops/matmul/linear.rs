@@ -67,7 +67,7 @@ impl LinearOp {
     /// The GEMMs of `y = x·w` for views `x [tokens, d_in]`, `w [d_in, d_out]` and `y [tokens,
     /// d_out]`, and of its backward.
     pub fn new(gpu: &Gpu, x: &View, w: &View, y: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, x, w, y, |x, w, y| Product::new(gpu, x, w, y))
+        Self::new_with(gpu, x, w, y, |x, w, y| Product::new(gpu, x, w, y), None)
     }
 
     /// Like [`new`](Self::new), with the bias `b`, a rank-1 view `[d_out]` (`f32` or `f16`,
@@ -76,33 +76,65 @@ impl LinearOp {
     /// GEMM's epilogue. The backward products are unchanged; the bias's gradient is
     /// [`BiasOp::backward`](crate::ops::bias::BiasOp::backward)'s.
     pub fn new_biased(gpu: &Gpu, x: &View, w: &View, b: &View, y: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, x, w, y, |x, w, y| Product::new_biased(gpu, x, w, b, y))
+        Self::new_with(
+            gpu,
+            x,
+            w,
+            y,
+            |x, w, y| Product::new_biased(gpu, x, w, b, y),
+            None,
+        )
     }
 
     /// Like [`new`](Self::new), with the matrix `d` of y's extents (any layout): its forward
     /// product ([`forward_added`](Self::forward_added)) is `y = x·w + d`, `d` added as `y` is
-    /// written, where `x·w` reduces over at most [`NARROW`](super::narrow::NARROW) elements
-    /// (a static extent; [`is_short`](super::narrow::is_short)): LoRA's last product, whose
-    /// sum with the base layer's output takes no pass of its own. An error for any other
-    /// product.
+    /// written (LoRA's last product, whose sum with the base layer's output takes no pass of
+    /// its own).
     pub fn new_added(gpu: &Gpu, x: &View, w: &View, d: &View, y: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, x, w, y, |x, w, y| Product::new_added(gpu, x, w, d, y))
+        Self::new_with(
+            gpu,
+            x,
+            w,
+            y,
+            |x, w, y| Product::new_added(gpu, x, w, d, y),
+            None,
+        )
     }
 
-    /// The op whose forward product `forward` builds from `x`, `w` and `y`.
+    /// Like [`new`](Self::new), with the matrix `d` of x's extents (any layout): its input's
+    /// gradient ([`backward_added`](Self::backward_added)) is `dx = dy·wᵀ + d`, `d` added as
+    /// `dx` is written (a gradient's sum of this contribution and the ones before it, with no
+    /// pass of its own).
+    pub fn new_grad_added(
+        gpu: &Gpu,
+        x: &View,
+        w: &View,
+        d: &View,
+        y: &View,
+    ) -> Result<Self, OpError> {
+        Self::new_with(gpu, x, w, y, |x, w, y| Product::new(gpu, x, w, y), Some(d))
+    }
+
+    /// The op whose forward product `forward` builds from `x`, `w` and `y`, whose input's
+    /// gradient adds `grad_d` where there is one.
     fn new_with(
         gpu: &Gpu,
         x: &View,
         w: &View,
         y: &View,
         forward: impl FnOnce(&View, &View, &View) -> Result<Product, OpError>,
+        grad_d: Option<&View>,
     ) -> Result<Self, OpError> {
         let (x_t, w_t) = (transposed(x)?, transposed(w)?);
         transposed(y)?;
         let forward = forward(x, w, y)?;
+        let grad_x = match grad_d {
+            Some(d) => Product::new_added(gpu, y, &w_t, d, x)?,
+            None => Product::new(gpu, y, &w_t, x)?,
+        };
         Ok(Self {
             forward,
-            grad_x: Product::new(gpu, y, &w_t, x)?,
+            grad_x,
             grad_w: Product::new(gpu, &x_t, y, w)?,
             x_t,
             w_t,
@@ -205,6 +237,23 @@ impl LinearOp {
         out: Output,
     ) -> Result<(), OpError> {
         self.forward.record(batch, x, w, y, out)
+    }
+
+    /// Records `dx = factor · dy·wᵀ + d` (`out`'s factor: [`Output::Overwrite`] or
+    /// [`Output::Scaled`]), `d` read through the view the op was built with and `dx` written
+    /// through x's; an error for an op built without one (see
+    /// [`new_grad_added`](Self::new_grad_added)).
+    pub fn backward_added(
+        &self,
+        batch: &mut Batch<'_>,
+        w: &GpuArg<'_>,
+        dy: &GpuArg<'_>,
+        d: &GpuArg<'_>,
+        dx: &GpuArg<'_>,
+        out: Output,
+    ) -> Result<(), OpError> {
+        let w_t = through(w, &self.w_t)?;
+        self.grad_x.record_added(batch, dy, &w_t, d, dx, out)
     }
 
     /// Records the gradients of the inputs: `dx = dy · wᵀ` and `dw = xᵀ · dy`, each when asked

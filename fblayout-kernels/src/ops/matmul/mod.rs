@@ -61,6 +61,7 @@
 //! [`Operand::vectorized`]: fblayout_core::kernel::Operand::vectorized
 
 pub mod cpu;
+mod extra;
 pub mod linear;
 pub mod narrow;
 mod product;
@@ -81,6 +82,7 @@ use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
 pub use cpu::matmul_cpu;
+pub(crate) use extra::{Addend, Bias, Extra, ExtraArg};
 pub use linear::LinearOp;
 pub use narrow::NarrowMatmulOp;
 pub use product::Output;
@@ -266,144 +268,20 @@ pub(crate) fn split_parts(k: u32, requested: u32, k_step: u32) -> (u32, u32) {
     (k.div_ceil(split_len), split_len)
 }
 
-/// The bias of a biased product, `C[.., m, n] = Σ_k A[.., m, k] · B[.., k, n] + bias[n]`: a
-/// rank-1 view `[n]` of `f32` or `f16` elements, read through its own view (any layout),
-/// whose extent is C's last one. The one declaration and check of the operand for the
-/// `f32`-summing GEMM and the cooperative one, and of a call's bias argument.
-#[derive(Debug, Clone)]
-pub(crate) struct Bias {
-    operand: Operand,
-}
-
-impl Bias {
-    /// The operand's role in the kernels.
-    pub(crate) const ROLE: &'static str = "bias";
-
-    /// The bias read through `bias` for a product of `op` writing C through `c`: a rank-1
-    /// view of `f32` or `f16` (`f16` where `f16_ok`, the device has it) whose extent is C's
-    /// last where both are static (run-time ones are checked per call).
-    pub(crate) fn new(
-        op: &'static str,
-        bias: &View,
-        c: &View,
-        f16_ok: bool,
-    ) -> Result<Self, OpError> {
-        let [axis] = bias.axes() else {
-            return Err(OpError::shape(
-                op,
-                format!(
-                    "the bias `{}` has rank {}; it is a vector [n] of C's columns",
-                    bias.name(),
-                    bias.axes().len()
-                ),
-            ));
-        };
-        let n_axis = c.axes().last().map(|a| a.extent.as_static());
-        if let (Some(e), Some(Some(n))) = (axis.extent.as_static(), n_axis)
-            && e != n
-        {
-            return Err(OpError::shape(
-                op,
-                format!(
-                    "the bias `{}` has {e} elements but C `{}` has {n} columns",
-                    bias.name(),
-                    c.name()
-                ),
-            ));
-        }
-        if let Some(why) = storage_problem(bias.layout().elem(), f16_ok) {
-            return Err(OpError::Unsupported {
-                op,
-                role: Self::ROLE,
-                view: bias.name().to_owned(),
-                why,
-            });
-        }
-        Ok(Self {
-            operand: Operand::read(Self::ROLE, bias)?.vectorized(0),
-        })
-    }
-
-    /// The operand (four elements at a time where its view allows).
-    pub(crate) fn operand(&self) -> &Operand {
-        &self.operand
-    }
-
-    /// Whether the kernels read it four elements at a time.
-    pub(crate) fn wide(&self) -> bool {
-        self.operand.vector_axis().is_some()
-    }
-
-    /// Checks a call's bias argument against what the op was built with (`built`; `None`: no
-    /// bias): present exactly when the op has a bias, read through the view the kernel
-    /// (`kernel`) was built for, with C's `n` elements.
-    pub(crate) fn check_call(
-        op: &'static str,
-        built: Option<&Self>,
-        kernel: &Compiled,
-        arg: Option<&GpuArg<'_>>,
-        n: usize,
-    ) -> Result<(), OpError> {
-        match (built, arg) {
-            (None, None) => Ok(()),
-            (Some(bias), None) => Err(OpError::Unsupported {
-                op,
-                role: Self::ROLE,
-                view: bias.operand.view().name().to_owned(),
-                why: "the product was built with a bias, so a call must pass it (the biased \
-                      record or forward)"
-                    .to_owned(),
-            }),
-            (None, Some(arg)) => Err(OpError::Unsupported {
-                op,
-                role: Self::ROLE,
-                view: arg.view().name().to_owned(),
-                why: "the product was built without a bias; build it with one (new_biased) to \
-                      add it"
-                    .to_owned(),
-            }),
-            (Some(_), Some(arg)) => {
-                kernel.check_view(Self::ROLE, arg)?;
-                let dims = arg.dims();
-                if dims != [n] {
-                    return Err(OpError::shape(
-                        op,
-                        format!("the bias is {dims:?} but C has {n} columns"),
-                    ));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// A zeroed bias of `n` elements (for timing a biased product without the caller's).
-    pub(crate) fn zeroed(&self, gpu: &Gpu, n: u32) -> Result<(GpuBuffer, BoundView), OpError> {
-        let view = self.operand.view();
-        let names: Vec<String> = view
-            .layout()
-            .dynamic_axes()
-            .map(|a| a.name.clone())
-            .collect();
-        let extents: Vec<(&str, u32)> = names.iter().map(|a| (a.as_str(), n)).collect();
-        let bound = view.bind(&extents)?;
-        let buffer = GpuBuffer::zeroed::<f32>(gpu, bound.len() as usize)?;
-        Ok((buffer, bound))
-    }
-}
-
 /// Split-k's second kernel and its workspace, shared by [`MatmulOp`] and the cooperative GEMM:
 /// the partial sums of the parts of a reduction, `[product, split, rows, cols]` in f32
 /// ([`partial_view`]; `rows` and `cols` may run past C's), are added in part order, so the
 /// result does not depend on how the parts were scheduled, and `alpha · Σ + beta · C` is
 /// written through C's view (four elements at a time along `n` or `m` where the view allows,
-/// masked to C's extents); for a biased product `Σ + bias` instead, the bias added once.
+/// masked to C's extents); for a biased product `Σ + bias` instead, the bias added once, and
+/// for an added one `alpha · Σ + D` ([`Extra`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Reduction {
     partial: Operand,
     c: Operand,
     store: Store,
     batch_axes: usize,
-    bias: Option<Bias>,
+    extra: Extra,
 }
 
 impl Reduction {
@@ -427,37 +305,88 @@ impl Reduction {
             c,
             store,
             batch_axes,
-            bias,
+            extra: bias.map_or(Extra::None, Extra::Bias),
         })
+    }
+
+    /// The same reduction adding D, read through `d` (see [`Addend::new`]), four at a time
+    /// along the axis C is stored four at a time along where D's layout grants that; for the
+    /// product `op` whose C is `c` (the view this reduction writes, checked against `d`).
+    pub(crate) fn with_addend(
+        mut self,
+        op: &'static str,
+        d: &View,
+        f16_ok: bool,
+    ) -> Result<Self, OpError> {
+        let c = self.c.view().clone();
+        self.extra = Extra::Addend(Addend::new(op, d, &c, f16_ok, self.wide_store_axis())?);
+        Ok(self)
+    }
+
+    /// The axis of C that C is stored four at a time along (`m` or `n`), where it is.
+    pub(crate) fn wide_store_axis(&self) -> Option<usize> {
+        let nb = self.batch_axes;
+        match self.store {
+            Store::M => Some(nb),
+            Store::N => Some(nb + 1),
+            Store::Scalar => None,
+        }
+    }
+
+    /// What the product adds as it writes C (the reduction's: one declaration for every kernel
+    /// of the product).
+    pub(crate) fn extra(&self) -> &Extra {
+        &self.extra
     }
 
     /// The bias the reduction adds, if any.
     pub(crate) fn bias(&self) -> Option<&Bias> {
-        self.bias.as_ref()
+        self.extra.bias()
     }
 
     /// How sums are finished into C.
     fn finish(&self) -> Finish {
-        match self.bias {
-            Some(_) => Finish::Biased,
-            None => Finish::Scaled,
+        self.extra.finish()
+    }
+
+    /// Whether the bias, or D, is read four elements at a time (D along the axis C is stored
+    /// along).
+    fn extra_wide(&self) -> bool {
+        match &self.extra {
+            Extra::None => false,
+            Extra::Bias(bias) => bias.wide(),
+            Extra::Addend(d) => self
+                .wide_store_axis()
+                .is_some_and(|axis| d.wide_along(axis)),
         }
     }
 
-    /// Whether the bias is read four elements at a time.
-    fn bias_wide(&self) -> bool {
-        self.bias.as_ref().is_some_and(Bias::wide)
-    }
-
-    /// `source` with what finishing a sum into C needs: the scalars `alpha` and `beta`, or the
-    /// bias operand.
+    /// `source` with what finishing a sum into C needs: the scalars `alpha` and `beta` (and
+    /// D), or the bias operand.
     fn finishing(&self, source: KernelSource) -> KernelSource {
-        match &self.bias {
-            Some(bias) => source.operand(bias.operand().clone()),
-            None => source
+        match &self.extra {
+            Extra::Bias(bias) => source.operand(bias.operand().clone()),
+            Extra::None => source
+                .scalar("alpha", Scalar::F32)
+                .scalar("beta", Scalar::F32),
+            Extra::Addend(d) => source
+                .operand(d.operand().clone())
                 .scalar("alpha", Scalar::F32)
                 .scalar("beta", Scalar::F32),
         }
+    }
+
+    /// Checks a call's extra argument (the bias or D, `arg`) against what the product was
+    /// built with (see [`Extra::check_call`]), C's extents `c_dims`; `kernel` is one of the
+    /// product's kernels that reads it.
+    pub(crate) fn check_extra(
+        &self,
+        op: &'static str,
+        kernel: &Compiled,
+        arg: Option<ExtraArg<'_, '_>>,
+        c_dims: &[usize],
+    ) -> Result<(), OpError> {
+        self.extra.check_call(op, kernel, arg, c_dims)
     }
 
     /// The view of the partial sums (the workspace's).
@@ -481,7 +410,7 @@ impl Reduction {
                 self.store,
                 self.batch_axes,
                 self.finish(),
-                self.bias_wide(),
+                self.extra_wide(),
             ))
     }
 
@@ -529,10 +458,10 @@ impl Reduction {
     }
 
     /// Records `C = alpha · Σ_split partial + beta · C` (with a bias: `C = Σ_split partial +
-    /// bias`, and `scale` is not used) for `shape` with the reduction's `kernel` (built from
-    /// [`source`](Self::source)), over every part of the workspace `partial` (a
-    /// [`workspace`](Self::workspace)). The bias argument must already be checked
-    /// ([`Bias::check_call`]).
+    /// bias`, and `scale` is not used; with D: `alpha · Σ_split partial + D`) for `shape` with
+    /// the reduction's `kernel` (built from [`source`](Self::source)), over every part of the
+    /// workspace `partial` (a [`workspace`](Self::workspace)). The extra argument (bias or D)
+    /// must already be checked ([`check_extra`](Self::check_extra)).
     #[allow(clippy::too_many_arguments)] // one argument per operand of the kernel, and its shape
     pub(crate) fn record(
         &self,
@@ -540,7 +469,7 @@ impl Reduction {
         batch: &mut Batch<'_>,
         partial: &GpuArg<'_>,
         c: &GpuArg<'_>,
-        bias: Option<&GpuArg<'_>>,
+        extra: Option<&GpuArg<'_>>,
         scale: Scale,
         shape: GemmShape,
     ) -> Result<(), OpError> {
@@ -553,8 +482,8 @@ impl Reduction {
         })?;
         let units = u64::from(shape.batch) * u64::from(shape.m) * u64::from(shape.n.div_ceil(4));
         let mut args = vec![("partial", partial), ("c", c)];
-        args.extend(bias.map(|b| (Bias::ROLE, b)));
-        let mut scalars = finish_scalars(bias.is_some(), scale);
+        args.extend(extra.zip(self.extra.role()).map(|(e, role)| (role, e)));
+        let mut scalars = finish_scalars(self.extra.bias().is_some(), scale);
         scalars.push(("splits", ParamValue::U32(split)));
         kernel.record_linear(
             batch,
@@ -609,7 +538,7 @@ impl Reduction {
         [partial, reduce]: [&Compiled; 2],
         entry: &str,
         [a, b, c]: [&GpuArg<'_>; 3],
-        bias: Option<&GpuArg<'_>>,
+        extra: Option<&GpuArg<'_>>,
         scale: Scale,
         shape: GemmShape,
         run: SplitRun,
@@ -626,13 +555,13 @@ impl Reduction {
             ],
             run.grid,
         )?;
-        self.record(reduce, batch, &sums, c, bias, scale, shape)
+        self.record(reduce, batch, &sums, c, extra, scale, shape)
     }
 }
 
 /// Why a product's operand can't be stored as `elem` (`f16_ok`: the device has `f16`), if it
 /// can't: products are of `f32` or `f16` elements.
-fn storage_problem(elem: ElemType, f16_ok: bool) -> Option<String> {
+pub(crate) fn storage_problem(elem: ElemType, f16_ok: bool) -> Option<String> {
     match elem {
         ElemType::F32 => None,
         ElemType::F16 if f16_ok => None,
@@ -739,7 +668,7 @@ impl MatmulOp {
     /// device has it) and that C is not written through a broadcast; builds the kernel of the
     /// large tiling, so a problem with the views shows here.
     pub fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, None, c)
+        Self::new_with(gpu, a, b, None, None, c)
     }
 
     /// The biased GEMM `C = A·B + bias` (every row of C gets `bias[n]`; C is overwritten,
@@ -755,7 +684,15 @@ impl MatmulOp {
         bias: &View,
         c: &View,
     ) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, Some(bias), c)
+        Self::new_with(gpu, a, b, Some(bias), None, c)
+    }
+
+    /// The added GEMM `C = alpha · A·B + D` (C overwritten, D read through `d`, a view of C's
+    /// extents of `f32` or `f16`, any layout; a shape error otherwise): like
+    /// [`new`](Self::new), the addition after the product done as C is written. Record it with
+    /// [`record_added`](Self::record_added). Under split-k the reduction adds D.
+    pub fn new_added(gpu: &Gpu, a: &View, b: &View, d: &View, c: &View) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, None, Some(d), c)
     }
 
     fn new_with(
@@ -763,6 +700,7 @@ impl MatmulOp {
         a: &View,
         b: &View,
         bias: Option<&View>,
+        d: Option<&View>,
         c: &View,
     ) -> Result<Self, OpError> {
         let nb = check_static_extents(OP, a, b, c)?;
@@ -782,7 +720,10 @@ impl MatmulOp {
         check_writable(c)?;
         let (a, _) = vectorized(Operand::read("a", a)?, &[nb, nb + 1]);
         let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
-        let reduction = Reduction::new(c, nb, bias)?;
+        let mut reduction = Reduction::new(c, nb, bias)?;
+        if let Some(d) = d {
+            reduction = reduction.with_addend(OP, d, gpu.features().f16)?;
+        }
         let partial = reduction.partial_writer()?;
         let candidates: Vec<(TileConfig, f64)> = TileConfig::CANDIDATES
             .into_iter()
@@ -887,7 +828,7 @@ impl MatmulOp {
                 a: self.staging(&self.a, nb),
                 b: self.staging(&self.b, nb + 1),
                 epilogue,
-                bias_wide: self.reduction.bias_wide(),
+                bias_wide: self.reduction.extra_wide(),
             };
             Ok(KernelSource::new(OP)
                 .operand(self.a.clone())
@@ -957,7 +898,30 @@ impl MatmulOp {
         bias: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        self.record_with(batch, None, a, b, Some(bias), c, Scale::OVERWRITE)
+        self.record_with(
+            batch,
+            None,
+            a,
+            b,
+            Some((Bias::ROLE, bias)),
+            c,
+            Scale::OVERWRITE,
+        )
+    }
+
+    /// Records `C = alpha · A·B + D` with the tiling chosen for its shape (an error for an op
+    /// built without D: see [`new_added`](Self::new_added)).
+    pub fn record_added(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        d: &GpuArg<'_>,
+        c: &GpuArg<'_>,
+        alpha: f32,
+    ) -> Result<(), OpError> {
+        let scale = Scale { alpha, beta: 0.0 };
+        self.record_with(batch, None, a, b, Some((Addend::ROLE, d)), c, scale)
     }
 
     /// Records `C = A·B + bias` with `plan`.
@@ -970,7 +934,15 @@ impl MatmulOp {
         bias: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        self.record_with(batch, Some(plan), a, b, Some(bias), c, Scale::OVERWRITE)
+        self.record_with(
+            batch,
+            Some(plan),
+            a,
+            b,
+            Some((Bias::ROLE, bias)),
+            c,
+            Scale::OVERWRITE,
+        )
     }
 
     /// Records `C = alpha · A·B + beta · C` with `plan`.
@@ -986,19 +958,19 @@ impl MatmulOp {
         self.record_with(batch, Some(plan), a, b, None, c, scale)
     }
 
-    /// The checked extents of a call with its bias argument (see
-    /// [`extents`](Self::extents) and [`Bias::check_call`]).
+    /// The checked extents of a call with its extra argument, the bias or D (see
+    /// [`extents`](Self::extents) and [`Reduction::check_extra`]).
     fn call_extents(
         &self,
         gpu: &Gpu,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
-        bias: Option<&GpuArg<'_>>,
+        extra: Option<ExtraArg<'_, '_>>,
         c: &GpuArg<'_>,
     ) -> Result<Extents, OpError> {
         let kernel = self.first_kernel(gpu)?;
         let extents = Extents::of_call(&kernel, a, b, c)?;
-        Bias::check_call(OP, self.reduction.bias(), &kernel, bias, extents.n)?;
+        self.reduction.check_extra(OP, &kernel, extra, &c.dims())?;
         Ok(extents)
     }
 
@@ -1009,12 +981,12 @@ impl MatmulOp {
         plan: Option<Tiling>,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
-        bias: Option<&GpuArg<'_>>,
+        extra: Option<ExtraArg<'_, '_>>,
         c: &GpuArg<'_>,
         scale: Scale,
     ) -> Result<(), OpError> {
         let gpu = batch.gpu();
-        let extents = self.call_extents(gpu, a, b, bias, c)?;
+        let extents = self.call_extents(gpu, a, b, extra, c)?;
         let shape = gemm_shape(&extents)?;
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
             return Ok(());
@@ -1032,8 +1004,8 @@ impl MatmulOp {
         if split == 1 {
             let gemm = self.kernel(gpu, Kernel::Gemm(config))?;
             let mut args = vec![("a", a), ("b", b), ("c", c)];
-            args.extend(bias.map(|b| (Bias::ROLE, b)));
-            let scalars = finish_scalars(bias.is_some(), scale);
+            args.extend(extra);
+            let scalars = finish_scalars(self.has_bias(), scale);
             return gemm.record(batch, shader::ENTRY, &args, &scalars, grid);
         }
         let partial = self.kernel(gpu, Kernel::Partial(config))?;
@@ -1050,7 +1022,7 @@ impl MatmulOp {
             [&partial, &reduce],
             shader::ENTRY,
             [a, b, c],
-            bias,
+            extra.map(|(_, e)| e),
             scale,
             shape,
             run,

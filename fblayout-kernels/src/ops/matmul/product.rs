@@ -8,8 +8,9 @@
 //! tensor cores when the device has cooperative matrices, both factors are
 //! `f16` and it overwrites its output with factor 1 (the cooperative kernel has no `alpha` or
 //! `beta`; a biased product always overwrites); anything else runs on the `f32`-summing GEMM,
-//! which every device has. The linear
-//! layer's three products and attention's six are built from this.
+//! which every device has. An added product (`c = alpha · a·b + d`) runs the same way: every
+//! kernel adds `d` as it writes `c`. The linear layer's three products and attention's six are
+//! built from this.
 
 use std::sync::Arc;
 
@@ -59,6 +60,14 @@ fn may_run_on_cores(factors: [ElemType; 2]) -> bool {
     factors.iter().all(|&e| e == ElemType::F16)
 }
 
+/// What a product adds as it writes its output, besides its factor.
+#[derive(Clone, Copy)]
+enum With<'a> {
+    Nothing,
+    Bias(&'a View),
+    Addend(&'a View),
+}
+
 /// The `f32`-summing GEMM of a product, and the tensor-core one where it runs (see the module
 /// docs).
 #[derive(Debug, Clone)]
@@ -71,7 +80,7 @@ pub(crate) struct Product {
 impl Product {
     /// The product `c = a·b` of the three views.
     pub(crate) fn new(gpu: &Gpu, a: &View, b: &View, c: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, None, c)
+        Self::new_with(gpu, a, b, With::Nothing, c)
     }
 
     /// The biased product `c = a·b + bias` (`bias[n]` in every row, `c` overwritten).
@@ -82,11 +91,13 @@ impl Product {
         bias: &View,
         c: &View,
     ) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, Some(bias), c)
+        Self::new_with(gpu, a, b, With::Bias(bias), c)
     }
 
-    /// The product `c = alpha · a·b + d` with a short reduction, on the narrow kernel that adds
-    /// `d` as it writes `c` (see [`NarrowMatmulOp::new_added`]; an error for any other).
+    /// The added product `c = alpha · a·b + d` (`d` of `c`'s extents, any layout; `c`
+    /// overwritten): on the narrow kernel where the reduction is short
+    /// ([`is_short`](super::narrow::is_short)), else on tensor cores where the product runs
+    /// there, else on the `f32`-summing GEMM, each adding `d` as it writes `c`.
     pub(crate) fn new_added(
         gpu: &Gpu,
         a: &View,
@@ -94,27 +105,24 @@ impl Product {
         d: &View,
         c: &View,
     ) -> Result<Self, OpError> {
-        Ok(Self {
-            f32: MatmulOp::new(gpu, a, b, c)?,
-            narrow: Some(Arc::new(NarrowMatmulOp::new_added(gpu, a, b, d, c)?)),
-            coop: None,
-        })
+        Self::new_with(gpu, a, b, With::Addend(d), c)
     }
 
-    fn new_with(
-        gpu: &Gpu,
-        a: &View,
-        b: &View,
-        bias: Option<&View>,
-        c: &View,
-    ) -> Result<Self, OpError> {
-        let f32 = match bias {
-            Some(bias) => MatmulOp::new_biased(gpu, a, b, bias, c)?,
-            None => MatmulOp::new(gpu, a, b, c)?,
+    fn new_with(gpu: &Gpu, a: &View, b: &View, with: With<'_>, c: &View) -> Result<Self, OpError> {
+        let f32 = match with {
+            With::Bias(bias) => MatmulOp::new_biased(gpu, a, b, bias, c)?,
+            With::Addend(d) => MatmulOp::new_added(gpu, a, b, d, c)?,
+            With::Nothing => MatmulOp::new(gpu, a, b, c)?,
         };
-        let narrow = match bias {
-            Some(_) => None,
-            None => match NarrowMatmulOp::new(gpu, a, b, c) {
+        let narrow = match with {
+            With::Bias(_) => None,
+            With::Addend(d) => match NarrowMatmulOp::new_added(gpu, a, b, d, c) {
+                Ok(op) => Some(Arc::new(op)),
+                // Not a short reduction: a GEMM adds it.
+                Err(OpError::Unsupported { .. }) => None,
+                Err(other) => return Err(other),
+            },
+            With::Nothing => match NarrowMatmulOp::new(gpu, a, b, c) {
                 Ok(op) => Some(Arc::new(op)),
                 // No narrow side: a GEMM runs.
                 Err(OpError::Unsupported { .. }) => None,
@@ -123,9 +131,10 @@ impl Product {
         };
         let halves = may_run_on_cores([a, b].map(|v| v.layout().elem()));
         let coop = if narrow.is_none() && halves && gpu.features().coop_fragment.is_some() {
-            let built = match bias {
-                Some(bias) => CoopMatmulOp::new_biased(gpu, a, b, bias, c),
-                None => CoopMatmulOp::new(gpu, a, b, c),
+            let built = match with {
+                With::Bias(bias) => CoopMatmulOp::new_biased(gpu, a, b, bias, c),
+                With::Addend(d) => CoopMatmulOp::new_added(gpu, a, b, d, c),
+                With::Nothing => CoopMatmulOp::new(gpu, a, b, c),
             };
             match built {
                 Ok(op) => Some(Arc::new(op)),
@@ -193,8 +202,9 @@ impl Product {
         }
     }
 
-    /// Records the added product `c = factor · a·b + d` (`out`'s factor) of an op built by
-    /// [`new_added`](Self::new_added); an error for any other, or for an `out` that accumulates.
+    /// Records the added product `c = factor · a·b + d` (`out`'s factor; on tensor cores only
+    /// with factor 1, which is all they do) of an op built by [`new_added`](Self::new_added);
+    /// an error for any other, or for an `out` that accumulates.
     pub(crate) fn record_added(
         &self,
         batch: &mut Batch<'_>,
@@ -204,13 +214,17 @@ impl Product {
         c: &GpuArg<'_>,
         out: Output,
     ) -> Result<(), OpError> {
-        let (Some(narrow), Scale { alpha, beta: 0.0 }) = (&self.narrow, out.scale()) else {
+        let Scale { alpha, beta: 0.0 } = out.scale() else {
             return Err(OpError::shape(
                 "matmul",
                 "an added product overwrites its output, built with a matrix to add",
             ));
         };
-        narrow.record_added(batch, a, b, d, c, alpha)
+        match (&self.narrow, &self.coop) {
+            (Some(narrow), _) => narrow.record_added(batch, a, b, d, c, alpha),
+            (None, Some(coop)) if alpha == 1.0 => coop.record_added(batch, a, b, d, c),
+            _ => self.f32.record_added(batch, a, b, d, c, alpha),
+        }
     }
 
     /// Tunes the tensor-core product on `a`, `b` and a scratch output shaped like `c` (so

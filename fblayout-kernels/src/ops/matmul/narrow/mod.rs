@@ -32,14 +32,13 @@ use fblayout_core::kernel::{KernelSource, Operand, Scalar};
 use fblayout_core::layout::View;
 
 use self::shader::{Geometry, SHORT_TILE, ShortSpec, Side, ThinOut, ThinSpec};
-use super::shader::{Staging, Store};
+use super::shader::Staging;
 use super::{
     DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_grid,
     check_static_extents, check_writable, finish_scalars, gemm_shape, split_parts, storage_problem,
     vectorized,
 };
 use crate::ops::compiled::Compiled;
-use crate::ops::elementwise::{check_same_dims, check_same_shape};
 use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, Scratch};
 use crate::tensor::GpuArg;
@@ -80,9 +79,9 @@ pub struct NarrowMatmulOp {
     kind: Kind,
     a: Operand,
     b: Operand,
+    /// Also what the product adds: D of `C = alpha · A·B + D`
+    /// ([`new_added`](Self::new_added)).
     reduction: Reduction,
-    /// D of `C = alpha · A·B + D` ([`new_added`](Self::new_added)).
-    addend: Option<Operand>,
     batch_axes: usize,
     kernels: Arc<Mutex<HashMap<Kernel, Arc<Compiled>>>>,
 }
@@ -190,7 +189,6 @@ impl NarrowMatmulOp {
             a,
             b,
             reduction,
-            addend: None,
             batch_axes: nb,
             kernels: Arc::default(),
         })
@@ -210,33 +208,14 @@ impl NarrowMatmulOp {
                 why: format!("only a reduction of at most {NARROW} adds a matrix as it writes C"),
             });
         }
-        check_same_shape(OP, ("c", c), &[("d", d)])?;
-        if let Some(why) = storage_problem(d.layout().elem(), gpu.features().f16) {
-            return Err(OpError::Unsupported {
-                op: OP,
-                role: "d",
-                view: d.name().to_owned(),
-                why,
-            });
-        }
-        // Read four at a time along the axis C is stored four at a time along, where it can be.
-        let d = Operand::read("d", d)?;
-        op.addend = Some(match op.wide_store_axis() {
-            Some(axis) => vectorized(d, &[axis]).0,
-            None => d,
-        });
+        op.reduction = op.reduction.with_addend(OP, d, gpu.features().f16)?;
         op.kernel(gpu, Kernel::Direct)?;
         Ok(op)
     }
 
-    /// The axis of C that C is stored four at a time along (`m` or `n`), where it is.
-    fn wide_store_axis(&self) -> Option<usize> {
-        let nb = self.batch_axes;
-        match self.reduction.store {
-            Store::M => Some(nb),
-            Store::N => Some(nb + 1),
-            Store::Scalar => None,
-        }
+    /// D of an added product.
+    fn addend(&self) -> Option<&super::Addend> {
+        self.reduction.extra().addend()
     }
 
     /// The most scratch [`record`](Self::record) takes for a product of `shape` whichever
@@ -309,14 +288,15 @@ impl NarrowMatmulOp {
                     a,
                     b_wide,
                     store: self.reduction.store,
-                    added: self.addend.is_some(),
-                    d_wide: self.addend.as_ref().is_some_and(|d| {
-                        self.wide_store_axis()
-                            .is_some_and(|axis| d.vector_axis() == Some(axis))
+                    added: self.addend().is_some(),
+                    d_wide: self.addend().is_some_and(|d| {
+                        self.reduction
+                            .wide_store_axis()
+                            .is_some_and(|axis| d.wide_along(axis))
                     }),
                 };
-                let source = match &self.addend {
-                    Some(d) => scaled(operands).operand(d.clone()),
+                let source = match self.addend() {
+                    Some(d) => scaled(operands).operand(d.operand().clone()),
                     None => scaled(operands),
                 };
                 (OP, source.body(shader::short(&spec)))
@@ -377,12 +357,6 @@ impl NarrowMatmulOp {
         c: &GpuArg<'_>,
         scale: Scale,
     ) -> Result<(), OpError> {
-        if self.addend.is_some() {
-            return Err(OpError::shape(
-                OP,
-                "built to add a matrix `d`, recorded without one",
-            ));
-        }
         self.record_with(batch, a, b, None, c, scale)
     }
 
@@ -397,11 +371,8 @@ impl NarrowMatmulOp {
         c: &GpuArg<'_>,
         alpha: f32,
     ) -> Result<(), OpError> {
-        if self.addend.is_none() {
-            return Err(OpError::shape(OP, "built without a matrix `d` to add"));
-        }
         let scale = Scale { alpha, beta: 0.0 };
-        self.record_with(batch, a, b, Some(d), c, scale)
+        self.record_with(batch, a, b, Some((super::Addend::ROLE, d)), c, scale)
     }
 
     fn record_with(
@@ -409,15 +380,14 @@ impl NarrowMatmulOp {
         batch: &mut Batch<'_>,
         a: &GpuArg<'_>,
         b: &GpuArg<'_>,
-        d: Option<&GpuArg<'_>>,
+        d: Option<super::ExtraArg<'_, '_>>,
         c: &GpuArg<'_>,
         scale: Scale,
     ) -> Result<(), OpError> {
         let gpu = batch.gpu();
-        let extents = self.extents(gpu, a, b, c)?;
-        if let Some(d) = d {
-            check_same_dims(OP, &["c", "d"], [c.dims(), d.dims()].into_iter())?;
-        }
+        let kernel = self.kernel(gpu, Kernel::Direct)?;
+        let extents = Extents::of_call(&kernel, a, b, c)?;
+        self.reduction.check_extra(OP, &kernel, d, &c.dims())?;
         let shape = gemm_shape(&extents)?;
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 {
             return Ok(());
@@ -446,7 +416,7 @@ impl NarrowMatmulOp {
             let kernel = self.kernel(gpu, Kernel::Direct)?;
             let scalars = finish_scalars(false, scale);
             let mut args = vec![("a", a), ("b", b), ("c", c)];
-            args.extend(d.map(|d| ("d", d)));
+            args.extend(d);
             return kernel.record(batch, shader::ENTRY, &args, &scalars, grid);
         }
         let partial = self.kernel(gpu, Kernel::Partial)?;
