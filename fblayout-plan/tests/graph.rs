@@ -307,3 +307,80 @@ fn a_bias_converted_after_its_product_does_not_fold() {
     let others = |f: &[Option<usize>]| f.iter().flatten().count();
     assert_eq!(others(&converted.folded_biases()), others(&folds) - 1);
 }
+
+/// `x = embed(ids)`, `y = x·w1 + x·w2 + x·w3` (two sums) against labels: each sum is done by
+/// the product of its second summand, the second reading the sum the first product wrote; in
+/// the backward, `x`'s three contributions are summed by the second and third input-gradient
+/// products, each reading the sum the one before it wrote. Nothing else folds.
+#[test]
+fn a_chain_of_sums_is_done_by_the_products_of_its_summands() {
+    let mut g = Graph::new();
+    let bs = [("batch", Dim::Batch), ("seq", Dim::Seq)];
+    let ids = g
+        .add_tensor("ids", &bs, ElemType::U32, Role::Input)
+        .unwrap();
+    let labels = g
+        .add_tensor("labels", &bs, ElemType::U32, Role::Input)
+        .unwrap();
+    let mut param = |name: &str, rows: u32| {
+        g.add_tensor(
+            name,
+            &[("rows", Dim::Fixed(rows)), ("hidden", Dim::Fixed(8))],
+            ElemType::F32,
+            Role::Param,
+        )
+        .unwrap()
+    };
+    let table = param("table", 10);
+    let ws = [param("w1", 8), param("w2", 8), param("w3", 8)];
+    let x = activation(&mut g, "x");
+    let hs = [
+        activation(&mut g, "h1"),
+        activation(&mut g, "h2"),
+        activation(&mut g, "h3"),
+    ];
+    let (s, y) = (activation(&mut g, "s"), activation(&mut g, "y"));
+    let loss = g
+        .add_tensor("loss", &bs, ElemType::F32, Role::Loss)
+        .unwrap();
+    g.push(Op::Embedding, &[ids, table], &[x]).unwrap();
+    for (w, h) in ws.iter().zip(&hs) {
+        g.push(Op::Linear, &[x, *w], &[*h]).unwrap();
+    }
+    g.push(Op::Add, &[hs[0], hs[1]], &[s]).unwrap();
+    g.push(Op::Add, &[s, hs[2]], &[y]).unwrap();
+    g.push(
+        Op::CrossEntropy {
+            ignore_index: u32::MAX,
+        },
+        &[y, labels],
+        &[loss],
+    )
+    .unwrap();
+    derive_backward(&mut g).unwrap();
+    let folds = g.folded_additions();
+    let nodes = g.nodes();
+    // The forward's two sums: into the second and third products.
+    assert_eq!((folds[2], folds[3]), (Some(4), Some(5)));
+    // x's gradient: three input-gradient products, two sums, each folded into the product of
+    // its second summand, which runs after the one that wrote its first.
+    let dx = g.grad(x).unwrap();
+    let sums: Vec<usize> = (0..nodes.len())
+        .filter(|&j| nodes[j].op == Op::Accumulate)
+        .collect();
+    assert_eq!(sums.len(), 2);
+    let mut previous: Option<(usize, usize)> = None;
+    for &j in &sums {
+        let i = folds.iter().position(|&f| f == Some(j)).expect("folded");
+        assert_eq!(nodes[i].op, Op::LinearGradInput);
+        assert_eq!(nodes[i].outputs[0], nodes[j].inputs[1]);
+        if let Some((pi, pj)) = previous {
+            // It reads the running sum, written by the product before it.
+            assert_eq!(nodes[j].inputs[0], nodes[pj].outputs[0]);
+            assert!(pi < i);
+        }
+        previous = Some((i, j));
+    }
+    assert_eq!(nodes[sums[1]].outputs[0], dx);
+    assert_eq!(folds.iter().flatten().count(), 4);
+}

@@ -122,6 +122,8 @@ impl Views<'_> {
         Ok(match rule {
             ViewRule::Whole => vec![self.layouts[t.index()].view()],
             ViewRule::Tokens => vec![self.tokens(t)?],
+            ViewRule::TokensWhereAny if self.has_tokens(t) => vec![self.tokens(t)?],
+            ViewRule::TokensWhereAny => vec![self.layouts[t.index()].view()],
             ViewRule::Transposed => vec![self.transposed(t)?],
             ViewRule::Heads { heads } => vec![self.heads(t, heads)?],
             ViewRule::Qkv {
@@ -136,6 +138,16 @@ impl Views<'_> {
             view: what.to_owned(),
             detail: source.to_string(),
         }
+    }
+
+    /// Whether `t` leads with two run-time batch and sequence axes (what
+    /// [`tokens`](Self::tokens) merges).
+    fn has_tokens(&self, t: TensorId) -> bool {
+        let axes = &self.graph.tensor(t).axes;
+        axes.iter()
+            .take_while(|a| matches!(a.dim, Dim::Batch | Dim::Seq))
+            .count()
+            == 2
     }
 
     /// `t` with its leading batch and sequence axes merged into `tokens`.

@@ -12,47 +12,70 @@
 //! activation that only that bias reads (as its input), the product adds `b` itself and writes
 //! `y` (the GPU executor's biased GEMM); `lin` is then never written.
 //!
-//! **Additions after a short product.** A LoRA adapter's last product `δ = s · u·Bᵀ` reduces
-//! over the rank, and the addition `y' = y + δ` after it reads `y` and `δ` and writes `y'`.
-//! Where `δ` is an activation that only that addition reads (as its second summand), the
-//! product's reduction is short enough for the kernel that adds a matrix as it writes
-//! ([`is_short`]) and `y` is ready when it runs, the product writes `y' = s · u·Bᵀ + y` itself
-//! ([`Graph::folded_additions`]).
+//! **Additions after a product.** A sum `y = a + b` whose `b` a linear product made and
+//! nothing else reads, with `a` ready when the product runs, is done by the product as it
+//! writes: it writes `y = factor · x·w + a` instead of `b` ([`Graph::folded_additions`]). In
+//! the forward this is a LoRA adapter's last product `δ = s · u·Bᵀ` and its sum `y' = y + δ`
+//! with the base layer's output. In the backward it is a gradient's sum of several
+//! contributions ([`Op::Accumulate`]): each input's gradient product after the first adds the
+//! running sum, which the one before it wrote, so a chain of sums takes no pass of its own.
 //!
 //! The memory planner, the executor and the cost model read both kinds of fold from
 //! [`Graph::epilogues`], so that the folded output's buffer is live from the product on and the
 //! folded operation runs no kernel of its own.
 
-use fblayout_kernels::ops::matmul::narrow::is_short;
+use super::{Graph, GraphError, Node, NodeId, Op, Role, TensorId};
 
-use super::{Graph, GraphError, NodeId, Op, Role, TensorId};
+/// Which operations a product may do the work of, and through which roles.
+struct Rule {
+    /// The products it applies to.
+    product: fn(&Op) -> bool,
+    /// The operations after them it folds.
+    after: &'static [Op],
+    /// The folded operation's role that reads the product's output, then the one that must be
+    /// ready when the product runs.
+    roles: [&'static str; 2],
+}
+
+/// A linear layer's forward product adds the bias node after it.
+const BIAS: Rule = Rule {
+    product: |op| *op == Op::Linear,
+    after: &[Op::Bias],
+    roles: ["x", "b"],
+};
+
+/// A linear product (a forward, or an input's gradient, either orientation) does the sum after
+/// it.
+const ADDITION: Rule = Rule {
+    product: |op| {
+        matches!(
+            op,
+            Op::Linear | Op::LinearT { .. } | Op::LinearGradInput | Op::LinearTGradInput { .. }
+        )
+    },
+    after: &[Op::Add, Op::Accumulate],
+    roles: ["b", "a"],
+};
 
 impl Graph {
     /// For each operation, the bias operation its product adds in its epilogue (see the module
     /// docs): `Some(j)` for a [`Op::Linear`] whose output is an activation that only operation
     /// `j`, an [`Op::Bias`] reading it as its input, reads, where the bias it adds is ready when
     /// the product runs (a parameter, or written before it: not a copy a conversion makes
-    /// between the two).
+    /// between the two). The biases of [`epilogues`](Self::epilogues).
     pub fn folded_biases(&self) -> Vec<Option<usize>> {
-        self.folds(|n| n.op == Op::Linear, Op::Bias, ["x", "b"])
+        self.epilogues_of(&[Op::Bias])
     }
 
     /// For each operation, the addition its product does as it writes (see the module docs):
-    /// `Some(j)` for an [`Op::LinearT`] whose reduction has a static extent the short kernel
-    /// takes and whose output is an activation that only operation `j`, an [`Op::Add`] reading
-    /// it as its second summand `b`, reads, where the first summand `a` is ready when the
-    /// product runs.
+    /// `Some(j)` for a linear product ([`Op::Linear`], [`Op::LinearT`] or either's input
+    /// gradient) whose output is an activation that only operation `j`, an [`Op::Add`] or
+    /// [`Op::Accumulate`] reading it as its second summand `b`, reads, where the first summand
+    /// `a` is ready when the product runs (persistent, or written before it, by an operation
+    /// or by the product an earlier sum was folded into). The additions of
+    /// [`epilogues`](Self::epilogues).
     pub fn folded_additions(&self) -> Vec<Option<usize>> {
-        let short = |n: &super::Node| {
-            matches!(n.op, Op::LinearT { .. })
-                && n.inputs.get(1).is_some_and(|&w| {
-                    // `w` is `[d_out, d_in]`, read transposed: the reduction is its last axis
-                    // (0 where it is sized by the run, which is not short).
-                    matches!(self.tensor(w).fixed_extents()[..],
-                        [_, d_in] if is_short(u32::try_from(d_in).ok()))
-                })
-        };
-        self.folds(short, Op::Add, ["b", "a"])
+        self.epilogues_of(&[Op::Add, Op::Accumulate])
     }
 
     /// For each operation, the operation whose work its epilogue does: its folded bias or
@@ -60,59 +83,78 @@ impl Graph {
     /// [`folded_additions`](Self::folded_additions)). What the memory planner, the executors and
     /// the cost model read.
     pub fn epilogues(&self) -> Vec<Option<usize>> {
-        self.folded_biases()
-            .into_iter()
-            .zip(self.folded_additions())
-            .map(|(bias, add)| bias.or(add))
-            .collect()
-    }
-
-    /// For each operation that `product` accepts, the one operation of kind `after` that reads
-    /// its output (an activation nothing else reads) as its role `roles[0]`, where its role
-    /// `roles[1]` is ready when the product runs (persistent, or written before it).
-    fn folds(
-        &self,
-        product: impl Fn(&super::Node) -> bool,
-        after: Op,
-        roles: [&str; 2],
-    ) -> Vec<Option<usize>> {
-        let [own, other] = roles;
+        let rules = [BIAS, ADDITION];
         let nodes = self.nodes();
-        let ready = |b: TensorId, at: usize| {
-            self.tensor(b).is_persistent() || nodes[..at].iter().any(|n| n.outputs.contains(&b))
-        };
+        // Where each tensor is written: by its operation, or by the product that folded it.
+        let mut made_at: Vec<Option<usize>> = vec![None; self.tensors().len()];
+        let mut folds = vec![None; nodes.len()];
+        let mut folded = vec![false; nodes.len()];
         // The folded node's operand of role `role`.
-        let operand = |m: &super::Node, role: &str| {
+        let operand = |m: &Node, role: &str| {
             let k = m.op.input_roles().iter().position(|r| *r == role)?;
             m.inputs.get(k).copied()
         };
-        nodes
+        for (i, n) in nodes.iter().enumerate() {
+            let ready = |b: TensorId, made_at: &[Option<usize>]| {
+                self.tensor(b).is_persistent() || made_at[b.index()].is_some_and(|k| k < i)
+            };
+            if let Some(j) = self.sole_reader(i) {
+                let m = &nodes[j];
+                let fits = rules.iter().any(|r| {
+                    let [own, other] = r.roles;
+                    (r.product)(&n.op)
+                        && r.after.contains(&m.op)
+                        && operand(m, own) == n.outputs.first().copied()
+                        && operand(m, other).is_some_and(|b| ready(b, &made_at))
+                });
+                if fits {
+                    folds[i] = Some(j);
+                    folded[j] = true;
+                    for &y in &m.outputs {
+                        made_at[y.index()] = Some(i);
+                    }
+                }
+            }
+            if !folded[i] {
+                for &t in &n.outputs {
+                    made_at[t.index()].get_or_insert(i);
+                }
+            }
+        }
+        folds
+    }
+
+    /// The [`epilogues`](Self::epilogues) whose folded operation is one of `ops`.
+    fn epilogues_of(&self, ops: &[Op]) -> Vec<Option<usize>> {
+        let nodes = self.nodes();
+        self.epilogues()
+            .into_iter()
+            .map(|f| f.filter(|&j| ops.contains(&nodes[j].op)))
+            .collect()
+    }
+
+    /// The one operation that reads node `i`'s first output, where that output is an
+    /// intermediate nothing else reads: an activation, or one contribution to a gradient (not
+    /// the gradient itself, which the step may return).
+    fn sole_reader(&self, i: usize) -> Option<usize> {
+        let nodes = self.nodes();
+        let t = *nodes[i].outputs.first()?;
+        let intermediate = match self.tensor(t).role {
+            Role::Activation => true,
+            Role::Grad { of } => self.grad(of) != Some(t),
+            _ => false,
+        };
+        if !intermediate {
+            return None;
+        }
+        let mut readers = nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| {
-                if !product(n) {
-                    return None;
-                }
-                let t = *n.outputs.first()?;
-                if self.tensor(t).role != Role::Activation {
-                    return None;
-                }
-                let mut readers = nodes
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, m)| m.inputs.contains(&t));
-                match (readers.next(), readers.next()) {
-                    (Some((j, m)), None)
-                        if m.op == after
-                            && operand(m, own) == Some(t)
-                            && operand(m, other).is_some_and(|b| ready(b, i)) =>
-                    {
-                        Some(j)
-                    }
-                    _ => None,
-                }
-            })
-            .collect()
+            .filter(|(_, m)| m.inputs.contains(&t));
+        match (readers.next(), readers.next()) {
+            (Some((j, _)), None) => Some(j),
+            _ => None,
+        }
     }
 }
 

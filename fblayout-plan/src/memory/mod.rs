@@ -466,7 +466,8 @@ fn liveness(graph: &Graph, keep: &[TensorId]) -> (Vec<Option<Live>>, Vec<bool>) 
             last[t.index()] = Some(i);
         }
     }
-    // A bias or an addition folded into the product before it is written by that product.
+    // A bias or an addition folded into the product before it is written by that product (on
+    // the GPU; the CPU executor runs it where it stands, so its inputs stay live until then).
     for (i, fold) in graph.epilogues().into_iter().enumerate() {
         if let Some(j) = fold {
             for &y in &graph.nodes()[j].outputs {

@@ -1,9 +1,13 @@
 //! Sums: `a, b → y`, `y = a + b` — a residual connection in the forward, two contributions to
 //! one gradient in the backward ([`Op::Accumulate`](crate::graph::Op::Accumulate)).
 //!
-//! A sum whose `b` a short product made (a LoRA adapter's last) is done by that product as it
-//! writes ([`Graph::folded_additions`](crate::graph::Graph::folded_additions)): its node then
-//! records nothing of its own.
+//! A sum whose `b` a linear product made (a LoRA adapter's last; a gradient's contribution) is
+//! done by that product as it writes
+//! ([`Graph::folded_additions`](crate::graph::Graph::folded_additions)): its node then records
+//! nothing of its own.
+//!
+//! The backward's sums read and write activations' gradients as token matrices, the views the
+//! linear products that fold them use, and weights' gradients as declared.
 
 use fblayout_kernels::ops::AddOp;
 use fblayout_kernels::ops::add::add_cpu;
@@ -24,12 +28,12 @@ pub(crate) struct Add {
 }
 
 impl Add {
-    /// Token matrices in the forward (residuals); in the backward, the tensors as declared: two
-    /// contributions to a gradient of any shape (a weight read by two operations, a tied
-    /// embedding table).
+    /// Token matrices in the forward (residuals); in the backward, token matrices where the
+    /// gradient has tokens, else the tensors as declared: two contributions to a gradient of
+    /// any shape (a weight read by two operations, a tied embedding table).
     fn view(&self) -> ViewRule {
         if self.accumulate {
-            ViewRule::Whole
+            ViewRule::TokensWhereAny
         } else {
             ViewRule::Tokens
         }

@@ -5,8 +5,10 @@
 //! builds it with the views it has, standing its output in for the operand the product does
 //! not read (`dx` for `x`, `dw` for `w`). A bias the graph adds right after the forward product
 //! ([`Graph::folded_biases`](crate::graph::Graph::folded_biases)) is added in its epilogue, and
-//! so is the sum after a transposed product with a short reduction, a LoRA adapter's last
-//! ([`Graph::folded_additions`](crate::graph::Graph::folded_additions)).
+//! so is the sum after a forward or an input's gradient
+//! ([`Graph::folded_additions`](crate::graph::Graph::folded_additions)): a LoRA adapter's last
+//! product adds the base layer's output, and an input's gradient the contributions to it
+//! before its own.
 
 use fblayout_kernels::ops::LinearOp;
 use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_forward_cpu};
@@ -236,7 +238,8 @@ impl Contract for Linear {
         };
         Ok(Box::new(Products {
             op,
-            which: Which::Forward(fold),
+            which: Which::Forward,
+            fold,
             out: Output::scaled(self.scale),
         }))
     }
@@ -335,14 +338,23 @@ impl Contract for LinearGradInput {
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
         // Built with dx's view for x, which the product of dx does not read.
-        let (dx, w, dy) = (
-            &args.write("dx")?.view,
-            &args.read("w")?.view,
-            &args.read("dy")?.view,
-        );
+        let (w, dy) = (&args.read("w")?.view, &args.read("dy")?.view);
+        let (op, fold) = match &ctx.epilogue {
+            // The sum after it, `a, b → y` with this product's output as `b`: the product
+            // writes `y = factor · dy·wᵀ + a`.
+            Some(sum) => {
+                let (a, y) = (&sum.read("a")?.view, &sum.write("y")?.view);
+                (LinearOp::new_grad_added(ctx.gpu, y, w, a, dy)?, Fold::Add)
+            }
+            None => (
+                LinearOp::new(ctx.gpu, &args.write("dx")?.view, w, dy)?,
+                Fold::None,
+            ),
+        };
         Ok(Box::new(Products {
-            op: LinearOp::new(ctx.gpu, dx, w, dy)?,
+            op,
             which: Which::GradInput,
+            fold,
             out: Output::scaled(self.scale),
         }))
     }
@@ -438,6 +450,7 @@ impl Contract for LinearGradWeight {
         Ok(Box::new(Products {
             op: LinearOp::new(ctx.gpu, x, dw, dy)?,
             which: Which::GradWeight,
+            fold: Fold::None,
             out: Output::scaled(self.scale),
         }))
     }
@@ -456,26 +469,31 @@ fn scratch(s: &Shapes<'_>, roles: [&str; 3], which: usize) -> Result<Scratch, Op
 /// Which of the three products a node runs.
 #[derive(Clone, Copy)]
 enum Which {
-    /// `y = x·w`, with the work of the node after it in its epilogue where it folds one.
-    Forward(Fold),
+    /// `y = x·w`.
+    Forward,
+    /// `dx = dy·wᵀ`.
     GradInput,
+    /// `dw = xᵀ·dy`.
     GradWeight,
 }
 
-/// The node after a forward product whose work the product does
+/// The node after a product whose work the product does
 /// ([`Graph::epilogues`](crate::graph::Graph::epilogues)).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Fold {
     None,
-    /// The bias `x, b → y`: `y = x·w + b`.
+    /// The bias `x, b → y` after a forward: `y = x·w + b`.
     Bias,
-    /// The addition `a, b → y` of the product's output `b`: `y = factor · x·wᵀ + a`.
+    /// The sum `a, b → y` of the product's output `b`: `y = factor · product + a`, written
+    /// through the sum's view of `y`.
     Add,
 }
 
 struct Products {
     op: LinearOp,
     which: Which,
+    /// The work of the node after it the product does.
+    fold: Fold,
     /// How the product writes its output: overwriting it, scaled by the layer's factor.
     out: Output,
 }
@@ -487,15 +505,14 @@ impl Products {
         args: &'b Args<GpuArg<'b>>,
         ctx: &'b RecordCtx<'_>,
     ) -> Result<[&'b GpuArg<'b>; 3], OpErr> {
+        // The folded node's output where the product writes it instead of its own.
+        let written = |own: &'static str| match (self.fold, ctx.epilogue) {
+            (Fold::Bias | Fold::Add, Some(after)) => after.write("y"),
+            _ => args.write(own),
+        };
         Ok(match self.which {
-            Which::Forward(fold) => {
-                let y = match (fold, ctx.epilogue) {
-                    (Fold::Bias | Fold::Add, Some(after)) => after.write("y")?,
-                    _ => args.write("y")?,
-                };
-                [args.read("x")?, args.read("w")?, y]
-            }
-            Which::GradInput => [args.write("dx")?, args.read("w")?, args.read("dy")?],
+            Which::Forward => [args.read("x")?, args.read("w")?, written("y")?],
+            Which::GradInput => [written("dx")?, args.read("w")?, args.read("dy")?],
             Which::GradWeight => [args.read("x")?, args.write("dw")?, args.read("dy")?],
         })
     }
@@ -516,31 +533,37 @@ impl GpuKernel for Products {
                     .into(),
             })
         };
-        match self.which {
-            Which::Forward(Fold::Bias) => {
+        match (self.which, self.fold) {
+            (Which::Forward, Fold::Bias) => {
                 let bias = after()?;
                 let (x, w) = (args.read("x")?, args.read("w")?);
                 self.op
                     .forward_biased(batch, x, w, bias.read("b")?, bias.write("y")?)
             }
-            Which::Forward(Fold::Add) => {
+            (Which::Forward, Fold::Add) => {
                 let add = after()?;
                 let (x, w) = (args.read("x")?, args.read("w")?);
                 self.op
                     .forward_added(batch, x, w, add.read("a")?, add.write("y")?, ow)
             }
-            Which::Forward(Fold::None) => self.op.forward(
+            (Which::Forward, Fold::None) => self.op.forward(
                 batch,
                 args.read("x")?,
                 args.read("w")?,
                 args.write("y")?,
                 ow,
             ),
-            Which::GradInput => {
+            (Which::GradInput, Fold::Add) => {
+                let sum = after()?;
+                let (w, dy) = (args.read("w")?, args.read("dy")?);
+                self.op
+                    .backward_added(batch, w, dy, sum.read("a")?, sum.write("y")?, ow)
+            }
+            (Which::GradInput, _) => {
                 let (dx, w, dy) = (args.write("dx")?, args.read("w")?, args.read("dy")?);
                 self.op.backward(batch, dx, w, dy, Some((dx, ow)), None)
             }
-            Which::GradWeight => {
+            (Which::GradWeight, _) => {
                 let (x, dw, dy) = (args.read("x")?, args.write("dw")?, args.read("dy")?);
                 self.op.backward(batch, x, dw, dy, None, Some((dw, ow)))
             }

@@ -116,6 +116,11 @@ pub enum ViewRule {
     Whole,
     /// Its leading batch and sequence axes merged into `tokens`.
     Tokens,
+    /// [`Tokens`](Self::Tokens) where its two leading axes are the batch and the sequence (an
+    /// activation or its gradient), else as declared (a weight's gradient): what a product that
+    /// does the operation's work reads and writes (see
+    /// [`Graph::epilogues`](crate::graph::Graph::epilogues)).
+    TokensWhereAny,
     /// A matrix with its two axes swapped (a weight stored `[d_out, d_in]`).
     Transposed,
     /// `[batch, seq, heads · head_dim]` as `[batch, seq, heads, head_dim]`.
