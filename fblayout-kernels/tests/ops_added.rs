@@ -8,9 +8,12 @@
 mod support;
 
 use fblayout_core::layout::{ElemType, View};
+use fblayout_kernels::ops::Activation;
 use fblayout_kernels::ops::OpError;
 use fblayout_kernels::ops::coop::{CoopConfig, CoopMatmulOp};
-use fblayout_kernels::ops::matmul::{GemmShape, LinearOp, MatmulOp, Output, Scale};
+use fblayout_kernels::ops::matmul::{
+    GemmShape, LinearOp, MatmulOp, Merge, NarrowMatmulOp, Output, Scale,
+};
 use support::{
     Layout2, Rng, Tensor, assert_close, coop_gpu, gpu, matmul_reference, stored, tolerance, view_2d,
 };
@@ -201,7 +204,7 @@ fn a_linear_layers_input_gradient_adds_the_contributions_before_it() {
     let w = fixed(&mut rng, "w", d_in, d_out, false, elem);
     let y = matrix(&mut rng, "y", Layout2::RowMajor, tokens, d_out, elem);
     let d = matrix(&mut rng, "sum", Layout2::RowMajor, tokens, d_in, elem);
-    let op = LinearOp::new_grad_added(gpu, &x.view, &w.view, &d.view, &y.view).unwrap();
+    let op = LinearOp::new_grad_added(gpu, &x.view, &w.view, &d.view, &y.view, Merge::Add).unwrap();
     let (bx, bw, by, bd) = (x.upload(gpu), w.upload(gpu), y.upload(gpu), d.upload(gpu));
     let (gx, gw, gy, gd) = (
         x.gpu_arg(&bx),
@@ -277,4 +280,82 @@ fn a_mismatched_or_missing_matrix_is_a_typed_error() {
     );
     assert!(err.to_string().contains("built to add nothing"), "{err}");
     assert!(batch.is_empty(), "nothing was recorded for refused calls");
+}
+
+/// `alpha · A·B · f'(D)` by the definition, `f'` the activation's derivative in `f64`.
+fn merged_definition(a: &Tensor, b: &Tensor, d: &Tensor, alpha: f32, merge: Merge) -> Vec<f64> {
+    let product = matmul_reference(a, b, None, Scale { alpha, beta: 0.0 });
+    product
+        .iter()
+        .zip(&d.values)
+        .map(|(&p, &x)| merge.apply(p, x))
+        .collect()
+}
+
+/// An activation's backward done by the product of its output's gradient, `C = alpha · A·B ·
+/// f'(D)`, for every activation, on the `f32` GEMM (unsplit and split), the short narrow
+/// kernel and the tensor cores where the adapter has them, D in another layout than C's.
+#[test]
+fn every_gemm_does_an_activations_backward_as_it_writes() {
+    let gpu = gpu();
+    let mut rng = Rng::new(145);
+    let acts = [
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+        Activation::Tanh,
+    ];
+    for (act, (m, n, k)) in
+        acts.into_iter()
+            .zip([(203, 70, 45), (12, 20, 3001), (150, 90, 7), (64, 48, 33)])
+    {
+        let merge = Merge::ActivationGrad(act);
+        let a = matrix(&mut rng, "a", Layout2::RowMajor, m, k, ElemType::F32);
+        let b = fixed(&mut rng, "b", k, n, true, ElemType::F32);
+        let c = matrix(&mut rng, "c", Layout2::RowMajor, m, n, ElemType::F32);
+        // The activation's inputs, spread over its curved part.
+        let d = matrix(&mut rng, "d", Layout2::ColMajor, m, n, ElemType::F32);
+        let d = d.with_values(d.values.iter().map(|v| 3.0 * v).collect());
+        let want = merged_definition(&a, &b, &d, 0.5, merge);
+        let what = format!("{act:?}, {m}×{n}×{k}");
+        let op = MatmulOp::new_merged(gpu, &a.view, &b.view, &d.view, &c.view, merge).unwrap();
+        if k > 1000 {
+            // Few outputs and a long reduction: split, the reduction does the merge.
+            let shape = GemmShape { batch: 1, m, n, k };
+            assert!(op.plan(shape).split_k > 1, "{what}");
+        }
+        let got = run(&what, [&a, &b, &d, &c], |batch, [ga, gb, gd, gc]| {
+            op.record_added(batch, ga, gb, gd, gc, 0.5)
+        });
+        assert_close(&what, &got, &want, tol(&a, &c, &d));
+        if k <= 16 {
+            let op =
+                NarrowMatmulOp::new_merged(gpu, &a.view, &b.view, &d.view, &c.view, merge).unwrap();
+            let got = run(&what, [&a, &b, &d, &c], |batch, [ga, gb, gd, gc]| {
+                op.record_added(batch, ga, gb, gd, gc, 0.5)
+            });
+            assert_close(&format!("{what}, narrow"), &got, &want, tol(&a, &c, &d));
+        }
+    }
+    let Some(gpu) = coop_gpu("tensor_cores_merge") else {
+        return;
+    };
+    for act in acts {
+        let merge = Merge::ActivationGrad(act);
+        let (m, n, k) = (208, 176, 301);
+        let a = fixed(&mut rng, "a", m, k, false, ElemType::F16);
+        let b = fixed(&mut rng, "b", k, n, true, ElemType::F16);
+        let c = fixed(&mut rng, "c", m, n, false, ElemType::F16);
+        let d = fixed(&mut rng, "d", m, n, false, ElemType::F16);
+        let op = CoopMatmulOp::new_merged(gpu, &a.view, &b.view, &d.view, &c.view, merge).unwrap();
+        let want = merged_definition(&a, &b, &d, 1.0, merge);
+        for config in [CoopConfig::DEFAULT, CoopConfig::SMALL.with_split(4)] {
+            let what = format!("tensor cores, {act:?}, {config}");
+            let got = run(&what, [&a, &b, &d, &c], |batch, [ga, gb, gd, gc]| {
+                op.record_config_added(batch, config, ga, gb, gd, gc)
+            });
+            let tol = tol(&a, &c, &d).max(tolerance(ElemType::F16, k as usize));
+            assert_close(&what, &got, &want, tol);
+        }
+    }
 }

@@ -375,12 +375,15 @@ fn wgsl_snapshots() {
     insta::assert_snapshot!("coop_row_major_small_direct_store_biased", biased.source());
 }
 
-/// An added product (`C = A·B + D`) in every configuration and split passes naga's validator
-/// and SPIR-V writer, with D read four at a time (row-major `f16`, C `f16` and four-wide) and
-/// element by element (D read through a transpose, C `f32`); no fragment goes straight into
-/// C, though C's layout would allow it, and each element leaving the scratch gets D.
+/// An added product (`C = A·B + D`, and `C = A·B · f'(D)` for every activation) in every
+/// configuration and split passes naga's validator and SPIR-V writer, with D read four at a
+/// time (row-major `f16`, C `f16` and four-wide) and element by element (D read through a
+/// transpose, C `f32`); no fragment goes straight into C, though C's layout would allow it,
+/// and each element leaving the scratch gets D.
 #[test]
 fn added_products_survive_naga_s_spirv_writer_and_never_store_straight() {
+    use fblayout_kernels::ops::Activation;
+    use fblayout_kernels::ops::matmul::Merge;
     let (a, b) = (fixed("a", 100, 72, false), fixed("b", 72, 64, false));
     let c32 = static_2d(
         "c",
@@ -398,15 +401,28 @@ fn added_products_survive_naga_s_spirv_writer_and_never_store_straight() {
     );
     let d_rows = fixed("d", 100, 64, false);
     let d_t = fixed("d", 100, 64, true);
+    let merges = [
+        Merge::Add,
+        Merge::ActivationGrad(Activation::Gelu),
+        Merge::ActivationGrad(Activation::GeluTanh),
+        Merge::ActivationGrad(Activation::Silu),
+        Merge::ActivationGrad(Activation::Tanh),
+    ];
     let mut shaders = 0;
-    for (c, d, wide) in [(&c16, &d_rows, true), (&c32, &d_t, false)] {
-        for config in CoopConfig::space(CoopScalar::F32)
+    for (i, (c, d, wide)) in [(&c16, &d_rows, true), (&c32, &d_t, false)]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, config) in CoopConfig::space(CoopScalar::F32)
             .into_iter()
             .chain(CoopConfig::split_space())
+            .enumerate()
         {
+            // Every merge, each configuration under one of them.
+            let merge = merges[(i + j) % merges.len()];
             for lanes in LANES {
-                let what = format!("{config} added {lanes:?}");
-                let source = added_kernel_source(&a, &b, d, c, config, lanes).unwrap();
+                let what = format!("{config} added {merge:?} {lanes:?}");
+                let source = added_kernel_source(&a, &b, d, c, config, lanes, merge).unwrap();
                 let text = source.clone().build().unwrap().source().to_owned();
                 spirv_of(&what, source);
                 shaders += 1;
@@ -418,20 +434,31 @@ fn added_products_survive_naga_s_spirv_writer_and_never_store_straight() {
                 assert!(!text.contains("&c_data["), "{what}: a straight store");
                 assert_eq!(text.contains("d_load4("), wide, "{what}");
                 assert!(text.contains("d_load("), "{what}");
+                if let Merge::ActivationGrad(_) = merge {
+                    assert!(text.contains("_grad_1(d_load("), "{what}");
+                }
             }
             if config.split_k > 1 {
                 spirv_of(
-                    &format!("{config} added: the reduction"),
-                    added_reduce_kernel_source(&a, &b, d, c).unwrap(),
+                    &format!("{config} added {merge:?}: the reduction"),
+                    added_reduce_kernel_source(&a, &b, d, c, merge).unwrap(),
                 );
             }
         }
     }
     assert!(shaders > 0);
-    let module = added_kernel_source(&a, &b, &d_rows, &c16, CoopConfig::SMALL, Lanes::new(32))
-        .unwrap()
-        .build()
-        .unwrap();
+    let module = added_kernel_source(
+        &a,
+        &b,
+        &d_rows,
+        &c16,
+        CoopConfig::SMALL,
+        Lanes::new(32),
+        Merge::Add,
+    )
+    .unwrap()
+    .build()
+    .unwrap();
     insta::assert_snapshot!("coop_row_major_small_f16_added", module.source());
 }
 

@@ -16,14 +16,14 @@
 
 use fblayout_core::layout::View;
 
-use super::elementwise::{Elementwise, Spec, map_cpu};
+use super::elementwise::{Elementwise, Spec, map_cpu, widths};
 use super::error::OpError;
 use crate::cpu::{Logical, LogicalMut, Real};
 use crate::runtime::{Batch, Gpu};
 use crate::tensor::GpuArg;
 
 /// A pointwise activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Activation {
     /// GELU with the exact normal CDF (erf).
     Gelu,
@@ -77,6 +77,19 @@ fn fbl_tanh_grad{S}(x: {T}) -> {T} {
 ";
 
 impl Activation {
+    /// The WGSL helpers of every activation and its derivative, for both widths: for a kernel
+    /// that applies a derivative in its own epilogue ([`derivative_call`](Self::derivative_call)).
+    pub(crate) fn helpers() -> String {
+        widths(HELPERS, false) + &widths(HELPERS, true)
+    }
+
+    /// The WGSL call of its derivative at `x`, an `f32` (or a `vec4<f32>` where `vector`),
+    /// from [`helpers`](Self::helpers).
+    pub(crate) fn derivative_call(self, x: &str, vector: bool) -> String {
+        let width = if vector { 4 } else { 1 };
+        format!("fbl_{}_grad_{width}({x})", self.name())
+    }
+
     fn name(self) -> &'static str {
         match self {
             Self::Gelu => "gelu",

@@ -513,7 +513,7 @@ pub(crate) fn check_same_dims(
 }
 
 /// `template` (see [`Spec::helpers`]) for one width.
-fn widths(template: &str, vector: bool) -> String {
+pub(crate) fn widths(template: &str, vector: bool) -> String {
     let (ty, suffix) = if vector {
         ("vec4<f32>", "_4")
     } else {

@@ -20,42 +20,36 @@
 //! contributions ([`Op::Accumulate`]): each input's gradient product after the first adds the
 //! running sum, which the one before it wrote, so a chain of sums takes no pass of its own.
 //!
+//! **An activation's backward after an input gradient.** `dx = dy ⊙ f'(x)` whose `dy` is a
+//! linear layer's input gradient that nothing else reads (a feed-forward's down-projection's)
+//! is done by that product as it writes: `dx = (dz·wᵀ) ⊙ f'(x)`, `dy` never written.
+//!
+//! Which operation a product can do, and through which roles, is that operation's contract's
+//! word ([`Contract::merged`](crate::ops)).
+//!
 //! The memory planner, the executor and the cost model read both kinds of fold from
 //! [`Graph::epilogues`], so that the folded output's buffer is live from the product on and the
 //! folded operation runs no kernel of its own.
 
 use super::{Graph, GraphError, Node, NodeId, Op, Role, TensorId};
 
-/// Which operations a product may do the work of, and through which roles.
-struct Rule {
-    /// The products it applies to.
-    product: fn(&Op) -> bool,
-    /// The operations after them it folds.
-    after: &'static [Op],
-    /// The folded operation's role that reads the product's output, then the one that must be
-    /// ready when the product runs.
-    roles: [&'static str; 2],
+/// The roles through which product `product` does the work of `after`, where it can: the role
+/// of `after` that reads the product's output, then the one that must be ready when the
+/// product runs. A linear layer's forward adds the bias node after it; a linear product (a
+/// forward, or an input's gradient, either orientation) does what the contract of the
+/// operation after it says it can ([`Contract::merged`](crate::ops)): a sum, an activation's
+/// backward.
+fn fold_roles(product: &Op, after: &Op) -> Option<[&'static str; 2]> {
+    if *product == Op::Linear && *after == Op::Bias {
+        return Some(["x", "b"]);
+    }
+    let linear = matches!(
+        product,
+        Op::Linear | Op::LinearT { .. } | Op::LinearGradInput | Op::LinearTGradInput { .. }
+    );
+    let merged = after.contract().merged().filter(|_| linear)?;
+    Some([merged.reads, merged.d])
 }
-
-/// A linear layer's forward product adds the bias node after it.
-const BIAS: Rule = Rule {
-    product: |op| *op == Op::Linear,
-    after: &[Op::Bias],
-    roles: ["x", "b"],
-};
-
-/// A linear product (a forward, or an input's gradient, either orientation) does the sum after
-/// it.
-const ADDITION: Rule = Rule {
-    product: |op| {
-        matches!(
-            op,
-            Op::Linear | Op::LinearT { .. } | Op::LinearGradInput | Op::LinearTGradInput { .. }
-        )
-    },
-    after: &[Op::Add, Op::Accumulate],
-    roles: ["b", "a"],
-};
 
 impl Graph {
     /// For each operation, the bias operation its product adds in its epilogue (see the module
@@ -64,7 +58,7 @@ impl Graph {
     /// the product runs (a parameter, or written before it: not a copy a conversion makes
     /// between the two). The biases of [`epilogues`](Self::epilogues).
     pub fn folded_biases(&self) -> Vec<Option<usize>> {
-        self.epilogues_of(&[Op::Bias])
+        self.epilogues_of(|op| *op == Op::Bias)
     }
 
     /// For each operation, the addition its product does as it writes (see the module docs):
@@ -75,15 +69,23 @@ impl Graph {
     /// or by the product an earlier sum was folded into). The additions of
     /// [`epilogues`](Self::epilogues).
     pub fn folded_additions(&self) -> Vec<Option<usize>> {
-        self.epilogues_of(&[Op::Add, Op::Accumulate])
+        self.epilogues_of(|op| matches!(op, Op::Add | Op::Accumulate))
     }
 
-    /// For each operation, the operation whose work its epilogue does: its folded bias or
-    /// addition ([`folded_biases`](Self::folded_biases),
-    /// [`folded_additions`](Self::folded_additions)). What the memory planner, the executors and
-    /// the cost model read.
+    /// For each operation, the activation's backward its product does as it writes (see the
+    /// module docs): `Some(j)` for an input gradient whose output only operation `j`, an
+    /// [`Op::ActivationGrad`] reading it as its `dy`, reads. The activations' backwards of
+    /// [`epilogues`](Self::epilogues).
+    pub fn folded_activation_grads(&self) -> Vec<Option<usize>> {
+        self.epilogues_of(|op| matches!(op, Op::ActivationGrad(_)))
+    }
+
+    /// For each operation, the operation whose work its epilogue does: its folded bias,
+    /// addition or activation's backward ([`folded_biases`](Self::folded_biases),
+    /// [`folded_additions`](Self::folded_additions),
+    /// [`folded_activation_grads`](Self::folded_activation_grads)). What the memory planner,
+    /// the executors and the cost model read.
     pub fn epilogues(&self) -> Vec<Option<usize>> {
-        let rules = [BIAS, ADDITION];
         let nodes = self.nodes();
         // Where each tensor is written: by its operation, or by the product that folded it.
         let mut made_at: Vec<Option<usize>> = vec![None; self.tensors().len()];
@@ -100,11 +102,8 @@ impl Graph {
             };
             if let Some(j) = self.sole_reader(i) {
                 let m = &nodes[j];
-                let fits = rules.iter().any(|r| {
-                    let [own, other] = r.roles;
-                    (r.product)(&n.op)
-                        && r.after.contains(&m.op)
-                        && operand(m, own) == n.outputs.first().copied()
+                let fits = fold_roles(&n.op, &m.op).is_some_and(|[own, other]| {
+                    operand(m, own) == n.outputs.first().copied()
                         && operand(m, other).is_some_and(|b| ready(b, &made_at))
                 });
                 if fits {
@@ -124,24 +123,24 @@ impl Graph {
         folds
     }
 
-    /// The [`epilogues`](Self::epilogues) whose folded operation is one of `ops`.
-    fn epilogues_of(&self, ops: &[Op]) -> Vec<Option<usize>> {
+    /// The [`epilogues`](Self::epilogues) whose folded operation is one that `of` accepts.
+    fn epilogues_of(&self, of: impl Fn(&Op) -> bool) -> Vec<Option<usize>> {
         let nodes = self.nodes();
         self.epilogues()
             .into_iter()
-            .map(|f| f.filter(|&j| ops.contains(&nodes[j].op)))
+            .map(|f| f.filter(|&j| of(&nodes[j].op)))
             .collect()
     }
 
     /// The one operation that reads node `i`'s first output, where that output is an
-    /// intermediate nothing else reads: an activation, or one contribution to a gradient (not
-    /// the gradient itself, which the step may return).
+    /// intermediate nothing else reads: an activation, or an activation's gradient or one
+    /// contribution to any gradient (not a parameter's gradient, which the step returns).
     fn sole_reader(&self, i: usize) -> Option<usize> {
         let nodes = self.nodes();
         let t = *nodes[i].outputs.first()?;
         let intermediate = match self.tensor(t).role {
             Role::Activation => true,
-            Role::Grad { of } => self.grad(of) != Some(t),
+            Role::Grad { of } => self.tensor(of).role != Role::Param || self.grad(of) != Some(t),
             _ => false,
         };
         if !intermediate {

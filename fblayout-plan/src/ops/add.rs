@@ -16,7 +16,9 @@ use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
 use super::gpu::{BuildCtx, GpuKernel, Nothing, RecordCtx};
-use super::{Args, Contract, Decl, Dims, Holds, LIKE_OUTPUT, OWN, OpErr, Sample, Slot, ViewRule};
+use super::{
+    Args, Contract, Decl, Dims, Holds, LIKE_OUTPUT, Merged, OWN, OpErr, Sample, Slot, ViewRule,
+};
 use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, Phase};
 use crate::select::KernelKind;
@@ -85,6 +87,15 @@ impl Contract for Add {
 
     fn kind(&self) -> Option<KernelKind> {
         Some(KernelKind::Elementwise)
+    }
+
+    fn merged(&self) -> Option<Merged> {
+        Some(Merged {
+            reads: "b",
+            d: "a",
+            out: "y",
+            merge: fblayout_kernels::ops::matmul::Merge::Add,
+        })
     }
 
     fn cpu(

@@ -10,7 +10,7 @@ use fblayout_kernels::tensor::GpuArg;
 
 use super::{Args, OpErr};
 use crate::exec::views::BoundOperand;
-use crate::graph::{Graph, TensorId};
+use crate::graph::{Graph, Op, TensorId};
 
 /// A node's kernel, built once for its operands' views.
 pub(crate) trait GpuKernel {
@@ -74,9 +74,11 @@ pub(crate) type Shared = Arc<dyn Any + Send + Sync>;
 pub(crate) struct BuildCtx<'a> {
     pub(crate) gpu: &'a Gpu,
     pub(crate) graph: &'a Graph,
-    /// The operands of the node whose work this one's epilogue does (a bias or an addition
-    /// after the product).
+    /// The operands of the node whose work this one's epilogue does (a bias, a sum or an
+    /// activation's backward after the product).
     pub(crate) epilogue: Option<Args<&'a BoundOperand>>,
+    /// That node's operation.
+    pub(crate) epilogue_op: Option<Op>,
     /// Whether the node before this one does its work in its epilogue.
     pub(crate) folded: bool,
     /// State shared between kernels, by key (the tensor it belongs to).

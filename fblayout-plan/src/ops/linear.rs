@@ -11,6 +11,7 @@
 //! before its own.
 
 use fblayout_kernels::ops::LinearOp;
+use fblayout_kernels::ops::matmul::Merge;
 use fblayout_kernels::ops::matmul::linear::{Output, linear_backward_cpu, linear_forward_cpu};
 use fblayout_kernels::runtime::{Batch, Gpu, Scratch};
 use fblayout_kernels::tensor::GpuArg;
@@ -21,8 +22,8 @@ use super::shape::{show, then};
 use super::{Decl, Holds, Sample};
 
 use super::{
-    Args, BEFORE_LAST, Contract, Dims, LAST, OWN, OpErr, Product, REDUCE_TOKENS, Shapes, Slot,
-    ViewRule, Walk,
+    Args, BEFORE_LAST, Contract, Dims, LAST, Merged, OWN, OpErr, Product, REDUCE_TOKENS, Shapes,
+    Slot, ViewRule, Walk,
 };
 use crate::exec::views::BoundOperand;
 use crate::graph::{BackwardRule, BackwardStep, Dim, Op, Phase, Source};
@@ -219,22 +220,21 @@ impl Contract for Linear {
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
         let (x, w) = (&args.read("x")?.view, &args.read("w")?.view);
-        let (op, fold) = match &ctx.epilogue {
+        let fold = Fold::of(ctx)?;
+        let op = match (fold, &ctx.epilogue) {
             // The bias node after it: `x, b → y`, whose `y` this product writes.
-            Some(bias) if !self.transposed => {
+            (Fold::Bias, Some(bias)) => {
                 let (b, y) = (&bias.read("b")?.view, &bias.write("y")?.view);
-                (LinearOp::new_biased(ctx.gpu, x, w, b, y)?, Fold::Bias)
+                LinearOp::new_biased(ctx.gpu, x, w, b, y)?
             }
-            // The addition after it, `a, b → y` with this product's output as `b`: the
-            // product writes `y = factor · x·wᵀ + a`.
-            Some(add) => {
-                let (a, y) = (&add.read("a")?.view, &add.write("y")?.view);
-                (LinearOp::new_added(ctx.gpu, x, w, a, y)?, Fold::Add)
+            // The addition after it, with this product's output as a summand: the product
+            // writes `y = factor · x·w + a`.
+            (Fold::Merged(m), Some(after)) if m.merge == Merge::Add => {
+                let (a, y) = (&after.read(m.d)?.view, &after.write(m.out)?.view);
+                LinearOp::new_added(ctx.gpu, x, w, a, y)?
             }
-            None => (
-                LinearOp::new(ctx.gpu, x, w, &args.write("y")?.view)?,
-                Fold::None,
-            ),
+            (Fold::Merged(_), _) => return Err(Fold::unsupported("a forward product")),
+            _ => LinearOp::new(ctx.gpu, x, w, &args.write("y")?.view)?,
         };
         Ok(Box::new(Products {
             op,
@@ -339,17 +339,16 @@ impl Contract for LinearGradInput {
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
         // Built with dx's view for x, which the product of dx does not read.
         let (w, dy) = (&args.read("w")?.view, &args.read("dy")?.view);
-        let (op, fold) = match &ctx.epilogue {
-            // The sum after it, `a, b → y` with this product's output as `b`: the product
-            // writes `y = factor · dy·wᵀ + a`.
-            Some(sum) => {
-                let (a, y) = (&sum.read("a")?.view, &sum.write("y")?.view);
-                (LinearOp::new_grad_added(ctx.gpu, y, w, a, dy)?, Fold::Add)
+        let fold = Fold::of(ctx)?;
+        let op = match (fold, &ctx.epilogue) {
+            // The sum or the activation's backward after it, reading this product's output:
+            // the product writes `out = factor · dy·wᵀ ⊕ d`.
+            (Fold::Merged(m), Some(after)) => {
+                let (d, out) = (&after.read(m.d)?.view, &after.write(m.out)?.view);
+                LinearOp::new_grad_added(ctx.gpu, out, w, d, dy, m.merge)?
             }
-            None => (
-                LinearOp::new(ctx.gpu, &args.write("dx")?.view, w, dy)?,
-                Fold::None,
-            ),
+            (Fold::Bias, _) => return Err(Fold::unsupported("an input gradient")),
+            _ => LinearOp::new(ctx.gpu, &args.write("dx")?.view, w, dy)?,
         };
         Ok(Box::new(Products {
             op,
@@ -479,14 +478,38 @@ enum Which {
 
 /// The node after a product whose work the product does
 /// ([`Graph::epilogues`](crate::graph::Graph::epilogues)).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq)]
 enum Fold {
     None,
     /// The bias `x, b → y` after a forward: `y = x·w + b`.
     Bias,
-    /// The sum `a, b → y` of the product's output `b`: `y = factor · product + a`, written
-    /// through the sum's view of `y`.
-    Add,
+    /// What the node's contract says a product does of it ([`Merged`]): `out = factor ·
+    /// product ⊕ d`, written through the node's view of `out`.
+    Merged(Merged),
+}
+
+impl Fold {
+    /// The fold of the node being built (none, the bias, or what the folded node's contract
+    /// says).
+    fn of(ctx: &BuildCtx<'_>) -> Result<Self, OpErr> {
+        match ctx.epilogue_op {
+            None => Ok(Self::None),
+            Some(Op::Bias) => Ok(Self::Bias),
+            Some(op) => op
+                .contract()
+                .merged()
+                .map(Self::Merged)
+                .ok_or_else(|| Self::unsupported(op.name())),
+        }
+    }
+
+    /// The error of a fold the product does not do.
+    fn unsupported(what: &str) -> OpErr {
+        OpErr::Shape {
+            op: "linear",
+            detail: format!("the graph folds {what} into a linear product, which does not do it"),
+        }
+    }
 }
 
 struct Products {
@@ -507,7 +530,8 @@ impl Products {
     ) -> Result<[&'b GpuArg<'b>; 3], OpErr> {
         // The folded node's output where the product writes it instead of its own.
         let written = |own: &'static str| match (self.fold, ctx.epilogue) {
-            (Fold::Bias | Fold::Add, Some(after)) => after.write("y"),
+            (Fold::Bias, Some(after)) => after.write("y"),
+            (Fold::Merged(m), Some(after)) => after.write(m.out),
             _ => args.write(own),
         };
         Ok(match self.which {
@@ -540,11 +564,11 @@ impl GpuKernel for Products {
                 self.op
                     .forward_biased(batch, x, w, bias.read("b")?, bias.write("y")?)
             }
-            (Which::Forward, Fold::Add) => {
+            (Which::Forward, Fold::Merged(m)) => {
                 let add = after()?;
                 let (x, w) = (args.read("x")?, args.read("w")?);
                 self.op
-                    .forward_added(batch, x, w, add.read("a")?, add.write("y")?, ow)
+                    .forward_added(batch, x, w, add.read(m.d)?, add.write(m.out)?, ow)
             }
             (Which::Forward, Fold::None) => self.op.forward(
                 batch,
@@ -553,11 +577,11 @@ impl GpuKernel for Products {
                 args.write("y")?,
                 ow,
             ),
-            (Which::GradInput, Fold::Add) => {
-                let sum = after()?;
+            (Which::GradInput, Fold::Merged(m)) => {
+                let next = after()?;
                 let (w, dy) = (args.read("w")?, args.read("dy")?);
                 self.op
-                    .backward_added(batch, w, dy, sum.read("a")?, sum.write("y")?, ow)
+                    .backward_added(batch, w, dy, next.read(m.d)?, next.write(m.out)?, ow)
             }
             (Which::GradInput, _) => {
                 let (dx, w, dy) = (args.write("dx")?, args.read("w")?, args.read("dy")?);

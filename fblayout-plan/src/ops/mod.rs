@@ -354,6 +354,12 @@ pub(crate) trait Contract {
         Vec::new()
     }
 
+    /// How a linear product before it does its work as it writes, where one can
+    /// ([`Graph::epilogues`](crate::graph::Graph::epilogues)): a sum, an activation's backward.
+    fn merged(&self) -> Option<Merged> {
+        None
+    }
+
     /// Its CPU twin: runs it on `args`; returns the loss where it computes one.
     fn cpu(
         &self,
@@ -371,6 +377,20 @@ pub(crate) trait Contract {
 }
 
 pub(crate) type OpErr = fblayout_kernels::ops::OpError;
+
+/// An operation a linear product before it does as it writes its output: `out = product ⊕ d`
+/// as `merge` says ([`Contract::merged`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Merged {
+    /// The role that reads the product's output.
+    pub(crate) reads: &'static str,
+    /// The role the product reads as it writes (it must be ready when the product runs).
+    pub(crate) d: &'static str,
+    /// The output the product writes instead of its own.
+    pub(crate) out: &'static str,
+    /// How `d` joins the product.
+    pub(crate) merge: fblayout_kernels::ops::matmul::Merge,
+}
 
 impl Op {
     /// The operation's contract (see the [module docs](crate::ops)).

@@ -76,8 +76,8 @@ use self::tune::TuneTable;
 use super::compiled::Compiled;
 use super::error::OpError;
 use super::matmul::{
-    Addend, Bias, DEFAULT_COMPUTE_UNITS, Extents, ExtraArg, GemmShape, Reduction, Scale, SplitRun,
-    check_grid, check_static_extents, check_writable, split_parts,
+    Addend, Bias, DEFAULT_COMPUTE_UNITS, Extents, ExtraArg, GemmShape, Merge, Reduction, Scale,
+    SplitRun, check_grid, check_static_extents, check_writable, split_parts,
 };
 use crate::runtime::{Batch, CacheLoad, CoopScalar, DiskCache, Gpu, Scratch, threads};
 use crate::tensor::GpuArg;
@@ -201,7 +201,7 @@ impl Operands {
         a: &View,
         b: &View,
         bias: Option<&View>,
-        d: Option<&View>,
+        d: Option<(&View, Merge)>,
         c: &View,
     ) -> Result<Self, OpError> {
         // The ranks and every static extent must already fit; run-time ones are checked per
@@ -232,8 +232,8 @@ impl Operands {
         let (a, a_staging) = staging(Operand::read("a", a)?, "a", nb, nb + 1);
         let (b, b_staging) = staging(Operand::read("b", b)?, "b", nb + 1, nb);
         let mut reduction = Reduction::new(c, nb, bias)?;
-        if let Some(d) = d {
-            reduction = reduction.with_addend(OP, d, true)?;
+        if let Some((d, merge)) = d {
+            reduction = reduction.with_addend(OP, d, true, merge)?;
         }
         Ok(Self {
             a,
@@ -292,9 +292,9 @@ impl Operands {
         let nb = self.batch_axes;
         let added = match (output, self.addend()) {
             (Output::C(_), Some(d)) if c_width == Width::Four && d.wide_along(nb + 1) => {
-                Added::Four
+                Added::Four(d.merge())
             }
-            (Output::C(_), Some(_)) => Added::One,
+            (Output::C(_), Some(d)) => Added::One(d.merge()),
             _ => Added::No,
         };
         let stepped = |op: &Operand, k: usize| {
@@ -330,6 +330,10 @@ impl Operands {
                 .scalar("split_len", Scalar::U32),
             (Output::C(_), None) => source.operand(c.clone()),
             (Output::C(_), Some(extra)) => source.operand(c.clone()).operand(extra.clone()),
+        };
+        let source = match self.addend().and_then(|d| d.merge().helpers()) {
+            Some(helpers) if output != Output::Partial => source.body(helpers),
+            _ => source,
         };
         let features = WgslFeatures {
             subgroups: lanes.subgroup_barrier,
@@ -417,7 +421,19 @@ impl CoopMatmulOp {
     /// ([`tune`](Self::tune)) chooses its tiles as the same product's without D, and shares
     /// them with it.
     pub fn new_added(gpu: &Gpu, a: &View, b: &View, d: &View, c: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, None, Some(d), c)
+        Self::new_merged(gpu, a, b, d, c, Merge::Add)
+    }
+
+    /// Like [`new_added`](Self::new_added), D joining the sum as `merge` says.
+    pub fn new_merged(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        d: &View,
+        c: &View,
+        merge: Merge,
+    ) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, None, Some((d, merge)), c)
     }
 
     fn new_with(
@@ -425,7 +441,7 @@ impl CoopMatmulOp {
         a: &View,
         b: &View,
         bias: Option<&View>,
-        d: Option<&View>,
+        d: Option<(&View, Merge)>,
         c: &View,
     ) -> Result<Self, OpError> {
         // The views first: a mismatch is the same error with or without the feature.

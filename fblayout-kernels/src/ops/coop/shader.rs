@@ -76,6 +76,7 @@
 use std::fmt::Write as _;
 
 use super::config::CoopConfig;
+use crate::ops::matmul::Merge;
 
 /// The entry point.
 pub(crate) const ENTRY: &str = "coop_matmul";
@@ -193,15 +194,16 @@ pub(crate) struct CoopSpec {
     pub added: Added,
 }
 
-/// Whether, and how, an added product reads D as each element leaves the scratch.
+/// Whether, and how, an added product reads D as each element leaves the scratch, and how D
+/// joins the sum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Added {
     /// No D.
     No,
     /// D element by element (`d_load`).
-    One,
+    One(Merge),
     /// D four neighbours along `n` at a time where C is written so (`d_load4`; [`Width::Four`]).
-    Four,
+    Four(Merge),
 }
 
 /// Where a kernel's sums go.
@@ -714,20 +716,20 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
     let m_dim = format!("c_dim{nb}()");
     let n_dim = format!("c_dim{}()", nb + 1);
     // D's element at `(cm_m, n)`, and its four from `(cm_m, cm_n)`, added where there is one.
-    let d_one = |n: &str| match spec.added {
-        Added::No => String::new(),
-        Added::One | Added::Four => format!(" + d_load({bc}cm_m, {n})"),
+    // `value` joined with D's element at `(cm_m, n)`, and with its four from `(cm_m, cm_n)`.
+    let d_one = |value: &str, n: &str| match spec.added {
+        Added::No => value.to_owned(),
+        Added::One(m) | Added::Four(m) => m.wgsl(value, &format!("d_load({bc}cm_m, {n})"), false),
     };
-    let d_four = || match spec.added {
-        Added::No => String::new(),
-        Added::One => format!(
-            " + vec4<f32>({})",
-            (0..4)
+    let d_four = |value: &str| match spec.added {
+        Added::No => value.to_owned(),
+        Added::One(m) => {
+            let each: Vec<String> = (0..4)
                 .map(|t| format!("d_load({bc}cm_m, cm_n + {t}u)"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Added::Four => format!(" + d_load4({bc}cm_m, cm_n)"),
+                .collect();
+            m.wgsl(value, &format!("vec4<f32>({})", each.join(", ")), true)
+        }
+        Added::Four(m) => m.wgsl(value, &format!("d_load4({bc}cm_m, cm_n)"), true),
     };
     let _ = writeln!(
         s,
@@ -750,10 +752,10 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
         let cm_m = cm_m0 + cm_sm + {fm}u + cm_e / 16u;
         let cm_n = cm_n0 + cm_sn + {fn_}u + cm_e % 16u;
         if (cm_m < {m_dim} && cm_n < {n_dim}) {{
-            c_store({bc}cm_m, cm_n, f32(cm_out[cm_o + cm_e]){});
+            c_store({bc}cm_m, cm_n, {});
         }}
     }}",
-                        d_one("cm_n")
+                        d_one("f32(cm_out[cm_o + cm_e])", "cm_n")
                     );
                 }
                 // Four neighbours along n a lane: the fragment's 64 runs of four start at
@@ -769,18 +771,20 @@ fn guarded_epilogue(spec: &CoopSpec, extra: &str) -> String {
         let cm_v = cm_o + cm_r * 16u + cm_c;
         if (cm_m < {m_dim}) {{
             if (cm_n + 3u < {n_dim}) {{
-                c_store4({bc}cm_m, cm_n, vec4<f32>(f32(cm_out[cm_v]), f32(cm_out[cm_v + 1u]), f32(cm_out[cm_v + 2u]), f32(cm_out[cm_v + 3u])){});
+                c_store4({bc}cm_m, cm_n, {});
             }} else {{
                 for (var cm_t = 0u; cm_t < 4u; cm_t = cm_t + 1u) {{
                     if (cm_n + cm_t < {n_dim}) {{
-                        c_store({bc}cm_m, cm_n + cm_t, f32(cm_out[cm_v + cm_t]){});
+                        c_store({bc}cm_m, cm_n + cm_t, {});
                     }}
                 }}
             }}
         }}
     }}",
-                        d_four(),
-                        d_one("cm_n + cm_t")
+                        d_four(
+                            "vec4<f32>(f32(cm_out[cm_v]), f32(cm_out[cm_v + 1u]), f32(cm_out[cm_v + 2u]), f32(cm_out[cm_v + 3u]))"
+                        ),
+                        d_one("f32(cm_out[cm_v + cm_t])", "cm_n + cm_t")
                     );
                 }
             }

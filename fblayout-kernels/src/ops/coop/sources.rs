@@ -36,8 +36,9 @@ pub fn biased_kernel_source(
     Ok(Operands::new(a, b, Some(bias), None, c)?.source(config, lanes))
 }
 
-/// Like [`kernel_source`], for the added product `C = A·B + D` (`d` a view of C's extents,
-/// see [`CoopMatmulOp::new_added`](super::CoopMatmulOp::new_added)).
+/// Like [`kernel_source`], for the added product `C = A·B ⊕ D` (`d` a view of C's extents
+/// joining the sum as `merge` says, see
+/// [`CoopMatmulOp::new_merged`](super::CoopMatmulOp::new_merged)).
 pub fn added_kernel_source(
     a: &View,
     b: &View,
@@ -45,8 +46,9 @@ pub fn added_kernel_source(
     c: &View,
     config: CoopConfig,
     lanes: Lanes,
+    merge: super::Merge,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, None, Some(d), c)?.source(config, lanes))
+    Ok(Operands::new(a, b, None, Some((d, merge)), c)?.source(config, lanes))
 }
 
 /// The WGSL of split-k's reduction for views `a`, `b`, `c` (it writes C through `c`), before
@@ -73,8 +75,9 @@ pub fn added_reduce_kernel_source(
     b: &View,
     d: &View,
     c: &View,
+    merge: super::Merge,
 ) -> Result<KernelSource, OpError> {
-    Ok(Operands::new(a, b, None, Some(d), c)?.reduce_source())
+    Ok(Operands::new(a, b, None, Some((d, merge)), c)?.reduce_source())
 }
 
 /// How the operands of views `a` and `b` are staged: the order of each (for choosing

@@ -9,6 +9,7 @@ use fblayout_core::layout::{BoundView, View};
 
 use super::shader::Finish;
 use super::storage_problem;
+use crate::ops::activation::Activation;
 use crate::ops::compiled::Compiled;
 use crate::ops::elementwise::{check_same_dims, check_same_shape};
 use crate::ops::error::OpError;
@@ -98,14 +99,53 @@ impl Bias {
     }
 }
 
-/// D of an added product, `C = alpha · A·B + D`: a matrix of C's extents, `f32` or `f16`,
-/// read through its own view (any layout) as C is written. The addition after a product (a
-/// LoRA adapter's sum with its base layer, a gradient's sum of contributions) done by it, with
-/// no pass of its own. D may be C's own tensor only where the kernels bind them as one
-/// operand; a call passes two buffers.
+/// How an added product's D joins its sum as C is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Merge {
+    /// `C = alpha · Σ + D`: the addition after a product (a LoRA adapter's sum with its base
+    /// layer, a gradient's sum of contributions).
+    Add,
+    /// `C = alpha · Σ · f'(D)`: the backward of an activation `y = f(x)` whose output's
+    /// gradient is the product, D being `x` (a feed-forward's down-projection's input
+    /// gradient, which then is its up-projection's output's).
+    ActivationGrad(Activation),
+}
+
+impl Merge {
+    /// The WGSL of `value` (the scaled sum) merged with D's `d`: both `f32`, or both
+    /// `vec4<f32>` where `vector`.
+    pub(crate) fn wgsl(self, value: &str, d: &str, vector: bool) -> String {
+        match self {
+            Self::Add => format!("{value} + {d}"),
+            Self::ActivationGrad(f) => format!("{value} * {}", f.derivative_call(d, vector)),
+        }
+    }
+
+    /// The WGSL functions [`wgsl`](Self::wgsl) calls, if any.
+    pub(crate) fn helpers(self) -> Option<String> {
+        match self {
+            Self::Add => None,
+            Self::ActivationGrad(_) => Some(Activation::helpers()),
+        }
+    }
+
+    /// The merge in `f64` (for the CPU and tests).
+    pub fn apply(self, value: f64, d: f64) -> f64 {
+        match self {
+            Self::Add => value + d,
+            Self::ActivationGrad(f) => value * f.derivative(d),
+        }
+    }
+}
+
+/// D of an added product, `C = alpha · A·B ⊕ D` ([`Merge`]): a matrix of C's extents, `f32` or
+/// `f16`, read through its own view (any layout) as C is written, so the operation after the
+/// product takes no pass of its own. D may be C's own tensor only where the kernels bind them
+/// as one operand; a call passes two buffers.
 #[derive(Debug, Clone)]
 pub(crate) struct Addend {
     operand: Operand,
+    merge: Merge,
 }
 
 impl Addend {
@@ -122,6 +162,7 @@ impl Addend {
         c: &View,
         f16_ok: bool,
         wide_axis: Option<usize>,
+        merge: Merge,
     ) -> Result<Self, OpError> {
         check_same_shape(op, ("c", c), &[(Self::ROLE, d)])?;
         if let Some(why) = storage_problem(d.layout().elem(), f16_ok) {
@@ -138,7 +179,13 @@ impl Addend {
             .filter(|v| v.vector_axis().is_some());
         Ok(Self {
             operand: wide.unwrap_or(operand),
+            merge,
         })
+    }
+
+    /// How it joins the sum.
+    pub(crate) fn merge(&self) -> Merge {
+        self.merge
     }
 
     /// The operand.
@@ -188,7 +235,7 @@ impl Extra {
         match self {
             Self::None => Finish::Scaled,
             Self::Bias(_) => Finish::Biased,
-            Self::Addend(_) => Finish::Added,
+            Self::Addend(d) => Finish::Added(d.merge),
         }
     }
 

@@ -25,7 +25,7 @@ use fblayout_core::layout::{ElemType, View};
 
 pub use super::product::Output;
 use super::product::Product;
-use super::{GemmShape, MatmulOp, matmul_cpu};
+use super::{GemmShape, MatmulOp, Merge, matmul_cpu};
 use crate::cpu::{Logical, LogicalMut, Real};
 use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, Scratch};
@@ -96,23 +96,27 @@ impl LinearOp {
             x,
             w,
             y,
-            |x, w, y| Product::new_added(gpu, x, w, d, y),
+            |x, w, y| Product::new_added(gpu, x, w, d, y, Merge::Add),
             None,
         )
     }
 
     /// Like [`new`](Self::new), with the matrix `d` of x's extents (any layout): its input's
-    /// gradient ([`backward_added`](Self::backward_added)) is `dx = dy·wᵀ + d`, `d` added as
-    /// `dx` is written (a gradient's sum of this contribution and the ones before it, with no
-    /// pass of its own).
+    /// gradient ([`backward_added`](Self::backward_added)) is `dx = dy·wᵀ ⊕ d`, `d` read as
+    /// `dx` is written and joining it as `merge` says: [`Merge::Add`] for a gradient's sum of
+    /// this contribution and the ones before it, [`Merge::ActivationGrad`] for the backward of
+    /// the activation whose output `x` feeds this layer (`d` its input), with no pass of its
+    /// own.
     pub fn new_grad_added(
         gpu: &Gpu,
         x: &View,
         w: &View,
         d: &View,
         y: &View,
+        merge: Merge,
     ) -> Result<Self, OpError> {
-        Self::new_with(gpu, x, w, y, |x, w, y| Product::new(gpu, x, w, y), Some(d))
+        let forward = |x: &View, w: &View, y: &View| Product::new(gpu, x, w, y);
+        Self::new_with(gpu, x, w, y, forward, Some((d, merge)))
     }
 
     /// The op whose forward product `forward` builds from `x`, `w` and `y`, whose input's
@@ -123,13 +127,13 @@ impl LinearOp {
         w: &View,
         y: &View,
         forward: impl FnOnce(&View, &View, &View) -> Result<Product, OpError>,
-        grad_d: Option<&View>,
+        grad_d: Option<(&View, Merge)>,
     ) -> Result<Self, OpError> {
         let (x_t, w_t) = (transposed(x)?, transposed(w)?);
         transposed(y)?;
         let forward = forward(x, w, y)?;
         let grad_x = match grad_d {
-            Some(d) => Product::new_added(gpu, y, &w_t, d, x)?,
+            Some((d, merge)) => Product::new_added(gpu, y, &w_t, d, x, merge)?,
             None => Product::new(gpu, y, &w_t, x)?,
         };
         Ok(Self {
@@ -239,7 +243,7 @@ impl LinearOp {
         self.forward.record(batch, x, w, y, out)
     }
 
-    /// Records `dx = factor · dy·wᵀ + d` (`out`'s factor: [`Output::Overwrite`] or
+    /// Records `dx = factor · dy·wᵀ ⊕ d` (`out`'s factor: [`Output::Overwrite`] or
     /// [`Output::Scaled`]), `d` read through the view the op was built with and `dx` written
     /// through x's; an error for an op built without one (see
     /// [`new_grad_added`](Self::new_grad_added)).

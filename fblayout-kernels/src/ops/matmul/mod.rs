@@ -82,6 +82,7 @@ use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
 use crate::tensor::GpuArg;
 
 pub use cpu::matmul_cpu;
+pub use extra::Merge;
 pub(crate) use extra::{Addend, Bias, Extra, ExtraArg};
 pub use linear::LinearOp;
 pub use narrow::NarrowMatmulOp;
@@ -317,9 +318,11 @@ impl Reduction {
         op: &'static str,
         d: &View,
         f16_ok: bool,
+        merge: Merge,
     ) -> Result<Self, OpError> {
         let c = self.c.view().clone();
-        self.extra = Extra::Addend(Addend::new(op, d, &c, f16_ok, self.wide_store_axis())?);
+        let wide = self.wide_store_axis();
+        self.extra = Extra::Addend(Addend::new(op, d, &c, f16_ok, wide, merge)?);
         Ok(self)
     }
 
@@ -369,10 +372,16 @@ impl Reduction {
             Extra::None => source
                 .scalar("alpha", Scalar::F32)
                 .scalar("beta", Scalar::F32),
-            Extra::Addend(d) => source
-                .operand(d.operand().clone())
-                .scalar("alpha", Scalar::F32)
-                .scalar("beta", Scalar::F32),
+            Extra::Addend(d) => {
+                let source = source
+                    .operand(d.operand().clone())
+                    .scalar("alpha", Scalar::F32)
+                    .scalar("beta", Scalar::F32);
+                match d.merge().helpers() {
+                    Some(helpers) => source.body(helpers),
+                    None => source,
+                }
+            }
         }
     }
 
@@ -692,7 +701,20 @@ impl MatmulOp {
     /// [`new`](Self::new), the addition after the product done as C is written. Record it with
     /// [`record_added`](Self::record_added). Under split-k the reduction adds D.
     pub fn new_added(gpu: &Gpu, a: &View, b: &View, d: &View, c: &View) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, None, Some(d), c)
+        Self::new_merged(gpu, a, b, d, c, Merge::Add)
+    }
+
+    /// Like [`new_added`](Self::new_added), D joining the sum as `merge` says (`C = alpha ·
+    /// A·B · f'(D)` for [`Merge::ActivationGrad`]).
+    pub fn new_merged(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        d: &View,
+        c: &View,
+        merge: Merge,
+    ) -> Result<Self, OpError> {
+        Self::new_with(gpu, a, b, None, Some((d, merge)), c)
     }
 
     fn new_with(
@@ -700,7 +722,7 @@ impl MatmulOp {
         a: &View,
         b: &View,
         bias: Option<&View>,
-        d: Option<&View>,
+        d: Option<(&View, Merge)>,
         c: &View,
     ) -> Result<Self, OpError> {
         let nb = check_static_extents(OP, a, b, c)?;
@@ -721,8 +743,8 @@ impl MatmulOp {
         let (a, _) = vectorized(Operand::read("a", a)?, &[nb, nb + 1]);
         let (b, _) = vectorized(Operand::read("b", b)?, &[nb + 1, nb]);
         let mut reduction = Reduction::new(c, nb, bias)?;
-        if let Some(d) = d {
-            reduction = reduction.with_addend(OP, d, gpu.features().f16)?;
+        if let Some((d, merge)) = d {
+            reduction = reduction.with_addend(OP, d, gpu.features().f16, merge)?;
         }
         let partial = reduction.partial_writer()?;
         let candidates: Vec<(TileConfig, f64)> = TileConfig::CANDIDATES

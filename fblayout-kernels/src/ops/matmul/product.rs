@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use fblayout_core::layout::{ElemType, View};
 
-use super::{GemmShape, MatmulOp, NarrowMatmulOp, Scale};
+use super::{GemmShape, MatmulOp, Merge, NarrowMatmulOp, Scale};
 use crate::ops::coop::{CoopConfig, CoopMatmulOp};
 use crate::ops::error::OpError;
 use crate::runtime::{Batch, Gpu, GpuBuffer, Scratch};
@@ -65,7 +65,7 @@ fn may_run_on_cores(factors: [ElemType; 2]) -> bool {
 enum With<'a> {
     Nothing,
     Bias(&'a View),
-    Addend(&'a View),
+    Addend(&'a View, Merge),
 }
 
 /// The `f32`-summing GEMM of a product, and the tensor-core one where it runs (see the module
@@ -94,29 +94,30 @@ impl Product {
         Self::new_with(gpu, a, b, With::Bias(bias), c)
     }
 
-    /// The added product `c = alpha · a·b + d` (`d` of `c`'s extents, any layout; `c`
-    /// overwritten): on the narrow kernel where the reduction is short
-    /// ([`is_short`](super::narrow::is_short)), else on tensor cores where the product runs
-    /// there, else on the `f32`-summing GEMM, each adding `d` as it writes `c`.
+    /// The added product `c = alpha · a·b ⊕ d` (`d` of `c`'s extents, any layout, joining the
+    /// sum as `merge` says; `c` overwritten): on the narrow kernel where the reduction is
+    /// short ([`is_short`](super::narrow::is_short)), else on tensor cores where the product
+    /// runs there, else on the `f32`-summing GEMM, each reading `d` as it writes `c`.
     pub(crate) fn new_added(
         gpu: &Gpu,
         a: &View,
         b: &View,
         d: &View,
         c: &View,
+        merge: Merge,
     ) -> Result<Self, OpError> {
-        Self::new_with(gpu, a, b, With::Addend(d), c)
+        Self::new_with(gpu, a, b, With::Addend(d, merge), c)
     }
 
     fn new_with(gpu: &Gpu, a: &View, b: &View, with: With<'_>, c: &View) -> Result<Self, OpError> {
         let f32 = match with {
             With::Bias(bias) => MatmulOp::new_biased(gpu, a, b, bias, c)?,
-            With::Addend(d) => MatmulOp::new_added(gpu, a, b, d, c)?,
+            With::Addend(d, merge) => MatmulOp::new_merged(gpu, a, b, d, c, merge)?,
             With::Nothing => MatmulOp::new(gpu, a, b, c)?,
         };
         let narrow = match with {
             With::Bias(_) => None,
-            With::Addend(d) => match NarrowMatmulOp::new_added(gpu, a, b, d, c) {
+            With::Addend(d, merge) => match NarrowMatmulOp::new_merged(gpu, a, b, d, c, merge) {
                 Ok(op) => Some(Arc::new(op)),
                 // Not a short reduction: a GEMM adds it.
                 Err(OpError::Unsupported { .. }) => None,
@@ -133,7 +134,7 @@ impl Product {
         let coop = if narrow.is_none() && halves && gpu.features().coop_fragment.is_some() {
             let built = match with {
                 With::Bias(bias) => CoopMatmulOp::new_biased(gpu, a, b, bias, c),
-                With::Addend(d) => CoopMatmulOp::new_added(gpu, a, b, d, c),
+                With::Addend(d, merge) => CoopMatmulOp::new_merged(gpu, a, b, d, c, merge),
                 With::Nothing => CoopMatmulOp::new(gpu, a, b, c),
             };
             match built {

@@ -25,9 +25,9 @@
 //! split-k the partial kernels know nothing of it: the reduction adds it once, to the sum of
 //! the parts.
 //!
-//! An added product ([`Finish::Added`]) overwrites C with `alpha · sum + D`, `D` a matrix of
-//! C's extents read element by element through its own view as each block is written (the
-//! addition after a LoRA adapter's last product, done by it).
+//! An added product ([`Finish::Added`]) overwrites C with `alpha · sum + D` (or `alpha · sum ·
+//! f'(D)`, [`Merge`]), `D` a matrix of C's extents read through its own view as each block is
+//! written (the addition after a product, or an activation's backward, done by it).
 //!
 //! The inner loop is unrolled by the generator: per `k`, an invocation reads `thread_m / 4`
 //! `vec4`s of A and `thread_n / 4` of B and does `thread_m × thread_n` multiply-adds into
@@ -36,6 +36,7 @@
 
 use std::fmt::Write as _;
 
+use super::Merge;
 use super::tiling::TileConfig;
 
 /// The entry point of the GEMM kernels.
@@ -72,9 +73,10 @@ pub(crate) enum Finish {
     Scaled,
     /// `sum + bias[n]` (operand `bias`, `[n]`), overwriting C.
     Biased,
-    /// `alpha · sum + D` (operand `d`, a matrix of C's extents read through its own view;
-    /// scalar `alpha`), overwriting C: an addition after the product, done as it is written.
-    Added,
+    /// `alpha · sum ⊕ D` (operand `d`, a matrix of C's extents read through its own view;
+    /// scalar `alpha`; `⊕` as the [`Merge`] says), overwriting C: the operation after the
+    /// product, done as it is written.
+    Added(Merge),
 }
 
 /// Where the sums go.
@@ -145,9 +147,10 @@ pub(super) fn store_c(finish: Finish, wide: bool, coords: &str, value: &str, ind
 {ind}}}\n"
         ),
         Finish::Biased => format!("{ind}{store}({coords}, {value});\n"),
-        Finish::Added => {
+        Finish::Added(merge) => {
             let d = if wide { "mm_d4" } else { "d_load" };
-            format!("{ind}{store}({coords}, {value} + {d}({coords}));\n")
+            let merged = merge.wgsl(value, &format!("{d}({coords})"), wide);
+            format!("{ind}{store}({coords}, {merged});\n")
         }
     }
 }
@@ -207,11 +210,11 @@ pub(super) fn write_block(
     let mut s = String::new();
     match finish {
         Finish::Biased => s += &bias_helper(bias_wide),
-        Finish::Added => s += &addend_helper(store, batch_axes, bias_wide),
+        Finish::Added(_) => s += &addend_helper(store, batch_axes, bias_wide),
         Finish::Scaled => {}
     }
     let scaled = |v: &str| match finish {
-        Finish::Scaled | Finish::Added => format!("params.alpha * {v}"),
+        Finish::Scaled | Finish::Added(_) => format!("params.alpha * {v}"),
         Finish::Biased => v.to_owned(),
     };
     // One row of four columns, element by element or as one vec4.
@@ -262,7 +265,7 @@ pub(super) fn write_block(
     if store == Store::M {
         // Four rows are four neighbours along m: one store4 per column when all are inside.
         let column = match finish {
-            Finish::Scaled | Finish::Added => {
+            Finish::Scaled | Finish::Added(_) => {
                 "params.alpha * vec4<f32>(mm_r0[mm_j], mm_r1[mm_j], mm_r2[mm_j], mm_r3[mm_j])"
             }
             Finish::Biased => {
@@ -289,7 +292,7 @@ pub(super) fn write_block(
         );
     }
     let plus_bias = match finish {
-        Finish::Scaled | Finish::Added => "",
+        Finish::Scaled | Finish::Added(_) => "",
         Finish::Biased => " + mm_bias",
     };
     for r in 0..4 {
@@ -610,7 +613,7 @@ pub(crate) fn reduce(store: Store, batch_axes: usize, finish: Finish, bias_wide:
     );
     decode_batch(&mut s, "c", nb);
     let sum = match finish {
-        Finish::Scaled | Finish::Added => "mm_sum".to_owned(),
+        Finish::Scaled | Finish::Added(_) => "mm_sum".to_owned(),
         Finish::Biased => format!("mm_sum + mm_bias4({n4} * 4u)"),
     };
     let _ = writeln!(s, "    mm_write_row({bc}{m}, {n4} * 4u, {sum});\n}}");

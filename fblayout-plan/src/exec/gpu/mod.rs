@@ -374,6 +374,7 @@ impl<'g> GpuStep<'g> {
                 gpu,
                 graph,
                 epilogue: epilogue.map(|j| ops[j].as_ref()),
+                epilogue_op: epilogue.map(|j| graph.nodes()[j].op),
                 folded: folded.contains(&Some(i)),
                 shared: &mut shared,
             };

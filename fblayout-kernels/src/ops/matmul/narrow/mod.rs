@@ -34,7 +34,7 @@ use fblayout_core::layout::View;
 use self::shader::{Geometry, SHORT_TILE, ShortSpec, Side, ThinOut, ThinSpec};
 use super::shader::Staging;
 use super::{
-    DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Reduction, Scale, SplitRun, check_grid,
+    DEFAULT_COMPUTE_UNITS, Extents, GemmShape, Merge, Reduction, Scale, SplitRun, check_grid,
     check_static_extents, check_writable, finish_scalars, gemm_shape, split_parts, storage_problem,
     vectorized,
 };
@@ -199,6 +199,18 @@ impl NarrowMatmulOp {
     /// it writes C, so the addition after the product takes no pass of its own.
     /// [`OpError::Unsupported`] for any other product.
     pub fn new_added(gpu: &Gpu, a: &View, b: &View, d: &View, c: &View) -> Result<Self, OpError> {
+        Self::new_merged(gpu, a, b, d, c, Merge::Add)
+    }
+
+    /// Like [`new_added`](Self::new_added), D joining the sum as `merge` says.
+    pub fn new_merged(
+        gpu: &Gpu,
+        a: &View,
+        b: &View,
+        d: &View,
+        c: &View,
+        merge: Merge,
+    ) -> Result<Self, OpError> {
         let mut op = Self::unbuilt(gpu, a, b, c)?;
         if !matches!(op.kind, Kind::Short { .. }) {
             return Err(OpError::Unsupported {
@@ -208,7 +220,7 @@ impl NarrowMatmulOp {
                 why: format!("only a reduction of at most {NARROW} adds a matrix as it writes C"),
             });
         }
-        op.reduction = op.reduction.with_addend(OP, d, gpu.features().f16)?;
+        op.reduction = op.reduction.with_addend(OP, d, gpu.features().f16, merge)?;
         op.kernel(gpu, Kernel::Direct)?;
         Ok(op)
     }
@@ -288,7 +300,7 @@ impl NarrowMatmulOp {
                     a,
                     b_wide,
                     store: self.reduction.store,
-                    added: self.addend().is_some(),
+                    added: self.addend().map(super::Addend::merge),
                     d_wide: self.addend().is_some_and(|d| {
                         self.reduction
                             .wide_store_axis()
@@ -296,7 +308,13 @@ impl NarrowMatmulOp {
                     }),
                 };
                 let source = match self.addend() {
-                    Some(d) => scaled(operands).operand(d.operand().clone()),
+                    Some(d) => {
+                        let source = scaled(operands).operand(d.operand().clone());
+                        match d.merge().helpers() {
+                            Some(helpers) => source.body(helpers),
+                            None => source,
+                        }
+                    }
                     None => scaled(operands),
                 };
                 (OP, source.body(shader::short(&spec)))

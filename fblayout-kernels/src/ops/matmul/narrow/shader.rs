@@ -364,15 +364,16 @@ pub(crate) struct ShortSpec {
     pub b_wide: bool,
     /// How C is written.
     pub store: Store,
-    /// Whether C is `alpha · sum + D` (operand `d`) rather than `alpha · sum + beta · C`.
-    pub added: bool,
+    /// How D (operand `d`) joins `alpha · sum` where C is written so, rather than as
+    /// `alpha · sum + beta · C`.
+    pub added: Option<super::super::Merge>,
     /// Whether D is read four at a time along the axis C is stored along.
     pub d_wide: bool,
 }
 
 /// The short-`k` kernel: every invocation computes a block of 4 × 4 outputs, each a sum of
 /// `k` products unrolled in registers, and writes it through the GEMM's epilogue (masked to
-/// C's extents, `alpha · sum + beta · C`, or `alpha · sum + D` where `added`).
+/// C's extents, `alpha · sum + beta · C`, or `alpha · sum ⊕ D` where `added`).
 pub(crate) fn short(spec: &ShortSpec) -> String {
     let ShortSpec {
         k,
@@ -385,7 +386,7 @@ pub(crate) fn short(spec: &ShortSpec) -> String {
     } = *spec;
     let bc = batch_coords(nb);
     let lanes = SHORT_TILE / 4;
-    let finish = if added { Finish::Added } else { Finish::Scaled };
+    let finish = added.map_or(Finish::Scaled, Finish::Added);
     let mut s = write_block(store, nb, finish, d_wide);
     // Neighbouring invocations write neighbouring memory: along m when C is stored so.
     let (tx, ty) = if store == Store::M {
