@@ -23,10 +23,17 @@ const MODELS: [Model; 2] = [Model::Encoder, Model::Decoder];
 
 /// Every tensor's life, from the definition: from the first operation that touches it to the
 /// last; inputs, parameters and moments the whole step; the loss and the parameters'
-/// gradients to its end.
+/// gradients to its end. An operation a product does in its epilogue touches its operands
+/// where the product runs.
 fn lives(g: &Graph) -> Vec<Option<(usize, usize)>> {
     let end = g.nodes().len() - 1;
     let results: Vec<_> = g.params().iter().map(|&p| g.grad(p).unwrap()).collect();
+    let mut runs_at: Vec<usize> = (0..g.nodes().len()).collect();
+    for (i, fold) in g.epilogues().into_iter().enumerate() {
+        if let Some(j) = fold {
+            runs_at[j] = i;
+        }
+    }
     g.ids()
         .map(|t| {
             let role = g.tensor(t).role;
@@ -38,8 +45,9 @@ fn lives(g: &Graph) -> Vec<Option<(usize, usize)>> {
                     let n = &g.nodes()[i];
                     n.inputs.contains(&t) || n.outputs.contains(&t)
                 })
+                .map(|i| runs_at[i])
                 .collect();
-            let (&first, &last) = (touching.first()?, touching.last()?);
+            let (&first, &last) = (touching.iter().min()?, touching.iter().max()?);
             let kept = role == Role::Loss || results.contains(&t);
             Some((first, if kept { end } else { last }))
         })

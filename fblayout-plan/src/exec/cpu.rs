@@ -47,6 +47,10 @@ pub struct CpuStep {
     ints: Vec<Option<Vec<u32>>>,
     /// The buffers freed after each node.
     freed: Vec<Vec<usize>>,
+    /// For each node, the node whose work its product's epilogue does on the GPU
+    /// ([`Graph::epilogues`](crate::graph::Graph::epilogues)): run right after it here, where
+    /// the memory plan counts its reads and writes.
+    epilogues: Vec<Option<usize>>,
     /// Whether a tensor's values survive the step.
     kept: Vec<bool>,
     poison: bool,
@@ -129,6 +133,7 @@ impl CpuStep {
                 .map(|i| memory.freed_after(i).iter().map(|b| b.index()).collect())
                 .collect(),
             kept: graph.ids().map(|t| memory.kept(t)).collect(),
+            epilogues: graph.epilogues(),
             poison: false,
             adamw,
             steps: 0,
@@ -312,7 +317,14 @@ impl CpuStep {
             .nodes()
             .iter()
             .position(|n| n.op.phase() == Phase::Optimizer);
-        for i in 0..self.nodes.len() {
+        let folded: Vec<bool> = {
+            let mut f = vec![false; self.nodes.len()];
+            for &j in self.epilogues.iter().flatten() {
+                f[j] = true;
+            }
+            f
+        };
+        for i in (0..self.nodes.len()).filter(|&i| !folded[i]) {
             let op = self.graph.nodes()[i].op;
             if op.phase() == Phase::Optimizer && !optimize {
                 continue;
@@ -320,12 +332,17 @@ impl CpuStep {
             if first_update == Some(i) {
                 self.check_finite(loss, adam_step)?;
             }
-            if let Some(l) = self.node(i, adam_step)? {
-                loss += l;
+            // A node whose work a product does on the GPU runs right after the product.
+            for k in std::iter::once(i).chain(self.epilogues[i]) {
+                if let Some(l) = self.node(k, adam_step)? {
+                    loss += l;
+                }
             }
             if self.poison {
-                for &b in &self.freed[i] {
-                    self.buffers[b].fill(f64::NAN);
+                for k in std::iter::once(i).chain(self.epilogues[i]) {
+                    for &b in &self.freed[k] {
+                        self.buffers[b].fill(f64::NAN);
+                    }
                 }
             }
         }

@@ -460,19 +460,21 @@ fn liveness(graph: &Graph, keep: &[TensorId]) -> (Vec<Option<Live>>, Vec<bool>) 
     let end = n.saturating_sub(1);
     let mut first: Vec<Option<usize>> = vec![None; graph.tensors().len()];
     let mut last: Vec<Option<usize>> = vec![None; graph.tensors().len()];
-    for (i, node) in graph.nodes().iter().enumerate() {
-        for &t in node.inputs.iter().chain(&node.outputs) {
-            first[t.index()].get_or_insert(i);
-            last[t.index()] = Some(i);
-        }
-    }
-    // A bias or an addition folded into the product before it is written by that product (on
-    // the GPU; the CPU executor runs it where it stands, so its inputs stay live until then).
+    // A bias, sum or activation's backward folded into the product before it is done where
+    // that product runs (the GPU's epilogue; the CPU executor runs it right after the
+    // product): its operands are touched there.
+    let mut at: Vec<usize> = (0..n).collect();
     for (i, fold) in graph.epilogues().into_iter().enumerate() {
         if let Some(j) = fold {
-            for &y in &graph.nodes()[j].outputs {
-                first[y.index()] = first[y.index()].map(|f| f.min(i));
-            }
+            at[j] = i;
+        }
+    }
+    for (k, node) in graph.nodes().iter().enumerate() {
+        let i = at[k];
+        for &t in node.inputs.iter().chain(&node.outputs) {
+            let (f, l) = (&mut first[t.index()], &mut last[t.index()]);
+            *f = Some(f.map_or(i, |f| f.min(i)));
+            *l = Some(l.map_or(i, |l| l.max(i)));
         }
     }
     let results: Vec<TensorId> = graph
