@@ -245,15 +245,36 @@ impl CpuStep {
             }
         }
         let mut loss = 0.0;
-        for i in 0..self.nodes.len() {
-            if self.graph.nodes()[i].op.phase() != Phase::Forward {
-                continue;
+        for i in self.in_order() {
+            if self.graph.nodes()[i].op.phase() == Phase::Forward {
+                loss += self.run_node(i, self.steps + 1)?;
             }
-            if let Some(l) = self.node(i, self.steps + 1)? {
-                loss += l;
-            }
-            if self.poison {
-                for &b in &self.freed[i] {
+        }
+        Ok(loss)
+    }
+
+    /// The nodes in the order they run, each node whose work a product does on the GPU left
+    /// out: [`run_node`](Self::run_node) runs it right after that product.
+    fn in_order(&self) -> Vec<usize> {
+        let mut folded = vec![false; self.nodes.len()];
+        for &j in self.epilogues.iter().flatten() {
+            folded[j] = true;
+        }
+        (0..self.nodes.len()).filter(|&i| !folded[i]).collect()
+    }
+
+    /// Runs node `i` and the node whose work its product does on the GPU, if any, right after
+    /// it (where the memory plan counts that node's reads and writes); then poisons what the
+    /// plan frees after them. Returns the loss they compute (0 where none).
+    fn run_node(&mut self, i: usize, adam_step: u32) -> Result<f64, ExecError> {
+        let mut loss = 0.0;
+        let run: Vec<usize> = std::iter::once(i).chain(self.epilogues[i]).collect();
+        for &k in &run {
+            loss += self.node(k, adam_step)?.unwrap_or(0.0);
+        }
+        if self.poison {
+            for k in run {
+                for &b in &self.freed[k] {
                     self.buffers[b].fill(f64::NAN);
                 }
             }
@@ -317,14 +338,7 @@ impl CpuStep {
             .nodes()
             .iter()
             .position(|n| n.op.phase() == Phase::Optimizer);
-        let folded: Vec<bool> = {
-            let mut f = vec![false; self.nodes.len()];
-            for &j in self.epilogues.iter().flatten() {
-                f[j] = true;
-            }
-            f
-        };
-        for i in (0..self.nodes.len()).filter(|&i| !folded[i]) {
+        for i in self.in_order() {
             let op = self.graph.nodes()[i].op;
             if op.phase() == Phase::Optimizer && !optimize {
                 continue;
@@ -332,19 +346,7 @@ impl CpuStep {
             if first_update == Some(i) {
                 self.check_finite(loss, adam_step)?;
             }
-            // A node whose work a product does on the GPU runs right after the product.
-            for k in std::iter::once(i).chain(self.epilogues[i]) {
-                if let Some(l) = self.node(k, adam_step)? {
-                    loss += l;
-                }
-            }
-            if self.poison {
-                for k in std::iter::once(i).chain(self.epilogues[i]) {
-                    for &b in &self.freed[k] {
-                        self.buffers[b].fill(f64::NAN);
-                    }
-                }
-            }
+            loss += self.run_node(i, adam_step)?;
         }
         if optimize {
             self.steps = adam_step;

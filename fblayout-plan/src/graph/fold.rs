@@ -20,12 +20,11 @@
 //! contributions ([`Op::Accumulate`]): each input's gradient product after the first adds the
 //! running sum, which the one before it wrote, so a chain of sums takes no pass of its own.
 //!
-//! **An activation's backward after an input gradient.** `dx = dy ⊙ f'(x)` whose `dy` is a
-//! linear layer's input gradient that nothing else reads (a feed-forward's down-projection's)
-//! is done by that product as it writes: `dx = (dz·wᵀ) ⊙ f'(x)`, `dy` never written.
-//!
 //! Which operation a product can do, and through which roles, is that operation's contract's
-//! word ([`Contract::merged`](crate::ops)).
+//! word ([`Contract::merged`](crate::ops)). The kernels can also do an activation's backward
+//! as they write (`Merge::ActivationGrad`); the graph does not fold it: on an H100 the shipped
+//! encoder and decoder ran no faster with it, and the product's own output keeps a buffer the
+//! GPU never writes (BENCHMARKS.md).
 //!
 //! The memory planner, the executor and the cost model read both kinds of fold from
 //! [`Graph::epilogues`], so that the folded output's buffer is live from the product on and the
@@ -72,19 +71,10 @@ impl Graph {
         self.epilogues_of(|op| matches!(op, Op::Add | Op::Accumulate))
     }
 
-    /// For each operation, the activation's backward its product does as it writes (see the
-    /// module docs): `Some(j)` for an input gradient whose output only operation `j`, an
-    /// [`Op::ActivationGrad`] reading it as its `dy`, reads. The activations' backwards of
-    /// [`epilogues`](Self::epilogues).
-    pub fn folded_activation_grads(&self) -> Vec<Option<usize>> {
-        self.epilogues_of(|op| matches!(op, Op::ActivationGrad(_)))
-    }
-
-    /// For each operation, the operation whose work its epilogue does: its folded bias,
-    /// addition or activation's backward ([`folded_biases`](Self::folded_biases),
-    /// [`folded_additions`](Self::folded_additions),
-    /// [`folded_activation_grads`](Self::folded_activation_grads)). What the memory planner,
-    /// the executors and the cost model read.
+    /// For each operation, the operation whose work its epilogue does: its folded bias or
+    /// addition ([`folded_biases`](Self::folded_biases),
+    /// [`folded_additions`](Self::folded_additions)). What the memory planner, the executors
+    /// and the cost model read.
     pub fn epilogues(&self) -> Vec<Option<usize>> {
         let nodes = self.nodes();
         // Where each tensor is written: by its operation, or by the product that folded it.

@@ -6,9 +6,7 @@
 //!
 //! Every operand is visited at the same coordinates, in the first output's order. A backward
 //! kernel reads `dy` through `y`'s view and writes `dx` through `x`'s, so it reads its inputs
-//! as stored. Where `dy` is a linear layer's input gradient that nothing else reads (the
-//! feed-forward's down-projection's), that product does the activation's backward as it writes
-//! ([`Merge::ActivationGrad`]; [`Graph::epilogues`](crate::graph::Graph::epilogues)).
+//! as stored.
 
 use fblayout_kernels::ops::activation::{
     activation_backward_cpu, activation_forward_cpu, swiglu_backward_cpu, swiglu_forward_cpu,
@@ -18,11 +16,8 @@ use fblayout_kernels::runtime::Batch;
 use fblayout_kernels::tensor::GpuArg;
 
 use super::cpu::{CpuCtx, Ins, Outs};
-use super::gpu::{BuildCtx, GpuKernel, Nothing, RecordCtx};
-use super::{
-    Args, Contract, Decl, Dims, Holds, LIKE_OUTPUT, Merged, OWN, OpErr, Sample, Slot, ViewRule,
-};
-use fblayout_kernels::ops::matmul::Merge;
+use super::gpu::{BuildCtx, GpuKernel, RecordCtx};
+use super::{Args, Contract, Decl, Dims, Holds, LIKE_OUTPUT, OWN, OpErr, Sample, Slot, ViewRule};
 
 /// Every role of `roles` has the extents of the first.
 fn all_same(d: &Dims, roles: &[&str]) -> Result<(), String> {
@@ -172,15 +167,6 @@ impl Contract for ActivationGrad {
         true
     }
 
-    fn merged(&self) -> Option<Merged> {
-        Some(Merged {
-            reads: "dy",
-            d: "x",
-            out: "dx",
-            merge: Merge::ActivationGrad(kernel_activation(self.act)),
-        })
-    }
-
     fn cpu(
         &self,
         ins: &Ins<'_>,
@@ -197,10 +183,6 @@ impl Contract for ActivationGrad {
         args: &Args<&BoundOperand>,
         ctx: &mut BuildCtx<'_>,
     ) -> Result<Box<dyn GpuKernel>, OpErr> {
-        if ctx.folded {
-            // The input gradient's product before it writes `dx`.
-            return Ok(Box::new(Nothing));
-        }
         // Built with the forward's views: `dy` is read through `y`'s.
         let (x, dy) = (&args.read("x")?.view, &args.read("dy")?.view);
         let op = ActivationOp::new(ctx.gpu, kernel_activation(self.act), x, dy)?;
