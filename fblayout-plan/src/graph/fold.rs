@@ -32,21 +32,25 @@
 
 use super::{Graph, GraphError, Node, NodeId, Op, Role, TensorId};
 
+/// Whether `op` is a linear product that may do the work of the operation after it: a
+/// forward, or an input's gradient, either orientation.
+fn folds_into(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Linear | Op::LinearT { .. } | Op::LinearGradInput | Op::LinearTGradInput { .. }
+    )
+}
+
 /// The roles through which product `product` does the work of `after`, where it can: the role
 /// of `after` that reads the product's output, then the one that must be ready when the
-/// product runs. A linear layer's forward adds the bias node after it; a linear product (a
-/// forward, or an input's gradient, either orientation) does what the contract of the
-/// operation after it says it can ([`Contract::merged`](crate::ops)): a sum, an activation's
-/// backward.
+/// product runs. A linear layer's forward adds the bias node after it; a linear product
+/// ([`folds_into`]) does what the contract of the operation after it says it can
+/// ([`Contract::merged`](crate::ops)): a sum.
 fn fold_roles(product: &Op, after: &Op) -> Option<[&'static str; 2]> {
     if *product == Op::Linear && *after == Op::Bias {
         return Some(["x", "b"]);
     }
-    let linear = matches!(
-        product,
-        Op::Linear | Op::LinearT { .. } | Op::LinearGradInput | Op::LinearTGradInput { .. }
-    );
-    let merged = after.contract().merged().filter(|_| linear)?;
+    let merged = after.contract().merged().filter(|_| folds_into(product))?;
     Some([merged.reads, merged.d])
 }
 
@@ -90,7 +94,7 @@ impl Graph {
             let ready = |b: TensorId, made_at: &[Option<usize>]| {
                 self.tensor(b).is_persistent() || made_at[b.index()].is_some_and(|k| k < i)
             };
-            if let Some(j) = self.sole_reader(i) {
+            if let Some(j) = folds_into(&n.op).then(|| self.sole_reader(i)).flatten() {
                 let m = &nodes[j];
                 let fits = fold_roles(&n.op, &m.op).is_some_and(|[own, other]| {
                     operand(m, own) == n.outputs.first().copied()
