@@ -209,7 +209,7 @@ pub(crate) enum Extra {
     None,
     /// `Σ + bias[n]`.
     Bias(Bias),
-    /// `alpha · Σ + D`.
+    /// `alpha · Σ ⊕ D`, as its [`Merge`] says.
     Addend(Addend),
 }
 
@@ -239,7 +239,7 @@ impl Extra {
         }
     }
 
-    /// The operand the kernels read, with its role.
+    /// The operand the kernels read (its role is [`role`](Self::role)'s).
     pub(crate) fn operand(&self) -> Option<&Operand> {
         match self {
             Self::None => None,
@@ -257,12 +257,12 @@ impl Extra {
         }
     }
 
-    /// What it adds, for errors.
-    fn what(&self) -> &'static str {
-        match self {
-            Self::None => "nothing",
-            Self::Bias(_) => "a bias",
-            Self::Addend(_) => "a matrix `d`",
+    /// What an operand of `role` adds (`None`: none), for errors.
+    fn what(role: Option<&str>) -> &'static str {
+        match role {
+            None => "nothing",
+            Some(Bias::ROLE) => "a bias",
+            Some(_) => "a matrix `d`",
         }
     }
 
@@ -309,12 +309,8 @@ impl Extra {
                     "the product was built to add {}, and the call passes {}: record it as it \
                      was built (new_biased with the biased record, new_added with the added \
                      record, new with the plain one)",
-                    self.what(),
-                    match given {
-                        None => "nothing to add",
-                        Some((r, _)) if r == Bias::ROLE => "a bias",
-                        Some(_) => "a matrix `d`",
-                    },
+                    Self::what(self.role()),
+                    Self::what(given.map(|(r, _)| r)),
                 ),
             }),
         }
