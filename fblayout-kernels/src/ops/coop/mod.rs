@@ -713,9 +713,7 @@ impl CoopMatmulOp {
         b: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        let e = self.extents(batch.gpu(), a, b, c)?;
-        let config = self.config_for(&e);
-        self.record_config_with(batch, config, a, b, None, c)
+        self.record_chosen(batch, a, b, None, c)
     }
 
     /// Records `C = A·B + bias` with the configuration chosen for its problem (an error for
@@ -728,9 +726,7 @@ impl CoopMatmulOp {
         bias: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        let e = self.extents(batch.gpu(), a, b, c)?;
-        let config = self.config_for(&e);
-        self.record_config_with(batch, config, a, b, Some((Bias::ROLE, bias)), c)
+        self.record_chosen(batch, a, b, Some((Bias::ROLE, bias)), c)
     }
 
     /// Records `C = A·B + D` with the configuration chosen for its problem (an error for an op
@@ -743,9 +739,7 @@ impl CoopMatmulOp {
         d: &GpuArg<'_>,
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
-        let e = self.extents(batch.gpu(), a, b, c)?;
-        let config = self.config_for(&e);
-        self.record_config_with(batch, config, a, b, Some((Addend::ROLE, d)), c)
+        self.record_chosen(batch, a, b, Some((Addend::ROLE, d)), c)
     }
 
     /// Records `C = A·B + D` with `config` (see [`record_config`](Self::record_config)).
@@ -788,6 +782,21 @@ impl CoopMatmulOp {
         c: &GpuArg<'_>,
     ) -> Result<(), OpError> {
         self.record_config_with(batch, config, a, b, None, c)
+    }
+
+    /// Records the product, with its extra argument where it has one, under the configuration
+    /// chosen for its problem ([`config_for`](Self::config_for)).
+    fn record_chosen(
+        &self,
+        batch: &mut Batch<'_>,
+        a: &GpuArg<'_>,
+        b: &GpuArg<'_>,
+        extra: Option<ExtraArg<'_, '_>>,
+        c: &GpuArg<'_>,
+    ) -> Result<(), OpError> {
+        let e = self.extents(batch.gpu(), a, b, c)?;
+        let config = self.config_for(&e);
+        self.record_config_with(batch, config, a, b, extra, c)
     }
 
     fn record_config_with(
