@@ -2,7 +2,7 @@
 //! keeps readable to the end of the step (`MemoryOptions::keep`): the logits read after an
 //! evaluation give the evaluation's loss by the cross-entropy's formula, every buffer freed
 //! within the step poisoned; the GPU's logits are the CPU's; nothing persistent changes; a name
-//! that is no tensor, or a tensor not kept, is a clear error.
+//! that is no tensor, a tensor not kept, or one no kernel writes, is a clear error.
 
 mod exec_support;
 
@@ -88,6 +88,23 @@ fn keeping_a_name_that_is_no_tensor_is_an_error_naming_it() {
     let text = err.to_string();
     assert!(text.contains("`no_such_tensor`"), "{text}");
     assert!(text.contains("no tensor of that name"), "{text}");
+}
+
+#[test]
+fn keeping_a_product_output_no_kernel_writes_is_an_error_naming_what_to_keep() {
+    // The encoder's head adds its bias as it writes: its product's own output is never
+    // written, so it has no buffer to keep.
+    let g = graph(Model::Encoder);
+    let t = g.find("head.lin").unwrap();
+    assert!(g.unwritten().iter().any(|&(_, u)| u == t));
+    let plain = plan_memory(&g, &row_major(&g), SIZES, MemoryOptions::default()).unwrap();
+    assert_eq!(plain.buffer_of(t), None);
+    assert_eq!(plain.live(t), None);
+    let options = MemoryOptions::default().keeping(["head.lin"]);
+    let err = plan_memory(&g, &row_major(&g), SIZES, options).unwrap_err();
+    assert!(matches!(&err, MemoryError::Keep { name, .. } if name == "head.lin"));
+    let text = err.to_string();
+    assert!(text.contains("keep that output"), "{text}");
 }
 
 #[test]

@@ -86,13 +86,25 @@ impl CpuStep {
                 })
             })
             .collect::<Result<_, _>>()?;
-        let buffer_of: Vec<Option<usize>> = graph
+        let mut buffer_of: Vec<Option<usize>> = graph
             .ids()
             .map(|t| memory.buffer_of(t).map(|b| b.index()))
             .collect();
         let mut lens = vec![0usize; memory.buffers().len()];
         let mut persistent = vec![false; lens.len()];
         let mut ints = vec![None; whole.len()];
+        let mut freed: Vec<Vec<usize>> = (0..graph.nodes().len())
+            .map(|i| memory.freed_after(i).iter().map(|b| b.index()).collect())
+            .collect();
+        // A product's output that the GPU never writes (the product writes its reader's output
+        // instead) has no buffer in the plan; here the product writes it and its reader reads
+        // it, so it takes a buffer of its own, freed after the two.
+        for (i, t) in graph.unwritten() {
+            buffer_of[t.index()] = Some(lens.len());
+            freed[i].push(lens.len());
+            lens.push(0);
+            persistent.push(false);
+        }
         for t in graph.ids() {
             let tensor = graph.tensor(t);
             let len = whole[t.index()].len() as usize;
@@ -129,9 +141,7 @@ impl CpuStep {
             buffers,
             persistent,
             ints,
-            freed: (0..graph.nodes().len())
-                .map(|i| memory.freed_after(i).iter().map(|b| b.index()).collect())
-                .collect(),
+            freed,
             kept: graph.ids().map(|t| memory.kept(t)).collect(),
             epilogues: graph.epilogues(),
             poison: false,

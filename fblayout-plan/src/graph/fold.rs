@@ -23,12 +23,12 @@
 //! Which operation a product can do, and through which roles, is that operation's contract's
 //! word ([`Contract::merged`](crate::ops)). The kernels can also do an activation's backward
 //! as they write (`Merge::ActivationGrad`); the graph does not fold it: on an H100 the shipped
-//! encoder and decoder ran no faster with it, and the product's own output keeps a buffer the
-//! GPU never writes (BENCHMARKS.md).
+//! encoder and decoder ran no faster with it (BENCHMARKS.md).
 //!
 //! The memory planner, the executor and the cost model read both kinds of fold from
 //! [`Graph::epilogues`], so that the folded output's buffer is live from the product on and the
-//! folded operation runs no kernel of its own.
+//! folded operation runs no kernel of its own. The product's own output is then never written
+//! on the GPU ([`Graph::unwritten`]): it takes no buffer.
 
 use super::{Graph, GraphError, Node, NodeId, Op, Role, TensorId};
 
@@ -115,6 +115,29 @@ impl Graph {
             }
         }
         folds
+    }
+
+    /// The tensors no kernel writes, each with the product that makes it: the product's own
+    /// output where the product does the work of the one operation that reads it
+    /// ([`epilogues`](Self::epilogues)) and writes that operation's output instead. The memory
+    /// plan gives them no buffer, and the GPU step binds them to no kernel; the CPU executor,
+    /// which runs the two operations apart, keeps each in a buffer of its own.
+    pub fn unwritten(&self) -> Vec<(usize, TensorId)> {
+        self.epilogues()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, fold)| fold.is_some())
+            .filter_map(|(i, _)| Some((i, *self.nodes()[i].outputs.first()?)))
+            .collect()
+    }
+
+    /// Whether each tensor is one of [`unwritten`](Self::unwritten), by tensor index.
+    pub fn is_unwritten(&self) -> Vec<bool> {
+        let mut unwritten = vec![false; self.tensors().len()];
+        for (_, t) in self.unwritten() {
+            unwritten[t.index()] = true;
+        }
+        unwritten
     }
 
     /// The [`epilogues`](Self::epilogues) whose folded operation is one that `of` accepts.

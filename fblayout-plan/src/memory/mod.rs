@@ -18,7 +18,8 @@
 //! tensors whose lives don't overlap its own, or a new buffer of its size, rounded up as the
 //! device's pool allocates it ([`granular`]). Lives include the operations at their ends, so
 //! an operation's outputs never share a buffer with its inputs. A bias or an addition a product
-//! does itself ([`Graph::epilogues`]) has its output live from that product on.
+//! does itself ([`Graph::epilogues`]) has its output live from that product on, and the
+//! product's own output, which no kernel writes ([`Graph::unwritten`]), takes no buffer.
 //! [`MemoryOptions::reuse`] off gives every tensor its own buffer.
 //!
 //! **Workspace.** An operation's kernels take scratch while they run — the attention's scores,
@@ -273,8 +274,9 @@ pub fn plan_memory(
         .ids()
         .map(|t| whole[t.index()].len() * u64::from(graph.tensor(t).elem.size_bytes()))
         .collect();
-    let keep = kept_tensors(graph, &options.keep)?;
-    let (live, kept) = liveness(graph, &keep);
+    let unwritten = graph.is_unwritten();
+    let keep = kept_tensors(graph, &options.keep, &unwritten)?;
+    let (live, kept) = liveness(graph, &keep, &unwritten);
     let n = graph.nodes().len();
     let category: Vec<Category> = graph
         .tensors()
@@ -428,9 +430,13 @@ fn assign(
     (buffers, buffer_of)
 }
 
-/// The tensors `names` name, each one some operation writes or reads (see
-/// [`MemoryOptions::keep`]).
-fn kept_tensors(graph: &Graph, names: &[String]) -> Result<Vec<TensorId>, MemoryError> {
+/// The tensors `names` name, each one some operation writes or reads and a kernel writes (see
+/// [`MemoryOptions::keep`]; `unwritten` is [`Graph::is_unwritten`]).
+fn kept_tensors(
+    graph: &Graph,
+    names: &[String],
+    unwritten: &[bool],
+) -> Result<Vec<TensorId>, MemoryError> {
     names
         .iter()
         .map(|name| {
@@ -448,14 +454,25 @@ fn kept_tensors(graph: &Graph, names: &[String]) -> Result<Vec<TensorId>, Memory
             if !touched {
                 return Err(refused("no operation of the graph writes or reads it"));
             }
+            if unwritten[t.index()] {
+                return Err(refused(
+                    "the product that makes it does the work of the operation that reads it, \
+                     and writes that operation's output instead: keep that output",
+                ));
+            }
             Ok(t)
         })
         .collect()
 }
 
-/// Every tensor's live range (`None` for one no operation touches) and whether it is kept to
-/// the end of the step (persistent tensors, results, and the tensors of `keep`).
-fn liveness(graph: &Graph, keep: &[TensorId]) -> (Vec<Option<Live>>, Vec<bool>) {
+/// Every tensor's live range (`None` for one no operation touches, or no kernel writes:
+/// `unwritten`, [`Graph::is_unwritten`]) and whether it is kept to the end of the step
+/// (persistent tensors, results, and the tensors of `keep`).
+fn liveness(
+    graph: &Graph,
+    keep: &[TensorId],
+    unwritten: &[bool],
+) -> (Vec<Option<Live>>, Vec<bool>) {
     let n = graph.nodes().len();
     let end = n.saturating_sub(1);
     let mut first: Vec<Option<usize>> = vec![None; graph.tensors().len()];
@@ -491,6 +508,7 @@ fn liveness(graph: &Graph, keep: &[TensorId]) -> (Vec<Option<Live>>, Vec<bool>) 
             persistent || tensor.role == Role::Loss || results.contains(&t) || keep.contains(&t);
         kept.push(stays);
         live.push(match (first[t.index()], last[t.index()]) {
+            _ if unwritten[t.index()] => None,
             _ if persistent => Some(Live {
                 first: 0,
                 last: end,

@@ -82,16 +82,26 @@ impl<T> Args<T> {
         &'s self,
         mut f: impl FnMut(&'s Bound<T>) -> Result<U, E>,
     ) -> Result<Args<U>, E> {
+        self.try_filter_map(|b| f(b).map(Some))
+    }
+
+    /// The roles for which `f` gives a value, each with that value; the others left out.
+    pub fn try_filter_map<'s, U, E>(
+        &'s self,
+        mut f: impl FnMut(&'s Bound<T>) -> Result<Option<U>, E>,
+    ) -> Result<Args<U>, E> {
         let mut map = |list: &'s [Bound<T>]| {
-            list.iter()
-                .map(|b| {
-                    Ok(Bound {
+            let mut mapped = Vec::with_capacity(list.len());
+            for b in list {
+                if let Some(value) = f(b)? {
+                    mapped.push(Bound {
                         role: b.role,
                         tensor: b.tensor,
-                        value: f(b)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, E>>()
+                        value,
+                    });
+                }
+            }
+            Ok::<_, E>(mapped)
         };
         Ok(Args {
             op: self.op,

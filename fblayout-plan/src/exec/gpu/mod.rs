@@ -251,6 +251,8 @@ pub struct GpuStep<'g> {
     /// The index bounds that read each input, checked every step.
     input_bounds: InputBounds,
     buffer_of: Vec<Option<usize>>,
+    /// The tensors no kernel writes ([`Graph::is_unwritten`]): operands bound to nothing.
+    unwritten: Vec<bool>,
     buffers: Vec<GpuBuffer>,
     persistent: Vec<bool>,
     kept: Vec<bool>,
@@ -440,6 +442,7 @@ impl<'g> GpuStep<'g> {
                 .ids()
                 .map(|t| memory.buffer_of(t).map(|b| b.index()))
                 .collect(),
+            unwritten: graph.is_unwritten(),
             buffers,
             persistent,
             kept,
@@ -1066,9 +1069,14 @@ impl<'g> GpuStep<'g> {
         Ok(())
     }
 
-    /// The operands `args`, bound to their buffers.
+    /// The operands `args`, bound to their buffers, less those no kernel writes (a folding
+    /// product's own output, which neither it nor the folded operation binds).
     fn args<'a>(&'a self, args: &'a Args<BoundOperand>) -> Result<Args<GpuArg<'a>>, OpError> {
-        args.try_map(|b| self.arg(b.tensor, &b.value))
+        args.try_filter_map(|b| {
+            (!self.unwritten[b.tensor.index()])
+                .then(|| self.arg(b.tensor, &b.value))
+                .transpose()
+        })
     }
 
     /// The bound operands of the node whose work `node`'s epilogue does.
