@@ -330,7 +330,7 @@ fn the_planner_fuses_by_predicted_time_and_by_memory() {
 }
 
 /// The analytic model of a graph is the reference device's tables timed at its heads: heads
-/// of 64 take the tables timed there and their prediction is trusted; heads nobody timed, and
+/// of 64 and 128 take the tables timed there and their prediction is trusted; heads nobody timed, and
 /// a graph whose attentions differ in head size, take the default tables, whose prediction of
 /// the fused attention against the materialised one is not.
 #[test]
@@ -338,7 +338,7 @@ fn the_analytic_model_is_the_one_timed_at_the_graphs_heads() {
     let sizes = Sizes { batch: 2, seq: 64 };
     let config = ModelConfig::new(VOCAB, 128, 2).with_ffn(256).with_layers(2);
     for precision in [Precision::F32, Precision::Mixed] {
-        for (heads, head_dim) in [(4, Some(32)), (2, Some(64)), (8, None)] {
+        for (heads, head_dim) in [(4, Some(32)), (2, Some(64)), (1, Some(128)), (8, None)] {
             let g = build(Model::Decoder, config.with_heads(heads)).unwrap();
             let model = CostModel::analytic_for_graph(precision, &g);
             let expected = head_dim.unwrap_or(32);

@@ -43,7 +43,7 @@ pub enum Reason {
     /// materialised attention's changes with the head size: on an H100 they ran 1.9× its speed
     /// at heads of 32 and 128 tokens, and at heads of 64 and 512 tokens 1.3× before their loads
     /// were overlapped, which took them 1.4–1.6× faster again; heads past 64 run them on shader
-    /// cores. The reference device has tables timed at heads of 32 and 64
+    /// cores. The reference device has tables timed at heads of 32, 64 and 128
     /// ([`CostModel::analytic_for_graph`] picks the graph's).
     Unmeasured,
 }
