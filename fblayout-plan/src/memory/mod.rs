@@ -47,6 +47,7 @@
 //! [`recompute`] rewrites a graph so that cheap activations (and, if asked, attention's
 //! probabilities) are computed again in the backward instead of kept.
 
+mod assign;
 pub(crate) mod held;
 mod recompute;
 
@@ -56,6 +57,7 @@ use fblayout_core::layout::LayoutError;
 use fblayout_kernels::ops::{OpError, TokenIds};
 use fblayout_kernels::runtime::{Scratch, granular};
 
+use self::assign::assign;
 use self::held::Held;
 use crate::graph::{Graph, Role, Sizes, TensorId};
 use crate::layouts::{LayoutChoice, StorageError, tensor_layouts};
@@ -385,49 +387,6 @@ pub fn plan_memory(
             .map_or_else(String::new, |node| node.op.name().to_owned()),
         breakdown,
     })
-}
-
-/// The buffers (their sizes) and each tensor's buffer: largest tensors first, each in the
-/// smallest buffer none of whose tensors' lives overlaps its own, else in a new one. A buffer is
-/// as large as its first, largest tensor, so every later one fits. Without reuse, every tensor
-/// gets its own buffer.
-fn assign(
-    graph: &Graph,
-    live: &[Option<Live>],
-    bytes: &[u64],
-    reuse: bool,
-) -> (Vec<u64>, Vec<Option<BufferId>>) {
-    let life = |t: TensorId| live[t.index()].expect("only live tensors are placed");
-    let mut order: Vec<TensorId> = graph.ids().filter(|t| live[t.index()].is_some()).collect();
-    if reuse {
-        // Largest first; ties by the order of their lives, then by id: deterministic.
-        order.sort_by_key(|&t| {
-            (
-                std::cmp::Reverse(bytes[t.index()]),
-                life(t).first,
-                t.index(),
-            )
-        });
-    }
-    let mut buffers: Vec<u64> = Vec::new();
-    let mut holds: Vec<Vec<Live>> = Vec::new();
-    let mut buffer_of: Vec<Option<BufferId>> = vec![None; bytes.len()];
-    for t in order {
-        let l = life(t);
-        let need = granular(bytes[t.index()]);
-        let chosen = (0..buffers.len())
-            .filter(|&b| reuse && buffers[b] >= need)
-            .filter(|&b| holds[b].iter().all(|h| !h.overlaps(&l)))
-            .min_by_key(|&b| buffers[b]);
-        let b = chosen.unwrap_or_else(|| {
-            buffers.push(need);
-            holds.push(Vec::new());
-            buffers.len() - 1
-        });
-        holds[b].push(l);
-        buffer_of[t.index()] = Some(BufferId(b as u32));
-    }
-    (buffers, buffer_of)
 }
 
 /// The tensors `names` name, each one some operation writes or reads and a kernel writes (see
