@@ -149,10 +149,10 @@ fn a_fused_head_plans_less_memory_and_reads_an_f16_copy_in_mixed_precision() {
     };
     let unfused = planned_bytes(&run(&[]));
     let fused = planned_bytes(&run(&["--head-chunk", "64"]));
-    // 256 tokens × 2048 logits are 2 MiB in f32, and their gradient as much: the fused head
-    // saves more than one of the two (its scratch holds two chunks of 64 tokens and the
+    // 256 tokens × 2048 logits are 2 MiB in f32, their gradient written over them: the fused
+    // head saves more than half of that (its scratch holds two chunks of 64 tokens and the
     // chunks' products' scratch).
-    assert!(fused + 2_097_152 < unfused, "{fused} against {unfused}");
+    assert!(fused + 1_048_576 < unfused, "{fused} against {unfused}");
     // In mixed precision the fused head multiplies the weight's f16 copy, as a linear layer
     // does.
     let out = run(&["--head-chunk", "64", "--precision", "mixed"]);

@@ -1,6 +1,7 @@
 //! Cross-entropy: the loss against its definition, the gradient against finite differences,
 //! and the GPU against the CPU under every 2-D layout of the logits, both element types, both
-//! reduction paths, ignored rows and labels out of range; and rows taken in chunks (a fused
+//! reduction paths, the gradient written apart and over the logits, ignored rows and labels out
+//! of range; and rows taken in chunks (a fused
 //! language-model head's) against the whole.
 
 mod support;
@@ -118,8 +119,9 @@ impl Case {
         self.logits.read_host(&ds)
     }
 
-    /// Forward and backward on `gpu`: per-row loss, mean, count and gradient.
-    fn gpu(&self, gpu: &Gpu, dloss: f32) -> (Vec<f64>, f32, u32, Vec<f64>) {
+    /// Forward and backward on `gpu`: per-row loss, mean, count and gradient; `in_place`, the
+    /// gradient written over the logits.
+    fn gpu(&self, gpu: &Gpu, dloss: f32, in_place: bool) -> (Vec<f64>, f32, u32, Vec<f64>) {
         let op = CrossEntropyOp::new(
             gpu,
             &self.logits.view,
@@ -145,13 +147,14 @@ impl Case {
             &state,
         )
         .unwrap();
+        let grad = if in_place { &xb } else { &db };
         op.backward(
             &mut batch,
             &self.logits.gpu_arg(&xb),
             &labels,
             &state,
             dloss,
-            &self.logits.gpu_arg(&db),
+            &self.logits.gpu_arg(grad),
         )
         .unwrap();
         batch.submit().unwrap();
@@ -159,7 +162,7 @@ impl Case {
             self.loss.download(&lb),
             state.mean().unwrap(),
             state.count().unwrap(),
-            self.logits.download(&db),
+            self.logits.download(grad),
         )
     }
 }
@@ -203,9 +206,14 @@ fn backward_matches_finite_differences_in_f64() {
 }
 
 fn check_gpu(gpu: &Gpu, what: &str, case: &Case) {
+    check_gpu_once(gpu, what, case, false);
+    check_gpu_once(gpu, &format!("{what}, in place"), case, true);
+}
+
+fn check_gpu_once(gpu: &Gpu, what: &str, case: &Case, in_place: bool) {
     let elem = case.logits.elem();
     let dloss = 1.5;
-    let (loss, mean, count, grad) = case.gpu(gpu, dloss as f32);
+    let (loss, mean, count, grad) = case.gpu(gpu, dloss as f32, in_place);
     let ((want_loss, want_mean), want_grad) = match elem {
         ElemType::F16 => (
             case.cpu_forward::<half::f16>(&case.logits),
@@ -396,7 +404,7 @@ fn when_every_row_is_ignored_the_mean_and_the_gradient_are_zero() {
     let mut rng = Rng::new(5);
     let mut case = Case::new(&mut rng, Layout2::RTile(8), ROWS, VOCAB, ElemType::F32);
     case.labels = vec![IGNORE; ROWS as usize];
-    let (loss, mean, count, grad) = case.gpu(gpu, 1.0);
+    let (loss, mean, count, grad) = case.gpu(gpu, 1.0, false);
     assert_eq!((mean, count), (0.0, 0));
     assert!(loss.iter().chain(&grad).all(|&v| v == 0.0));
     let (_, cpu) = case.cpu_forward::<f32>(&case.logits);
@@ -439,7 +447,7 @@ fn a_label_out_of_range_is_an_error_on_the_host_and_nan_on_the_gpu() {
     .unwrap_err();
     assert!(matches!(err, OpError::OutOfRange { .. }), "{err}");
 
-    let (loss, mean, _, grad) = case.gpu(gpu, 1.0);
+    let (loss, mean, _, grad) = case.gpu(gpu, 1.0, false);
     assert!(mean.is_nan(), "the mean of a batch with a bad label is NaN");
     let vocab = VOCAB as usize;
     for (r, (l, g)) in loss.iter().zip(grad.chunks(vocab)).enumerate() {

@@ -1,5 +1,6 @@
 //! Snapshots of the cross-entropy kernels' WGSL (naga validated every one when it was built):
-//! the rows, the mean and the backward, for row-major logits (no wide accesses: 30522 is not a
+//! the rows, the mean and the backward (apart from the logits and written over them), for
+//! row-major logits (no wide accesses: 30522 is not a
 //! multiple of 4) and R-Tile logits (padded to whole tiles, so wide). In CI (`CI=true`) a
 //! changed snapshot fails the run instead of being written.
 

@@ -60,6 +60,19 @@ fn lives(g: &Graph) -> Vec<Option<(usize, usize)>> {
         .collect()
 }
 
+/// Whether tensors `a` and `b` (indices) may share a buffer though both are live at one
+/// operation: there the cross-entropy's gradient is written over the logits, which it reads
+/// for the last time (each element depends on its own logit only).
+fn written_over(g: &Graph, lives: &[Option<(usize, usize)>], a: usize, b: usize) -> bool {
+    g.nodes().iter().enumerate().any(|(i, n)| {
+        let (logits, dlogits) = (n.inputs[0].index(), n.outputs[0].index());
+        matches!(n.op, Op::CrossEntropyGrad { .. })
+            && ((a, b) == (logits, dlogits) || (b, a) == (logits, dlogits))
+            && lives[logits].is_some_and(|(_, l)| l == i)
+            && lives[dlogits].is_some_and(|(f, _)| f == i)
+    })
+}
+
 fn check_no_overlap(g: &Graph, plan: &MemoryPlan, what: &str) {
     let lives = lives(g);
     let mut by_buffer: Vec<Vec<usize>> = vec![Vec::new(); plan.buffers().len()];
@@ -86,7 +99,7 @@ fn check_no_overlap(g: &Graph, plan: &MemoryPlan, what: &str) {
             for &b in &tensors[k + 1..] {
                 let ((f1, l1), (f2, l2)) = (lives[a].unwrap(), lives[b].unwrap());
                 assert!(
-                    l1 < f2 || l2 < f1,
+                    l1 < f2 || l2 < f1 || written_over(g, &lives, a, b),
                     "{what}: `{}` ({f1}..={l1}) and `{}` ({f2}..={l2}) share a buffer",
                     g.tensors()[a].name,
                     g.tensors()[b].name
@@ -199,10 +212,20 @@ fn the_peak_is_the_buffers_workspace_and_held_bytes_and_at_least_the_live_tensor
     assert_eq!(own.buffers().len(), placed.len());
     assert!(reuse.peak_bytes() < own.peak_bytes());
     assert!(reuse.peak_bytes() >= reuse.peak_live_bytes());
-    // The live peak, from the definition.
+    // The live peak, from the definition; where the cross-entropy's gradient is written over
+    // the logits (one buffer), the logits count until the operation before.
+    let over = |t: fblayout_plan::graph::TensorId, i: usize| {
+        g.nodes().iter().enumerate().any(|(k, n)| {
+            k == i
+                && matches!(n.op, Op::CrossEntropyGrad { .. })
+                && n.inputs[0] == t
+                && reuse.buffer_of(t) == reuse.buffer_of(n.outputs[0])
+        })
+    };
     let live_at = |i: usize| -> u64 {
         g.ids()
             .filter(|t| lives[t.index()].is_some_and(|(f, l)| f <= i && i <= l))
+            .filter(|&t| !over(t, i))
             .map(|t| reuse.bytes(t))
             .sum::<u64>()
             + scratch(i)
@@ -248,6 +271,41 @@ fn poisoning_every_freed_buffer_changes_no_bit_of_the_step() {
                 assert_eq!(shared, alone, "{what}: reuse changed the step");
             }
         }
+    }
+}
+
+/// The cross-entropy's gradient is written over the logits where both are stored alike: one
+/// buffer, so the plan is smaller by at least the logits' bytes less a granule than a plan
+/// that cannot share them (the logits kept, as an evaluation keeps them); and where they are
+/// stored differently, each has its own.
+#[test]
+fn the_logits_gradient_takes_the_logits_buffer_where_they_are_stored_alike() {
+    for model in MODELS {
+        let g = graph(model);
+        let grad = g
+            .nodes()
+            .iter()
+            .find(|n| matches!(n.op, Op::CrossEntropyGrad { .. }))
+            .unwrap();
+        let (logits, dlogits) = (grad.inputs[0], grad.outputs[0]);
+        let layouts = row_major(&g);
+        let plan = plan_memory(&g, &layouts, SIZES, MemoryOptions::default()).unwrap();
+        assert_eq!(plan.buffer_of(logits), plan.buffer_of(dlogits), "{model:?}");
+        let name = g.tensor(logits).name.clone();
+        let keeping = MemoryOptions::default().keeping([name.as_str()]);
+        let kept = plan_memory(&g, &layouts, SIZES, keeping).unwrap();
+        assert_ne!(kept.buffer_of(logits), kept.buffer_of(dlogits), "{model:?}");
+        assert!(
+            kept.peak_live_bytes() >= plan.peak_live_bytes() + plan.bytes(logits),
+            "{model:?}: {} against {}",
+            kept.peak_live_bytes(),
+            plan.peak_live_bytes()
+        );
+        // Stored differently, they can't share: each keeps its buffer.
+        let mut apart = layouts.clone();
+        apart[dlogits.index()] = LayoutChoice::ColMajor;
+        let plan = plan_memory(&g, &apart, SIZES, MemoryOptions::default()).unwrap();
+        assert_ne!(plan.buffer_of(logits), plan.buffer_of(dlogits), "{model:?}");
     }
 }
 

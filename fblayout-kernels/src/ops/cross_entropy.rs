@@ -44,6 +44,8 @@ use crate::wgsl::reduce::{entry_params, subgroup_call_args, workgroup_reduce};
 const FORWARD: &str = "cross-entropy forward";
 const MEAN: &str = "cross-entropy mean";
 const BACKWARD: &str = "cross-entropy backward";
+/// The backward written over its logits.
+const BACKWARD_IN_PLACE: &str = "cross-entropy backward in place";
 const FORWARD_ENTRY: &str = "cross_entropy_rows";
 const MEAN_ENTRY: &str = "cross_entropy_mean";
 const BACKWARD_ENTRY: &str = "cross_entropy_backward";
@@ -147,6 +149,9 @@ pub struct CrossEntropyOp {
     per_row: RowKernels,
     mean: Compiled,
     backward: Compiled,
+    /// The backward that reads the logits through `dlogits`' binding, for a gradient written
+    /// over its logits.
+    backward_in_place: Compiled,
     backward_walk: BackwardWalk,
 }
 
@@ -235,7 +240,8 @@ impl CrossEntropyOp {
             }
         }
         let state = StateViews::new()?;
-        let (backward_walk, backward) = build_backward(gpu, logits, labels, &state)?;
+        let (backward_walk, backward) = build_backward(gpu, logits, labels, &state, false)?;
+        let (_, backward_in_place) = build_backward(gpu, logits, labels, &state, true)?;
         let row_len = logits.axes()[1].extent.as_static();
         let op = Self {
             ignore_index,
@@ -244,6 +250,7 @@ impl CrossEntropyOp {
             loss: loss.clone(),
             mean: build_mean(gpu, labels, loss, &state)?,
             backward,
+            backward_in_place,
             backward_walk,
             state,
             per_row: RowKernels::new(row_len),
@@ -293,6 +300,7 @@ impl CrossEntropyOp {
             .collect();
         all.push(self.mean.module().clone());
         all.push(self.backward.module().clone());
+        all.push(self.backward_in_place.module().clone());
         all
     }
 
@@ -433,6 +441,8 @@ impl CrossEntropyOp {
 
     /// Records the gradient of `dloss · mean` with respect to the logits into `dlogits`
     /// (through the logits' view), from the `state` of the forward of these logits and labels.
+    /// `dlogits` may be in the memory of `logits`: each element is then read and overwritten by
+    /// one invocation, and the logits are gone.
     pub fn backward(
         &self,
         batch: &mut Batch<'_>,
@@ -476,16 +486,26 @@ impl CrossEntropyOp {
         }
         let (lse, count) = (state.lse_arg()?, counted.count_arg()?);
         let units = u64::from(rows) * self.backward_walk.units(n);
-        self.backward.record_linear(
+        let mut args = vec![
+            ("labels", labels),
+            ("lse", &lse),
+            ("count", &count),
+            ("dlogits", dlogits),
+        ];
+        // Over its logits the gradient reads them through its own binding: one buffer is not
+        // bound twice in a dispatch.
+        // (Both are addressed through the logits' view the kernel was built for, at the same
+        // extents: in one memory, every element is read where it is written.)
+        let kernel = if logits.buffer().same_memory(dlogits.buffer()) {
+            &self.backward_in_place
+        } else {
+            args.insert(0, ("logits", logits));
+            &self.backward
+        };
+        kernel.record_linear(
             batch,
             BACKWARD_ENTRY,
-            &[
-                ("logits", logits),
-                ("labels", labels),
-                ("lse", &lse),
-                ("count", &count),
-                ("dlogits", dlogits),
-            ],
+            &args,
             &[
                 ("ignore_index", ParamValue::U32(self.ignore_index)),
                 ("dloss", ParamValue::F32(dloss)),
@@ -656,17 +676,25 @@ fn {MEAN_ENTRY}(
     Compiled::new(MEAN, gpu, source)
 }
 
+/// The backward's kernel; `in_place`, one that reads the logits through `dlogits`, which it
+/// overwrites (each element read and written by one invocation).
 fn build_backward(
     gpu: &Gpu,
     logits: &View,
     labels: &View,
     state: &StateViews,
+    in_place: bool,
 ) -> Result<(BackwardWalk, Compiled), OpError> {
-    let (wide, mut operands) = wide_of(
-        &[("logits", Role::Read), ("dlogits", Role::Write)],
-        &[logits, logits],
-    )?;
-    let dlogits = operands.pop().expect("two operands");
+    let (wide, mut operands) = if in_place {
+        wide_of(&[("dlogits", Role::Write)], &[logits])?
+    } else {
+        wide_of(
+            &[("logits", Role::Read), ("dlogits", Role::Write)],
+            &[logits, logits],
+        )?
+    };
+    let src = if in_place { "dlogits" } else { "logits" };
+    let dlogits = operands.pop().expect("the written operand is last");
     operands.push(Operand::read("labels", labels)?);
     operands.push(Operand::read("lse", &state.lse)?);
     operands.push(Operand::read("count", &state.count)?);
@@ -682,10 +710,13 @@ fn build_backward(
         name: BACKWARD_ENTRY,
         prefix: "ce",
     };
-    let units = ["logits_dim0()".to_owned(), walk.per_row("logits_dim1()")];
+    let units = [
+        format!("{src}_dim0()"),
+        walk.per_row(&format!("{src}_dim1()")),
+    ];
     let (row, chunk) = (entry.coord(0), entry.coord(1));
     let body = format!(
-        "{NAN}{helpers}{open}{decode}    let ce_n = logits_dim1();
+        "{NAN}{helpers}{open}{decode}    let ce_n = {src}_dim1();
     let ce_label = labels_load({row});
     let ce_count = count_load(0u);
     let ce_ignored = ce_label == params.ignore_index;
@@ -702,14 +733,19 @@ fn build_backward(
     {put};
 }}
 ",
-        helpers = quads.wgsl(&["logits"], &["dlogits"]),
+        helpers = quads.wgsl(&[src], &["dlogits"]),
         open = entry.open(&units.join(" * ")),
         decode = entry.decode(&units),
         first = walk.first(&chunk),
-        x = quads.get("logits", &row, "ce_j", "ce_n"),
+        x = quads.get(src, &row, "ce_j", "ce_n"),
         put = quads.put("dlogits", &row, "ce_j", "ce_n", "ce_g"),
     );
-    let mut source = KernelSource::new(BACKWARD);
+    let name = if in_place {
+        BACKWARD_IN_PLACE
+    } else {
+        BACKWARD
+    };
+    let mut source = KernelSource::new(name);
     for o in operands {
         source = source.operand(o);
     }
@@ -717,7 +753,7 @@ fn build_backward(
         .scalar("ignore_index", Scalar::U32)
         .scalar("dloss", Scalar::F32)
         .body(body);
-    Ok((walk, Compiled::new(BACKWARD, gpu, source)?))
+    Ok((walk, Compiled::new(name, gpu, source)?))
 }
 
 /// Checks that every label is below `vocab` or is `ignore_index`.

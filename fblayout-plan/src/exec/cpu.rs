@@ -439,6 +439,17 @@ impl CpuStep {
                 None => taken.push((b, std::mem::take(&mut self.buffers[b]), true)),
             }
         }
+        // An input in the memory of an output written over it (an in-place operation's, given
+        // one buffer by the plan) is read from a copy taken before the operation writes.
+        let before: Vec<(usize, Vec<f64>)> = args
+            .reads()
+            .iter()
+            .filter_map(|r| self.buffer_of[r.tensor.index()])
+            .filter_map(|b| {
+                let (_, data, _) = taken.iter().find(|(tb, _, first)| *tb == b && *first)?;
+                Some((b, data.clone()))
+            })
+            .collect();
         let result = {
             let written: Vec<TensorId> = args.writes().iter().map(|w| w.tensor).collect();
             let mut ins = Vec::with_capacity(args.reads().len());
@@ -460,8 +471,12 @@ impl CpuStep {
                                 self.graph.tensor(r.tensor).name
                             ))
                         })?;
+                        let data = match before.iter().find(|(tb, _)| *tb == b) {
+                            Some((_, copy)) => copy.as_slice(),
+                            None => self.buffers[b].as_slice(),
+                        };
                         In::F(
-                            HostArg::new(self.buffers[b].as_slice(), table).map_err(|e| {
+                            HostArg::new(data, table).map_err(|e| {
                                 ExecError::bind(&self.graph.tensor(r.tensor).name, e)
                             })?,
                         )

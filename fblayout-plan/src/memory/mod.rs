@@ -20,6 +20,10 @@
 //! an operation's outputs never share a buffer with its inputs. A bias or an addition a product
 //! does itself ([`Graph::epilogues`]) has its output live from that product on, and the
 //! product's own output, which no kernel writes ([`Graph::unwritten`]), takes no buffer.
+//! An output that an operation's contract lets it write over an input it reads for the last
+//! time, stored alike (`Contract::in_place`: the cross-entropy's gradient over the logits,
+//! each of whose elements depends on its own logit), takes that input's buffer: the two are
+//! placed as one tensor, and the input's bytes count until the operation before.
 //! [`MemoryOptions::reuse`] off gives every tensor its own buffer.
 //!
 //! **Workspace.** An operation's kernels take scratch while they run — the attention's scores,
@@ -49,6 +53,7 @@
 
 mod assign;
 pub(crate) mod held;
+mod in_place;
 mod recompute;
 
 use std::fmt;
@@ -259,7 +264,8 @@ pub fn plan_memory(
     sizes: Sizes,
     options: MemoryOptions,
 ) -> Result<MemoryPlan, MemoryError> {
-    let layouts = tensor_layouts(graph, layouts)?;
+    let choices = layouts;
+    let layouts = tensor_layouts(graph, choices)?;
     let whole = graph
         .ids()
         .map(|t| {
@@ -286,14 +292,26 @@ pub fn plan_memory(
         .map(|t| Category::of(t.role))
         .collect();
 
-    let (buffers, buffer_of) = assign(graph, &live, &bytes, options.reuse);
+    // An output written over its input takes the input's buffer (with reuse only).
+    let pairs = if options.reuse {
+        in_place::shared(graph, choices, &live, &kept, &bytes)
+    } else {
+        Vec::new()
+    };
+    let placed = in_place::placement_lives(&live, &pairs);
+    let (buffers, mut buffer_of) = assign(graph, &placed, &bytes, options.reuse);
+    for p in &pairs {
+        buffer_of[p.output.index()] = buffer_of[p.input.index()];
+    }
     let mut freed: Vec<Vec<BufferId>> = vec![Vec::new(); n];
     for t in graph.ids() {
-        if let (Some(l), Some(b), false) = (live[t.index()], buffer_of[t.index()], kept[t.index()])
+        if let (Some(l), Some(b), false) =
+            (placed[t.index()], buffer_of[t.index()], kept[t.index()])
         {
             freed[l.last].push(b);
         }
     }
+    let counted = in_place::counted_lives(&live, &pairs);
 
     // The scratch and state of each operation, as its contract counts them.
     let tensor_bytes = |t: TensorId| bytes[t.index()];
@@ -336,7 +354,7 @@ pub fn plan_memory(
         delta[i + 1] -= i128::from(s.bytes());
     }
     for t in graph.ids() {
-        if let Some(l) = live[t.index()] {
+        if let Some(l) = counted[t.index()] {
             delta[l.first] += i128::from(bytes[t.index()]);
             delta[l.last + 1] -= i128::from(bytes[t.index()]);
         }
@@ -359,7 +377,7 @@ pub fn plan_memory(
                 .ids()
                 .filter(|t| category[t.index()] == c)
                 .filter(|t| {
-                    live[t.index()].is_some_and(|l| l.first <= peak_at && peak_at <= l.last)
+                    counted[t.index()].is_some_and(|l| l.first <= peak_at && peak_at <= l.last)
                 })
                 .map(|t| bytes[t.index()])
                 .sum();

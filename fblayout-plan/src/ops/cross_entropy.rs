@@ -107,6 +107,12 @@ impl Contract for CrossEntropy {
         self.backward
     }
 
+    /// The gradient may be written over the logits: each element of `dlogits` depends on its
+    /// own logit and the row's saved log-sum-exp only.
+    fn in_place(&self) -> Option<[&'static str; 2]> {
+        self.backward.then_some(["logits", "dlogits"])
+    }
+
     fn state_bytes(&self, s: &Shapes<'_>) -> u64 {
         // The forward's state, one row a label, which the backward reads.
         if self.backward {

@@ -354,6 +354,14 @@ pub(crate) trait Contract {
         Vec::new()
     }
 
+    /// The input role whose memory the output role may take, where that input is read here
+    /// for the last time and both are stored alike: `[input, output]`. The kernel then reads
+    /// each element of the input where it writes the output's, and the memory plan gives
+    /// both one buffer ([`plan_memory`](crate::memory::plan_memory)).
+    fn in_place(&self) -> Option<[&'static str; 2]> {
+        None
+    }
+
     /// How a linear product before it does its work as it writes, where one can
     /// ([`Graph::epilogues`](crate::graph::Graph::epilogues)): a sum, an activation's backward.
     fn merged(&self) -> Option<Merged> {
