@@ -3,9 +3,9 @@
 //! `x, w[, b], labels → loss` computes what [`Op::Linear`] (or [`Op::LinearT`]), [`Op::Bias`]
 //! and [`Op::CrossEntropy`] compute one after the other: `loss = CE(x·w [+ b], labels)`, per
 //! token and its mean over the tokens whose label counts. Those three store the logits, `tokens
-//! × vocab`, and their gradient as much again: at a batch of 32 × 128 tokens over a vocabulary
-//! of 30 522, 477 MiB each in `f32`, the largest buffers of a small model's step. Here they are
-//! made `chunk` tokens at a time in a scratch buffer:
+//! × vocab`, and then their gradient over them: at a batch of 32 × 128 tokens over a vocabulary
+//! of 30 522, 477 MiB in `f32`, the largest buffer of a small model's step. Here they are made
+//! `chunk` tokens at a time in a scratch buffer:
 //!
 //! - the **forward** multiplies each chunk's rows of `x` into the scratch, reduces them to each
 //!   token's loss and log-sum-exp, and at the end takes the mean and the count over all tokens
