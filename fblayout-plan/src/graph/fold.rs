@@ -30,7 +30,7 @@
 //! folded operation runs no kernel of its own. The product's own output is then never written
 //! on the GPU ([`Graph::unwritten`]): it takes no buffer.
 
-use super::{Graph, GraphError, Node, NodeId, Op, Role, TensorId};
+use super::{Graph, GraphError, NodeId, Op, Role, TensorId};
 
 /// Whether `op` is a linear product that may do the work of the operation after it: a
 /// forward, or an input's gradient, either orientation.
@@ -85,11 +85,6 @@ impl Graph {
         let mut made_at: Vec<Option<usize>> = vec![None; self.tensors().len()];
         let mut folds = vec![None; nodes.len()];
         let mut folded = vec![false; nodes.len()];
-        // The folded node's operand of role `role`.
-        let operand = |m: &Node, role: &str| {
-            let k = m.op.input_roles().iter().position(|r| *r == role)?;
-            m.inputs.get(k).copied()
-        };
         for (i, n) in nodes.iter().enumerate() {
             let ready = |b: TensorId, made_at: &[Option<usize>]| {
                 self.tensor(b).is_persistent() || made_at[b.index()].is_some_and(|k| k < i)
@@ -97,8 +92,8 @@ impl Graph {
             if let Some(j) = folds_into(&n.op).then(|| self.sole_reader(i)).flatten() {
                 let m = &nodes[j];
                 let fits = fold_roles(&n.op, &m.op).is_some_and(|[own, other]| {
-                    operand(m, own) == n.outputs.first().copied()
-                        && operand(m, other).is_some_and(|b| ready(b, &made_at))
+                    m.input(own) == n.outputs.first().copied()
+                        && m.input(other).is_some_and(|b| ready(b, &made_at))
                 });
                 if fits {
                     folds[i] = Some(j);

@@ -55,6 +55,20 @@ pub struct Node {
     pub outputs: Vec<TensorId>,
 }
 
+impl Node {
+    /// Its input of role `role` (one of its operation's input roles).
+    pub(crate) fn input(&self, role: &str) -> Option<TensorId> {
+        let k = self.op.input_roles().iter().position(|r| *r == role)?;
+        self.inputs.get(k).copied()
+    }
+
+    /// Its output of role `role` (one of its operation's output roles).
+    pub(crate) fn output(&self, role: &str) -> Option<TensorId> {
+        let k = self.op.output_roles().iter().position(|r| *r == role)?;
+        self.outputs.get(k).copied()
+    }
+}
+
 /// Why a graph could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

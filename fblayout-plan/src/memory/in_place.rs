@@ -32,14 +32,7 @@ pub(super) fn shared(
         let Some([from, to]) = node.op.contract().in_place() else {
             continue;
         };
-        let operand = |roles: Vec<&str>, tensors: &[TensorId], role: &str| {
-            let k = roles.iter().position(|r| *r == role)?;
-            tensors.get(k).copied()
-        };
-        let (Some(input), Some(output)) = (
-            operand(node.op.input_roles(), &node.inputs, from),
-            operand(node.op.output_roles(), &node.outputs, to),
-        ) else {
+        let (Some(input), Some(output)) = (node.input(from), node.output(to)) else {
             continue;
         };
         let (a, b) = (graph.tensor(input), graph.tensor(output));

@@ -184,7 +184,7 @@ fn norm_alone(node: &Node) -> Option<Node> {
         _ => return None,
     };
     let (ins, outs) = (node.op.input_roles(), node.op.output_roles());
-    let sum = node.outputs[outs.iter().position(|r| *r == "sum")?];
+    let sum = node.output("sum")?;
     let weights = node.inputs.iter().zip(&ins);
     Some(Node {
         op,
