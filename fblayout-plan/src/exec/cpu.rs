@@ -439,11 +439,14 @@ impl CpuStep {
                 None => taken.push((b, std::mem::take(&mut self.buffers[b]), true)),
             }
         }
-        // An input in the memory of an output written over it (an in-place operation's, given
-        // one buffer by the plan) is read from a copy taken before the operation writes.
+        // An input in the memory of another tensor written over it (an in-place operation's,
+        // given one buffer by the plan) is read from a copy taken before the operation writes.
+        // (A tensor updated in place under its own name is read through its written operand.)
+        let written: Vec<TensorId> = args.writes().iter().map(|w| w.tensor).collect();
         let before: Vec<(usize, Vec<f64>)> = args
             .reads()
             .iter()
+            .filter(|r| !written.contains(&r.tensor))
             .filter_map(|r| self.buffer_of[r.tensor.index()])
             .filter_map(|b| {
                 let (_, data, _) = taken.iter().find(|(tb, _, first)| *tb == b && *first)?;
@@ -451,7 +454,6 @@ impl CpuStep {
             })
             .collect();
         let result = {
-            let written: Vec<TensorId> = args.writes().iter().map(|w| w.tensor).collect();
             let mut ins = Vec::with_capacity(args.reads().len());
             for r in args.reads() {
                 // A tensor updated in place is read through its written operand.
